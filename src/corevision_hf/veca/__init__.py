@@ -1,0 +1,8 @@
+from .configuration_veca import VECA_PRESETS, VecaConfig
+from .modeling_veca import (
+    VecaBackbone,
+    VecaForImageClassification,
+    VecaModel,
+    VecaModelOutput,
+    VecaPreTrainedModel,
+)

@@ -1,0 +1,161 @@
+"""VECA configuration. Hub-copied: imports only transformers."""
+
+from transformers import PreTrainedConfig
+from transformers.backbone_utils import BackboneConfigMixin
+
+
+# Reference sizes of the paper (all patch 16, a bank of 64 cores, SwiGLU MLP).
+VECA_PRESETS = {
+    "small": dict(hidden_size=384, num_attention_heads=6, num_hidden_layers=12, intermediate_size=int(384 * 2.66667)),
+    "splus": dict(hidden_size=384, num_attention_heads=6, num_hidden_layers=12, intermediate_size=384 * 4),
+    "base": dict(hidden_size=768, num_attention_heads=12, num_hidden_layers=12, intermediate_size=2048),
+    "large": dict(hidden_size=1024, num_attention_heads=16, num_hidden_layers=24, intermediate_size=int(1024 * 2.66667)),
+}
+
+
+class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
+    r"""
+    Configuration of a VECA (Visual Elastic Core Attention) vision transformer.
+
+    Patches never attend to each other: an ordered bank of `num_cores` learned core tokens is the only route
+    between them, and any prefix of the bank can be chosen at call time (`model(pixel_values, num_cores=16)`).
+
+    Args:
+        hidden_size (`int`, defaults to 768): width of every token.
+        num_hidden_layers (`int`, defaults to 12): number of transformer blocks.
+        num_attention_heads (`int`, defaults to 12): attention heads; `hidden_size / heads` must be divisible by 4
+            (2D axial RoPE rotates pairs, half of them along x and half along y).
+        intermediate_size (`int`, defaults to 2048): hidden size of the SwiGLU MLP (fc1 maps to twice this).
+        patch_size (`int`, defaults to 16): side of the square patches.
+        num_channels (`int`, defaults to 3): input channels.
+        image_size (`int`, defaults to 256): training resolution; the model runs at any multiple of `patch_size`.
+        num_cores (`int`, defaults to 64): size of the core bank, the largest usable budget.
+        training_budgets (`list[int]`, *optional*): core budgets sampled by nested dropout during distillation;
+            defaults to eight even steps up to `num_cores` ((8, 16, ..., 64) for a bank of 64).
+        training_budget_weights (`list[float]`, *optional*): their relative sampling weights; defaults to
+            (1, 1, 2, 2, 3, 3, 4, 4) as in the reference.
+        rope_theta (`float`, defaults to 100.0): RoPE base; periods are `rope_theta ** (2i / (head_dim / 2))`.
+        rope_zero_fraction (`float`, defaults to 0.125): fraction of the lowest frequencies per axis set to zero.
+        pos_embed_shift (`float`, defaults to 0.08): training-time uniform shift of patch coordinates, per axis.
+        pos_embed_rescale (`float`, defaults to 2.0): training-time log-uniform rescale of patch coordinates in
+            `[1/rescale, rescale]`. `None` or 0 turn either augmentation off.
+        coordinate_head_init (`float`, defaults to 0.01): initial step size `alpha_l` of each coordinate head.
+        core_coordinate_init_range (`float`, defaults to 0.95): core coordinates start inside `[-r, r]^2`.
+        core_coordinate_init_candidates (`int`, defaults to 1000): candidate points for farthest-point sampling.
+        core_coordinate_init_seed (`int`, defaults to 0): seed of those candidates.
+        layer_norm_eps (`float`, defaults to 1e-6): epsilon of every LayerNorm.
+        hidden_dropout_prob (`float`, defaults to 0.0): dropout after the attention and MLP projections.
+        attention_dropout (`float`, defaults to 0.0): dropout on attention probabilities.
+        drop_path_rate (`float`, defaults to 0.0): stochastic depth rate.
+        qkv_bias (`bool`, defaults to `True`): bias on the fused q/k/v projection.
+        output_projection_size (`int`, *optional*): if set, a final Linear maps the normalised tokens to this width
+            (used when distilling into a teacher of another width).
+        initializer_range (`float`, defaults to 0.02): std of the truncated normal init of linear layers.
+        out_features / out_indices: stages returned by [`VecaBackbone`] ("stem", "stage1", ...).
+        apply_layernorm (`bool`, defaults to `True`): normalise the backbone feature maps with the final norm.
+        reshape_hidden_states (`bool`, defaults to `True`): backbone returns (B, D, Hp, Wp) maps, else (B, N, D).
+    """
+
+    model_type = "veca"
+
+    def __init__(
+        self,
+        hidden_size=768,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        intermediate_size=2048,
+        patch_size=16,
+        num_channels=3,
+        image_size=256,
+        num_cores=64,
+        training_budgets=None,
+        training_budget_weights=None,
+        rope_theta=100.0,
+        rope_zero_fraction=0.125,
+        pos_embed_shift=0.08,
+        pos_embed_rescale=2.0,
+        coordinate_head_init=0.01,
+        core_coordinate_init_range=0.95,
+        core_coordinate_init_candidates=1000,
+        core_coordinate_init_seed=0,
+        layer_norm_eps=1e-6,
+        hidden_dropout_prob=0.0,
+        attention_dropout=0.0,
+        drop_path_rate=0.0,
+        qkv_bias=True,
+        output_projection_size=None,
+        initializer_range=0.02,
+        out_features=None,
+        out_indices=None,
+        apply_layernorm=True,
+        reshape_hidden_states=True,
+        **kwargs,
+    ):
+        self.hidden_size = hidden_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.intermediate_size = intermediate_size
+        self.patch_size = patch_size
+        self.num_channels = num_channels
+        self.image_size = image_size
+        self.num_cores = num_cores
+        if training_budgets is None:
+            # The reference schedule, scaled to the bank: eight even steps, later (larger) budgets drawn more often.
+            step = max(1, num_cores // 8)
+            training_budgets = sorted(set(range(step, num_cores + 1, step)) | {num_cores})
+        if training_budget_weights is None:
+            training_budget_weights = [i // 2 + 1 for i in range(len(training_budgets))]
+        self.training_budgets = list(training_budgets)
+        self.training_budget_weights = list(training_budget_weights)
+        self.rope_theta = rope_theta
+        self.rope_zero_fraction = rope_zero_fraction
+        self.pos_embed_shift = pos_embed_shift
+        self.pos_embed_rescale = pos_embed_rescale
+        self.coordinate_head_init = coordinate_head_init
+        self.core_coordinate_init_range = core_coordinate_init_range
+        self.core_coordinate_init_candidates = core_coordinate_init_candidates
+        self.core_coordinate_init_seed = core_coordinate_init_seed
+        self.layer_norm_eps = layer_norm_eps
+        self.hidden_dropout_prob = hidden_dropout_prob
+        self.attention_dropout = attention_dropout
+        self.drop_path_rate = drop_path_rate
+        self.qkv_bias = qkv_bias
+        self.output_projection_size = output_projection_size
+        self.initializer_range = initializer_range
+        self.apply_layernorm = apply_layernorm
+        self.reshape_hidden_states = reshape_hidden_states
+        self.stage_names = ["stem"] + [f"stage{i}" for i in range(1, num_hidden_layers + 1)]
+        self.set_output_features_output_indices(out_indices=out_indices, out_features=out_features)
+        self._validate()
+        super().__init__(**kwargs)
+
+    def _validate(self):
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads ({self.num_attention_heads})."
+            )
+        if (self.hidden_size // self.num_attention_heads) % 4:
+            raise ValueError(
+                f"The head dimension hidden_size / num_attention_heads = {self.hidden_size // self.num_attention_heads} "
+                "must be divisible by 4 for 2D axial RoPE; change hidden_size or num_attention_heads."
+            )
+        if self.num_cores < 1:
+            raise ValueError(f"num_cores (the core bank size) must be >= 1, got {self.num_cores}.")
+        if len(self.training_budgets) != len(self.training_budget_weights):
+            raise ValueError(
+                f"training_budgets ({len(self.training_budgets)} values) and training_budget_weights "
+                f"({len(self.training_budget_weights)} values) must have the same length."
+            )
+        bad = [c for c in self.training_budgets if not 1 <= c <= self.num_cores]
+        if bad:
+            raise ValueError(f"training_budgets {bad} lie outside 1..num_cores={self.num_cores}.")
+
+    @classmethod
+    def from_preset(cls, name: str, **kwargs) -> "VecaConfig":
+        """A reference size ("small", "splus", "base", "large"); keyword arguments override any field."""
+        if name not in VECA_PRESETS:
+            raise ValueError(f"Unknown VECA preset {name!r}; choose one of {sorted(VECA_PRESETS)}.")
+        return cls(**{**VECA_PRESETS[name], **kwargs})
+
+
+__all__ = ["VecaConfig", "VECA_PRESETS"]

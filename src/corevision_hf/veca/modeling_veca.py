@@ -1,0 +1,515 @@
+"""VECA: Visual Elastic Core Attention (arXiv 2605.12491).
+
+A ViT whose patches never attend to each other. An ordered bank of learned core tokens is the only route
+between patches: cores attend to the active cores and all patches, patches attend to the active cores only.
+Attention cost is linear in the number of patches, and the number of active cores is chosen per call.
+
+Hub-copied: this file imports only torch, transformers and its sibling configuration file.
+"""
+
+import json
+import math
+import numbers
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.backbone_utils import BackboneMixin, filter_output_hidden_states
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BackboneOutput, BaseModelOutputWithPooling, ImageClassifierOutput
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils.generic import can_return_tuple
+from transformers.utils.output_capturing import capture_outputs
+
+from .configuration_veca import VecaConfig
+
+
+IMAGENET_MEAN = [0.485, 0.456, 0.406]
+IMAGENET_STD = [0.229, 0.224, 0.225]
+
+
+@dataclass
+class VecaModelOutput(BaseModelOutputWithPooling):
+    r"""
+    last_hidden_state (`torch.FloatTensor` of shape `(batch_size, num_cores + num_patches, hidden_size)`):
+        Final normalised tokens laid out as [active cores ; patches]; the patch tokens are the last `Hp * Wp`.
+    pooler_output (`torch.FloatTensor` of shape `(batch_size, hidden_size)`):
+        Core 0 after the final norm, the image-level token.
+    core_coordinates (`torch.FloatTensor` of shape `(batch_size, num_cores, 2)`):
+        Final (x, y) coordinates of the active cores in (-1, 1), image-relative.
+    """
+
+    core_coordinates: torch.FloatTensor | None = None
+
+
+class VecaPatchEmbeddings(nn.Module):
+    """Non-overlapping patches -> tokens: (B, C, H, W) -> (B, Hp * Wp, D)."""
+
+    def __init__(self, config: VecaConfig):
+        super().__init__()
+        self.projection = nn.Conv2d(
+            config.num_channels, config.hidden_size, kernel_size=config.patch_size, stride=config.patch_size
+        )
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return self.projection(pixel_values).flatten(2).transpose(1, 2)
+
+
+def farthest_point_coordinates(
+    num_points: int, num_candidates: int, extent: float, seed: int
+) -> torch.Tensor:
+    """Spread-out 2D points, (num_points, 2): farthest-point sampling of uniform candidates in [-extent, extent]^2,
+    starting from the candidate nearest the origin, so point 0 sits near the centre and every prefix is spread."""
+    generator = torch.Generator().manual_seed(seed)
+    candidates = (torch.rand(max(num_candidates, num_points), 2, generator=generator) * 2 - 1) * extent
+    chosen = [int(candidates.norm(dim=1).argmin())]
+    distance = (candidates - candidates[chosen[0]]).norm(dim=1)
+    for _ in range(num_points - 1):
+        chosen.append(int(distance.argmax()))
+        distance = torch.minimum(distance, (candidates - candidates[chosen[-1]]).norm(dim=1))
+    return candidates[chosen]
+
+
+class VecaCoreBank(nn.Module):
+    """The ordered bank of learned core tokens and their 2D coordinates. A budget is an active prefix."""
+
+    def __init__(self, config: VecaConfig):
+        super().__init__()
+        self.cores = nn.Parameter(torch.empty(1, config.num_cores, config.hidden_size))
+        # Stored as atanh(coordinate) and used as tanh(raw), so coordinates stay inside (-1, 1).
+        self.coordinates = nn.Parameter(torch.empty(config.num_cores, 2))
+
+    def forward(self, batch_size: int, num_cores: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns the first `num_cores` cores (B, C, D) and their raw coordinates (B, C, 2) in float32."""
+        cores = self.cores[:, :num_cores].expand(batch_size, -1, -1)
+        coordinates = self.coordinates[:num_cores].float().expand(batch_size, -1, -1)
+        return cores, coordinates
+
+
+class VecaCoordinateHead(nn.Module):
+    """Moves the cores with the image content: raw <- raw + alpha * Linear(x_cores), before every block but the first."""
+
+    def __init__(self, config: VecaConfig):
+        super().__init__()
+        self.proj = nn.Linear(config.hidden_size, 2)
+        self.alpha = nn.Parameter(torch.full((1,), float(config.coordinate_head_init)))
+
+    def forward(self, raw_coordinates: torch.Tensor, cores: torch.Tensor) -> torch.Tensor:
+        return raw_coordinates + (self.alpha * self.proj(cores)).float()
+
+
+def rope_inverse_frequencies(config: VecaConfig) -> torch.Tensor:
+    """(head_dim / 4,) inverse periods 1 / theta^(2i / (head_dim / 2)); the lowest `rope_zero_fraction` are zero."""
+    head_dim = config.hidden_size // config.num_attention_heads
+    num_frequencies = head_dim // 4
+    exponents = torch.arange(num_frequencies, dtype=torch.float32) * 2 / (head_dim // 2)
+    inv_freq = 1.0 / config.rope_theta**exponents
+    num_zeroed = round(config.rope_zero_fraction * num_frequencies)
+    if num_zeroed:
+        inv_freq[num_frequencies - num_zeroed :] = 0.0  # infinite period: these pairs are never rotated
+    return inv_freq
+
+
+class VecaRotaryEmbedding(nn.Module):
+    """2D axial RoPE. Rotations are unit complex numbers, one per (even, odd) pair of a head:
+    the first head_dim / 4 pairs turn with x, the next head_dim / 4 with y."""
+
+    inv_freq: torch.Tensor
+
+    def __init__(self, config: VecaConfig):
+        super().__init__()
+        self.register_buffer("inv_freq", rope_inverse_frequencies(config), persistent=False)
+
+    def forward(self, coordinates: torch.Tensor) -> torch.Tensor:
+        """(..., 2) coordinates in (x, y) order -> (..., head_dim / 2) complex64 rotations."""
+        angles = 2 * math.pi * coordinates.float()[..., None] * self.inv_freq
+        angles = angles.flatten(-2)
+        return torch.polar(torch.ones_like(angles), angles)
+
+
+def patch_center_coordinates(height: int, width: int, device: torch.device) -> torch.Tensor:
+    """(height * width, 2) patch centres (i + 0.5) / n * 2 - 1 in (x, y) order, rows first like the patch tokens."""
+    ys = (torch.arange(height, device=device, dtype=torch.float32) + 0.5) / height * 2 - 1
+    xs = (torch.arange(width, device=device, dtype=torch.float32) + 0.5) / width * 2 - 1
+    grid_y, grid_x = torch.meshgrid(ys, xs, indexing="ij")
+    return torch.stack([grid_x, grid_y], dim=-1).flatten(0, 1)
+
+
+def augment_patch_coordinates(coordinates: torch.Tensor, shift: float | None, rescale: float | None) -> torch.Tensor:
+    """Training-time augmentation: one uniform shift per axis, then one log-uniform rescale in [1/rescale, rescale]."""
+    if shift:
+        coordinates = coordinates + torch.empty(2, device=coordinates.device).uniform_(-shift, shift)
+    if rescale:
+        log_range = math.log(rescale)
+        coordinates = coordinates * torch.empty(1, device=coordinates.device).uniform_(-log_range, log_range).exp()
+    return coordinates
+
+
+def apply_rotary(qk: torch.Tensor, rotations: torch.Tensor) -> torch.Tensor:
+    """Rotate queries and keys together: (B, L, 2, H, head_dim) by (B, L, head_dim / 2) complex rotations.
+    One complex multiply is several times faster on CPU than the rotate-half formulation."""
+    compute_dtype = qk.dtype if qk.dtype in (torch.float32, torch.float64) else torch.float32
+    pairs = qk.to(compute_dtype).unflatten(-1, (-1, 2))
+    rotated = torch.view_as_complex(pairs) * rotations[:, :, None, None, :]
+    return torch.view_as_real(rotated).flatten(-2).to(qk.dtype)
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        attn_weights = attn_weights + attention_mask
+    attn_weights = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
+    attn_weights = F.dropout(attn_weights, p=dropout, training=module.training)
+    attn_output = torch.matmul(attn_weights, value).transpose(1, 2).contiguous()
+    return attn_output, attn_weights
+
+
+class VecaCorePeripheryAttention(nn.Module):
+    """Core-periphery attention as two dense attention calls, no mask:
+    cores attend to [active cores ; patches], patches attend to the active cores only."""
+
+    def __init__(self, config: VecaConfig):
+        super().__init__()
+        self.config = config
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.scaling = self.head_dim**-0.5
+        self.dropout = config.attention_dropout
+        self.is_causal = False
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.qkv_bias)
+        self.proj = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(
+        self, hidden_states: torch.Tensor, num_cores: int, rotations: torch.Tensor, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        batch_size, seq_len, hidden_size = hidden_states.shape
+        qkv = self.qkv(hidden_states).view(batch_size, seq_len, 3, self.num_heads, self.head_dim)
+        query, key = apply_rotary(qkv[:, :, :2], rotations).unbind(2)
+        query, key, value = (x.transpose(1, 2) for x in (query, key, qkv[:, :, 2]))  # (B, H, L, head_dim)
+
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        dropout = self.dropout if self.training else 0.0
+        core_keys, core_values = key[:, :, :num_cores], value[:, :, :num_cores]
+        core_output, core_weights = attention_interface(
+            self, query[:, :, :num_cores], key, value, None, dropout=dropout, scaling=self.scaling, **kwargs
+        )
+        patch_output, patch_weights = attention_interface(
+            self, query[:, :, num_cores:], core_keys, core_values, None, dropout=dropout, scaling=self.scaling, **kwargs
+        )
+        attn_output = torch.cat([core_output, patch_output], dim=1).reshape(batch_size, seq_len, hidden_size)
+        attn_output = self.proj(attn_output)
+
+        attn_weights = None
+        if core_weights is not None and patch_weights is not None:
+            # The joint (L x L) map, for visualisation: patch rows are zero outside the active cores.
+            attn_weights = core_weights.new_zeros(batch_size, self.num_heads, seq_len, seq_len)
+            attn_weights[:, :, :num_cores] = core_weights
+            attn_weights[:, :, num_cores:, :num_cores] = patch_weights
+        return attn_output, attn_weights
+
+
+class VecaSwiGLU(nn.Module):
+    """fc1: D -> 2h, silu(u) * v, fc2: h -> D."""
+
+    def __init__(self, config: VecaConfig):
+        super().__init__()
+        self.fc1 = nn.Linear(config.hidden_size, 2 * config.intermediate_size)
+        self.fc2 = nn.Linear(config.intermediate_size, config.hidden_size)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        u, v = self.fc1(hidden_states).chunk(2, dim=-1)
+        return self.fc2(F.silu(u) * v)
+
+
+class VecaDropPath(nn.Module):
+    """Stochastic depth per sample; identity at eval or when the rate is 0."""
+
+    def __init__(self, drop_prob: float):
+        super().__init__()
+        self.drop_prob = drop_prob
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if self.drop_prob == 0.0 or not self.training:
+            return hidden_states
+        keep_prob = 1 - self.drop_prob
+        mask = hidden_states.new_empty((hidden_states.shape[0],) + (1,) * (hidden_states.ndim - 1)).bernoulli_(keep_prob)
+        return hidden_states * mask / keep_prob
+
+
+class VecaLayer(GradientCheckpointingLayer):
+    """Pre-norm block shared by cores and patches: core-periphery attention, then a SwiGLU MLP."""
+
+    def __init__(self, config: VecaConfig, drop_path_rate: float = 0.0):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.attention = VecaCorePeripheryAttention(config)
+        self.norm2 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.mlp = VecaSwiGLU(config)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.drop_path = VecaDropPath(drop_path_rate)
+
+    def forward(self, hidden_states: torch.Tensor, num_cores: int, rotations: torch.Tensor, **kwargs) -> torch.Tensor:
+        attn_output, _ = self.attention(self.norm1(hidden_states), num_cores, rotations, **kwargs)
+        hidden_states = hidden_states + self.drop_path(self.dropout(attn_output))
+        mlp_output = self.mlp(self.norm2(hidden_states))
+        return hidden_states + self.drop_path(self.dropout(mlp_output))
+
+
+class VecaPreTrainedModel(PreTrainedModel):
+    config_class = VecaConfig
+    base_model_prefix = "veca"
+    main_input_name = "pixel_values"
+    input_modalities = ("image",)
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["VecaLayer"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    _can_record_outputs = {"hidden_states": VecaLayer, "attentions": VecaCorePeripheryAttention}
+
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        config = self.config
+        if isinstance(module, (nn.Linear, nn.Conv2d)):
+            init.trunc_normal_(module.weight, mean=0.0, std=config.initializer_range)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, VecaCoreBank):
+            init.normal_(module.cores, mean=0.0, std=config.hidden_size**-0.5)
+            coordinates = farthest_point_coordinates(
+                config.num_cores,
+                config.core_coordinate_init_candidates,
+                config.core_coordinate_init_range,
+                config.core_coordinate_init_seed,
+            )
+            init.copy_(module.coordinates, torch.atanh(coordinates))
+        elif isinstance(module, VecaCoordinateHead):
+            init.constant_(module.alpha, config.coordinate_head_init)
+        elif isinstance(module, VecaRotaryEmbedding):
+            init.copy_(module.inv_freq, rope_inverse_frequencies(config))
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """`PreTrainedModel.save_pretrained`, plus a stock `preprocessor_config.json` (ImageNet normalisation) so
+        that `AutoImageProcessor` works; an existing one is kept."""
+        super().save_pretrained(save_directory, *args, **kwargs)
+        path = os.path.join(save_directory, "preprocessor_config.json")
+        if kwargs.get("is_main_process", True) and not os.path.exists(path):
+            with open(path, "w") as f:
+                json.dump(image_processor_dict(self.config.image_size), f, indent=2)
+
+
+def image_processor_dict(image_size: int) -> dict:
+    """A transformers `BitImageProcessor` config: RGB, resize to image_size, rescale to [0, 1], ImageNet normalise."""
+    return {
+        "image_processor_type": "BitImageProcessor",
+        "do_convert_rgb": True,
+        "do_resize": True,
+        "size": {"height": image_size, "width": image_size},
+        "resample": 3,
+        "do_center_crop": False,
+        "do_rescale": True,
+        "rescale_factor": 1 / 255,
+        "do_normalize": True,
+        "image_mean": IMAGENET_MEAN,
+        "image_std": IMAGENET_STD,
+    }
+
+
+class VecaModel(VecaPreTrainedModel):
+    def __init__(self, config: VecaConfig):
+        super().__init__(config)
+        self.patch_embeddings = VecaPatchEmbeddings(config)
+        self.core_bank = VecaCoreBank(config)
+        self.rotary_embedding = VecaRotaryEmbedding(config)
+        self.coordinate_heads = nn.ModuleList(VecaCoordinateHead(config) for _ in range(config.num_hidden_layers - 1))
+        drop_path_rates = torch.linspace(0, config.drop_path_rate, config.num_hidden_layers).tolist()
+        self.layers = nn.ModuleList(VecaLayer(config, rate) for rate in drop_path_rates)
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.output_projection = (
+            nn.Linear(config.hidden_size, config.output_projection_size) if config.output_projection_size else None
+        )
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.patch_embeddings.projection
+
+    def check_inputs(self, pixel_values: torch.Tensor, num_cores) -> int:
+        """Validates the inputs; returns the number of active cores."""
+        config = self.config
+        if not isinstance(pixel_values, torch.Tensor) or pixel_values.ndim != 4:
+            shape = tuple(pixel_values.shape) if isinstance(pixel_values, torch.Tensor) else type(pixel_values).__name__
+            raise ValueError(
+                f"pixel_values must be a (batch, channels, height, width) tensor, got {shape}; "
+                "add a batch dimension with pixel_values[None] for a single image."
+            )
+        if not pixel_values.is_floating_point():
+            raise ValueError(
+                f"pixel_values has dtype {pixel_values.dtype}; VECA expects normalised floating-point images. "
+                "Use AutoImageProcessor (or convert with .float() / 255 and normalise)."
+            )
+        weight = self.patch_embeddings.projection.weight
+        if pixel_values.device != weight.device:
+            raise ValueError(
+                f"pixel_values is on {pixel_values.device} but the model is on {weight.device}; "
+                f"move it with pixel_values.to({str(weight.device)!r})."
+            )
+        _, channels, height, width = pixel_values.shape
+        if channels != config.num_channels:
+            raise ValueError(
+                f"pixel_values has {channels} channels but the model expects {config.num_channels}; "
+                "convert images to RGB (PIL: image.convert('RGB'))."
+            )
+        patch = config.patch_size
+        if height % patch or width % patch or height == 0 or width == 0:
+            raise ValueError(
+                f"Image size {height}x{width} is not a multiple of the patch size {patch}; resize or crop to "
+                f"{max(patch, height // patch * patch)}x{max(patch, width // patch * patch)} (multiples of {patch})."
+            )
+        if num_cores is None:
+            return config.num_cores
+        if isinstance(num_cores, bool) or not isinstance(num_cores, numbers.Integral):
+            raise ValueError(f"num_cores must be an int in 1..{config.num_cores}, got {num_cores!r}.")
+        if not 1 <= num_cores <= config.num_cores:
+            raise ValueError(
+                f"num_cores={num_cores} is out of range: this model's core bank holds {config.num_cores} cores, "
+                f"so choose 1..{config.num_cores} (None uses all of them)."
+            )
+        return int(num_cores)
+
+    @capture_outputs(tie_last_hidden_states=False)
+    def forward(self, pixel_values: torch.Tensor, num_cores: int | None = None, **kwargs) -> VecaModelOutput:
+        r"""
+        pixel_values (`torch.FloatTensor` of shape `(batch_size, num_channels, height, width)`):
+            Normalised images; height and width any multiples of `patch_size`.
+        num_cores (`int`, *optional*):
+            Active prefix of the core bank, 1..`config.num_cores` (default: the whole bank).
+        """
+        num_cores = self.check_inputs(pixel_values, num_cores)
+        batch_size, _, height, width = pixel_values.shape
+        patch = self.config.patch_size
+
+        patches = self.patch_embeddings(pixel_values.to(self.patch_embeddings.projection.weight.dtype))
+        cores, raw_coordinates = self.core_bank(batch_size, num_cores)
+        hidden_states = torch.cat([cores.to(patches.dtype), patches], dim=1)
+
+        # Patch rotations are fixed for the whole forward; only the cores move between layers.
+        patch_coordinates = patch_center_coordinates(height // patch, width // patch, pixel_values.device)
+        if self.training:
+            patch_coordinates = augment_patch_coordinates(
+                patch_coordinates, self.config.pos_embed_shift, self.config.pos_embed_rescale
+            )
+        patch_rotations = self.rotary_embedding(patch_coordinates).expand(batch_size, -1, -1)
+
+        for index, layer in enumerate(self.layers):
+            if index > 0:
+                raw_coordinates = self.coordinate_heads[index - 1](raw_coordinates, hidden_states[:, :num_cores])
+            core_rotations = self.rotary_embedding(torch.tanh(raw_coordinates))
+            rotations = torch.cat([core_rotations, patch_rotations], dim=1)
+            hidden_states = layer(hidden_states, num_cores, rotations, **kwargs)
+
+        sequence_output = self.norm(hidden_states)
+        if self.output_projection is not None:
+            sequence_output = self.output_projection(sequence_output)
+        return VecaModelOutput(
+            last_hidden_state=sequence_output,
+            pooler_output=sequence_output[:, 0],
+            core_coordinates=torch.tanh(raw_coordinates),
+        )
+
+
+class VecaForImageClassification(VecaPreTrainedModel):
+    """VECA with a linear classifier on [core 0 ; mean patch token]."""
+
+    def __init__(self, config: VecaConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.veca = VecaModel(config)
+        width = config.output_projection_size or config.hidden_size
+        self.classifier = nn.Linear(2 * width, config.num_labels) if config.num_labels > 0 else nn.Identity()
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        pixel_values: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        num_cores: int | None = None,
+        **kwargs,
+    ) -> ImageClassifierOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            Class indices for the cross-entropy loss (mean-squared error when `num_labels == 1`).
+        """
+        outputs: VecaModelOutput = self.veca(pixel_values, num_cores=num_cores, **kwargs)
+        sequence_output = outputs.last_hidden_state
+        active_cores = outputs.core_coordinates.shape[1]
+        features = torch.cat([sequence_output[:, 0], sequence_output[:, active_cores:].mean(dim=1)], dim=-1)
+        logits = self.classifier(features)
+        loss = self.loss_function(labels, logits, self.config, **kwargs) if labels is not None else None
+        return ImageClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class VecaBackbone(BackboneMixin, VecaPreTrainedModel):
+    """VECA feature maps at chosen layers ("stem", "stage1", ...) for dense-prediction heads: (B, D, Hp, Wp)."""
+
+    def __init__(self, config: VecaConfig):
+        super().__init__(config)
+        self.veca = VecaModel(config)
+        self.num_features = [config.hidden_size] * (config.num_hidden_layers + 1)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.veca.get_input_embeddings()
+
+    @can_return_tuple
+    @filter_output_hidden_states
+    def forward(self, pixel_values: torch.Tensor, num_cores: int | None = None, **kwargs) -> BackboneOutput:
+        outputs: VecaModelOutput = self.veca(pixel_values, num_cores=num_cores, **kwargs)
+        batch_size, _, height, width = pixel_values.shape
+        grid_height, grid_width = height // self.config.patch_size, width // self.config.patch_size
+        active_cores = outputs.core_coordinates.shape[1]
+
+        feature_maps = []
+        for stage, hidden_state in zip(self.stage_names, outputs.hidden_states):
+            if stage not in self.out_features:
+                continue
+            if self.config.apply_layernorm:
+                hidden_state = self.veca.norm(hidden_state)
+            patch_tokens = hidden_state[:, active_cores:]
+            if self.config.reshape_hidden_states:
+                patch_tokens = patch_tokens.transpose(1, 2).reshape(batch_size, -1, grid_height, grid_width)
+            feature_maps.append(patch_tokens)
+        return BackboneOutput(
+            feature_maps=tuple(feature_maps), hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+__all__ = [
+    "VecaPreTrainedModel",
+    "VecaModel",
+    "VecaModelOutput",
+    "VecaForImageClassification",
+    "VecaBackbone",
+]
