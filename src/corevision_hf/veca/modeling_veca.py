@@ -32,6 +32,14 @@ from .configuration_veca import VecaConfig
 IMAGENET_MEAN = [0.485, 0.456, 0.406]
 IMAGENET_STD = [0.229, 0.224, 0.225]
 
+# Hub code for every head, so that any saved VECA checkpoint loads with each Auto class.
+AUTO_MAP = {
+    "AutoConfig": "configuration_veca.VecaConfig",
+    "AutoModel": "modeling_veca.VecaModel",
+    "AutoModelForImageClassification": "modeling_veca.VecaForImageClassification",
+    "AutoBackbone": "modeling_veca.VecaBackbone",
+}
+
 
 @dataclass
 class VecaModelOutput(BaseModelOutputWithPooling):
@@ -310,7 +318,9 @@ class VecaPreTrainedModel(PreTrainedModel):
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """`PreTrainedModel.save_pretrained`, plus a stock `preprocessor_config.json` (ImageNet normalisation) so
-        that `AutoImageProcessor` works; an existing one is kept."""
+        that `AutoImageProcessor` works; an existing one is kept. Models registered for hub code map every head."""
+        if self._auto_class is not None:
+            self.config.auto_map = {**AUTO_MAP, **(getattr(self.config, "auto_map", None) or {})}
         super().save_pretrained(save_directory, *args, **kwargs)
         path = os.path.join(save_directory, "preprocessor_config.json")
         if kwargs.get("is_main_process", True) and not os.path.exists(path):

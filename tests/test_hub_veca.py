@@ -1,0 +1,120 @@
+"""Saved folders load through trust_remote_code in a Python that cannot import corevision_hf."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import torch
+from conftest import tiny_veca_config
+
+from corevision_hf import VecaBackbone, VecaForImageClassification, VecaModel
+
+
+# Runs in a fresh interpreter where `import corevision_hf` fails, so only the hub-copied code can be used.
+LOADER = textwrap.dedent(
+    """
+    import sys
+    sys.modules["corevision_hf"] = None  # any import of our package now raises ImportError
+    import torch
+    from transformers import AutoBackbone, AutoImageProcessor, AutoModel, AutoModelForImageClassification
+
+    source, inputs_path, outputs_path = sys.argv[1:4]
+    inputs = torch.load(inputs_path)
+    model = AutoModel.from_pretrained(source, trust_remote_code=True).eval()
+    assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+    outputs = {c: model(inputs, num_cores=c).last_hidden_state for c in (1, 3, 8)}
+    outputs["classifier"] = AutoModelForImageClassification.from_pretrained(source, trust_remote_code=True).eval()(
+        inputs, num_cores=2).logits
+    # AutoBackbone.from_pretrained asks the hub whether the repo exists (no offline path in transformers 5),
+    # so take the backbone class from the same hub-copied module, and check AutoBackbone.from_config finds it.
+    backbone_class = sys.modules[type(model).__module__].VecaBackbone
+    backbone = backbone_class.from_pretrained(source, out_indices=[2]).eval()
+    assert type(AutoBackbone.from_config(backbone.config, trust_remote_code=True)) is backbone_class
+    outputs["backbone"] = backbone(inputs, num_cores=2).feature_maps[0]
+    processor = AutoImageProcessor.from_pretrained(source)
+    outputs["processor_mean"] = torch.tensor(processor.image_mean)
+    torch.save(outputs, outputs_path)
+    """
+)
+
+
+def load_without_package(tmp_path, source: str, inputs: torch.Tensor, env: dict | None = None) -> dict:
+    torch.save(inputs, tmp_path / "inputs.pt")
+    script = tmp_path / "load.py"
+    script.write_text(LOADER)
+    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), **(env or {})}
+    subprocess.run(
+        [sys.executable, str(script), source, str(tmp_path / "inputs.pt"), str(tmp_path / "outputs.pt")],
+        check=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    return torch.load(tmp_path / "outputs.pt")
+
+
+def expected_outputs(model: VecaModel, inputs: torch.Tensor) -> dict:
+    config = model.config
+    classifier = VecaForImageClassification(config).eval()
+    classifier.veca.load_state_dict(model.state_dict())
+    backbone = VecaBackbone(tiny_veca_config(num_labels=3, out_indices=[2])).eval()
+    backbone.veca.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        outputs = {c: model(inputs, num_cores=c).last_hidden_state for c in (1, 3, 8)}
+        outputs["backbone"] = backbone(inputs, num_cores=2).feature_maps[0]
+    return outputs, classifier
+
+
+def save_tiny_model(folder) -> tuple[VecaModel, torch.nn.Module]:
+    torch.manual_seed(0)
+    model = VecaModel(tiny_veca_config(num_labels=3)).eval()
+    model.save_pretrained(folder)
+    return model
+
+
+def check_outputs(actual: dict, model: VecaModel, inputs: torch.Tensor) -> None:
+    expected, _ = expected_outputs(model, inputs)
+    for key, value in expected.items():
+        torch.testing.assert_close(actual[key], value, atol=0, rtol=0, msg=f"output {key!r} differs")
+    assert actual["classifier"].shape == (inputs.shape[0], 3)
+    torch.testing.assert_close(actual["processor_mean"], torch.tensor([0.485, 0.456, 0.406]))
+
+
+def test_saved_folder_holds_hub_code(tmp_path):
+    save_tiny_model(tmp_path / "veca")
+    files = set(os.listdir(tmp_path / "veca"))
+    assert {"config.json", "model.safetensors", "configuration_veca.py", "modeling_veca.py"} <= files
+    assert "preprocessor_config.json" in files
+    auto_map = json.loads((tmp_path / "veca" / "config.json").read_text())["auto_map"]
+    assert auto_map["AutoModel"] == "modeling_veca.VecaModel"
+    assert auto_map["AutoModelForImageClassification"] == "modeling_veca.VecaForImageClassification"
+    assert auto_map["AutoBackbone"] == "modeling_veca.VecaBackbone"
+
+
+def test_existing_preprocessor_config_is_kept(tmp_path):
+    folder = tmp_path / "veca"
+    folder.mkdir()
+    (folder / "preprocessor_config.json").write_text('{"mine": true}')
+    save_tiny_model(folder)
+    assert json.loads((folder / "preprocessor_config.json").read_text()) == {"mine": True}
+
+
+def test_trust_remote_code_from_folder_without_package(tmp_path, images):
+    model = save_tiny_model(tmp_path / "veca")
+    outputs = load_without_package(tmp_path, str(tmp_path / "veca"), images)
+    check_outputs(outputs, model, images)
+
+
+def test_trust_remote_code_from_offline_hub_cache(tmp_path, images):
+    """The real `from_pretrained("org/name")` path, served from a hub cache with HF_HUB_OFFLINE=1."""
+    model = save_tiny_model(tmp_path / "veca")
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--org--veca-tiny"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    shutil.copytree(tmp_path / "veca", repo / "snapshots" / commit)
+    env = {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    outputs = load_without_package(tmp_path, "org/veca-tiny", images, env=env)
+    check_outputs(outputs, model, images)

@@ -1,0 +1,180 @@
+import pytest
+import torch
+from conftest import tiny_veca_config
+from transformers import AutoBackbone, AutoModel, AutoModelForImageClassification
+
+from corevision_hf import VecaBackbone, VecaConfig, VecaForImageClassification, VecaModel, veca_flops
+
+
+def test_output_layout(tiny_model, images):
+    out = tiny_model(images, num_cores=3, output_hidden_states=True)
+    num_patches = (24 // 8) * (40 // 8)
+    assert out.last_hidden_state.shape == (2, 3 + num_patches, 64)
+    torch.testing.assert_close(out.pooler_output, out.last_hidden_state[:, 0])
+    assert out.core_coordinates.shape == (2, 3, 2)
+    assert out.core_coordinates.abs().max() < 1
+    assert len(out.hidden_states) == tiny_model.config.num_hidden_layers + 1
+    assert tiny_model(images).last_hidden_state.shape[1] == 8 + num_patches  # None = the whole bank
+
+
+@pytest.mark.parametrize("num_cores", [1, 3, 8])
+@pytest.mark.parametrize("size", [(24, 40), (32, 16)])
+@torch.no_grad()
+def test_attention_backends_agree(tiny_model, num_cores, size):
+    images = torch.randn(2, 3, *size)
+    outputs = {}
+    for backend in ["eager", "sdpa", "flex_attention"]:  # flex has no CPU backward: compare forwards only
+        tiny_model.set_attn_implementation(backend)
+        outputs[backend] = tiny_model(images, num_cores=num_cores).last_hidden_state
+    torch.testing.assert_close(outputs["sdpa"], outputs["eager"], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(outputs["flex_attention"], outputs["eager"], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("num_cores", [1, 5])
+def test_budget_equals_truncated_bank(tiny_model, images, num_cores):
+    """num_cores=C is exactly a model whose bank holds only the first C cores."""
+    truncated = VecaModel(tiny_veca_config(num_cores=num_cores)).eval()
+    state = tiny_model.state_dict()
+    state["core_bank.cores"] = state["core_bank.cores"][:, :num_cores]
+    state["core_bank.coordinates"] = state["core_bank.coordinates"][:num_cores]
+    truncated.load_state_dict(state)
+    expected = truncated(images)
+    actual = tiny_model(images, num_cores=num_cores)
+    torch.testing.assert_close(actual.last_hidden_state, expected.last_hidden_state, atol=0, rtol=0)
+    torch.testing.assert_close(actual.core_coordinates, expected.core_coordinates, atol=0, rtol=0)
+
+
+def test_eager_attention_maps_follow_core_periphery_pattern(tiny_model, images):
+    tiny_model.set_attn_implementation("eager")
+    num_cores = 3
+    out = tiny_model(images, num_cores=num_cores, output_attentions=True)
+    seq_len = out.last_hidden_state.shape[1]
+    assert len(out.attentions) == tiny_model.config.num_hidden_layers
+    for attn in out.attentions:
+        assert attn.shape == (2, 4, seq_len, seq_len)
+        core_rows, patch_rows = attn[:, :, :num_cores], attn[:, :, num_cores:]
+        # Patch queries see the active cores only.
+        assert torch.all(patch_rows[..., num_cores:] == 0)
+        torch.testing.assert_close(patch_rows[..., :num_cores].sum(-1), torch.ones(patch_rows.shape[:-1]))
+        # Core queries see the active cores and every patch.
+        assert torch.all(core_rows > 0)
+        torch.testing.assert_close(core_rows.sum(-1), torch.ones(core_rows.shape[:-1]))
+
+
+def test_gradients_reach_every_parameter(images):
+    torch.manual_seed(0)
+    model = VecaModel(tiny_veca_config(output_projection_size=48)).train()
+    out = model(images, num_cores=4)
+    (out.last_hidden_state.square().mean() + out.pooler_output.mean()).backward()
+    cores_grad = model.core_bank.cores.grad
+    assert cores_grad[:, :4].abs().sum() > 0 and torch.all(cores_grad[:, 4:] == 0)  # inactive cores get nothing
+    for name, param in model.named_parameters():
+        assert param.grad is not None, name
+        assert param.grad.abs().sum() > 0, name
+
+
+def test_coordinate_augmentation_only_in_training(tiny_model, images):
+    torch.testing.assert_close(tiny_model(images).last_hidden_state, tiny_model(images).last_hidden_state)
+    tiny_model.train()
+    torch.manual_seed(0)
+    first = tiny_model(images).last_hidden_state
+    torch.manual_seed(1)
+    assert not torch.allclose(first, tiny_model(images).last_hidden_state)
+
+
+def test_core_coordinates_start_spread_out(tiny_model):
+    coordinates = torch.tanh(tiny_model.core_bank.coordinates.detach())
+    assert coordinates.abs().max() <= 0.95
+    assert coordinates[0].norm() < 0.2  # core 0 (the CLS core) starts near the centre
+    assert torch.pdist(coordinates[:4]).min() > 0.5  # every prefix is spread out
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(pixel_values=torch.randn(1, 1, 32, 32)), "channels"),
+        (dict(pixel_values=torch.randn(1, 3, 30, 32)), "multiple of the patch size"),
+        (dict(pixel_values=torch.randn(3, 32, 32)), "batch"),
+        (dict(pixel_values=torch.zeros(1, 3, 32, 32, dtype=torch.uint8)), "floating-point"),
+        (dict(pixel_values=torch.randn(1, 3, 32, 32, device="meta")), "move it"),
+        (dict(pixel_values=torch.randn(1, 3, 32, 32), num_cores=0), "out of range"),
+        (dict(pixel_values=torch.randn(1, 3, 32, 32), num_cores=9), "out of range"),
+        (dict(pixel_values=torch.randn(1, 3, 32, 32), num_cores=2.0), "must be an int"),
+        (dict(pixel_values=torch.randn(1, 3, 32, 32), num_cores=True), "must be an int"),
+        (dict(pixel_values=torch.randn(1, 3, 32, 32), num_cores="4"), "must be an int"),
+    ],
+)
+def test_bad_input_is_a_clear_error(tiny_model, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_model(**kwargs)
+
+
+def test_config_validation_and_presets():
+    with pytest.raises(ValueError, match="divisible by 4"):
+        VecaConfig(hidden_size=72, num_attention_heads=12)
+    with pytest.raises(ValueError, match="Unknown VECA preset"):
+        VecaConfig.from_preset("huge")
+    with pytest.raises(ValueError, match="outside 1..num_cores"):
+        VecaConfig(num_cores=16, training_budgets=[8, 32], training_budget_weights=[1, 1])
+    base = VecaConfig.from_preset("base")
+    assert (base.hidden_size, base.num_hidden_layers, base.intermediate_size, base.num_cores) == (768, 12, 2048, 64)
+    assert base.training_budgets == [8, 16, 24, 32, 40, 48, 56, 64]
+    assert base.training_budget_weights == [1, 1, 2, 2, 3, 3, 4, 4]
+    assert VecaConfig.from_preset("small").intermediate_size == 1024
+    assert VecaConfig.from_preset("large", num_cores=32).num_cores == 32
+
+
+def test_flops_match_hand_count(tiny_config):
+    # 32 x 32 image, patch 8 -> N = 16, C = 8, L = 24, d = 64, h = 96, 2 layers.
+    per_layer = 8 * 24 * 64 * 64 + 4 * 64 * (8 * 8 + 2 * 16 * 8) + 6 * 24 * 64 * 96
+    expected = 2 * per_layer + 1 * 2 * 8 * 64 * 2 + 2 * 16 * 64 * 3 * 64
+    assert veca_flops(tiny_config, 32) == expected
+    assert veca_flops(tiny_config, 32, num_cores=4) < expected
+
+
+def test_classification_head(tiny_config, images):
+    config = tiny_veca_config(num_labels=5)
+    model = VecaForImageClassification(config)
+    out = model(images, labels=torch.tensor([1, 4]), num_cores=2)
+    assert out.logits.shape == (2, 5)
+    assert out.loss.ndim == 0 and out.loss > 0
+    assert isinstance(AutoModelForImageClassification.from_config(config), VecaForImageClassification)
+
+
+def test_backbone_feature_maps(images):
+    config = tiny_veca_config(out_indices=[1, 2])
+    backbone = AutoBackbone.from_config(config)
+    assert isinstance(backbone, VecaBackbone)
+    out = backbone(images, num_cores=3)
+    assert [tuple(f.shape) for f in out.feature_maps] == [(2, 64, 3, 5)] * 2
+    assert out.hidden_states is None
+
+
+def test_auto_model_from_config(tiny_config):
+    assert isinstance(AutoModel.from_config(tiny_config), VecaModel)
+
+
+def test_training_utilities(tiny_config, images):
+    """Gradient checkpointing, bf16 autocast and model.to(dtype) all run and agree with the plain model."""
+    torch.manual_seed(0)
+    model = VecaModel(tiny_config).eval()
+    reference = model(images, num_cores=4).last_hidden_state
+    model.gradient_checkpointing_enable()
+    model.train()
+    model.config.pos_embed_shift = model.config.pos_embed_rescale = None  # deterministic training forward
+    checkpointed = model(images, num_cores=4).last_hidden_state
+    checkpointed.sum().backward()
+    torch.testing.assert_close(checkpointed, reference)
+    assert model.core_bank.coordinates.grad is not None
+    model.eval()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        autocast = model(images, num_cores=4).last_hidden_state
+    assert torch.nn.functional.cosine_similarity(autocast.float(), reference, dim=-1).min() > 0.98
+    half = model.to(torch.bfloat16)(images, num_cores=4).last_hidden_state
+    assert half.dtype == torch.bfloat16
+    assert torch.nn.functional.cosine_similarity(half.float(), reference, dim=-1).min() > 0.95
+
+
+def test_torch_compile(tiny_model, images):
+    compiled = torch.compile(tiny_model, backend="aot_eager", fullgraph=False)
+    torch.testing.assert_close(compiled(images, num_cores=4).last_hidden_state, tiny_model(images, num_cores=4).last_hidden_state)
