@@ -1,0 +1,24 @@
+# Two commands do everything on a fresh machine: `make demo` (the main job) and `make test`.
+# The virtual environment gets the CPU build of torch when none is installed (a bare `torch` pulls CUDA).
+VENV ?= .venv
+PYTHON := $(VENV)/bin/python
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: setup demo test bench
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PYTHON) || python3 -m venv $(VENV)
+	$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PYTHON) -m pip install --quiet -e ".[test,bench]"
+	touch $@
+
+demo: setup
+	$(PYTHON) examples/elastic_inference.py
+
+test: setup
+	$(PYTHON) -m pytest -p no:cacheprovider
+
+bench: setup
+	$(PYTHON) benchmarks/veca_speed.py
