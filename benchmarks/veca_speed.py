@@ -126,7 +126,7 @@ def runs_for(resolution: int, device: str, runs: int) -> tuple[int, int]:
 
 def log_log_slope(rows, label, low, high) -> float | None:
     points = {r["resolution"]: r for r in rows if r["model"] == label}
-    if low not in points or high not in points:
+    if low == high or low not in points or high not in points:
         return None
     a, b = points[low], points[high]
     return math.log(b["latency_s"] / a["latency_s"]) / math.log(b["num_patches"] / a["num_patches"])
