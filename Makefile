@@ -18,7 +18,7 @@ demo: setup
 	$(PYTHON) examples/elastic_inference.py
 
 test: setup
-	$(PYTHON) -m pytest -p no:cacheprovider
+	$(PYTHON) -m pytest
 
 bench: setup
 	$(PYTHON) benchmarks/veca_speed.py
