@@ -14,7 +14,6 @@ import argparse
 import json
 import math
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -112,9 +111,17 @@ def probe_memory(name, attn, resolution, num_cores, device, dtype_name) -> None:
             model(pixel_values, **kwargs)
             print((torch.cuda.max_memory_allocated() - base) / 2**20)
         else:
-            base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            # Reset the kernel's peak-RSS mark so that building the model does not count, then read it back.
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            base = rss_kib("VmRSS")
             model(pixel_values, **kwargs)
-            print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024)
+            print((rss_kib("VmHWM") - base) / 1024)
+
+
+def rss_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
 
 def runs_for(resolution: int, device: str, runs: int) -> tuple[int, int]:

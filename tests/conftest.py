@@ -1,3 +1,8 @@
+import os
+import shutil
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -33,3 +38,30 @@ def tiny_model(tiny_config) -> VecaModel:
 def images() -> torch.Tensor:
     """Two non-square images: a 3 x 5 patch grid."""
     return torch.randn(2, 3, 24, 40, generator=torch.Generator().manual_seed(1))
+
+
+def load_without_package(tmp_path, loader: str, source: str, inputs: torch.Tensor, env: dict | None = None) -> dict:
+    """Runs `loader` (a script: argv = source, inputs path, outputs path) in a fresh Python in which
+    `import corevision_hf` fails, so only hub-copied code can serve; returns what it saved."""
+    torch.save(inputs, tmp_path / "inputs.pt")
+    script = tmp_path / "load.py"
+    script.write_text("import sys\nsys.modules[\"corevision_hf\"] = None  # any import of our package raises\n" + loader)
+    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), **(env or {})}
+    subprocess.run(
+        [sys.executable, str(script), source, str(tmp_path / "inputs.pt"), str(tmp_path / "outputs.pt")],
+        check=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    return torch.load(tmp_path / "outputs.pt")
+
+
+def make_offline_hub_cache(tmp_path, folder, repo_id: str) -> dict:
+    """Places `folder` in a hub cache as the main revision of `repo_id`; returns the environment that serves
+    `from_pretrained(repo_id)` from it offline (HF_HUB_OFFLINE=1), through the real hub-resolution code."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / ("models--" + repo_id.replace("/", "--"))
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    shutil.copytree(folder, repo / "snapshots" / commit)
+    return {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}

@@ -2,22 +2,16 @@
 
 import json
 import os
-import shutil
-import subprocess
-import sys
 import textwrap
 
 import torch
-from conftest import tiny_veca_config
+from conftest import load_without_package, make_offline_hub_cache, tiny_veca_config
 
 from corevision_hf import VecaBackbone, VecaForImageClassification, VecaModel
 
 
-# Runs in a fresh interpreter where `import corevision_hf` fails, so only the hub-copied code can be used.
 LOADER = textwrap.dedent(
     """
-    import sys
-    sys.modules["corevision_hf"] = None  # any import of our package now raises ImportError
     import torch
     from transformers import AutoBackbone, AutoImageProcessor, AutoModel, AutoModelForImageClassification
 
@@ -39,20 +33,6 @@ LOADER = textwrap.dedent(
     torch.save(outputs, outputs_path)
     """
 )
-
-
-def load_without_package(tmp_path, source: str, inputs: torch.Tensor, env: dict | None = None) -> dict:
-    torch.save(inputs, tmp_path / "inputs.pt")
-    script = tmp_path / "load.py"
-    script.write_text(LOADER)
-    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), **(env or {})}
-    subprocess.run(
-        [sys.executable, str(script), source, str(tmp_path / "inputs.pt"), str(tmp_path / "outputs.pt")],
-        check=True,
-        env=env,
-        cwd=tmp_path,
-    )
-    return torch.load(tmp_path / "outputs.pt")
 
 
 def expected_outputs(model: VecaModel, inputs: torch.Tensor) -> dict:
@@ -103,18 +83,13 @@ def test_existing_preprocessor_config_is_kept(tmp_path):
 
 def test_trust_remote_code_from_folder_without_package(tmp_path, images):
     model = save_tiny_model(tmp_path / "veca")
-    outputs = load_without_package(tmp_path, str(tmp_path / "veca"), images)
+    outputs = load_without_package(tmp_path, LOADER, str(tmp_path / "veca"), images)
     check_outputs(outputs, model, images)
 
 
 def test_trust_remote_code_from_offline_hub_cache(tmp_path, images):
     """The real `from_pretrained("org/name")` path, served from a hub cache with HF_HUB_OFFLINE=1."""
     model = save_tiny_model(tmp_path / "veca")
-    commit = "0123456789abcdef0123456789abcdef01234567"
-    repo = tmp_path / "hub" / "models--org--veca-tiny"
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text(commit)
-    shutil.copytree(tmp_path / "veca", repo / "snapshots" / commit)
-    env = {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
-    outputs = load_without_package(tmp_path, "org/veca-tiny", images, env=env)
+    env = make_offline_hub_cache(tmp_path, tmp_path / "veca", "org/veca-tiny")
+    outputs = load_without_package(tmp_path, LOADER, "org/veca-tiny", images, env=env)
     check_outputs(outputs, model, images)

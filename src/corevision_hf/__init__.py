@@ -1,8 +1,23 @@
 """corevision_hf: efficient high-resolution vision transformers as hub-native transformers models."""
 
-from transformers import AutoBackbone, AutoConfig, AutoModel, AutoModelForImageClassification
+from transformers import (
+    AutoBackbone,
+    AutoConfig,
+    AutoModel,
+    AutoModelForImageClassification,
+    AutoModelForSemanticSegmentation,
+)
 
-from .flops import dense_vit_flops, veca_flops
+from .flops import dense_vit_flops, lookwhere_flops, veca_flops
+from .lookwhere import (
+    LOOKWHERE_PRESETS,
+    LookWhereConfig,
+    LookWhereForImageClassification,
+    LookWhereForSemanticSegmentation,
+    LookWhereModel,
+    LookWhereModelOutput,
+    LookWherePreTrainedModel,
+)
 from .veca import (
     VECA_PRESETS,
     VecaBackbone,
@@ -13,21 +28,43 @@ from .veca import (
     VecaPreTrainedModel,
 )
 
+
 __version__ = "0.1.0"
 
 # In-process: the Auto classes find our models by model_type. On save: the config and modeling files are
 # copied next to the weights and `auto_map` is written, so `trust_remote_code=True` loads them without us.
-AutoConfig.register("veca", VecaConfig, exist_ok=True)
-VecaConfig.register_for_auto_class()
-for auto_class, model_class in [
-    (AutoModel, VecaModel),
-    (AutoModelForImageClassification, VecaForImageClassification),
-    (AutoBackbone, VecaBackbone),
+for config_class, heads in [
+    (
+        VecaConfig,
+        [
+            (AutoModel, VecaModel),
+            (AutoModelForImageClassification, VecaForImageClassification),
+            (AutoBackbone, VecaBackbone),
+        ],
+    ),
+    (
+        LookWhereConfig,
+        [
+            (AutoModel, LookWhereModel),
+            (AutoModelForImageClassification, LookWhereForImageClassification),
+            (AutoModelForSemanticSegmentation, LookWhereForSemanticSegmentation),
+        ],
+    ),
 ]:
-    auto_class.register(VecaConfig, model_class, exist_ok=True)
-    model_class.register_for_auto_class(auto_class.__name__)
+    AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
+    config_class.register_for_auto_class()
+    for auto_class, model_class in heads:
+        auto_class.register(config_class, model_class, exist_ok=True)
+        model_class.register_for_auto_class(auto_class.__name__)
 
 __all__ = [
+    "LOOKWHERE_PRESETS",
+    "LookWhereConfig",
+    "LookWhereForImageClassification",
+    "LookWhereForSemanticSegmentation",
+    "LookWhereModel",
+    "LookWhereModelOutput",
+    "LookWherePreTrainedModel",
     "VECA_PRESETS",
     "VecaBackbone",
     "VecaConfig",
@@ -36,5 +73,6 @@ __all__ = [
     "VecaModelOutput",
     "VecaPreTrainedModel",
     "dense_vit_flops",
+    "lookwhere_flops",
     "veca_flops",
 ]

@@ -45,3 +45,29 @@ def dense_vit_flops(
     mlp = (6 if gated_mlp else 4) * tokens * d * intermediate_size
     per_layer = 8 * tokens * d * d + 4 * d * tokens * tokens + mlp
     return num_hidden_layers * per_layer + 2 * num_patches * d * num_channels * patch_size**2
+
+
+def lookwhere_flops(config, height: int, width: int | None = None, k: int | None = None, k_ratio: float | None = None) -> int:
+    """FLOPs of one `LookWhereModel` forward: the selector (a `selector_depth`-block ViT on the low-resolution copy,
+    plus its map head) and the extractor (a full-depth ViT on 1 + registers + k tokens). The dense fill is not
+    counted (a few MFLOPs)."""
+    num_patches = _grid(height, width, config.patch_size)
+    if k is None:
+        k = max(1, int((config.k_ratio if k_ratio is None else k_ratio) * num_patches))
+    vit = dict(
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        patch_size=config.patch_size,
+        num_prefix_tokens=1 + config.num_register_tokens,
+        num_channels=config.num_channels,
+    )
+    selector = dense_vit_flops(config.selector_image_size, num_hidden_layers=config.selector_depth, **vit)
+    selector_patches = (config.selector_image_size // config.patch_size) ** 2
+    d, r, m = config.hidden_size, config.map_head_ratio, config.map_upsampling
+    map_head = 2 * selector_patches * (d * r * d + r * d * m * m)
+    # The extractor embeds only its k patches: a dense ViT over k "patches" costs exactly that.
+    tokens = k + 1 + config.num_register_tokens
+    d, h = config.hidden_size, config.intermediate_size
+    per_layer = 8 * tokens * d * d + 4 * d * tokens * tokens + 4 * tokens * d * h
+    extractor = config.num_hidden_layers * per_layer + 2 * k * d * config.num_channels * config.patch_size**2
+    return selector + map_head + extractor

@@ -1,0 +1,131 @@
+"""LookWhere-B (k_ratio 0.1) against transformers' Dinov2WithRegistersModel ViT-B/14 on the full image.
+
+Both models are random-init, batch 1, built in one process; runs alternate between them and medians are
+reported (the ratio of medians carries across machines). LookWhere's time includes the selector, the top-k,
+the extractor and the dense fill; a second LookWhere row skips the fill (image-level output only). Peak memory
+is measured per configuration in a fresh process. Writes a JSON file and a log-log plot.
+
+    python benchmarks/lookwhere_speed.py                       # CPU, fp32, 518 and 1036 px
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+import torch
+from common import DTYPES, alternate, forward_peak_memory_mib, in_fresh_process, matmul_gflops, plot_latency
+from transformers import Dinov2WithRegistersConfig, Dinov2WithRegistersModel
+
+from corevision_hf import LookWhereConfig, LookWhereModel, dense_vit_flops, lookwhere_flops
+
+
+def build(name: str, attn: str, device: str, dtype: torch.dtype) -> torch.nn.Module:
+    torch.manual_seed(0)
+    if name == "dinov2":
+        config = Dinov2WithRegistersConfig(
+            hidden_size=768, num_hidden_layers=12, num_attention_heads=12, mlp_ratio=4, patch_size=14,
+            image_size=518, num_register_tokens=4, attn_implementation=attn,
+        )
+        model = Dinov2WithRegistersModel(config)
+    else:
+        model = LookWhereModel(LookWhereConfig.from_preset("base", attn_implementation=attn))
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def forward_fn(name: str, model, pixel_values, k_ratio: float):
+    if name == "dinov2":
+        return lambda: model(pixel_values)
+    return lambda: model(pixel_values, k_ratio=k_ratio, fill_dense=name == "lookwhere")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--resolutions", type=int, nargs="+", default=[518, 1036])
+    parser.add_argument("--k-ratio", type=float, default=0.1)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="fp32", choices=sorted(DTYPES))
+    parser.add_argument("--attn", default="sdpa")
+    parser.add_argument("--no-memory", action="store_true", help="skip the fresh-process peak-memory probes")
+    parser.add_argument("--out", default="benchmarks/results/lookwhere_cpu", help="output prefix for .json and .png")
+    parser.add_argument("--probe-memory", nargs=2, metavar=("MODEL", "RES"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    torch.set_num_threads(os.cpu_count())
+    dtype = DTYPES[args.dtype]
+
+    if args.probe_memory:
+        name, resolution = args.probe_memory[0], int(args.probe_memory[1])
+        model = build("lookwhere" if name.startswith("lookwhere") else name, args.attn, args.device, dtype)
+        pixel_values = torch.randn(1, 3, resolution, resolution, device=args.device, dtype=dtype)
+        print(forward_peak_memory_mib(forward_fn(name, model, pixel_values, args.k_ratio), args.device))
+        return
+
+    peak = matmul_gflops(args.device, dtype)
+    print(f"device {args.device}, {args.dtype}, {torch.get_num_threads()} threads; 4096^3 matmul: {peak:.0f} GFLOP/s")
+    models = {"dinov2": build("dinov2", args.attn, args.device, dtype)}
+    models["lookwhere"] = models["lookwhere_no_fill"] = build("lookwhere", args.attn, args.device, dtype)
+    labels = {
+        "dinov2": "DINOv2-B/14 full image",
+        "lookwhere": f"LookWhere-B k_ratio={args.k_ratio}",
+        "lookwhere_no_fill": f"LookWhere-B k_ratio={args.k_ratio}, no fill",
+    }
+    rows = []
+    for resolution in args.resolutions:
+        pixel_values = torch.randn(1, 3, resolution, resolution, device=args.device, dtype=dtype)
+        fns = {name: forward_fn(name, model, pixel_values, args.k_ratio) for name, model in models.items()}
+        times = alternate(fns, args.device, warmup=2, runs=args.runs)
+        dense_latency = statistics.median(times["dinov2"])
+        num_patches = (resolution // 14) ** 2
+        for name, samples in times.items():
+            latency = statistics.median(samples)
+            if name == "dinov2":
+                config = models[name].config
+                flops = dense_vit_flops(
+                    resolution, hidden_size=768, num_hidden_layers=12, intermediate_size=3072, patch_size=14,
+                    num_prefix_tokens=1 + config.num_register_tokens,
+                )
+            else:
+                flops = lookwhere_flops(models[name].config, resolution, k_ratio=args.k_ratio)
+            row = {
+                "model": labels[name],
+                "resolution": resolution,
+                "num_patches": num_patches,
+                "k": None if name == "dinov2" else max(1, int(args.k_ratio * num_patches)),
+                "latency_s": latency,
+                "latency_runs_s": samples,
+                "gflops": flops / 1e9,
+                "speedup_vs_dinov2": dense_latency / latency,
+            }
+            if not args.no_memory:
+                row["peak_memory_mib"] = in_fresh_process(
+                    __file__, [name, str(resolution), "--device", args.device, "--dtype", args.dtype,
+                               "--attn", args.attn, "--k-ratio", str(args.k_ratio)]
+                )
+            rows.append(row)
+            memory = f"{row['peak_memory_mib']:8.0f}" if "peak_memory_mib" in row else "       -"
+            print(
+                f"{resolution:5d}px {row['model']:36s} {latency:8.3f} s  x{row['speedup_vs_dinov2']:5.1f} vs DINOv2  "
+                f"{row['gflops']:8.1f} GFLOP {memory} MiB",
+                flush=True,
+            )
+
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    summary = {
+        "device": args.device,
+        "dtype": args.dtype,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "matmul_gflops_per_s": peak,
+        "k_ratio": args.k_ratio,
+        "rows": rows,
+    }
+    with open(args.out + ".json", "w") as f:
+        json.dump(summary, f, indent=2)
+    plot_latency(rows, args.out + ".png", f"LookWhere-B vs DINOv2-B, batch 1, {args.device} {args.dtype}")
+    print(f"wrote {args.out}.json and {args.out}.png")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,279 @@
+"""Convert the authors' released LookWhere checkpoint into a hub folder.
+
+    python -m corevision_hf.convert.lookwhere lookwhere_dinov2.pt OUT_DIR [--num-attention-heads N] [--force]
+
+The checkpoint is loaded with `weights_only=True` (never unpickled as code). Its layout is
+`{"selector": {"backbone": <timm ViT>, "head": {"w1.*", "w2.*"}}, "extractor": <timm ViT>}`, both ViTs in timm's
+DINOv2-with-registers naming (position table over the patches only, the CLS position folded into `cls_token`).
+The config is inferred from the tensor shapes; only the number of heads is not visible in them
+(`--num-attention-heads`, else hidden_size // 64, DINOv2's head dim). timm's fused q/k/v matches ours, so no
+permutation is needed.
+"""
+
+import argparse
+import math
+import os
+import pickle
+import re
+
+import torch
+from transformers import initialization as init
+
+from corevision_hf import LookWhereConfig, LookWhereModel
+from corevision_hf.convert.veca import _strip_wrapper_prefixes
+
+
+# timm ViT block names -> ours, within `blocks.{l}.` / `layers.{l}.`; `.weight`/`.bias` suffixes carry over.
+BLOCK_RENAMES = {
+    "norm1.": "norm1.",
+    "attn.qkv.": "attention.qkv.",  # fused (q; k; v) rows, same layout as ours
+    "attn.proj.": "attention.proj.",
+    "ls1.gamma": "layer_scale1.lambda1",
+    "norm2.": "norm2.",
+    "mlp.fc1.": "mlp.fc1.",
+    "mlp.fc2.": "mlp.fc2.",
+    "ls2.gamma": "layer_scale2.lambda1",
+}
+HEAD_RENAMES = {"w1.": "selector.map_head.0.", "w2.": "selector.map_head.2."}
+# The extractor's own CLS and register tokens are unused by the method (it takes the selector's post-norm CLS and
+# registers instead) and LookWhereExtractor has no slot for them: they are dropped if present.
+UNUSED_EXTRACTOR_KEYS = ("cls_token", "reg_token")
+
+
+def load_lookwhere_checkpoint(path: str) -> dict:
+    """The reference checkpoint at `path`, checked to have the released nested layout of tensor state dicts."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"Reference checkpoint {path!r} does not exist (or is not a file).")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, AttributeError, TypeError, EOFError) as error:
+        # Unpickling arbitrary objects runs whatever code the file names, so weights_only refusals are final.
+        raise ValueError(
+            f"{path!r} is not a plain tensor checkpoint and will not be unpickled (that could run code from the "
+            "file). Re-save only the weights in a trusted environment, keeping the layout {'selector': {'backbone': "
+            "..., 'head': ...}, 'extractor': ...}. "
+            f"torch.load said: {str(error).strip().splitlines()[0]}"
+        ) from error
+    _check_layout(checkpoint, path)
+    return checkpoint
+
+
+def _check_layout(checkpoint, where: str) -> None:
+    def is_state_dict(value) -> bool:
+        return isinstance(value, dict) and all(isinstance(v, torch.Tensor) for v in value.values())
+
+    layout = "{'selector': {'backbone': <state dict>, 'head': <state dict>}, 'extractor': <state dict>}"
+    if not isinstance(checkpoint, dict):
+        raise ValueError(f"{where!r} holds a {type(checkpoint).__name__}, not the reference layout {layout}.")
+    problems = []
+    unexpected = sorted(str(k) for k in set(checkpoint) - {"selector", "extractor"})
+    if unexpected:
+        problems.append(f"unexpected top-level entries {unexpected}")
+    selector = checkpoint.get("selector")
+    if not isinstance(selector, dict):
+        problems.append("'selector' is missing or not a dict")
+    else:
+        if unexpected := sorted(str(k) for k in set(selector) - {"backbone", "head"}):
+            problems.append(f"unexpected 'selector' entries {unexpected}")
+        for part in ("backbone", "head"):
+            if not is_state_dict(selector.get(part)):
+                problems.append(f"'selector'/'{part}' is missing or not a state dict of tensors")
+    if not is_state_dict(checkpoint.get("extractor")):
+        problems.append("'extractor' is missing or not a state dict of tensors")
+    if problems:
+        raise ValueError(f"{where!r} does not have the reference layout {layout}: " + "; ".join(problems) + ".")
+
+
+def _empty_model(config: LookWhereConfig) -> LookWhereModel:
+    """A LookWhereModel whose weights are left uninitialised (they are overwritten)."""
+    with init.no_init_weights():
+        return LookWhereModel(config)
+
+
+def convert_reference_state_dict(
+    checkpoint_dict: dict, num_attention_heads: int | None = None
+) -> tuple[LookWhereConfig, dict[str, torch.Tensor]]:
+    """Reference checkpoint dict -> (inferred `LookWhereConfig`, `LookWhereModel` state dict).
+
+    selector backbone: cls_token -> selector.cls_token, reg_token -> selector.register_tokens,
+    pos_embed -> selector.position_embeddings, patch_embed.proj -> selector.patch_embeddings.projection,
+    blocks.{l} -> selector.layers.{l} (BLOCK_RENAMES), norm -> selector.norm;
+    selector head: w1 -> selector.map_head.0, w2 -> selector.map_head.2;
+    extractor: the same names under extractor.*, its cls_token / reg_token dropped (unused by the method).
+    Raises ValueError on unknown, missing or mis-shaped weights."""
+    _check_layout(checkpoint_dict, "checkpoint")
+    parts = {
+        "selector.backbone": ("selector", _strip_wrapper_prefixes(checkpoint_dict["selector"]["backbone"])),
+        "selector.head": ("selector", _strip_wrapper_prefixes(checkpoint_dict["selector"]["head"])),
+        "extractor": ("extractor", _strip_wrapper_prefixes(checkpoint_dict["extractor"])),
+    }
+    ours, sources, unexpected = {}, {}, []  # sources: our name -> reference name, for error messages
+
+    for where, (prefix, state_dict) in parts.items():
+        for key, value in state_dict.items():
+            name = _rename(where, prefix, key)
+            if name is None:
+                if where == "extractor" and key in UNUSED_EXTRACTOR_KEYS:
+                    continue
+                unexpected.append(f"{where}.{key}")
+            else:
+                ours[name], sources[name] = value, f"{where}.{key}"
+
+    config = _infer_config(ours, parts, num_attention_heads)
+    if "selector.register_tokens" not in ours and config.num_register_tokens == 0:
+        ours["selector.register_tokens"] = torch.zeros(1, 0, config.hidden_size)  # a ViT without registers
+        sources["selector.register_tokens"] = "selector.backbone.reg_token"
+
+    expected = _empty_model(config).state_dict()
+    missing = sorted(set(expected) - set(ours))
+    unexpected += [sources[name] for name in set(ours) - set(expected)]  # e.g. blocks beyond the depth found
+    if unexpected or missing:
+        raise ValueError(
+            f"The checkpoint does not match a LookWhere model of the inferred size (hidden {config.hidden_size}, "
+            f"{config.num_hidden_layers} extractor blocks, {config.selector_depth} selector blocks).\n"
+            f"  unexpected reference keys: {sorted(unexpected) or 'none'}\n"
+            f"  missing weights (our names): {missing or 'none'}"
+        )
+    mismatched = [
+        f"{sources[name]}: {tuple(value.shape)}, but {name} needs {tuple(expected[name].shape)}"
+        for name, value in ours.items()
+        if value.shape != expected[name].shape
+    ]
+    if mismatched:
+        raise ValueError("Shape mismatches:\n  " + "\n  ".join(sorted(mismatched)))
+    return config, ours
+
+
+def _rename(where: str, prefix: str, key: str) -> str | None:
+    """Our name for reference `key` of part `where`, or None if it has no place in LookWhereModel."""
+    if where == "selector.head":
+        for ref, name in HEAD_RENAMES.items():
+            if key.startswith(ref):
+                return name + key[len(ref):]
+        return None
+    if where == "selector.backbone":
+        if key == "cls_token":
+            return "selector.cls_token"
+        if key == "reg_token":
+            return "selector.register_tokens"
+    if key == "pos_embed":
+        return f"{prefix}.position_embeddings"
+    if key.startswith("patch_embed.proj."):
+        return f"{prefix}.patch_embeddings.projection." + key[len("patch_embed.proj."):]
+    if key.startswith("norm."):
+        return f"{prefix}.{key}"
+    if match := re.match(r"blocks\.(\d+)\.", key):
+        rest = key[match.end():]
+        for ref, name in BLOCK_RENAMES.items():
+            if rest.startswith(ref):
+                return f"{prefix}.layers.{match.group(1)}.{name}{rest[len(ref):]}"
+    return None
+
+
+def _depth(state_dict: dict) -> int:
+    return 1 + max((int(m.group(1)) for k in state_dict if (m := re.match(r"blocks\.(\d+)\.", k))), default=-1)
+
+
+def _grid_side(table: torch.Tensor, source: str) -> int:
+    rows = table.shape[1] if table.ndim == 3 else -1
+    side = math.isqrt(rows) if rows > 0 else 0
+    if table.ndim != 3 or side * side != rows:
+        raise ValueError(
+            f"{source} has shape {tuple(table.shape)}; expected (1, G * G, D), a square grid of patch positions "
+            "without a CLS slot."
+        )
+    return side
+
+
+def _infer_config(ours: dict, parts: dict, num_attention_heads: int | None) -> LookWhereConfig:
+    """Sizes from shapes: conv weight (D, C, p, p), fc1 weight (h, D), pos_embed (1, G * G, D), reg_token (1, R, D),
+    head w1 weight (r * D, D), w2 weight (m * m, r * D)."""
+    needed = {
+        "extractor.patch_embeddings.projection.weight": "extractor.patch_embed.proj.weight",
+        "extractor.position_embeddings": "extractor.pos_embed",
+        "selector.position_embeddings": "selector.backbone.pos_embed",
+        "extractor.layers.0.mlp.fc1.weight": "extractor.blocks.0.mlp.fc1.weight",
+        "selector.map_head.0.weight": "selector.head.w1.weight",
+        "selector.map_head.2.weight": "selector.head.w2.weight",
+    }
+    absent = [ref for name, ref in needed.items() if name not in ours]
+    if absent:
+        raise ValueError(f"Not a LookWhere reference checkpoint: {absent} missing (needed to infer the model size).")
+    conv = ours["extractor.patch_embeddings.projection.weight"]
+    if conv.ndim != 4 or conv.shape[2] != conv.shape[3]:
+        raise ValueError(f"extractor.patch_embed.proj.weight has shape {tuple(conv.shape)}; expected (D, C, p, p).")
+    hidden_size, num_channels, patch_size, _ = conv.shape
+    if num_attention_heads is None:
+        if hidden_size % 64:
+            raise ValueError(f"hidden_size {hidden_size} is not a multiple of DINOv2's head dim 64; "
+                             "pass --num-attention-heads.")
+        num_attention_heads = hidden_size // 64
+    map_hidden = ours["selector.map_head.0.weight"].shape[0]
+    if map_hidden % hidden_size:
+        raise ValueError(f"selector.head.w1.weight has {map_hidden} output features, not a multiple of the "
+                         f"hidden size {hidden_size}.")
+    registers = ours.get("selector.register_tokens")
+    config = LookWhereConfig(
+        hidden_size=hidden_size,
+        num_hidden_layers=_depth(parts["extractor"][1]),
+        num_attention_heads=num_attention_heads,
+        intermediate_size=ours["extractor.layers.0.mlp.fc1.weight"].shape[0],
+        patch_size=patch_size,
+        num_channels=num_channels,
+        num_register_tokens=0 if registers is None or registers.ndim != 3 else registers.shape[1],
+        qkv_bias="extractor.layers.0.attention.qkv.bias" in ours,
+        image_size=_grid_side(ours["extractor.position_embeddings"], "extractor.pos_embed") * patch_size,
+        selector_depth=_depth(parts["selector.backbone"][1]),
+        selector_image_size=patch_size
+        * _grid_side(ours["selector.position_embeddings"], "selector.backbone.pos_embed"),
+        map_head_ratio=map_hidden // hidden_size,
+    )
+    cells = ours["selector.map_head.2.weight"].shape[0]
+    m = config.map_upsampling
+    if cells != m * m:
+        raise ValueError(
+            f"selector.head.w2.weight has {cells} output features, but a {config.selector_grid_size}x"
+            f"{config.selector_grid_size} selector grid and a {config.grid_size}x{config.grid_size} extractor grid "
+            f"need map_upsampling**2 = ceil({config.grid_size}/{config.selector_grid_size})**2 = {m * m}."
+        )
+    return config
+
+
+def _check_out_dir(out_dir: str, force: bool) -> None:
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise ValueError(f"{out_dir!r} exists and is not a folder.")
+    if os.path.isdir(out_dir) and os.listdir(out_dir) and not force:
+        raise ValueError(f"{out_dir!r} exists and is not empty; pass --force to write into it anyway.")
+
+
+def convert(
+    checkpoint: str, out_dir: str, num_attention_heads: int | None = None, force: bool = False
+) -> LookWhereModel:
+    """Converts `checkpoint` and saves the hub folder `out_dir` (other files already in it are left alone)."""
+    _check_out_dir(out_dir, force)
+    config, state_dict = convert_reference_state_dict(load_lookwhere_checkpoint(checkpoint), num_attention_heads)
+    model = _empty_model(config)
+    model.load_state_dict(state_dict, strict=True)
+    model.save_pretrained(out_dir)
+    return model
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Convert the reference LookWhere checkpoint into a hub folder.")
+    parser.add_argument("checkpoint", help="reference .pt file, e.g. lookwhere_dinov2.pt")
+    parser.add_argument("out_dir", help="folder to write the hub model into")
+    parser.add_argument("--num-attention-heads", type=int, help="heads (default: hidden_size // 64)")
+    parser.add_argument("--force", action="store_true", help="write into OUT_DIR even if it is not empty")
+    args = parser.parse_args(argv)
+    try:
+        model = convert(args.checkpoint, args.out_dir, args.num_attention_heads, args.force)
+    except (ValueError, FileNotFoundError) as error:
+        raise SystemExit(f"error: {error}") from None
+    c = model.config
+    print(f"Wrote {args.out_dir}: LookWhere hidden {c.hidden_size}, {c.num_attention_heads} heads, extractor "
+          f"{c.num_hidden_layers} blocks at {c.image_size} px, selector {c.selector_depth} blocks at "
+          f"{c.selector_image_size} px, {c.num_register_tokens} registers, patch {c.patch_size}.")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""LookWhere configuration. Hub-copied: imports only transformers."""
+
+from transformers import PreTrainedConfig
+
+
+# ViT-S/14 and ViT-B/14 widths of DINOv2 with registers, the teachers of the paper.
+LOOKWHERE_PRESETS = {
+    "small": dict(hidden_size=384, num_attention_heads=6, intermediate_size=1536),
+    "base": dict(hidden_size=768, num_attention_heads=12, intermediate_size=3072),
+}
+
+
+class LookWhereConfig(PreTrainedConfig):
+    r"""
+    Configuration of a LookWhere model: a shallow *selector* looks at a low-resolution copy of the image and
+    picks the top-k informative patches; an *extractor* runs only on those high-resolution patches, reusing the
+    selector's global tokens. Selector and extractor share one ViT architecture (DINOv2 with registers).
+
+    Args:
+        hidden_size (`int`, defaults to 768): token width.
+        num_hidden_layers (`int`, defaults to 12): extractor depth.
+        num_attention_heads (`int`, defaults to 12): attention heads.
+        intermediate_size (`int`, defaults to 3072): MLP hidden size.
+        hidden_act (`str`, defaults to "gelu"): MLP activation.
+        patch_size (`int`, defaults to 14): side of the square patches.
+        num_channels (`int`, defaults to 3): input channels.
+        num_register_tokens (`int`, defaults to 4): register tokens next to CLS.
+        layerscale_value (`float`, defaults to 1.0): initial LayerScale.
+        layer_norm_eps (`float`, defaults to 1e-6): LayerNorm epsilon.
+        qkv_bias (`bool`, defaults to `True`): bias on the q/k/v projection.
+        image_size (`int`, defaults to 518): high-resolution training size; the extractor's position table is
+            (image_size / patch_size)^2 and is resized bicubically for other sizes.
+        interpolate_antialias (`bool`, defaults to `False`): antialias that bicubic resize. transformers'
+            `Dinov2WithRegistersModel` does, `Dinov2Model` does not; `from_teacher` follows its teacher.
+        selector_depth (`int`, defaults to 3): selector blocks (the teacher's first blocks).
+        selector_image_size (`int`, defaults to 154): side of the low-resolution copy the selector sees.
+        map_head_ratio (`int`, defaults to 4): hidden width of the selector's map head, in multiples of hidden_size.
+        k_ratio (`float`, defaults to 0.1): default fraction of the high-resolution grid kept.
+        num_fill_neighbors (`int`, defaults to 5): kept cells averaged (inverse distance) for each unkept cell.
+        freeze_selector (`bool`, defaults to `True`): task heads keep the selector frozen while fine-tuning.
+        semantic_loss_ignore_index (`int`, defaults to 255): label ignored by the segmentation loss.
+        hidden_dropout_prob, attention_dropout, drop_path_rate (`float`, default 0.0): regularisation.
+        initializer_range (`float`, defaults to 0.02): std of the truncated normal init of linear layers.
+    """
+
+    model_type = "lookwhere"
+
+    def __init__(
+        self,
+        hidden_size=768,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        intermediate_size=3072,
+        hidden_act="gelu",
+        patch_size=14,
+        num_channels=3,
+        num_register_tokens=4,
+        layerscale_value=1.0,
+        layer_norm_eps=1e-6,
+        qkv_bias=True,
+        image_size=518,
+        interpolate_antialias=False,
+        selector_depth=3,
+        selector_image_size=154,
+        map_head_ratio=4,
+        k_ratio=0.1,
+        num_fill_neighbors=5,
+        freeze_selector=True,
+        semantic_loss_ignore_index=255,
+        hidden_dropout_prob=0.0,
+        attention_dropout=0.0,
+        drop_path_rate=0.0,
+        initializer_range=0.02,
+        **kwargs,
+    ):
+        self.hidden_size = hidden_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.intermediate_size = intermediate_size
+        self.hidden_act = hidden_act
+        self.patch_size = patch_size
+        self.num_channels = num_channels
+        self.num_register_tokens = num_register_tokens
+        self.layerscale_value = layerscale_value
+        self.layer_norm_eps = layer_norm_eps
+        self.qkv_bias = qkv_bias
+        self.image_size = image_size
+        self.interpolate_antialias = interpolate_antialias
+        self.selector_depth = selector_depth
+        self.selector_image_size = selector_image_size
+        self.map_head_ratio = map_head_ratio
+        self.k_ratio = k_ratio
+        self.num_fill_neighbors = num_fill_neighbors
+        self.freeze_selector = freeze_selector
+        self.semantic_loss_ignore_index = semantic_loss_ignore_index
+        self.hidden_dropout_prob = hidden_dropout_prob
+        self.attention_dropout = attention_dropout
+        self.drop_path_rate = drop_path_rate
+        self.initializer_range = initializer_range
+        self._validate()
+        super().__init__(**kwargs)
+
+    def _validate(self):
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads ({self.num_attention_heads})."
+            )
+        for name in ("image_size", "selector_image_size"):
+            if getattr(self, name) % self.patch_size:
+                raise ValueError(f"{name} ({getattr(self, name)}) must be a multiple of patch_size ({self.patch_size}).")
+        if not 0 < self.k_ratio <= 1:
+            raise ValueError(f"k_ratio must lie in (0, 1], got {self.k_ratio}.")
+        if not 1 <= self.selector_depth <= self.num_hidden_layers:
+            raise ValueError(f"selector_depth must lie in 1..num_hidden_layers, got {self.selector_depth}.")
+
+    @property
+    def grid_size(self) -> int:
+        """Patches per side of the extractor's position table (37 at 518 px, patch 14)."""
+        return self.image_size // self.patch_size
+
+    @property
+    def selector_grid_size(self) -> int:
+        """Patches per side of the selector's low-resolution grid (11 at 154 px)."""
+        return self.selector_image_size // self.patch_size
+
+    @property
+    def map_upsampling(self) -> int:
+        """Map-head cells per selector patch and side, m = ceil(grid / selector grid) (4 for 37 / 11)."""
+        return -(-self.grid_size // self.selector_grid_size)
+
+    @classmethod
+    def from_preset(cls, name: str, **kwargs) -> "LookWhereConfig":
+        """A reference width ("small" = ViT-S/14, "base" = ViT-B/14); keyword arguments override any field."""
+        if name not in LOOKWHERE_PRESETS:
+            raise ValueError(f"Unknown LookWhere preset {name!r}; choose one of {sorted(LOOKWHERE_PRESETS)}.")
+        return cls(**{**LOOKWHERE_PRESETS[name], **kwargs})
+
+
+__all__ = ["LookWhereConfig", "LOOKWHERE_PRESETS"]

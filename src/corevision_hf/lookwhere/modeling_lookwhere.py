@@ -1,0 +1,620 @@
+"""LookWhere: learn where to look and what to see (arXiv 2505.18051).
+
+A shallow *selector* looks at a low-resolution copy of the image and scores every high-resolution patch; an
+*extractor* embeds and processes only the top-k patches, reusing the selector's CLS and register tokens. The
+full-resolution image is never processed: the extractor's cost follows k, not the image size.
+
+Hub-copied: this file imports only torch, transformers and its sibling configuration file.
+"""
+
+import json
+import numbers
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutputWithPooling, ImageClassifierOutput, SemanticSegmenterOutput
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils.generic import can_return_tuple
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+
+from .configuration_lookwhere import LookWhereConfig
+
+
+# Hub code for every head, so that any saved LookWhere checkpoint loads with each Auto class.
+AUTO_MAP = {
+    "AutoConfig": "configuration_lookwhere.LookWhereConfig",
+    "AutoModel": "modeling_lookwhere.LookWhereModel",
+    "AutoModelForImageClassification": "modeling_lookwhere.LookWhereForImageClassification",
+    "AutoModelForSemanticSegmentation": "modeling_lookwhere.LookWhereForSemanticSegmentation",
+}
+
+
+@dataclass
+class LookWhereModelOutput(BaseModelOutputWithPooling):
+    r"""
+    last_hidden_state (`torch.FloatTensor`):
+        With the dense fill (default), `(batch_size, 1 + num_registers + Hp * Wp, hidden_size)` laid out like a
+        `Dinov2WithRegistersModel` output at the same resolution: [CLS ; registers ; all patch tokens], the cells that
+        were not kept filled by inverse-distance weighting of their nearest kept cells. Without it,
+        `(batch_size, 1 + num_registers + k, hidden_size)`: [CLS ; registers ; the kept tokens in `selected_indices`
+        order].
+    pooler_output (`torch.FloatTensor` of shape `(batch_size, hidden_size)`):
+        The extractor's CLS token after the final norm.
+    selected_indices (`torch.LongTensor` of shape `(batch_size, k)`):
+        Row-major indices of the kept high-resolution patches, ascending.
+    selector_map (`torch.FloatTensor` of shape `(batch_size, Hp * Wp)`):
+        The selector's logits for every high-resolution patch.
+    """
+
+    selected_indices: torch.LongTensor | None = None
+    selector_map: torch.FloatTensor | None = None
+
+
+class LookWherePatchEmbeddings(nn.Module):
+    """Non-overlapping patches -> tokens, for the whole image or for chosen patches only."""
+
+    def __init__(self, config: LookWhereConfig):
+        super().__init__()
+        self.patch_size = config.patch_size
+        self.projection = nn.Conv2d(
+            config.num_channels, config.hidden_size, kernel_size=config.patch_size, stride=config.patch_size
+        )
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) -> (B, Hp * Wp, D)."""
+        return self.projection(pixel_values).flatten(2).transpose(1, 2)
+
+    def embed_selected(self, pixel_values: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W), (B, k) row-major patch indices -> (B, k, D), touching only the k chosen patches."""
+        batch_size, channels, height, width = pixel_values.shape
+        p = self.patch_size
+        grid_width = width // p
+        patches = pixel_values.view(batch_size, channels, height // p, p, grid_width, p).permute(0, 2, 4, 1, 3, 5)
+        batch_index = torch.arange(batch_size, device=indices.device)[:, None]
+        selected = patches[batch_index, indices // grid_width, indices % grid_width]  # (B, k, C, p, p)
+        weight = self.projection.weight
+        return F.linear(selected.flatten(2).to(weight.dtype), weight.flatten(1), self.projection.bias)
+
+
+def resize_position_table(table: torch.Tensor, grid: tuple[int, int], antialias: bool) -> torch.Tensor:
+    """(1, G * G, D) learned positions -> (1, Hp * Wp, D), bicubic in float32 as DINOv2 does; unchanged if equal."""
+    side = int(table.shape[1] ** 0.5)
+    if (side, side) == tuple(grid):
+        return table
+    square = table.reshape(1, side, side, -1).permute(0, 3, 1, 2)
+    resized = F.interpolate(square.float(), size=grid, mode="bicubic", align_corners=False, antialias=antialias)
+    return resized.to(table.dtype).flatten(2).transpose(1, 2)
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        attn_weights = attn_weights + attention_mask
+    attn_weights = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
+    attn_weights = F.dropout(attn_weights, p=dropout, training=module.training)
+    attn_output = torch.matmul(attn_weights, value).transpose(1, 2).contiguous()
+    return attn_output, attn_weights
+
+
+class LookWhereAttention(nn.Module):
+    """Multi-head self-attention with one fused q/k/v projection."""
+
+    def __init__(self, config: LookWhereConfig):
+        super().__init__()
+        self.config = config
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.scaling = self.head_dim**-0.5
+        self.dropout = config.attention_dropout
+        self.is_causal = False
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.qkv_bias)
+        self.proj = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden_states: torch.Tensor, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
+        batch_size, seq_len, hidden_size = hidden_states.shape
+        qkv = self.qkv(hidden_states).view(batch_size, seq_len, 3, self.num_heads, self.head_dim)
+        query, key, value = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, L, head_dim)
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        attn_output, attn_weights = attention_interface(
+            self,
+            query,
+            key,
+            value,
+            None,
+            dropout=self.dropout if self.training else 0.0,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        return self.proj(attn_output.reshape(batch_size, seq_len, hidden_size)), attn_weights
+
+
+class LookWhereLayerScale(nn.Module):
+    def __init__(self, config: LookWhereConfig):
+        super().__init__()
+        self.lambda1 = nn.Parameter(torch.full((config.hidden_size,), float(config.layerscale_value)))
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return hidden_states * self.lambda1
+
+
+class LookWhereMLP(nn.Module):
+    def __init__(self, config: LookWhereConfig):
+        super().__init__()
+        self.fc1 = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.activation = ACT2FN[config.hidden_act]
+        self.fc2 = nn.Linear(config.intermediate_size, config.hidden_size)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.activation(self.fc1(hidden_states)))
+
+
+class LookWhereDropPath(nn.Module):
+    """Stochastic depth per sample; identity at eval or when the rate is 0."""
+
+    def __init__(self, drop_prob: float):
+        super().__init__()
+        self.drop_prob = drop_prob
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if self.drop_prob == 0.0 or not self.training:
+            return hidden_states
+        keep_prob = 1 - self.drop_prob
+        mask = hidden_states.new_empty((hidden_states.shape[0],) + (1,) * (hidden_states.ndim - 1)).bernoulli_(keep_prob)
+        return hidden_states * mask / keep_prob
+
+
+class LookWhereLayer(GradientCheckpointingLayer):
+    """A DINOv2 block: pre-norm attention and MLP, each with LayerScale."""
+
+    def __init__(self, config: LookWhereConfig, drop_path_rate: float = 0.0):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.attention = LookWhereAttention(config)
+        self.layer_scale1 = LookWhereLayerScale(config)
+        self.norm2 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.mlp = LookWhereMLP(config)
+        self.layer_scale2 = LookWhereLayerScale(config)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.drop_path = LookWhereDropPath(drop_path_rate)
+
+    def forward(self, hidden_states: torch.Tensor, **kwargs) -> torch.Tensor:
+        attn_output, _ = self.attention(self.norm1(hidden_states), **kwargs)
+        hidden_states = hidden_states + self.drop_path(self.layer_scale1(self.dropout(attn_output)))
+        mlp_output = self.mlp(self.norm2(hidden_states))
+        return hidden_states + self.drop_path(self.layer_scale2(self.dropout(mlp_output)))
+
+
+def make_layers(config: LookWhereConfig, depth: int) -> nn.ModuleList:
+    rates = torch.linspace(0, config.drop_path_rate, depth).tolist()
+    return nn.ModuleList(LookWhereLayer(config, rate) for rate in rates)
+
+
+class LookWhereSelector(nn.Module):
+    """The "where": a shallow ViT on a low-resolution copy, with a map head scoring every high-resolution patch.
+    Returns its post-norm CLS + register tokens, handed to the extractor, and the selector map."""
+
+    def __init__(self, config: LookWhereConfig):
+        super().__init__()
+        self.config = config
+        d = config.hidden_size
+        self.patch_embeddings = LookWherePatchEmbeddings(config)
+        self.cls_token = nn.Parameter(torch.empty(1, 1, d))  # its position embedding is folded in
+        self.register_tokens = nn.Parameter(torch.empty(1, config.num_register_tokens, d))
+        self.position_embeddings = nn.Parameter(torch.empty(1, config.selector_grid_size**2, d))
+        self.layers = make_layers(config, config.selector_depth)
+        self.norm = nn.LayerNorm(d, eps=config.layer_norm_eps)
+        m = config.map_upsampling
+        self.map_head = nn.Sequential(
+            nn.Linear(d, config.map_head_ratio * d), nn.GELU(), nn.Linear(config.map_head_ratio * d, m * m)
+        )
+
+    def forward(self, pixel_values: torch.Tensor, grid: tuple[int, int], **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, C, H, W) high-res images, the high-res patch grid (Hp, Wp) ->
+        global tokens (B, 1 + R, D) and selector map logits (B, Hp * Wp)."""
+        batch_size = pixel_values.shape[0]
+        size = self.config.selector_image_size
+        low_res = F.interpolate(pixel_values, size=(size, size), mode="bilinear", align_corners=False, antialias=True)
+        patches = self.patch_embeddings(low_res) + self.position_embeddings
+        prefix = torch.cat([self.cls_token, self.register_tokens], dim=1).expand(batch_size, -1, -1)
+        hidden_states = torch.cat([prefix.to(patches.dtype), patches], dim=1)
+        for layer in self.layers:
+            hidden_states = layer(hidden_states, **kwargs)
+        hidden_states = self.norm(hidden_states)
+
+        num_prefix = prefix.shape[1]
+        g, m = self.config.selector_grid_size, self.config.map_upsampling
+        cells = self.map_head(hidden_states[:, num_prefix:])  # (B, g * g, m * m): an m x m block per patch
+        fine_map = cells.view(batch_size, g, g, m, m).permute(0, 1, 3, 2, 4).reshape(batch_size, 1, g * m, g * m)
+        selector_map = F.interpolate(fine_map, size=grid, mode="bilinear", align_corners=False)
+        return hidden_states[:, :num_prefix], selector_map.flatten(1)
+
+
+class LookWhereExtractor(nn.Module):
+    """The "what": a full-depth ViT on the kept high-resolution patches only, after the selector's global tokens."""
+
+    def __init__(self, config: LookWhereConfig):
+        super().__init__()
+        self.antialias = config.interpolate_antialias
+        self.patch_embeddings = LookWherePatchEmbeddings(config)
+        self.position_embeddings = nn.Parameter(torch.empty(1, config.grid_size**2, config.hidden_size))
+        self.layers = make_layers(config, config.num_hidden_layers)
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(
+        self, pixel_values: torch.Tensor, indices: torch.Tensor, prefix_tokens: torch.Tensor, **kwargs
+    ) -> torch.Tensor:
+        """(B, C, H, W) images, (B, k) kept patch indices, (B, P, D) prefix tokens -> (B, P + k, D) normalised."""
+        p = self.patch_embeddings.patch_size
+        grid = (pixel_values.shape[2] // p, pixel_values.shape[3] // p)
+        positions = resize_position_table(self.position_embeddings, grid, self.antialias)[0][indices]  # (B, k, D)
+        # Positions are added per patch before anything mixes tokens, so the order of kept tokens does not matter.
+        tokens = self.patch_embeddings.embed_selected(pixel_values, indices) + positions
+        hidden_states = torch.cat([prefix_tokens.to(tokens.dtype), tokens], dim=1)
+        for layer in self.layers:
+            hidden_states = layer(hidden_states, **kwargs)
+        return self.norm(hidden_states)
+
+
+def inverse_distance_fill(kept: torch.Tensor, indices: torch.Tensor, grid: tuple[int, int], num_neighbors: int) -> torch.Tensor:
+    """Scatter kept tokens back to the grid and fill every other cell by inverse-distance weighting
+    (1 / (d + 1e-8), normalised) of its `num_neighbors` nearest kept cells, distances in grid units.
+    (B, k, D) tokens at (B, k) row-major indices -> (B, Hp * Wp, D); kept cells keep their own value."""
+    batch_size, k, dim = kept.shape
+    height, width = grid
+    rows = torch.arange(height, device=kept.device, dtype=torch.float32)
+    cols = torch.arange(width, device=kept.device, dtype=torch.float32)
+    cells = torch.stack(torch.meshgrid(rows, cols, indexing="ij"), dim=-1).view(-1, 2)  # (N, 2)
+    distances = torch.cdist(cells.expand(batch_size, -1, -1), cells[indices], compute_mode="donot_use_mm_for_euclid_dist")
+    # topk, not a sort: O(N k) and only the few nearest are needed.
+    nearest_distances, nearest = distances.topk(min(num_neighbors, k), dim=-1, largest=False)  # (B, N, n)
+    weights = 1.0 / (nearest_distances + 1e-8)
+    weights = (weights / weights.sum(dim=-1, keepdim=True)).to(kept.dtype)
+    dense = 0
+    for j in range(nearest.shape[-1]):
+        neighbour = torch.gather(kept, 1, nearest[..., j, None].expand(-1, -1, dim))
+        dense = dense + weights[..., j, None] * neighbour
+    return dense.scatter(1, indices[..., None].expand(-1, -1, dim), kept)
+
+
+class LookWherePreTrainedModel(PreTrainedModel):
+    config_class = LookWhereConfig
+    base_model_prefix = "lookwhere"
+    main_input_name = "pixel_values"
+    input_modalities = ("image",)
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["LookWhereLayer"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    # hidden states and attentions are the extractor's (the selector's are internal)
+    _can_record_outputs = {
+        "hidden_states": OutputRecorder(LookWhereLayer, layer_name="extractor"),
+        "attentions": OutputRecorder(LookWhereAttention, index=1, layer_name="extractor"),
+    }
+
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        std = self.config.initializer_range
+        if isinstance(module, (nn.Linear, nn.Conv2d)):
+            init.trunc_normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, LookWhereLayerScale):
+            init.constant_(module.lambda1, self.config.layerscale_value)
+        elif isinstance(module, LookWhereSelector):
+            for tensor in (module.cls_token, module.register_tokens, module.position_embeddings):
+                init.trunc_normal_(tensor, mean=0.0, std=std)
+        elif isinstance(module, LookWhereExtractor):
+            init.trunc_normal_(module.position_embeddings, mean=0.0, std=std)
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """`PreTrainedModel.save_pretrained`, plus a stock `preprocessor_config.json` (ImageNet normalisation) so
+        that `AutoImageProcessor` works; an existing one is kept. Models registered for hub code map every head."""
+        if self._auto_class is not None:
+            self.config.auto_map = {**AUTO_MAP, **(getattr(self.config, "auto_map", None) or {})}
+        super().save_pretrained(save_directory, *args, **kwargs)
+        path = os.path.join(save_directory, "preprocessor_config.json")
+        if kwargs.get("is_main_process", True) and not os.path.exists(path):
+            with open(path, "w") as f:
+                json.dump(image_processor_dict(self.config.image_size), f, indent=2)
+
+
+def image_processor_dict(image_size: int) -> dict:
+    """A transformers `BitImageProcessor` config: RGB, resize to image_size, rescale to [0, 1], ImageNet normalise.
+    (Each model folder carries its own copy: a hub repo holds one model's files only.)"""
+    return {
+        "image_processor_type": "BitImageProcessor",
+        "do_convert_rgb": True,
+        "do_resize": True,
+        "size": {"height": image_size, "width": image_size},
+        "resample": 3,
+        "do_center_crop": False,
+        "do_rescale": True,
+        "rescale_factor": 1 / 255,
+        "do_normalize": True,
+        "image_mean": [0.485, 0.456, 0.406],
+        "image_std": [0.229, 0.224, 0.225],
+    }
+
+
+class LookWhereModel(LookWherePreTrainedModel):
+    def __init__(self, config: LookWhereConfig):
+        super().__init__(config)
+        self.selector = LookWhereSelector(config)
+        self.extractor = LookWhereExtractor(config)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.extractor.patch_embeddings.projection
+
+    def check_inputs(self, pixel_values: torch.Tensor, k, k_ratio) -> int:
+        """Validates the inputs; returns k, the number of patches kept per image."""
+        config = self.config
+        if not isinstance(pixel_values, torch.Tensor) or pixel_values.ndim != 4:
+            shape = tuple(pixel_values.shape) if isinstance(pixel_values, torch.Tensor) else type(pixel_values).__name__
+            raise ValueError(
+                f"pixel_values must be a (batch, channels, height, width) tensor, got {shape}; "
+                "add a batch dimension with pixel_values[None] for a single image."
+            )
+        if not pixel_values.is_floating_point():
+            raise ValueError(
+                f"pixel_values has dtype {pixel_values.dtype}; LookWhere expects normalised floating-point images. "
+                "Use AutoImageProcessor (or convert with .float() / 255 and normalise)."
+            )
+        weight = self.extractor.patch_embeddings.projection.weight
+        if pixel_values.device != weight.device:
+            raise ValueError(
+                f"pixel_values is on {pixel_values.device} but the model is on {weight.device}; "
+                f"move it with pixel_values.to({str(weight.device)!r})."
+            )
+        _, channels, height, width = pixel_values.shape
+        if channels != config.num_channels:
+            raise ValueError(
+                f"pixel_values has {channels} channels but the model expects {config.num_channels}; "
+                "convert images to RGB (PIL: image.convert('RGB'))."
+            )
+        patch = config.patch_size
+        if height % patch or width % patch or height == 0 or width == 0:
+            raise ValueError(
+                f"Image size {height}x{width} is not a multiple of the patch size {patch}; resize or crop to "
+                f"{max(patch, height // patch * patch)}x{max(patch, width // patch * patch)} (multiples of {patch})."
+            )
+        num_patches = (height // patch) * (width // patch)
+        if k is not None and k_ratio is not None:
+            raise ValueError("Give either k (patches per image) or k_ratio (fraction of the grid), not both.")
+        if k is not None:
+            if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+                raise ValueError(f"k must be an int in 1..{num_patches}, got {k!r}.")
+            if not 1 <= k <= num_patches:
+                raise ValueError(
+                    f"k={k} is out of range: a {height}x{width} image has {num_patches} patches, so choose 1..{num_patches}."
+                )
+            return int(k)
+        if k_ratio is None:
+            k_ratio = config.k_ratio
+        if isinstance(k_ratio, bool) or not isinstance(k_ratio, numbers.Real) or not 0 < k_ratio <= 1:
+            raise ValueError(f"k_ratio must be a number in (0, 1], got {k_ratio!r}.")
+        return max(1, int(k_ratio * num_patches))
+
+    @capture_outputs(tie_last_hidden_states=False)
+    def forward(
+        self,
+        pixel_values: torch.Tensor,
+        k: int | None = None,
+        k_ratio: float | None = None,
+        fill_dense: bool = True,
+        **kwargs,
+    ) -> LookWhereModelOutput:
+        r"""
+        pixel_values (`torch.FloatTensor` of shape `(batch_size, num_channels, height, width)`):
+            Normalised high-resolution images; height and width any multiples of `patch_size`.
+        k (`int`, *optional*):
+            Patches kept per image, 1..Hp * Wp.
+        k_ratio (`float`, *optional*):
+            Fraction of the high-resolution grid kept, in (0, 1]; default `config.k_ratio`. Give k or k_ratio.
+        fill_dense (`bool`, *optional*, defaults to `True`):
+            Fill every grid cell (DINOv2-style `last_hidden_state`); `False` skips the fill when only the image-level
+            output or the kept tokens are needed.
+        """
+        k = self.check_inputs(pixel_values, k, k_ratio)
+        patch = self.config.patch_size
+        grid = (pixel_values.shape[2] // patch, pixel_values.shape[3] // patch)
+        pixel_values = pixel_values.to(self.extractor.patch_embeddings.projection.weight.dtype)
+
+        global_tokens, selector_map = self.selector(pixel_values, grid)
+        # top-k is not differentiable: the selector learns from its map loss and through the global tokens.
+        selected_indices = selector_map.topk(k, dim=-1).indices.sort(dim=-1).values
+        sequence = self.extractor(pixel_values, selected_indices, global_tokens, **kwargs)
+
+        last_hidden_state = sequence
+        if fill_dense:
+            num_prefix = global_tokens.shape[1]
+            dense = inverse_distance_fill(sequence[:, num_prefix:], selected_indices, grid, self.config.num_fill_neighbors)
+            last_hidden_state = torch.cat([sequence[:, :num_prefix], dense], dim=1)
+        return LookWhereModelOutput(
+            last_hidden_state=last_hidden_state,
+            pooler_output=sequence[:, 0],
+            selected_indices=selected_indices,
+            selector_map=selector_map,
+        )
+
+    @classmethod
+    def from_teacher(cls, teacher: PreTrainedModel, **config_overrides) -> "LookWhereModel":
+        """A LookWhere initialised from a transformers `Dinov2WithRegistersModel` or `Dinov2Model`, as the method
+        prescribes: the extractor is a copy of the teacher, the selector its first `selector_depth` blocks (with the
+        position table resized to the selector's grid); the map head starts random."""
+        teacher_config = teacher.config
+        if getattr(teacher_config, "use_swiglu_ffn", False):
+            raise ValueError("from_teacher supports DINOv2 teachers with a plain MLP (use_swiglu_ffn=False).")
+        teacher_state = {k.removeprefix(teacher.base_model_prefix + "."): v for k, v in teacher.state_dict().items()}
+        if "embeddings.position_embeddings" not in teacher_state:
+            raise ValueError(
+                f"from_teacher expects a transformers Dinov2Model or Dinov2WithRegistersModel, got {type(teacher).__name__}."
+            )
+        positions = teacher_state["embeddings.position_embeddings"]  # (1, 1 + G * G, D): CLS slot first
+        grid_size = int((positions.shape[1] - 1) ** 0.5)
+        config = LookWhereConfig(
+            **{
+                "hidden_size": teacher_config.hidden_size,
+                "num_hidden_layers": teacher_config.num_hidden_layers,
+                "num_attention_heads": teacher_config.num_attention_heads,
+                "intermediate_size": int(teacher_config.hidden_size * teacher_config.mlp_ratio),
+                "hidden_act": teacher_config.hidden_act,
+                "patch_size": teacher_config.patch_size,
+                "num_channels": teacher_config.num_channels,
+                "num_register_tokens": getattr(teacher_config, "num_register_tokens", 0),
+                "layerscale_value": teacher_config.layerscale_value,
+                "layer_norm_eps": teacher_config.layer_norm_eps,
+                "qkv_bias": teacher_config.qkv_bias,
+                "image_size": grid_size * teacher_config.patch_size,
+                # transformers resizes DINOv2-with-registers position tables with antialiasing, DINOv2's without
+                "interpolate_antialias": teacher_config.model_type == "dinov2_with_registers",
+                **config_overrides,
+            }
+        )
+        model = cls(config)
+
+        def block(prefix: str, layer: int) -> dict:
+            t = f"encoder.layer.{layer}."
+            weights = {
+                name: teacher_state[t + name]
+                for name in ("norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias", "mlp.fc1.weight",
+                             "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias")
+            }
+            weights["layer_scale1.lambda1"] = teacher_state[t + "layer_scale1.lambda1"]
+            weights["layer_scale2.lambda1"] = teacher_state[t + "layer_scale2.lambda1"]
+            for part in ("weight", "bias"):
+                q, k, v = (teacher_state.get(f"{t}attention.{name}_proj.{part}") for name in "qkv")
+                if q is not None:
+                    weights[f"attention.qkv.{part}"] = torch.cat([q, k, v])
+                weights[f"attention.proj.{part}"] = teacher_state[f"{t}attention.o_proj.{part}"]
+            return {f"{prefix}.{name}": value for name, value in weights.items()}
+
+        state = {}
+        for part in ("selector", "extractor"):
+            state[f"{part}.patch_embeddings.projection.weight"] = teacher_state["embeddings.patch_embeddings.projection.weight"]
+            state[f"{part}.patch_embeddings.projection.bias"] = teacher_state["embeddings.patch_embeddings.projection.bias"]
+            state[f"{part}.norm.weight"] = teacher_state["layernorm.weight"]
+            state[f"{part}.norm.bias"] = teacher_state["layernorm.bias"]
+        for layer in range(config.num_hidden_layers):
+            state.update(block(f"extractor.layers.{layer}", layer))
+        for layer in range(config.selector_depth):
+            state.update(block(f"selector.layers.{layer}", layer))
+        patch_positions = positions[:, 1:]
+        state["extractor.position_embeddings"] = patch_positions
+        g = config.selector_grid_size
+        state["selector.position_embeddings"] = resize_position_table(patch_positions, (g, g), config.interpolate_antialias)
+        state["selector.cls_token"] = teacher_state["embeddings.cls_token"] + positions[:, :1]
+        state["selector.register_tokens"] = teacher_state.get(
+            "embeddings.register_tokens", torch.zeros(1, 0, config.hidden_size)
+        )
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        if unexpected or any(not name.startswith("selector.map_head.") for name in missing):
+            raise ValueError(f"Teacher weights did not map cleanly: missing {missing}, unexpected {unexpected}.")
+        return model.to(next(teacher.parameters()).dtype)
+
+
+class LookWhereForImageClassification(LookWherePreTrainedModel):
+    """LookWhere with a linear classifier on the extractor's CLS token. The selector stays frozen by default."""
+
+    def __init__(self, config: LookWhereConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.lookwhere = LookWhereModel(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels) if config.num_labels > 0 else nn.Identity()
+        if config.freeze_selector:
+            self.lookwhere.selector.requires_grad_(False)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        pixel_values: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        k: int | None = None,
+        k_ratio: float | None = None,
+        **kwargs,
+    ) -> ImageClassifierOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            Class indices for the cross-entropy loss (mean-squared error when `num_labels == 1`).
+        """
+        outputs = self.lookwhere(pixel_values, k=k, k_ratio=k_ratio, fill_dense=False, **kwargs)
+        logits = self.classifier(outputs.pooler_output)
+        loss = self.loss_function(labels, logits, self.config, **kwargs) if labels is not None else None
+        return ImageClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class LookWhereForSemanticSegmentation(LookWherePreTrainedModel):
+    """LookWhere with a per-patch linear head on the filled grid; logits upsampled to the input size.
+    The selector stays frozen by default."""
+
+    def __init__(self, config: LookWhereConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.lookwhere = LookWhereModel(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        if config.freeze_selector:
+            self.lookwhere.selector.requires_grad_(False)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        pixel_values: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        k: int | None = None,
+        k_ratio: float | None = None,
+        **kwargs,
+    ) -> SemanticSegmenterOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, height, width)`, *optional*):
+            Per-pixel class indices; `config.semantic_loss_ignore_index` (255) is ignored.
+        """
+        outputs = self.lookwhere(pixel_values, k=k, k_ratio=k_ratio, fill_dense=True, **kwargs)
+        batch_size, _, height, width = pixel_values.shape
+        patch = self.config.patch_size
+        num_prefix = 1 + self.config.num_register_tokens
+        patch_logits = self.classifier(outputs.last_hidden_state[:, num_prefix:])  # (B, Hp * Wp, labels)
+        patch_logits = patch_logits.transpose(1, 2).reshape(batch_size, -1, height // patch, width // patch)
+        logits = F.interpolate(patch_logits, size=(height, width), mode="bilinear", align_corners=False)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits, labels, ignore_index=self.config.semantic_loss_ignore_index)
+        return SemanticSegmenterOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+__all__ = [
+    "LookWherePreTrainedModel",
+    "LookWhereModel",
+    "LookWhereModelOutput",
+    "LookWhereForImageClassification",
+    "LookWhereForSemanticSegmentation",
+]

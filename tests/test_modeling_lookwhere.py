@@ -1,0 +1,241 @@
+import math
+import textwrap
+
+import pytest
+import torch
+from conftest import load_without_package, make_offline_hub_cache
+from transformers import (
+    AutoModel,
+    Dinov2Config,
+    Dinov2Model,
+    Dinov2WithRegistersConfig,
+    Dinov2WithRegistersModel,
+)
+
+from corevision_hf import (
+    LookWhereConfig,
+    LookWhereForImageClassification,
+    LookWhereForSemanticSegmentation,
+    LookWhereModel,
+    lookwhere_flops,
+)
+from corevision_hf.lookwhere.modeling_lookwhere import inverse_distance_fill, resize_position_table
+
+
+def tiny_lookwhere_config(**overrides) -> LookWhereConfig:
+    """Width 32, 3 extractor blocks, 1 selector block, patch 4: a 32 px image is an 8 x 8 grid, the selector a 3 x 3."""
+    fields = dict(
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        intermediate_size=64,
+        patch_size=4,
+        image_size=32,
+        selector_depth=1,
+        selector_image_size=12,
+        k_ratio=0.25,
+    )
+    return LookWhereConfig(**{**fields, **overrides})
+
+
+@pytest.fixture
+def model() -> LookWhereModel:
+    torch.manual_seed(0)
+    return LookWhereModel(tiny_lookwhere_config()).eval()
+
+
+@pytest.fixture
+def pixel_values() -> torch.Tensor:
+    """Two non-square images: an 8 x 12 high-resolution grid."""
+    return torch.randn(2, 3, 32, 48, generator=torch.Generator().manual_seed(1))
+
+
+def plain_vit_run(extractor, pixel_values, prefix):
+    """The extractor's weights as an ordinary ViT over every patch of the image, after `prefix`."""
+    grid = (pixel_values.shape[2] // 4, pixel_values.shape[3] // 4)
+    tokens = extractor.patch_embeddings(pixel_values) + resize_position_table(extractor.position_embeddings, grid, extractor.antialias)
+    hidden_states = torch.cat([prefix, tokens], dim=1)
+    for layer in extractor.layers:
+        hidden_states = layer(hidden_states)
+    return extractor.norm(hidden_states)
+
+
+def test_output_layout(model, pixel_values):
+    out = model(pixel_values, output_hidden_states=True)
+    num_patches, k = 8 * 12, int(0.25 * 96)
+    assert out.last_hidden_state.shape == (2, 5 + num_patches, 32)  # like Dinov2WithRegistersModel: CLS, 4 registers
+    torch.testing.assert_close(out.pooler_output, out.last_hidden_state[:, 0])
+    assert out.selected_indices.shape == (2, k)
+    assert torch.all(out.selected_indices.diff(dim=1) > 0) and out.selected_indices.max() < num_patches
+    assert out.selector_map.shape == (2, num_patches)
+    torch.testing.assert_close(out.selector_map.topk(k).indices.sort().values, out.selected_indices)
+    assert len(out.hidden_states) == model.config.num_hidden_layers + 1
+    assert out.hidden_states[0].shape == (2, 5 + k, 32)
+    sparse = model(pixel_values, k=7, fill_dense=False)
+    assert sparse.last_hidden_state.shape == (2, 5 + 7, 32)
+
+
+def test_all_patches_equal_a_plain_vit_run(model, pixel_values):
+    out = model(pixel_values, k=96)
+    global_tokens, _ = model.selector(pixel_values, (8, 12))
+    expected = plain_vit_run(model.extractor, pixel_values, global_tokens)
+    torch.testing.assert_close(out.last_hidden_state, expected, atol=1e-5, rtol=1e-5)
+    # The order of kept tokens does not matter: each token carries its own position.
+    order = torch.randperm(96)
+    shuffled = model.extractor(pixel_values, order.expand(2, -1), global_tokens)
+    torch.testing.assert_close(shuffled[:, 5:], expected[:, 5:][:, order], atol=1e-5, rtol=1e-5)
+
+
+def test_dense_fill_keeps_kept_cells_and_weights_by_inverse_distance():
+    kept = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]])  # cells 0 = (0, 0) and 8 = (2, 2) of a 3 x 3 grid
+    dense = inverse_distance_fill(kept, torch.tensor([[0, 8]]), (3, 3), num_neighbors=5)
+    torch.testing.assert_close(dense[0, 0], kept[0, 0])
+    torch.testing.assert_close(dense[0, 8], kept[0, 1])
+    torch.testing.assert_close(dense[0, 4], torch.tensor([0.5, 0.5]))  # the centre is equidistant
+    near, far = 1.0, 1 / math.sqrt(5)  # cell 1 = (0, 1): distance 1 to (0, 0), sqrt(5) to (2, 2)
+    torch.testing.assert_close(dense[0, 1], torch.tensor([near, far]) / (near + far))
+
+
+def test_dense_fill_uses_only_the_nearest_neighbours():
+    indices = torch.tensor([[0, 1, 2, 24]])  # a 5 x 5 grid; cell 24 is far from cell 5
+    kept = torch.eye(4)[None]
+    dense = inverse_distance_fill(kept, indices, (5, 5), num_neighbors=3)
+    assert dense[0, 5, 3] == 0 and dense[0, 5, :3].sum() > 0.999
+
+
+@pytest.mark.parametrize("teacher_class", ["with_registers", "plain"])
+@pytest.mark.parametrize("size", [32, 40])
+def test_from_teacher_reproduces_the_teacher(teacher_class, size):
+    torch.manual_seed(0)
+    fields = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=2, mlp_ratio=2, patch_size=4, image_size=32)
+    if teacher_class == "with_registers":
+        teacher = Dinov2WithRegistersModel(Dinov2WithRegistersConfig(num_register_tokens=4, **fields)).eval()
+    else:
+        teacher = Dinov2Model(Dinov2Config(**fields)).eval()
+    for param in teacher.parameters():  # layer scale and norms away from their identity init
+        param.data += 0.05 * torch.randn_like(param)
+    model = LookWhereModel.from_teacher(teacher, selector_depth=2, selector_image_size=12).eval()
+    assert model.config.num_register_tokens == (4 if teacher_class == "with_registers" else 0)
+    pixel_values = torch.randn(2, 3, size, size)
+    with torch.no_grad():
+        expected = teacher(pixel_values).last_hidden_state
+        num_prefix = 1 + model.config.num_register_tokens
+        teacher_prefix = teacher.embeddings(pixel_values)[:, :num_prefix]
+        num_patches = (size // 4) ** 2
+        actual = model.extractor(pixel_values, torch.arange(num_patches).expand(2, -1), teacher_prefix)
+    torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("k", [1, 10, 96])
+@torch.no_grad()
+def test_attention_backends_agree(model, pixel_values, k):
+    outputs = {}
+    for backend in ["eager", "sdpa", "flex_attention"]:
+        model.set_attn_implementation(backend)
+        outputs[backend] = model(pixel_values, k=k).last_hidden_state
+    torch.testing.assert_close(outputs["sdpa"], outputs["eager"], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(outputs["flex_attention"], outputs["eager"], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(k=0), "out of range"),
+        (dict(k=97), "out of range"),
+        (dict(k=2.5), "must be an int"),
+        (dict(k_ratio=0.0), r"in \(0, 1\]"),
+        (dict(k_ratio=1.5), r"in \(0, 1\]"),
+        (dict(k=4, k_ratio=0.5), "not both"),
+    ],
+)
+def test_bad_budget_is_a_clear_error(model, pixel_values, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        model(pixel_values, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "pixel_values, message",
+    [
+        (torch.randn(1, 3, 30, 32), "multiple of the patch size"),
+        (torch.randn(1, 1, 32, 32), "channels"),
+        (torch.zeros(1, 3, 32, 32, dtype=torch.uint8), "floating-point"),
+    ],
+)
+def test_bad_image_is_a_clear_error(model, pixel_values, message):
+    with pytest.raises(ValueError, match=message):
+        model(pixel_values)
+
+
+def test_selector_learns_through_map_and_global_tokens(pixel_values):
+    model = LookWhereModel(tiny_lookwhere_config())
+    out = model(pixel_values)
+    (out.pooler_output.sum() + out.selector_map.sum()).backward()
+    assert model.selector.map_head[0].weight.grad.abs().sum() > 0
+    assert model.selector.cls_token.grad.abs().sum() > 0
+    assert model.extractor.layers[0].attention.qkv.weight.grad.abs().sum() > 0
+
+
+def test_classification_head_freezes_the_selector(pixel_values):
+    model = LookWhereForImageClassification(tiny_lookwhere_config(num_labels=4))
+    out = model(pixel_values, labels=torch.tensor([0, 3]), k=12)
+    assert out.logits.shape == (2, 4) and out.loss > 0
+    out.loss.backward()
+    assert all(p.grad is None for p in model.lookwhere.selector.parameters())
+    assert model.lookwhere.extractor.layers[-1].mlp.fc2.weight.grad is not None
+
+
+def test_segmentation_head(pixel_values):
+    model = LookWhereForSemanticSegmentation(tiny_lookwhere_config(num_labels=3))
+    labels = torch.randint(0, 3, (2, 32, 48))
+    labels[:, :8] = 255  # ignored
+    out = model(pixel_values, labels=labels)
+    assert out.logits.shape == (2, 3, 32, 48)
+    expected = torch.nn.functional.cross_entropy(out.logits, labels, ignore_index=255)
+    torch.testing.assert_close(out.loss, expected)
+    all_ignored = model(pixel_values, labels=torch.full((2, 32, 48), 255)).loss
+    assert torch.isnan(all_ignored) or all_ignored == 0
+
+
+def test_flops_fall_with_k():
+    config = LookWhereConfig.from_preset("base")
+    costs = [lookwhere_flops(config, 518, k=k) for k in (16, 136, 512)]
+    assert costs == sorted(costs)
+    assert config.grid_size == 37 and config.selector_grid_size == 11 and config.map_upsampling == 4
+
+
+LOADER = textwrap.dedent(
+    """
+    import torch
+    from transformers import AutoImageProcessor, AutoModel, AutoModelForImageClassification
+    from transformers import AutoModelForSemanticSegmentation
+
+    source, inputs_path, outputs_path = sys.argv[1:4]
+    inputs = torch.load(inputs_path)
+    model = AutoModel.from_pretrained(source, trust_remote_code=True).eval()
+    assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+    outputs = {k: model(inputs, k=k).last_hidden_state for k in (5, 96)}
+    classifier = AutoModelForImageClassification.from_pretrained(source, trust_remote_code=True).eval()
+    segmenter = AutoModelForSemanticSegmentation.from_pretrained(source, trust_remote_code=True).eval()
+    outputs["classifier"] = classifier(inputs).logits
+    outputs["segmenter"] = segmenter(inputs).logits
+    outputs["processor_size"] = torch.tensor(AutoImageProcessor.from_pretrained(source).size["height"])
+    torch.save(outputs, outputs_path)
+    """
+)
+
+
+@pytest.mark.parametrize("via_hub_cache", [False, True])
+def test_trust_remote_code_without_package(tmp_path, model, pixel_values, via_hub_cache):
+    model.config.num_labels = 3
+    model.save_pretrained(tmp_path / "lookwhere")
+    source, env = str(tmp_path / "lookwhere"), None
+    if via_hub_cache:
+        source, env = "org/lookwhere-tiny", make_offline_hub_cache(tmp_path, tmp_path / "lookwhere", "org/lookwhere-tiny")
+    outputs = load_without_package(tmp_path, LOADER, source, pixel_values, env=env)
+    with torch.no_grad():
+        for k in (5, 96):
+            torch.testing.assert_close(outputs[k], model(pixel_values, k=k).last_hidden_state, atol=0, rtol=0)
+    assert outputs["classifier"].shape == (2, 3)
+    assert outputs["segmenter"].shape == (2, 3, 32, 48)
+    assert outputs["processor_size"] == 32
+    assert isinstance(AutoModel.from_pretrained(tmp_path / "lookwhere"), LookWhereModel)
