@@ -22,3 +22,4 @@ test: setup
 
 bench: setup
 	$(PYTHON) benchmarks/veca_speed.py
+	$(PYTHON) benchmarks/lookwhere_speed.py

@@ -15,17 +15,12 @@ import json
 import math
 import os
 import statistics
-import subprocess
-import sys
-import time
 
 import torch
+from common import DTYPES, alternate, forward_peak_memory_mib, in_fresh_process, matmul_gflops, plot_latency
 from transformers import DINOv3ViTConfig, DINOv3ViTModel
 
 from corevision_hf import VecaConfig, VecaModel, dense_vit_flops, veca_flops
-
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def dinov3_base_config(attn: str) -> DINOv3ViTConfig:
@@ -63,65 +58,15 @@ def flops(name: str, config, resolution: int, num_cores: int | None) -> int:
     return veca_flops(config, resolution, num_cores=num_cores)
 
 
-def synchronize(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def timed(model, pixel_values, num_cores, device) -> float:
+def forward_fn(model, pixel_values, num_cores):
     kwargs = {} if num_cores is None else {"num_cores": num_cores}
-    synchronize(device)
-    start = time.perf_counter()
-    model(pixel_values, **kwargs)
-    synchronize(device)
-    return time.perf_counter() - start
-
-
-def matmul_gflops(device: str, dtype: torch.dtype, runs: int = 5) -> float:
-    """The machine's large-matmul rate in the same run: the ceiling a ViT forward can approach."""
-    a = torch.randn(4096, 4096, device=device, dtype=dtype)
-    b = torch.randn(4096, 4096, device=device, dtype=dtype)
-    times = []
-    for _ in range(runs + 1):
-        synchronize(device)
-        start = time.perf_counter()
-        torch.mm(a, b)
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-    return 2 * 4096**3 / statistics.median(times[1:]) / 1e9
-
-
-def peak_memory_mib(name: str, attn: str, resolution: int, num_cores, device: str, dtype_name: str) -> float:
-    """Peak memory of one forward, in a fresh process; model weights excluded."""
-    command = [sys.executable, __file__, "--probe-memory", name, attn, str(resolution), str(num_cores or 0)]
-    command += ["--device", device, "--dtype", dtype_name]
-    result = subprocess.run(command, capture_output=True, text=True, check=True)
-    return float(result.stdout.strip().splitlines()[-1])
+    return lambda: model(pixel_values, **kwargs)
 
 
 def probe_memory(name, attn, resolution, num_cores, device, dtype_name) -> None:
-    torch.set_num_threads(os.cpu_count())
     model = build(name, attn, device, DTYPES[dtype_name])
     pixel_values = torch.randn(1, 3, resolution, resolution, device=device, dtype=DTYPES[dtype_name])
-    kwargs = {"num_cores": num_cores} if num_cores else {}
-    with torch.inference_mode():
-        if device == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-            base = torch.cuda.memory_allocated()
-            model(pixel_values, **kwargs)
-            print((torch.cuda.max_memory_allocated() - base) / 2**20)
-        else:
-            # Reset the kernel's peak-RSS mark so that building the model does not count, then read it back.
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")
-            base = rss_kib("VmRSS")
-            model(pixel_values, **kwargs)
-            print((rss_kib("VmHWM") - base) / 1024)
-
-
-def rss_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+    print(forward_peak_memory_mib(forward_fn(model, pixel_values, num_cores or None), device))
 
 
 def runs_for(resolution: int, device: str, runs: int) -> tuple[int, int]:
@@ -139,27 +84,6 @@ def log_log_slope(rows, label, low, high) -> float | None:
     return math.log(b["latency_s"] / a["latency_s"]) / math.log(b["num_patches"] / a["num_patches"])
 
 
-def plot(rows, path: str, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4.5))
-    for label in dict.fromkeys(r["model"] for r in rows):
-        points = sorted((r["num_patches"], r["latency_s"]) for r in rows if r["model"] == label)
-        ax.plot(*zip(*points), marker="o", label=label, linestyle="--" if label.startswith("DINOv3") else "-")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("patches per image")
-    ax.set_ylabel("forward latency (s)")
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--resolutions", type=int, nargs="+", default=[256, 512, 1024, 2048])
@@ -175,6 +99,7 @@ def main() -> None:
 
     if args.probe_memory:
         name, attn, resolution, cores = args.probe_memory
+        torch.set_num_threads(os.cpu_count())
         probe_memory(name, attn, int(resolution), int(cores), args.device, args.dtype)
         return
 
@@ -190,14 +115,8 @@ def main() -> None:
         for resolution in args.resolutions:
             pixel_values = torch.randn(1, 3, resolution, resolution, device=args.device, dtype=dtype)
             warmup, runs = runs_for(resolution, args.device, args.runs)
-            times = {variant: [] for variant in variants}
-            with torch.inference_mode():
-                for variant in variants:
-                    for _ in range(warmup):
-                        timed(models[variant[0]], pixel_values, variant[1], args.device)
-                for _ in range(runs):
-                    for variant in variants:
-                        times[variant].append(timed(models[variant[0]], pixel_values, variant[1], args.device))
+            fns = {variant: forward_fn(models[variant[0]], pixel_values, variant[1]) for variant in variants}
+            times = alternate(fns, args.device, warmup, runs)
             dense_latency = statistics.median(times[("dinov3", None)])
             for (name, cores), samples in times.items():
                 latency = statistics.median(samples)
@@ -219,7 +138,10 @@ def main() -> None:
                     "dinov3_over_this": dense_latency / latency,
                 }
                 if not args.no_memory:
-                    row["peak_memory_mib"] = peak_memory_mib(name, attn, resolution, cores, args.device, args.dtype)
+                    row["peak_memory_mib"] = in_fresh_process(
+                        __file__, [name, attn, str(resolution), str(cores or 0), "--device", args.device,
+                                   "--dtype", args.dtype]
+                    )
                 rows.append(row)
                 memory = f"{row['peak_memory_mib']:9.0f}" if "peak_memory_mib" in row else "        -"
                 print(
@@ -251,7 +173,7 @@ def main() -> None:
     }
     with open(args.out + ".json", "w") as f:
         json.dump(summary, f, indent=2)
-    plot(rows, args.out + ".png", f"VECA-B vs DINOv3-B, batch 1, {args.device} {args.dtype}")
+    plot_latency(rows, args.out + ".png", f"VECA-B vs DINOv3-B, batch 1, {args.device} {args.dtype}")
     print(f"wrote {args.out}.json and {args.out}.png")
 
 
