@@ -1,0 +1,106 @@
+import io
+import sys
+from pathlib import Path
+
+import datasets
+import pytest
+import torch
+from PIL import Image
+from torch.utils.data import DataLoader
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "training"))
+from data import IMAGENET_MEAN, IMAGENET_STD, ImageTransform, build_dataset, collate  # noqa: E402
+
+SIZE = 32
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def folder(tmp_path) -> Path:
+    """Nested folders: 2 good RGB images, 1 grayscale PNG, 1 CMYK JPEG, 1 tiny 8x8, 1 random-bytes .jpg, 1 truncated
+    JPEG."""
+    root = tmp_path / "images"
+    (root / "a" / "deep").mkdir(parents=True)
+    (root / "b").mkdir()
+    Image.new("RGB", (64, 48), (200, 10, 10)).save(root / "a" / "red.jpg")
+    Image.new("RGB", (40, 80), (10, 200, 10)).save(root / "a" / "deep" / "green.png")
+    Image.new("L", (50, 50), 128).save(root / "b" / "gray.png")
+    Image.new("CMYK", (48, 48), (0, 255, 255, 0)).save(root / "b" / "cmyk.jpg")
+    Image.new("RGB", (8, 8), (10, 10, 200)).save(root / "b" / "tiny.png")
+    (root / "b" / "garbage.jpg").write_bytes(bytes(range(256)) * 8)
+    buffer = io.BytesIO()
+    Image.effect_noise((64, 64), 50).convert("RGB").save(buffer, "JPEG")
+    (root / "a" / "truncated.jpg").write_bytes(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+    return root
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_folder_batches_skip_and_count_bad_files(folder, streaming, num_workers):
+    dataset, stats = build_dataset(str(folder), streaming=streaming, image_size=SIZE)
+    loader = DataLoader(dataset, batch_size=3, collate_fn=collate, num_workers=num_workers)
+    batches = [batch["pixel_values"] for batch in loader]
+    assert all(batch.dtype == torch.float32 and batch.shape[1:] == (3, SIZE, SIZE) for batch in batches)
+    assert torch.cat(batches).shape == (5, 3, SIZE, SIZE)
+    assert stats.summary() == "7 images: skipped 2 unreadable, converted 2 non-RGB, 1 smaller than crop"
+    assert stats.summary(2 * stats.as_tensor()).startswith("14 images: skipped 4 unreadable")  # as reduced over 2
+
+
+def test_collate_drops_unreadable():
+    good, bad = {"pixel_values": torch.zeros(3, SIZE, SIZE)}, {"pixel_values": None}
+    assert collate([good, bad, good])["pixel_values"].shape == (2, 3, SIZE, SIZE)
+    assert collate([bad])["pixel_values"].shape[0] == 0
+
+
+def test_missing_folder_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        build_dataset(str(tmp_path / "nowhere"))
+
+
+def test_folder_without_images_is_a_clear_error(tmp_path):
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    (tmp_path / "empty" / "notes.txt").write_text("no images")
+    with pytest.raises(ValueError, match="holds no image files"):
+        build_dataset(str(tmp_path / "empty"))
+
+
+def test_same_seed_epoch_index_gives_same_crop():
+    image = Image.effect_noise((97, 71), 60).convert("RGB")
+    transform = ImageTransform(SIZE, seed=3)
+    first = transform(image, index=5)
+    assert torch.equal(first, ImageTransform(SIZE, seed=3)(image, index=5))
+    assert not torch.equal(first, transform(image, index=6))
+    transform.set_epoch(1)
+    assert not torch.equal(first, transform(image, index=5))
+    transform.set_epoch(0)
+    assert torch.equal(first, transform(image, index=5))
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_dataset_crops_follow_set_epoch(tmp_path, streaming):
+    (tmp_path / "noise").mkdir()
+    Image.effect_noise((97, 71), 60).convert("RGB").save(tmp_path / "noise" / "noise.png")
+    dataset, _ = build_dataset(str(tmp_path / "noise"), streaming=streaming, image_size=SIZE)
+
+    def first():
+        return next(iter(dataset))["pixel_values"]
+
+    epoch0 = first()
+    assert torch.equal(epoch0, first())
+    dataset.set_epoch(1)
+    assert not torch.equal(epoch0, first())
+    dataset.set_epoch(0)
+    assert torch.equal(epoch0, first())
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_normalisation_of_a_constant_image(train):
+    color = (51, 102, 204)
+    pixel_values = ImageTransform(SIZE, train=train)(Image.new("RGB", (60, 45), color), index=0)
+    expected = [(c / 255 - mean) / std for c, mean, std in zip(color, IMAGENET_MEAN, IMAGENET_STD)]
+    assert pixel_values.shape == (3, SIZE, SIZE)
+    assert torch.allclose(pixel_values, torch.tensor(expected).view(3, 1, 1).expand(3, SIZE, SIZE), atol=1e-5)

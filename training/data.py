@@ -1,0 +1,216 @@
+"""Images for distillation: a `datasets` source, a decode-safe augmentation in plain PIL/torch, and a collate.
+
+Labels are never used. The training scripts import this as `from data import ...` (they run from `training/`).
+
+Crops are reproducible: every sample draws its crop and flip from `random.Random(f"{seed}/{epoch}/{index}")`,
+so a resumed run (same seed, `dataset.set_epoch(epoch)`, `skip_first_batches`) sees the same crops as the first one.
+"""
+
+import functools
+import math
+import random
+from pathlib import Path
+
+import torch
+from datasets import Image, IterableDataset, load_dataset
+from datasets.packaged_modules.imagefolder.imagefolder import ImageFolder
+from PIL import Image as PILImage
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+ASPECT_RATIO = (3 / 4, 4 / 3)
+EVAL_RESIZE_RATIO = 256 / 224  # the usual ImageNet evaluation: resize the shorter side to 256, centre-crop 224
+
+
+class DataStats:
+    """What the decode-safe transform met in this process: images seen (each epoch again), unreadable ones skipped,
+    non-RGB ones converted, ones smaller than the crop. DataLoader workers each add to their own row of a shared-memory
+    table, so the main process sees their counts (batches prefetched but not yet used included). Under DDP every
+    process counts its share: `stats.summary(accelerator.reduce(stats.as_tensor().to(accelerator.device), "sum"))`
+    gives the total."""
+
+    names = ("images", "unreadable", "non_rgb", "small")
+    max_workers = 256
+
+    def __init__(self):
+        self.counts = torch.zeros(self.max_workers + 1, len(self.names), dtype=torch.long).share_memory_()
+
+    def add(self, unreadable: bool = False, non_rgb: bool = False, small: bool = False) -> None:
+        """Counts one image."""
+        worker = torch.utils.data.get_worker_info()
+        row = 0 if worker is None else 1 + worker.id % self.max_workers  # one writer per row: no lost updates
+        self.counts[row] += torch.tensor([1, unreadable, non_rgb, small])
+
+    def as_tensor(self) -> torch.Tensor:
+        """(4,) totals in the order of `names`."""
+        return self.counts.sum(0)
+
+    def summary(self, counts: torch.Tensor | None = None) -> str:
+        """One line for the end of a run, of `counts` (e.g. reduced over processes) or else of this process's."""
+        images, unreadable, non_rgb, small = (self.as_tensor() if counts is None else counts).tolist()
+        return (
+            f"{images} images: skipped {unreadable} unreadable, converted {non_rgb} non-RGB, {small} smaller than crop"
+        )
+
+
+def random_resized_crop(image: PILImage.Image, size: int, scale: tuple, rng: random.Random) -> PILImage.Image:
+    """torchvision's RandomResizedCrop: a box of `scale` x area and aspect ratio in 3/4..4/3 (ten tries, then a
+    centre crop), resized to `size` x `size`. Images smaller than the crop are upscaled."""
+    width, height = image.size
+    area = width * height
+    log_ratio = (math.log(ASPECT_RATIO[0]), math.log(ASPECT_RATIO[1]))
+    for _ in range(10):
+        target_area = area * rng.uniform(*scale)
+        aspect = math.exp(rng.uniform(*log_ratio))
+        crop_w = round(math.sqrt(target_area * aspect))
+        crop_h = round(math.sqrt(target_area / aspect))
+        if 0 < crop_w <= width and 0 < crop_h <= height:
+            top = rng.randint(0, height - crop_h)
+            left = rng.randint(0, width - crop_w)
+            break
+    else:  # fallback: the largest centre crop whose aspect ratio is within range
+        ratio = width / height
+        if ratio < ASPECT_RATIO[0]:
+            crop_w, crop_h = width, round(width / ASPECT_RATIO[0])
+        elif ratio > ASPECT_RATIO[1]:
+            crop_w, crop_h = round(height * ASPECT_RATIO[1]), height
+        else:
+            crop_w, crop_h = width, height
+        top, left = (height - crop_h) // 2, (width - crop_w) // 2
+    box = (left, top, left + crop_w, top + crop_h)
+    return image.resize((size, size), PILImage.Resampling.BILINEAR, box=box)
+
+
+def resize_center_crop(image: PILImage.Image, size: int) -> PILImage.Image:
+    """Resizes the shorter side to `size * 256 / 224`, then takes the central `size` x `size`."""
+    width, height = image.size
+    factor = round(size * EVAL_RESIZE_RATIO) / min(width, height)
+    width, height = max(size, round(width * factor)), max(size, round(height * factor))
+    image = image.resize((width, height), PILImage.Resampling.BILINEAR)
+    left, top = (width - size) // 2, (height - size) // 2
+    return image.crop((left, top, left + size, top + size))
+
+
+def to_normalized_tensor(image: PILImage.Image) -> torch.Tensor:
+    """RGB PIL image -> (3, H, W) float tensor, ImageNet-normalised."""
+    pixels = torch.frombuffer(bytearray(image.tobytes()), dtype=torch.uint8)
+    pixels = pixels.view(image.height, image.width, 3).permute(2, 0, 1).float() / 255
+    mean = torch.tensor(IMAGENET_MEAN).view(3, 1, 1)
+    std = torch.tensor(IMAGENET_STD).view(3, 1, 1)
+    return (pixels - mean) / std
+
+
+class ImageTransform:
+    """Decode-safe image transform. Train: random resized crop + horizontal flip (p=0.5); eval: resize + centre crop.
+    Both convert to RGB and normalise; what they meet is counted in `stats`. The epoch lives in shared memory so
+    persistent DataLoader workers see `set_epoch` too."""
+
+    def __init__(self, image_size: int = 224, scale: tuple = (0.25, 1.0), seed: int = 0, train: bool = True):
+        self.image_size = image_size
+        self.scale = scale
+        self.seed = seed
+        self.train = train
+        self.epoch = torch.zeros((), dtype=torch.long).share_memory_()
+        self.stats = DataStats()
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch.fill_(epoch)
+
+    def __call__(self, image: PILImage.Image, index: int) -> torch.Tensor:
+        """RGB PIL image and its dataset index -> (3, S, S) tensor; one (seed, epoch, index) always gives one crop."""
+        if self.train:
+            rng = random.Random(f"{self.seed}/{int(self.epoch)}/{index}")
+            image = random_resized_crop(image, self.image_size, self.scale, rng)
+            if rng.random() < 0.5:
+                image = image.transpose(PILImage.Transpose.FLIP_LEFT_RIGHT)
+        else:
+            image = resize_center_crop(image, self.image_size)
+        return to_normalized_tensor(image)
+
+    def example(self, example: dict, index: int) -> dict:
+        """{"image": undecoded {"path", "bytes"}} -> {"pixel_values": (3, S, S) tensor, or None when the file cannot
+        be decoded}."""
+        try:
+            image = Image().decode_example(example["image"])  # datasets' own decoding, errors caught here
+        except Exception:  # any unreadable or truncated file is skipped, never fatal
+            self.stats.add(unreadable=True)
+            return {"pixel_values": None}
+        non_rgb = image.mode != "RGB"
+        self.stats.add(non_rgb=non_rgb, small=min(image.size) < self.image_size)
+        return {"pixel_values": self(image.convert("RGB") if non_rgb else image, index)}
+
+    def batch(self, batch: dict) -> dict:
+        """`with_transform` form of `example`: columns "image" and "index" -> column "pixel_values"."""
+        examples = [self.example({"image": image}, index) for image, index in zip(batch["image"], batch["index"])]
+        return {"pixel_values": [example["pixel_values"] for example in examples]}
+
+
+def set_stream_epoch(dataset: IterableDataset, transform: ImageTransform, epoch: int) -> None:
+    """A stream's `set_epoch`: datasets' own (reshuffles shards and buffer) and the transform's (redraws crops)."""
+    IterableDataset.set_epoch(dataset, epoch)
+    transform.set_epoch(epoch)
+
+
+def check_image_folder(path: Path) -> None:
+    """Raises before training starts when `path` is not a folder holding at least one image file."""
+    if not path.is_dir():
+        raise FileNotFoundError(f"Image folder {path} does not exist (expected a directory of images, any nesting).")
+    extensions = {ext.lower() for ext in ImageFolder.EXTENSIONS}
+    if not any(file.suffix.lower() in extensions for file in path.rglob("*") if file.is_file()):
+        raise ValueError(f"Image folder {path} holds no image files (looked for {', '.join(sorted(extensions))}).")
+
+
+def is_local(source: str) -> bool:
+    """A hub dataset is "name" or "owner/name"; anything that exists here, or looks like a path, is a folder."""
+    path = Path(source).expanduser()
+    slashes = source.count("/")
+    return path.exists() or source.startswith(("/", ".", "~")) or slashes > 1 or (slashes == 1 and path.parent.is_dir())
+
+
+def build_dataset(
+    source: str,
+    split: str = "train",
+    streaming: bool = False,
+    image_size: int = 224,
+    scale: tuple = (0.25, 1.0),
+    seed: int = 0,
+    train: bool = True,
+    image_column: str = "image",
+) -> tuple:
+    """Images from a local folder (any nesting; train/ validation/ test/ sub-folders become splits; labels dropped)
+    or a `datasets` hub name, transformed by an `ImageTransform`. A missing or image-less folder raises here.
+
+    Returns (dataset, stats): a map-style `Dataset` (`with_transform`) or, with `streaming=True`, an
+    `IterableDataset` (`.map`), whose examples are {"pixel_values": (3, S, S) tensor, or None when unreadable}, to be
+    batched with `collate`; and the `DataStats` its transform fills. Call `dataset.set_epoch(epoch)` at the start of
+    every epoch, also on resume: crops are drawn from (seed, epoch, index). Accelerate's `dataloader.set_epoch` does
+    not always reach the dataset (not under DDP for a map-style one).
+    Streaming under DDP: shard with `datasets.distributed.split_dataset_by_node`; a sample's index is then its
+    position in its process's and DataLoader worker's stream, so crops repeat for the same seed, epoch, world size and
+    number of workers.
+    """
+    if is_local(source):
+        path = Path(source).expanduser()
+        check_image_folder(path)
+        dataset = load_dataset("imagefolder", data_dir=str(path), split=split, streaming=streaming, drop_labels=True)
+    else:
+        dataset = load_dataset(source, split=split, streaming=streaming)
+    # undecoded, so that a corrupt file reaches our try/except instead of failing inside datasets
+    dataset = dataset.select_columns([image_column]).cast_column(image_column, Image(decode=False))
+    if image_column != "image":
+        dataset = dataset.rename_column(image_column, "image")
+    transform = ImageTransform(image_size, scale, seed, train)
+    if streaming:
+        dataset = dataset.map(transform.example, with_indices=True, remove_columns=["image"])
+        dataset.set_epoch = functools.partial(set_stream_epoch, dataset, transform)
+    else:
+        dataset = dataset.add_column("index", range(len(dataset))).with_transform(transform.batch)
+        dataset.set_epoch = transform.set_epoch  # a map-style Dataset has no epoch of its own
+    return dataset, transform.stats
+
+
+def collate(batch: list) -> dict:
+    """Examples -> {"pixel_values": (B, 3, S, S) float tensor}. Unreadable examples are dropped, so B may be smaller
+    than the batch size, and 0 (shape (0, 3, 0, 0)) when none was readable: skip such a batch."""
+    pixel_values = [example["pixel_values"] for example in batch if example["pixel_values"] is not None]
+    return {"pixel_values": torch.stack(pixel_values) if pixel_values else torch.empty(0, 3, 0, 0)}

@@ -1,0 +1,213 @@
+"""Distill a budget-adjustable VECA from a frozen teacher, with Accelerate.
+
+    accelerate launch training/distill_veca.py --teacher facebook/dinov3-vitb16-pretrain-lvd1689m \
+        --data /path/to/images --preset base --image-size 256 --batch-size 128 --max-steps 100000
+
+One core budget per optimisation step (nested dropout), drawn from the config's budgets and weights as a function
+of (seed, step) alone, so every process of a distributed run uses the same one. Loss: CLS cosine + patch cosine +
+patch MSE against the teacher's final tokens (CLS = token 0, patches = the last Hp * Wp). DDP, FSDP and DeepSpeed
+are chosen by the `accelerate launch --config_file` alone (see training/configs/). The final export is a hub-ready
+folder: `AutoModel.from_pretrained(OUT/final, trust_remote_code=True)`.
+"""
+
+import argparse
+import json
+import os
+import re
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration, set_seed
+from data import build_dataset, collate
+from losses import veca_loss
+from schedule import draw, reseed_for_step, warmup_cosine
+from teacher import load_teacher, teacher_input, teacher_patch_size, teacher_targets
+from tqdm.auto import tqdm
+
+from corevision_hf import VecaConfig, VecaModel
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--teacher", required=True, help="hub id, save_pretrained folder, or offline-dinov2-small")
+    parser.add_argument("--data", required=True, help="an image folder (labels ignored) or a datasets name")
+    parser.add_argument("--streaming", action="store_true", help="stream the datasets name instead of downloading")
+    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--preset", default="small", help="VECA size: small, splus, base, large")
+    parser.add_argument("--config-overrides", default="{}", help='JSON of VecaConfig fields, e.g. {"num_hidden_layers": 6}')
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--resolutions", default=None, help='multi-resolution stage: "256:1,384:1,512:1" (size:weight)')
+    parser.add_argument("--batch-size", type=int, default=32, help="per process")
+    parser.add_argument("--max-steps", type=int, required=True, help="optimisation steps")
+    parser.add_argument("--lr", type=float, default=4e-4)
+    parser.add_argument("--min-lr", type=float, default=5e-5)
+    parser.add_argument("--warmup-steps", type=int, default=0)
+    parser.add_argument("--weight-decay", type=float, default=0.015)
+    parser.add_argument("--dense-weight", type=float, default=1.0)
+    parser.add_argument("--mse-weight", type=float, default=1.0)
+    parser.add_argument("--gradient-accumulation-steps", type=int, default=1)
+    parser.add_argument("--max-grad-norm", type=float, default=1.0)
+    parser.add_argument("--mixed-precision", default="no", choices=["no", "bf16", "fp16"])
+    parser.add_argument("--checkpoint-every", type=int, default=1000, help="save_state every N steps")
+    parser.add_argument("--keep-checkpoints", type=int, default=3)
+    parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output-dir")
+    parser.add_argument("--log-with", default="tensorboard", help='tracker, or "none"')
+    parser.add_argument("--num-workers", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stop-at-step", type=int, default=None, help=argparse.SUPPRESS)  # simulates a crash (tests)
+    return parser.parse_args(argv)
+
+
+def last_checkpoint(output_dir: str) -> str | None:
+    folder = os.path.join(output_dir, "checkpoints")
+    names = [n for n in os.listdir(folder) if re.fullmatch(r"checkpoint_\d+", n)] if os.path.isdir(folder) else []
+    return os.path.join(folder, max(names, key=lambda n: int(n.split("_")[1]))) if names else None
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    os.makedirs(args.output_dir, exist_ok=True)
+    log_with = None if args.log_with == "none" else args.log_with
+    accelerator = Accelerator(
+        mixed_precision=args.mixed_precision,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        log_with=log_with,
+        project_config=ProjectConfiguration(
+            project_dir=args.output_dir, automatic_checkpoint_naming=True, total_limit=args.keep_checkpoints
+        ),
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
+    )
+    set_seed(args.seed)
+
+    # Data, teacher and student are all checked before the first step.
+    resolutions = [(args.image_size, 1.0)]
+    if args.resolutions:
+        resolutions = [(int(s), float(w)) for s, w in (item.split(":") for item in args.resolutions.split(","))]
+    dataset, stats = build_dataset(args.data, streaming=args.streaming, image_size=max(s for s, _ in resolutions), seed=args.seed)
+    teacher = load_teacher(args.teacher)
+    config = VecaConfig.from_preset(args.preset, **json.loads(args.config_overrides))
+    teacher_patch = teacher_patch_size(teacher)
+    for size, _ in resolutions:
+        if size % config.patch_size:
+            raise ValueError(f"Resolution {size} is not a multiple of the student's patch size {config.patch_size}.")
+    if teacher.config.hidden_size != config.hidden_size and not config.output_projection_size:
+        config.output_projection_size = teacher.config.hidden_size  # student -> teacher width for the loss
+    student = VecaModel(config)
+
+    dataloader = torch.utils.data.DataLoader(
+        dataset,
+        batch_size=args.batch_size,
+        shuffle=not args.streaming,
+        collate_fn=collate,
+        num_workers=args.num_workers,
+        drop_last=True,
+    )
+    optimizer = torch.optim.AdamW(student.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: warmup_cosine(step, args.warmup_steps, args.max_steps, args.min_lr / args.lr)
+    )
+    student, optimizer, dataloader, scheduler = accelerator.prepare(student, optimizer, dataloader, scheduler)
+    teacher = accelerator.prepare_model(teacher, evaluation_mode=True)
+
+    step = 0
+    if args.resume:
+        checkpoint = last_checkpoint(args.output_dir)
+        if checkpoint is None:
+            raise FileNotFoundError(f"--resume: no checkpoint under {args.output_dir}/checkpoints.")
+        accelerator.load_state(checkpoint)
+        # continue the automatic checkpoint numbering after the one we resumed from
+        accelerator.project_configuration.iteration = int(checkpoint.rsplit("_", 1)[1]) + 1
+        with open(os.path.join(checkpoint, "step.json")) as f:
+            step = json.load(f)["step"]
+        accelerator.print(f"resumed from {checkpoint} at step {step}")
+    accelerator.init_trackers("distill_veca", config={k: v for k, v in vars(args).items() if v is not None})
+
+    steps_per_epoch = len(dataloader) // args.gradient_accumulation_steps if not args.streaming else None
+    if steps_per_epoch == 0:
+        raise ValueError(f"{args.data} holds fewer images than one batch of {args.batch_size} per process.")
+    progress = tqdm(total=args.max_steps, initial=step, disable=not accelerator.is_main_process, desc="distill")
+    while step < args.max_steps:
+        epoch = step // steps_per_epoch if steps_per_epoch else 0
+        batches = dataloader
+        if steps_per_epoch:
+            dataloader.set_epoch(epoch)
+            dataset.set_epoch(epoch)
+            skip = (step % steps_per_epoch) * args.gradient_accumulation_steps
+            batches = accelerator.skip_first_batches(dataloader, skip) if skip else dataloader
+        for batch in batches:
+            reseed_for_step(args.seed, step, accelerator.process_index)
+            num_cores = draw(config.training_budgets, config.training_budget_weights, args.seed, step)
+            size = draw([s for s, _ in resolutions], [w for _, w in resolutions], args.seed + 1, step)
+            pixel_values = batch["pixel_values"]
+            # One tiny all-gather per batch: every process must use the same budget (checked, not assumed), and a
+            # batch of only unreadable files is skipped by all processes together.
+            shared = accelerator.gather(torch.tensor([[num_cores, len(pixel_values)]], device=accelerator.device))
+            if len(set(shared[:, 0].tolist())) != 1:
+                raise RuntimeError(f"Processes disagree on the core budget at step {step}: {shared[:, 0].tolist()}.")
+            if (shared[:, 1] == 0).any():
+                continue
+            if size != pixel_values.shape[-1]:
+                pixel_values = torch.nn.functional.interpolate(pixel_values, size=(size, size), mode="bilinear", antialias=True)
+            grid = (size // config.patch_size, size // config.patch_size)
+            with accelerator.accumulate(student):
+                teacher_cls, teacher_patches = teacher_targets(
+                    teacher, teacher_input(pixel_values, teacher_patch, config.patch_size), grid
+                )
+                output = student(pixel_values, num_cores=num_cores)
+                loss, terms = veca_loss(
+                    output.pooler_output, output.last_hidden_state[:, num_cores:], teacher_cls, teacher_patches,
+                    args.dense_weight, args.mse_weight,
+                )
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(
+                        f"Loss is {loss.item()} at step {step}; stopping. The last good checkpoint is intact in "
+                        f"{args.output_dir}/checkpoints (resume with --resume after lowering --lr)."
+                    )
+                accelerator.backward(loss)
+                if accelerator.sync_gradients:
+                    grad_norm = accelerator.clip_grad_norm_(student.parameters(), args.max_grad_norm)
+                    # fp16's loss scaler skips overflowing steps itself; elsewhere a bad gradient would poison the weights
+                    if args.mixed_precision != "fp16" and not torch.isfinite(grad_norm):
+                        raise FloatingPointError(
+                            f"Gradient norm is {grad_norm.item()} at step {step}; stopping before the update. The last "
+                            f"good checkpoint is intact in {args.output_dir}/checkpoints."
+                        )
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad()
+            if not accelerator.sync_gradients:
+                continue
+            step += 1
+            progress.update(1)
+            logs = {"loss": loss.item(), "num_cores": num_cores, "resolution": size, "lr": scheduler.get_last_lr()[0]}
+            logs.update({name: value.item() for name, value in terms.items()})
+            accelerator.log(logs, step=step)
+            progress.set_postfix(loss=f"{logs['loss']:.4f}", cores=num_cores)
+            if accelerator.is_main_process:
+                with open(os.path.join(args.output_dir, "metrics.jsonl"), "a") as f:
+                    f.write(json.dumps({"step": step, **logs, "budgets_all_processes": shared[:, 0].tolist()}) + "\n")
+            if step % args.checkpoint_every == 0 or step == args.max_steps:
+                accelerator.save_state()
+                if accelerator.is_main_process:
+                    with open(os.path.join(last_checkpoint(args.output_dir), "step.json"), "w") as f:
+                        json.dump({"step": step}, f)
+            if args.stop_at_step is not None and step >= args.stop_at_step:
+                accelerator.print(f"stopping at step {step} as asked (--stop-at-step)")
+                accelerator.end_training()
+                return
+            if step >= args.max_steps:
+                break
+    progress.close()
+
+    accelerator.wait_for_everyone()
+    final = os.path.join(args.output_dir, "final")
+    accelerator.unwrap_model(student).save_pretrained(
+        final, is_main_process=accelerator.is_main_process, state_dict=accelerator.get_state_dict(student)
+    )
+    accelerator.print(f"data: {stats.summary(accelerator.reduce(stats.as_tensor().to(accelerator.device), 'sum'))}")
+    accelerator.print(f"exported {final}: AutoModel.from_pretrained({final!r}, trust_remote_code=True)")
+    accelerator.end_training()
+
+
+if __name__ == "__main__":
+    main()

