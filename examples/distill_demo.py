@@ -9,7 +9,7 @@
    the latency and the agreement with the teacher (CLS and patch cosine) on the held-out photos; save a picture
    of where the cores look.
 
-    python examples/distill_demo.py                  # about 5 minutes on 2 cores
+    python examples/distill_demo.py                  # about 7 minutes on 2 cores
     python examples/distill_demo.py --steps 50       # a quick look
 """
 
@@ -36,6 +36,7 @@ from corevision_hf.teachers import load_dinov2_small_teacher  # noqa: E402
 
 PHOTOS = ROOT / "assets" / "photos"
 HELD_OUT = ("chelsea.jpg", "grace_hopper.jpg")
+COPIES = 16
 MEAN, STD = torch.tensor([0.485, 0.456, 0.406])[:, None, None], torch.tensor([0.229, 0.224, 0.225])[:, None, None]
 # VECA-S width and heads (so no output projection is needed for DINOv2-S), 6 layers, patch 14 like the teacher.
 STUDENT = '{"num_hidden_layers": 6, "patch_size": 14, "num_cores": 32, "image_size": 224}'
@@ -48,7 +49,7 @@ def load_photo(path: Path, size: int) -> torch.Tensor:
     image = image.resize((round(image.width * scale), round(image.height * scale)), Image.BICUBIC)
     left, top = (image.width - size) // 2, (image.height - size) // 2
     image = image.crop((left, top, left + size, top + size))
-    return (torch.from_numpy(np.asarray(image)).permute(2, 0, 1).float() / 255 - MEAN) / STD
+    return (torch.from_numpy(np.array(image)).permute(2, 0, 1).float() / 255 - MEAN) / STD
 
 
 def median_latency(fn, repeats: int = 5) -> float:
@@ -93,7 +94,7 @@ def plot_core_attention(model, photo: torch.Tensor, path: Path, num_cores: int) 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--steps", type=int, default=250)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--output-dir", type=Path, default=ROOT / "outputs" / "demo")
@@ -117,8 +118,9 @@ def main(argv=None) -> None:
     photos = sorted(p for p in PHOTOS.iterdir() if p.suffix == ".jpg")
     for photo in photos:
         if photo.name not in HELD_OUT:
-            shutil.copy(photo, train_dir / photo.name)
-    print(f"    {len(photos) - len(HELD_OUT)} training photos (random crops), held out: {', '.join(HELD_OUT)}")
+            for copy in range(COPIES):  # each copy is an index of its own, so it gets crops of its own every epoch
+                shutil.copy(photo, train_dir / f"{photo.stem}_{copy}{photo.suffix}")
+    print(f"    {len(photos) - len(HELD_OUT)} training photos x {COPIES} random crops per epoch; held out: {', '.join(HELD_OUT)}")
 
     print(f"3/4 distillation: {args.steps} steps")
     teacher_dir = args.output_dir / "teacher"

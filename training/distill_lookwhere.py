@@ -16,8 +16,8 @@ import os
 import torch
 from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration, set_seed
+from checkpointing import resume, save_checkpoint
 from data import build_dataset, collate
-from distill_veca import last_checkpoint
 from losses import lookwhere_loss
 from schedule import draw_int, reseed_for_step, warmup_cosine
 from teacher import load_teacher, teacher_attention_map, teacher_targets
@@ -93,16 +93,7 @@ def main(argv=None) -> None:
     student, optimizer, dataloader, scheduler = accelerator.prepare(student, optimizer, dataloader, scheduler)
     teacher = accelerator.prepare_model(teacher, evaluation_mode=True)
 
-    step = 0
-    if args.resume:
-        checkpoint = last_checkpoint(args.output_dir)
-        if checkpoint is None:
-            raise FileNotFoundError(f"--resume: no checkpoint under {args.output_dir}/checkpoints.")
-        accelerator.load_state(checkpoint)
-        # continue the automatic checkpoint numbering after the one we resumed from
-        accelerator.project_configuration.iteration = int(checkpoint.rsplit("_", 1)[1]) + 1
-        with open(os.path.join(checkpoint, "step.json")) as f:
-            step = json.load(f)["step"]
+    step = resume(accelerator, args.output_dir) if args.resume else 0
     accelerator.init_trackers("distill_lookwhere", config={k: v for k, v in vars(args).items() if v is not None})
 
     steps_per_epoch = len(dataloader) // args.gradient_accumulation_steps if not args.streaming else None
@@ -161,10 +152,7 @@ def main(argv=None) -> None:
                 with open(os.path.join(args.output_dir, "metrics.jsonl"), "a") as f:
                     f.write(json.dumps({"step": step, **logs}) + "\n")
             if step % args.checkpoint_every == 0 or step == args.max_steps:
-                accelerator.save_state()
-                if accelerator.is_main_process:
-                    with open(os.path.join(last_checkpoint(args.output_dir), "step.json"), "w") as f:
-                        json.dump({"step": step}, f)
+                save_checkpoint(accelerator, args.output_dir, step)
             if step >= args.max_steps:
                 break
     progress.close()

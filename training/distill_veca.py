@@ -13,11 +13,11 @@ folder: `AutoModel.from_pretrained(OUT/final, trust_remote_code=True)`.
 import argparse
 import json
 import os
-import re
 
 import torch
 from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration, set_seed
+from checkpointing import resume, save_checkpoint
 from data import build_dataset, collate
 from losses import veca_loss
 from schedule import draw, reseed_for_step, warmup_cosine
@@ -56,12 +56,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--stop-at-step", type=int, default=None, help=argparse.SUPPRESS)  # simulates a crash (tests)
     return parser.parse_args(argv)
-
-
-def last_checkpoint(output_dir: str) -> str | None:
-    folder = os.path.join(output_dir, "checkpoints")
-    names = [n for n in os.listdir(folder) if re.fullmatch(r"checkpoint_\d+", n)] if os.path.isdir(folder) else []
-    return os.path.join(folder, max(names, key=lambda n: int(n.split("_")[1]))) if names else None
 
 
 def main(argv=None) -> None:
@@ -109,17 +103,7 @@ def main(argv=None) -> None:
     student, optimizer, dataloader, scheduler = accelerator.prepare(student, optimizer, dataloader, scheduler)
     teacher = accelerator.prepare_model(teacher, evaluation_mode=True)
 
-    step = 0
-    if args.resume:
-        checkpoint = last_checkpoint(args.output_dir)
-        if checkpoint is None:
-            raise FileNotFoundError(f"--resume: no checkpoint under {args.output_dir}/checkpoints.")
-        accelerator.load_state(checkpoint)
-        # continue the automatic checkpoint numbering after the one we resumed from
-        accelerator.project_configuration.iteration = int(checkpoint.rsplit("_", 1)[1]) + 1
-        with open(os.path.join(checkpoint, "step.json")) as f:
-            step = json.load(f)["step"]
-        accelerator.print(f"resumed from {checkpoint} at step {step}")
+    step = resume(accelerator, args.output_dir) if args.resume else 0
     accelerator.init_trackers("distill_veca", config={k: v for k, v in vars(args).items() if v is not None})
 
     steps_per_epoch = len(dataloader) // args.gradient_accumulation_steps if not args.streaming else None
@@ -187,10 +171,7 @@ def main(argv=None) -> None:
                 with open(os.path.join(args.output_dir, "metrics.jsonl"), "a") as f:
                     f.write(json.dumps({"step": step, **logs, "budgets_all_processes": shared[:, 0].tolist()}) + "\n")
             if step % args.checkpoint_every == 0 or step == args.max_steps:
-                accelerator.save_state()
-                if accelerator.is_main_process:
-                    with open(os.path.join(last_checkpoint(args.output_dir), "step.json"), "w") as f:
-                        json.dump({"step": step}, f)
+                save_checkpoint(accelerator, args.output_dir, step)
             if args.stop_at_step is not None and step >= args.stop_at_step:
                 accelerator.print(f"stopping at step {step} as asked (--stop-at-step)")
                 accelerator.end_training()

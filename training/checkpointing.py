@@ -1,0 +1,36 @@
+"""Accelerate checkpoints with the step they were taken at, for `--resume`."""
+
+import json
+import os
+import re
+
+from accelerate import Accelerator
+
+
+def last_checkpoint(output_dir: str) -> str | None:
+    """The newest `OUT/checkpoints/checkpoint_<n>` folder, or None."""
+    folder = os.path.join(output_dir, "checkpoints")
+    names = [n for n in os.listdir(folder) if re.fullmatch(r"checkpoint_\d+", n)] if os.path.isdir(folder) else []
+    return os.path.join(folder, max(names, key=lambda n: int(n.split("_")[1]))) if names else None
+
+
+def save_checkpoint(accelerator: Accelerator, output_dir: str, step: int) -> None:
+    """`save_state` (model, optimiser, scheduler, sampler and RNG states) plus the step it was taken at."""
+    accelerator.save_state()
+    if accelerator.is_main_process:
+        with open(os.path.join(last_checkpoint(output_dir), "step.json"), "w") as f:
+            json.dump({"step": step}, f)
+
+
+def resume(accelerator: Accelerator, output_dir: str) -> int:
+    """Loads the newest checkpoint under `output_dir`; returns the step to continue from."""
+    checkpoint = last_checkpoint(output_dir)
+    if checkpoint is None:
+        raise FileNotFoundError(f"--resume: no checkpoint under {output_dir}/checkpoints.")
+    accelerator.load_state(checkpoint)
+    # continue the automatic checkpoint numbering after the one we resumed from
+    accelerator.project_configuration.iteration = int(checkpoint.rsplit("_", 1)[1]) + 1
+    with open(os.path.join(checkpoint, "step.json")) as f:
+        step = json.load(f)["step"]
+    accelerator.print(f"resumed from {checkpoint} at step {step}")
+    return step
