@@ -130,6 +130,24 @@ def test_teacher_attention_map_matches_eager_attention(teacher_dir):
     torch.testing.assert_close(ours - ours[:, :1], relative, atol=1e-4, rtol=1e-4)
 
 
+def test_teacher_cache_computes_each_crop_once(teacher_dir, image_dir, tmp_path, monkeypatch):
+    calls = []
+    original = distill_veca.teacher_targets
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(distill_veca, "teacher_targets", counting)
+    # 8 images, batch 2: 4 steps an epoch; 16 steps = 4 epochs, crops repeat every 2
+    distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path, "--max-steps", "16", "--teacher-cache", "2",
+                                "--checkpoint-every", "100"))
+    assert len(calls) == 8
+    assert len(list((tmp_path / "teacher_cache").glob("*.safetensors"))) == 16
+    with pytest.raises(ValueError, match="other settings"):
+        distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path, "--max-steps", "1", "--teacher-cache", "3"))
+
+
 def test_two_processes_agree_on_every_budget(teacher_dir, image_dir, tmp_path):
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(TRAINING / "configs" / "cpu_2proc.yaml"),
@@ -137,12 +155,17 @@ def test_two_processes_agree_on_every_budget(teacher_dir, image_dir, tmp_path):
         *veca_args(teacher_dir, image_dir, tmp_path, "--max-steps", "4", "--checkpoint-every", "10"),
     ]
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen(command, cwd=tmp_path, env=env, start_new_session=True)
+    process = subprocess.Popen(command, cwd=tmp_path, env=env)
     try:
-        assert process.wait(timeout=300) == 0
-    finally:  # never leave a worker behind holding the rendezvous
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+        assert process.wait(timeout=180) == 0
+    finally:  # never leave a launcher or worker behind (torchrun starts workers in sessions of their own)
+        for pid in os.listdir("/proc"):
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except (OSError, ValueError):
+                continue
+            if pid.isdigit() and str(tmp_path).encode() in cmdline and int(pid) != os.getpid():
+                os.kill(int(pid), signal.SIGKILL)
     metrics = read_metrics(tmp_path)
     assert len(metrics) == 4
     for m in metrics:

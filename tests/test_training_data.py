@@ -51,8 +51,9 @@ def test_folder_batches_skip_and_count_bad_files(folder, streaming, num_workers)
 
 
 def test_collate_drops_unreadable():
-    good, bad = {"pixel_values": torch.zeros(3, SIZE, SIZE)}, {"pixel_values": None}
-    assert collate([good, bad, good])["pixel_values"].shape == (2, 3, SIZE, SIZE)
+    good, bad = {"pixel_values": torch.zeros(3, SIZE, SIZE), "index": 0}, {"pixel_values": None, "index": 1}
+    batch = collate([good, bad, good])
+    assert batch["pixel_values"].shape == (2, 3, SIZE, SIZE) and batch["index"].tolist() == [0, 0]
     assert collate([bad])["pixel_values"].shape[0] == 0
 
 

@@ -1,4 +1,4 @@
-"""Accelerate checkpoints with the step they were taken at, for `--resume`."""
+"""Accelerate checkpoints with the step they were taken at, for `--resume`, and the end of a run."""
 
 import json
 import os
@@ -34,3 +34,11 @@ def resume(accelerator: Accelerator, output_dir: str) -> int:
         step = json.load(f)["step"]
     accelerator.print(f"resumed from {checkpoint} at step {step}")
     return step
+
+
+def finish(accelerator: Accelerator) -> None:
+    """Ends trackers and takes the process group down while every process is still there: a gloo group left to the
+    garbage collector can hang in its destructor once its peer has exited."""
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
+    accelerator.state.destroy_process_group()

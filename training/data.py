@@ -134,15 +134,15 @@ class ImageTransform:
             image = Image().decode_example(example["image"])  # datasets' own decoding, errors caught here
         except Exception:  # any unreadable or truncated file is skipped, never fatal
             self.stats.add(unreadable=True)
-            return {"pixel_values": None}
+            return {"pixel_values": None, "index": index}
         non_rgb = image.mode != "RGB"
         self.stats.add(non_rgb=non_rgb, small=min(image.size) < self.image_size)
-        return {"pixel_values": self(image.convert("RGB") if non_rgb else image, index)}
+        return {"pixel_values": self(image.convert("RGB") if non_rgb else image, index), "index": index}
 
     def batch(self, batch: dict) -> dict:
         """`with_transform` form of `example`: columns "image" and "index" -> column "pixel_values"."""
         examples = [self.example({"image": image}, index) for image, index in zip(batch["image"], batch["index"])]
-        return {"pixel_values": [example["pixel_values"] for example in examples]}
+        return {key: [example[key] for example in examples] for key in ("pixel_values", "index")}
 
 
 def set_stream_epoch(dataset: IterableDataset, transform: ImageTransform, epoch: int) -> None:
@@ -210,7 +210,11 @@ def build_dataset(
 
 
 def collate(batch: list) -> dict:
-    """Examples -> {"pixel_values": (B, 3, S, S) float tensor}. Unreadable examples are dropped, so B may be smaller
-    than the batch size, and 0 (shape (0, 3, 0, 0)) when none was readable: skip such a batch."""
-    pixel_values = [example["pixel_values"] for example in batch if example["pixel_values"] is not None]
-    return {"pixel_values": torch.stack(pixel_values) if pixel_values else torch.empty(0, 3, 0, 0)}
+    """Examples -> {"pixel_values": (B, 3, S, S) float tensor, "index": (B,) dataset indices}. Unreadable examples
+    are dropped, so B may be smaller than the batch size, and 0 (shape (0, 3, 0, 0)) when none was readable: skip
+    such a batch."""
+    kept = [example for example in batch if example["pixel_values"] is not None]
+    return {
+        "pixel_values": torch.stack([e["pixel_values"] for e in kept]) if kept else torch.empty(0, 3, 0, 0),
+        "index": torch.tensor([int(e["index"]) for e in kept], dtype=torch.long),
+    }

@@ -16,7 +16,7 @@ import os
 import torch
 from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration, set_seed
-from checkpointing import resume, save_checkpoint
+from checkpointing import finish, resume, save_checkpoint
 from data import build_dataset, collate
 from losses import lookwhere_loss
 from schedule import draw_int, reseed_for_step, warmup_cosine
@@ -164,7 +164,7 @@ def main(argv=None) -> None:
     )
     accelerator.print(f"data: {stats.summary(accelerator.reduce(stats.as_tensor().to(accelerator.device), 'sum'))}")
     accelerator.print(f"exported {final}: AutoModel.from_pretrained({final!r}, trust_remote_code=True)")
-    accelerator.end_training()
+    finish(accelerator)
 
 
 if __name__ == "__main__":

@@ -17,11 +17,12 @@ import os
 import torch
 from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration, set_seed
-from checkpointing import resume, save_checkpoint
+from checkpointing import finish, resume, save_checkpoint
 from data import build_dataset, collate
 from losses import veca_loss
 from schedule import draw, reseed_for_step, warmup_cosine
 from teacher import load_teacher, teacher_input, teacher_patch_size, teacher_targets
+from teacher_cache import TeacherCache
 from tqdm.auto import tqdm
 
 from corevision_hf import VecaConfig, VecaModel
@@ -52,6 +53,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--keep-checkpoints", type=int, default=3)
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output-dir")
     parser.add_argument("--log-with", default="tensorboard", help='tracker, or "none"')
+    parser.add_argument("--teacher-cache", type=int, default=0, metavar="CYCLE",
+                        help="reuse teacher targets: crops repeat every CYCLE epochs, targets are computed once (0: off)")
     parser.add_argument("--num-workers", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--stop-at-step", type=int, default=None, help=argparse.SUPPRESS)  # simulates a crash (tests)
@@ -79,6 +82,12 @@ def main(argv=None) -> None:
         resolutions = [(int(s), float(w)) for s, w in (item.split(":") for item in args.resolutions.split(","))]
     dataset, stats = build_dataset(args.data, streaming=args.streaming, image_size=max(s for s, _ in resolutions), seed=args.seed)
     teacher = load_teacher(args.teacher)
+    if args.teacher_cache and (args.resolutions or args.streaming):
+        raise ValueError("--teacher-cache needs one resolution and a map-style dataset (not --resolutions / --streaming).")
+    cache = None
+    if args.teacher_cache:
+        fingerprint = {"teacher": args.teacher, "data": args.data, "image_size": args.image_size, "seed": args.seed}
+        cache = TeacherCache(os.path.join(args.output_dir, "teacher_cache"), args.teacher_cache, fingerprint)
     config = VecaConfig.from_preset(args.preset, **json.loads(args.config_overrides))
     teacher_patch = teacher_patch_size(teacher)
     for size, _ in resolutions:
@@ -115,7 +124,7 @@ def main(argv=None) -> None:
         batches = dataloader
         if steps_per_epoch:
             dataloader.set_epoch(epoch)
-            dataset.set_epoch(epoch)
+            dataset.set_epoch(cache.crop_epoch(epoch) if cache else epoch)
             skip = (step % steps_per_epoch) * args.gradient_accumulation_steps
             batches = accelerator.skip_first_batches(dataloader, skip) if skip else dataloader
         for batch in batches:
@@ -134,9 +143,14 @@ def main(argv=None) -> None:
                 pixel_values = torch.nn.functional.interpolate(pixel_values, size=(size, size), mode="bilinear", antialias=True)
             grid = (size // config.patch_size, size // config.patch_size)
             with accelerator.accumulate(student):
-                teacher_cls, teacher_patches = teacher_targets(
-                    teacher, teacher_input(pixel_values, teacher_patch, config.patch_size), grid
-                )
+                def compute_targets(images):
+                    return teacher_targets(teacher, teacher_input(images, teacher_patch, config.patch_size), grid)
+
+                if cache:
+                    crop_epoch = cache.crop_epoch(epoch)
+                    teacher_cls, teacher_patches = cache.targets(compute_targets, pixel_values, batch["index"], crop_epoch)
+                else:
+                    teacher_cls, teacher_patches = compute_targets(pixel_values)
                 output = student(pixel_values, num_cores=num_cores)
                 loss, terms = veca_loss(
                     output.pooler_output, output.last_hidden_state[:, num_cores:], teacher_cls, teacher_patches,
@@ -174,7 +188,7 @@ def main(argv=None) -> None:
                 save_checkpoint(accelerator, args.output_dir, step)
             if args.stop_at_step is not None and step >= args.stop_at_step:
                 accelerator.print(f"stopping at step {step} as asked (--stop-at-step)")
-                accelerator.end_training()
+                finish(accelerator)
                 return
             if step >= args.max_steps:
                 break
@@ -187,7 +201,7 @@ def main(argv=None) -> None:
     )
     accelerator.print(f"data: {stats.summary(accelerator.reduce(stats.as_tensor().to(accelerator.device), 'sum'))}")
     accelerator.print(f"exported {final}: AutoModel.from_pretrained({final!r}, trust_remote_code=True)")
-    accelerator.end_training()
+    finish(accelerator)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,53 @@
+"""Teacher-target cache: the teacher's outputs for one (crop, image) are computed once and reused.
+
+For runs where the teacher dominates the cost (a large teacher, a small student, many epochs). Crops then repeat
+with a period of `cycle` epochs (the data sees epoch `e % cycle`), so each image has `cycle` distinct crops and the
+teacher runs `cycle` times per image in the whole run instead of once per epoch. Targets are stored in fp16, one
+file per (crop epoch, image) under `folder`, shared by all processes.
+"""
+
+import json
+import os
+
+import torch
+from safetensors.torch import load_file, save_file
+
+
+class TeacherCache:
+    def __init__(self, folder: str, cycle: int, fingerprint: dict):
+        """`fingerprint`: whatever determines the targets (teacher, crop size, seed, cycle); a folder made for another
+        fingerprint is refused rather than served."""
+        self.folder, self.cycle = folder, cycle
+        os.makedirs(folder, exist_ok=True)
+        info_path = os.path.join(folder, "cache_info.json")
+        fingerprint = {**fingerprint, "cycle": cycle}
+        if os.path.exists(info_path):
+            with open(info_path) as f:
+                if json.load(f) != fingerprint:
+                    raise ValueError(
+                        f"{folder} holds teacher targets for other settings; delete it or use another --output-dir."
+                    )
+        else:
+            with open(info_path, "w") as f:
+                json.dump(fingerprint, f)
+
+    def crop_epoch(self, epoch: int) -> int:
+        """The epoch the data pipeline should draw crops for."""
+        return epoch % self.cycle
+
+    def _path(self, crop_epoch: int, index: int) -> str:
+        return os.path.join(self.folder, f"{crop_epoch}_{index}.safetensors")
+
+    def targets(self, compute, pixel_values: torch.Tensor, indices: torch.Tensor, crop_epoch: int) -> tuple:
+        """`compute(pixel_values) -> tuple of (B, ...) tensors`, served from the cache for images seen before.
+        Returns the same tuple, in float32, on the device of `pixel_values`."""
+        paths = [self._path(crop_epoch, int(i)) for i in indices]
+        if all(os.path.exists(path) for path in paths):
+            stored = [load_file(path) for path in paths]
+            return tuple(torch.stack([s[str(j)] for s in stored]).float().to(pixel_values.device) for j in range(len(stored[0])))
+        outputs = compute(pixel_values)
+        for row, path in enumerate(paths):
+            # write to a temporary name first: another process may read the file while this one writes it
+            save_file({str(j): out[row].half().cpu().contiguous() for j, out in enumerate(outputs)}, path + ".tmp")
+            os.replace(path + ".tmp", path)
+        return outputs
