@@ -4,7 +4,9 @@ A shallow *selector* looks at a low-resolution copy of the image and scores ever
 *extractor* embeds and processes only the top-k patches, reusing the selector's CLS and register tokens. The
 full-resolution image is never processed: the extractor's cost follows k, not the image size.
 
-Hub-copied: this file imports only torch, transformers and its sibling configuration file.
+Hub-copied: this file imports only torch, transformers and its sibling configuration file. A hub repo holds one
+model's files, so the few helpers both models need are repeated here, marked "Same as modeling_veca", as
+transformers does across its model files; change them together.
 """
 
 import json
@@ -95,6 +97,7 @@ def resize_position_table(table: torch.Tensor, grid: tuple[int, int], antialias:
     return resized.to(table.dtype).flatten(2).transpose(1, 2)
 
 
+# Same as modeling_veca.eager_attention_forward
 def eager_attention_forward(
     module: nn.Module,
     query: torch.Tensor,
@@ -168,6 +171,7 @@ class LookWhereMLP(nn.Module):
         return self.fc2(self.activation(self.fc1(hidden_states)))
 
 
+# Same as modeling_veca.VecaDropPath
 class LookWhereDropPath(nn.Module):
     """Stochastic depth per sample; identity at eval or when the rate is 0."""
 
@@ -341,6 +345,7 @@ class LookWherePreTrainedModel(PreTrainedModel):
         elif isinstance(module, LookWhereExtractor):
             init.trunc_normal_(module.position_embeddings, mean=0.0, std=std)
 
+    # Same as modeling_veca.VecaPreTrainedModel.save_pretrained
     def save_pretrained(self, save_directory, *args, **kwargs):
         """`PreTrainedModel.save_pretrained`, plus a stock `preprocessor_config.json` (ImageNet normalisation) so
         that `AutoImageProcessor` works; an existing one is kept. Models registered for hub code map every head."""
@@ -353,9 +358,9 @@ class LookWherePreTrainedModel(PreTrainedModel):
                 json.dump(image_processor_dict(self.config.image_size), f, indent=2)
 
 
+# Same as modeling_veca.image_processor_dict
 def image_processor_dict(image_size: int) -> dict:
-    """A transformers `BitImageProcessor` config: RGB, resize to image_size, rescale to [0, 1], ImageNet normalise.
-    (Each model folder carries its own copy: a hub repo holds one model's files only.)"""
+    """A transformers `BitImageProcessor` config: RGB, resize to image_size, rescale to [0, 1], ImageNet normalise."""
     return {
         "image_processor_type": "BitImageProcessor",
         "do_convert_rgb": True,
