@@ -157,7 +157,7 @@ def test_two_processes_agree_on_every_budget(teacher_dir, image_dir, tmp_path):
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(command, cwd=tmp_path, env=env)
     try:
-        assert process.wait(timeout=180) == 0
+        assert process.wait(timeout=300) == 0
     finally:  # never leave a launcher or worker behind (torchrun starts workers in sessions of their own)
         for pid in os.listdir("/proc"):
             try:

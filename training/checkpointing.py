@@ -1,9 +1,11 @@
-"""Accelerate checkpoints with the step they were taken at, for `--resume`, and the end of a run."""
+"""Accelerate checkpoints with the step they were taken at (for `--resume`), the guard that keeps the last one good,
+and the end of a run."""
 
 import json
 import os
 import re
 
+import torch
 from accelerate import Accelerator
 
 
@@ -42,3 +44,21 @@ def finish(accelerator: Accelerator) -> None:
     accelerator.wait_for_everyone()
     accelerator.end_training()
     accelerator.state.destroy_process_group()
+
+
+def guarded_update(accelerator: Accelerator, model, optimizer, scheduler, loss, max_grad_norm: float, step: int,
+                   output_dir: str) -> None:
+    """backward, clip, step, zero_grad; a non-finite loss or gradient stops the run before the weights change, so
+    the last checkpoint stays good."""
+    stop = f"The last good checkpoint is intact in {output_dir}/checkpoints (resume with --resume after lowering --lr)."
+    if not torch.isfinite(loss):
+        raise FloatingPointError(f"Loss is {loss.item()} at step {step}; stopping. {stop}")
+    accelerator.backward(loss)
+    if accelerator.sync_gradients:
+        grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)
+        # fp16's loss scaler skips overflowing steps itself; elsewhere a bad gradient would poison the weights
+        if accelerator.mixed_precision != "fp16" and not torch.isfinite(grad_norm):
+            raise FloatingPointError(f"Gradient norm is {grad_norm.item()} at step {step}; stopping before the update. {stop}")
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad()

@@ -16,7 +16,7 @@ import os
 import torch
 from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration, set_seed
-from checkpointing import finish, resume, save_checkpoint
+from checkpointing import finish, guarded_update, resume, save_checkpoint
 from data import build_dataset, collate
 from losses import lookwhere_loss
 from schedule import draw_int, reseed_for_step, warmup_cosine
@@ -123,23 +123,7 @@ def main(argv=None) -> None:
                     output.pooler_output, output.last_hidden_state[:, num_prefix:], output.selector_map,
                     teacher_cls, teacher_patches, teacher_map, map_weight=args.map_weight,
                 )
-                if not torch.isfinite(loss):
-                    raise FloatingPointError(
-                        f"Loss is {loss.item()} at step {step}; stopping. The last good checkpoint is intact in "
-                        f"{args.output_dir}/checkpoints (resume with --resume after lowering --lr)."
-                    )
-                accelerator.backward(loss)
-                if accelerator.sync_gradients:
-                    grad_norm = accelerator.clip_grad_norm_(student.parameters(), args.max_grad_norm)
-                    # fp16's loss scaler skips overflowing steps itself; elsewhere a bad gradient would poison the weights
-                    if args.mixed_precision != "fp16" and not torch.isfinite(grad_norm):
-                        raise FloatingPointError(
-                            f"Gradient norm is {grad_norm.item()} at step {step}; stopping before the update. The last "
-                            f"good checkpoint is intact in {args.output_dir}/checkpoints."
-                        )
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad()
+                guarded_update(accelerator, student, optimizer, scheduler, loss, args.max_grad_norm, step, args.output_dir)
             if not accelerator.sync_gradients:
                 continue
             step += 1

@@ -12,15 +12,18 @@ permutation is needed.
 
 import argparse
 import math
-import os
-import pickle
 import re
 
 import torch
-from transformers import initialization as init
 
 from corevision_hf import LookWhereConfig, LookWhereModel
-from corevision_hf.convert.veca import _strip_wrapper_prefixes
+from corevision_hf.convert.common import (
+    check_out_dir,
+    expected_state_dict,
+    load_tensor_checkpoint,
+    save_converted,
+    strip_wrapper_prefixes,
+)
 
 
 # timm ViT block names -> ours, within `blocks.{l}.` / `layers.{l}.`; `.weight`/`.bias` suffixes carry over.
@@ -42,18 +45,9 @@ UNUSED_EXTRACTOR_KEYS = ("cls_token", "reg_token")
 
 def load_lookwhere_checkpoint(path: str) -> dict:
     """The reference checkpoint at `path`, checked to have the released nested layout of tensor state dicts."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"Reference checkpoint {path!r} does not exist (or is not a file).")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, AttributeError, TypeError, EOFError) as error:
-        # Unpickling arbitrary objects runs whatever code the file names, so weights_only refusals are final.
-        raise ValueError(
-            f"{path!r} is not a plain tensor checkpoint and will not be unpickled (that could run code from the "
-            "file). Re-save only the weights in a trusted environment, keeping the layout {'selector': {'backbone': "
-            "..., 'head': ...}, 'extractor': ...}. "
-            f"torch.load said: {str(error).strip().splitlines()[0]}"
-        ) from error
+    checkpoint = load_tensor_checkpoint(
+        path, "keeping the layout {'selector': {'backbone': ..., 'head': ...}, 'extractor': ...}"
+    )
     _check_layout(checkpoint, path)
     return checkpoint
 
@@ -84,12 +78,6 @@ def _check_layout(checkpoint, where: str) -> None:
         raise ValueError(f"{where!r} does not have the reference layout {layout}: " + "; ".join(problems) + ".")
 
 
-def _empty_model(config: LookWhereConfig) -> LookWhereModel:
-    """A LookWhereModel whose weights are left uninitialised (they are overwritten)."""
-    with init.no_init_weights():
-        return LookWhereModel(config)
-
-
 def convert_reference_state_dict(
     checkpoint_dict: dict, num_attention_heads: int | None = None
 ) -> tuple[LookWhereConfig, dict[str, torch.Tensor]]:
@@ -103,9 +91,9 @@ def convert_reference_state_dict(
     Raises ValueError on unknown, missing or mis-shaped weights."""
     _check_layout(checkpoint_dict, "checkpoint")
     parts = {
-        "selector.backbone": ("selector", _strip_wrapper_prefixes(checkpoint_dict["selector"]["backbone"])),
-        "selector.head": ("selector", _strip_wrapper_prefixes(checkpoint_dict["selector"]["head"])),
-        "extractor": ("extractor", _strip_wrapper_prefixes(checkpoint_dict["extractor"])),
+        "selector.backbone": ("selector", strip_wrapper_prefixes(checkpoint_dict["selector"]["backbone"])),
+        "selector.head": ("selector", strip_wrapper_prefixes(checkpoint_dict["selector"]["head"])),
+        "extractor": ("extractor", strip_wrapper_prefixes(checkpoint_dict["extractor"])),
     }
     ours, sources, unexpected = {}, {}, []  # sources: our name -> reference name, for error messages
 
@@ -124,7 +112,7 @@ def convert_reference_state_dict(
         ours["selector.register_tokens"] = torch.zeros(1, 0, config.hidden_size)  # a ViT without registers
         sources["selector.register_tokens"] = "selector.backbone.reg_token"
 
-    expected = _empty_model(config).state_dict()
+    expected = expected_state_dict(LookWhereModel, config)
     missing = sorted(set(expected) - set(ours))
     unexpected += [sources[name] for name in set(ours) - set(expected)]  # e.g. blocks beyond the depth found
     if unexpected or missing:
@@ -239,23 +227,13 @@ def _infer_config(ours: dict, parts: dict, num_attention_heads: int | None) -> L
     return config
 
 
-def _check_out_dir(out_dir: str, force: bool) -> None:
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise ValueError(f"{out_dir!r} exists and is not a folder.")
-    if os.path.isdir(out_dir) and os.listdir(out_dir) and not force:
-        raise ValueError(f"{out_dir!r} exists and is not empty; pass --force to write into it anyway.")
-
-
 def convert(
     checkpoint: str, out_dir: str, num_attention_heads: int | None = None, force: bool = False
 ) -> LookWhereModel:
     """Converts `checkpoint` and saves the hub folder `out_dir` (other files already in it are left alone)."""
-    _check_out_dir(out_dir, force)
+    check_out_dir(out_dir, force)
     config, state_dict = convert_reference_state_dict(load_lookwhere_checkpoint(checkpoint), num_attention_heads)
-    model = _empty_model(config)
-    model.load_state_dict(state_dict, strict=True)
-    model.save_pretrained(out_dir)
-    return model
+    return save_converted(LookWhereModel, config, state_dict, out_dir)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -9,14 +9,18 @@ The reference already uses our RoPE convention (interleaved pairs, x block then 
 """
 
 import argparse
-import os
-import pickle
 import re
 
 import torch
-from transformers import initialization as init
 
 from corevision_hf import VECA_PRESETS, VecaConfig, VecaModel
+from corevision_hf.convert.common import (
+    check_out_dir,
+    expected_state_dict,
+    load_tensor_checkpoint,
+    save_converted,
+    strip_wrapper_prefixes,
+)
 
 
 # One-to-one renames, reference -> ours; `{l}` is a layer index. The core bank, alphas and q/k/v are merged below.
@@ -32,22 +36,11 @@ RENAMES = [
     ("output_proj.", "output_projection."),
 ]
 _RENAME_PATTERNS = [(re.compile(re.escape(ref).replace(r"\{l\}", r"(\d+)")), ours) for ref, ours in RENAMES]
-WRAPPER_PREFIXES = ("module.", "_orig_mod.")  # added by DDP / torch.compile
 
 
 def load_reference_checkpoint(path: str) -> dict[str, torch.Tensor]:
     """The reference weights at `path`: a bare state dict, or the "student" entry of a training dict."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"Reference checkpoint {path!r} does not exist (or is not a file).")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, AttributeError, TypeError, EOFError) as error:
-        # Unpickling arbitrary objects runs whatever code the file names, so weights_only refusals are final.
-        raise ValueError(
-            f"{path!r} is not a plain tensor checkpoint and will not be unpickled (that could run code from the "
-            "file). Re-save only the weights in a trusted environment, e.g. torch.save(ckpt['student'], 'w.pt'). "
-            f"torch.load said: {str(error).strip().splitlines()[0]}"
-        ) from error
+    checkpoint = load_tensor_checkpoint(path, "e.g. torch.save(ckpt['student'], 'w.pt')")
     if isinstance(checkpoint, dict) and isinstance(checkpoint.get("student"), dict):
         checkpoint = checkpoint["student"]
     if not isinstance(checkpoint, dict) or not all(isinstance(v, torch.Tensor) for v in checkpoint.values()):
@@ -56,27 +49,12 @@ def load_reference_checkpoint(path: str) -> dict[str, torch.Tensor]:
     return checkpoint
 
 
-def _strip_wrapper_prefixes(state_dict: dict) -> dict:
-    stripped = {}
-    for key, value in state_dict.items():
-        while key.startswith(WRAPPER_PREFIXES):
-            key = key.split(".", 1)[1]
-        stripped[key] = value
-    return stripped
-
-
 def _chunk_keys(state_dict: dict, prefix: str) -> list[str]:
     """`prefix.0`, `prefix.1`, ... in index order (numeric, so 10 follows 9); a gap is an error."""
     indices = sorted(int(m.group(1)) for k in state_dict if (m := re.fullmatch(re.escape(prefix) + r"\.(\d+)", k)))
     if indices != list(range(len(indices))):
         raise ValueError(f"{prefix}.* indices must run 0..n-1 without gaps, got {indices}.")
     return [f"{prefix}.{i}" for i in indices]
-
-
-def _empty_model(config: VecaConfig) -> VecaModel:
-    """A VecaModel whose weights are left uninitialised (seconds saved at base size; they are overwritten)."""
-    with init.no_init_weights():
-        return VecaModel(config)
 
 
 def convert_reference_state_dict(
@@ -88,7 +66,7 @@ def convert_reference_state_dict(
     pos_alpha (L-1,) -> coordinate_heads.{l}.alpha (1,);
     blocks.{l}.attn.{q,k,v}_proj.weight (D, D) -> layers.{l}.attention.qkv.weight (3D, D), biases likewise;
     everything else is renamed (RENAMES). Raises ValueError on unknown, missing or mis-shaped weights."""
-    state_dict = _strip_wrapper_prefixes(state_dict)
+    state_dict = strip_wrapper_prefixes(state_dict)
     norm_keys = sorted(k for k in state_dict if k.startswith("patch_embed.norm."))
     if norm_keys:
         raise ValueError(f"The checkpoint has a patch-embedding norm ({norm_keys}); VecaModel has none, so it "
@@ -126,7 +104,7 @@ def convert_reference_state_dict(
                 put(f"layers.{layer}.attention.qkv.{kind}", torch.cat([state_dict[p] for p in parts]), source, parts)
 
     config = _infer_config(ours, num_layers, num_attention_heads)
-    expected = _empty_model(config).state_dict()
+    expected = expected_state_dict(VecaModel, config)
     missing = sorted(set(expected) - set(ours))
     unused |= {sources[name] for name in set(ours) - set(expected)}  # e.g. blocks.{l} beyond the layers found
     if unused or missing:
@@ -176,10 +154,7 @@ def _infer_config(ours: dict, num_layers: int, num_attention_heads: int | None) 
 def convert(checkpoint: str, out_dir: str, preset: str | None = None, num_attention_heads: int | None = None,
             patch_size: int | None = None, force: bool = False) -> VecaModel:
     """Converts `checkpoint` and saves the hub folder `out_dir`; `preset` and `patch_size` are checked."""
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise ValueError(f"{out_dir!r} exists and is not a folder.")
-    if os.path.isdir(out_dir) and os.listdir(out_dir) and not force:
-        raise ValueError(f"{out_dir!r} exists and is not empty; pass --force to write into it anyway.")
+    check_out_dir(out_dir, force)
     wanted = dict(VECA_PRESETS[preset]) if preset else {}
     preset_heads = wanted.pop("num_attention_heads", None)
     num_attention_heads = num_attention_heads or preset_heads
@@ -189,10 +164,7 @@ def convert(checkpoint: str, out_dir: str, preset: str | None = None, num_attent
     wrong = [f"{k} is {getattr(config, k)}, not {v}" for k, v in wanted.items() if getattr(config, k) != v]
     if wrong:
         raise ValueError(f"The weights do not match the requested size: {', '.join(wrong)}.")
-    model = _empty_model(config)
-    model.load_state_dict(state_dict, strict=True)
-    model.save_pretrained(out_dir)
-    return model
+    return save_converted(VecaModel, config, state_dict, out_dir)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -209,8 +209,7 @@ class LookWhereLayer(GradientCheckpointingLayer):
 
 
 def make_layers(config: LookWhereConfig, depth: int) -> nn.ModuleList:
-    rates = torch.linspace(0, config.drop_path_rate, depth).tolist()
-    return nn.ModuleList(LookWhereLayer(config, rate) for rate in rates)
+    return nn.ModuleList(LookWhereLayer(config, config.drop_path_rate * i / max(1, depth - 1)) for i in range(depth))
 
 
 class LookWhereSelector(nn.Module):

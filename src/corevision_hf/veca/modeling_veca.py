@@ -356,8 +356,8 @@ class VecaModel(VecaPreTrainedModel):
         self.core_bank = VecaCoreBank(config)
         self.rotary_embedding = VecaRotaryEmbedding(config)
         self.coordinate_heads = nn.ModuleList(VecaCoordinateHead(config) for _ in range(config.num_hidden_layers - 1))
-        drop_path_rates = torch.linspace(0, config.drop_path_rate, config.num_hidden_layers).tolist()
-        self.layers = nn.ModuleList(VecaLayer(config, rate) for rate in drop_path_rates)
+        depth = config.num_hidden_layers
+        self.layers = nn.ModuleList(VecaLayer(config, config.drop_path_rate * i / max(1, depth - 1)) for i in range(depth))
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.output_projection = (
             nn.Linear(config.hidden_size, config.output_projection_size) if config.output_projection_size else None
