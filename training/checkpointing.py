@@ -1,5 +1,5 @@
 """Accelerate checkpoints with the step they were taken at (for `--resume`), the guard that keeps the last one good,
-and the end of a run."""
+the final export and the end of a run."""
 
 import json
 import os
@@ -36,6 +36,17 @@ def resume(accelerator: Accelerator, output_dir: str) -> int:
         step = json.load(f)["step"]
     accelerator.print(f"resumed from {checkpoint} at step {step}")
     return step
+
+
+def export(accelerator: Accelerator, model, output_dir: str, stats) -> None:
+    """The hub-ready `OUT/final` folder (weights gathered from every process) and the run's data counts."""
+    accelerator.wait_for_everyone()
+    final = os.path.join(output_dir, "final")
+    accelerator.unwrap_model(model).save_pretrained(
+        final, is_main_process=accelerator.is_main_process, state_dict=accelerator.get_state_dict(model)
+    )
+    accelerator.print(f"data: {stats.summary(accelerator.reduce(stats.as_tensor().to(accelerator.device), 'sum'))}")
+    accelerator.print(f"exported {final}: AutoModel.from_pretrained({final!r}, trust_remote_code=True)")
 
 
 def finish(accelerator: Accelerator) -> None:

@@ -16,7 +16,7 @@ import os
 import torch
 from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration, set_seed
-from checkpointing import finish, guarded_update, resume, save_checkpoint
+from checkpointing import export, finish, guarded_update, resume, save_checkpoint
 from data import build_dataset, collate
 from losses import lookwhere_loss
 from schedule import draw_int, reseed_for_step, warmup_cosine
@@ -141,13 +141,7 @@ def main(argv=None) -> None:
                 break
     progress.close()
 
-    accelerator.wait_for_everyone()
-    final = os.path.join(args.output_dir, "final")
-    accelerator.unwrap_model(student).save_pretrained(
-        final, is_main_process=accelerator.is_main_process, state_dict=accelerator.get_state_dict(student)
-    )
-    accelerator.print(f"data: {stats.summary(accelerator.reduce(stats.as_tensor().to(accelerator.device), 'sum'))}")
-    accelerator.print(f"exported {final}: AutoModel.from_pretrained({final!r}, trust_remote_code=True)")
+    export(accelerator, student, args.output_dir, stats)
     finish(accelerator)
 
 

@@ -17,7 +17,7 @@ import os
 import torch
 from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration, set_seed
-from checkpointing import finish, guarded_update, resume, save_checkpoint
+from checkpointing import export, finish, guarded_update, resume, save_checkpoint
 from data import build_dataset, collate
 from losses import veca_loss
 from schedule import draw, reseed_for_step, warmup_cosine
@@ -178,13 +178,7 @@ def main(argv=None) -> None:
                 break
     progress.close()
 
-    accelerator.wait_for_everyone()
-    final = os.path.join(args.output_dir, "final")
-    accelerator.unwrap_model(student).save_pretrained(
-        final, is_main_process=accelerator.is_main_process, state_dict=accelerator.get_state_dict(student)
-    )
-    accelerator.print(f"data: {stats.summary(accelerator.reduce(stats.as_tensor().to(accelerator.device), 'sum'))}")
-    accelerator.print(f"exported {final}: AutoModel.from_pretrained({final!r}, trust_remote_code=True)")
+    export(accelerator, student, args.output_dir, stats)
     finish(accelerator)
 
 
