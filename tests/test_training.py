@@ -2,6 +2,7 @@
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -72,6 +73,11 @@ def test_veca_script_runs_and_exports(teacher_dir, image_dir, tmp_path):
     model = AutoModel.from_pretrained(tmp_path / "final", trust_remote_code=True)
     assert model.config.output_projection_size is None and model.config.num_cores == 8
     assert (tmp_path / "final" / "modeling_veca.py").exists()
+    recipe = json.loads((tmp_path / "final" / "training_recipe.json").read_text())
+    assert recipe["method"] == "veca" and recipe["steps"] == 3 and recipe["global_batch_size"] == 2
+    assert recipe["command"].startswith("python training/distill_veca.py --teacher ") and "--max-steps 3" in recipe["command"]
+    assert distill_veca.parse_args(shlex.split(recipe["command"])[2:]) == distill_veca.parse_args(
+        veca_args(teacher_dir, image_dir, tmp_path, "--max-steps", "3", "--checkpoint-every", "2"))
 
 
 def test_lookwhere_script_runs_and_exports(teacher_dir, image_dir, tmp_path):

@@ -4,6 +4,7 @@ the final export and the end of a run."""
 import json
 import os
 import re
+import shlex
 
 import torch
 from accelerate import Accelerator
@@ -38,15 +39,45 @@ def resume(accelerator: Accelerator, output_dir: str) -> int:
     return step
 
 
-def export(accelerator: Accelerator, model, output_dir: str, stats) -> None:
-    """The hub-ready `OUT/final` folder (weights gathered from every process) and the run's data counts."""
+def export(accelerator: Accelerator, model, output_dir: str, stats, script: str, args) -> None:
+    """The hub-ready `OUT/final` folder (weights gathered from every process), the recipe that produced it
+    (`training_recipe.json`, which the model card quotes) and the run's data counts."""
     accelerator.wait_for_everyone()
     final = os.path.join(output_dir, "final")
     accelerator.unwrap_model(model).save_pretrained(
         final, is_main_process=accelerator.is_main_process, state_dict=accelerator.get_state_dict(model)
     )
+    if accelerator.is_main_process:
+        with open(os.path.join(final, "training_recipe.json"), "w") as f:
+            json.dump(training_recipe(accelerator, script, args), f, indent=2)
     accelerator.print(f"data: {stats.summary(accelerator.reduce(stats.as_tensor().to(accelerator.device), 'sum'))}")
     accelerator.print(f"exported {final}: AutoModel.from_pretrained({final!r}, trust_remote_code=True)")
+
+
+def training_recipe(accelerator: Accelerator, script: str, args) -> dict:
+    """What a model card needs to say how a checkpoint was made: the command (rebuilt from the parsed arguments, so
+    it is the same however the script was called) and every argument."""
+    arguments = {name: value for name, value in vars(args).items() if name not in ("stop_at_step", "resume")}
+    flags = []
+    for name, value in arguments.items():
+        if value is None or value is False:
+            continue
+        flags.append("--" + name.replace("_", "-"))
+        if value is not True:
+            flags.append(shlex.quote(str(value)))
+    launcher = "accelerate launch" if accelerator.num_processes > 1 else "python"
+    return {
+        "script": script,
+        "method": "veca" if "veca" in script else "lookwhere",
+        "command": " ".join([launcher, script, *flags]),
+        "teacher": args.teacher,
+        "data": args.data,
+        "steps": args.max_steps,
+        "num_processes": accelerator.num_processes,
+        "global_batch_size": args.batch_size * accelerator.num_processes * args.gradient_accumulation_steps,
+        "mixed_precision": args.mixed_precision,
+        "args": arguments,
+    }
 
 
 def finish(accelerator: Accelerator) -> None:

@@ -141,7 +141,7 @@ def main(argv=None) -> None:
                 break
     progress.close()
 
-    export(accelerator, student, args.output_dir, stats)
+    export(accelerator, student, args.output_dir, stats, "training/distill_lookwhere.py", args)
     finish(accelerator)
 
 

@@ -178,7 +178,7 @@ def main(argv=None) -> None:
                 break
     progress.close()
 
-    export(accelerator, student, args.output_dir, stats)
+    export(accelerator, student, args.output_dir, stats, "training/distill_veca.py", args)
     finish(accelerator)
 
 
