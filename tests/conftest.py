@@ -1,8 +1,10 @@
 import os
 import shutil
+import socket
 import subprocess
 import sys
 
+import evaluate
 import pytest
 import torch
 
@@ -65,3 +67,30 @@ def make_offline_hub_cache(tmp_path, folder, repo_id: str) -> dict:
     (repo / "refs" / "main").write_text(commit)
     shutil.copytree(folder, repo / "snapshots" / commit)
     return {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+
+
+@pytest.fixture
+def offline_evaluate(tmp_path, monkeypatch):
+    """Offline, with evaluate's module copies and prediction caches in tmp_path; any connection attempt fails."""
+    for name in ["HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_EVALUATE_OFFLINE"]:
+        monkeypatch.setenv(name, "1")
+    # evaluate reads its cache folders and offline flag at import time, so the environment alone is too late.
+    monkeypatch.setattr(evaluate.config, "HF_EVALUATE_OFFLINE", True)
+    monkeypatch.setattr(evaluate.config, "HF_MODULES_CACHE", tmp_path / "modules")
+    monkeypatch.setattr(evaluate.config, "HF_METRICS_CACHE", tmp_path / "metrics")
+    monkeypatch.setattr(sys, "path", list(sys.path))  # evaluate.load appends the modules cache to sys.path
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("a metric tried to open a network connection")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    _forget_evaluate_modules()
+    yield tmp_path
+    _forget_evaluate_modules()
+
+
+def _forget_evaluate_modules():
+    """evaluate imports its script copies as `evaluate_modules.*`, a package bound to the modules cache of the
+    process's first load; forgetting it lets each test's own cache serve (and leaves none of ours behind)."""
+    for name in [name for name in sys.modules if name.split(".")[0] == "evaluate_modules"]:
+        del sys.modules[name]

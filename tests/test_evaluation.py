@@ -1,0 +1,148 @@
+"""training/evaluate_budgets.py on tiny random models and tiny synthetic datasets (CPU, no network)."""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from transformers import Dinov2WithRegistersConfig, Dinov2WithRegistersModel
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
+
+import evaluate_budgets  # noqa: E402
+
+from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("offline_evaluate")
+
+TINY_VECA = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=48, patch_size=8,
+                 num_cores=8, image_size=32)
+
+
+def save_image(path: Path, array: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(array).save(path)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict:
+    """A tiny teacher (width 32, patch 8) and VECA / LookWhere checkpoints, plus agreement, probe and
+    segmentation folders of small random images."""
+    root = tmp_path_factory.mktemp("evaluation")
+    torch.manual_seed(0)
+    teacher = Dinov2WithRegistersConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, mlp_ratio=2,
+                                        patch_size=8, image_size=32, num_register_tokens=4)
+    Dinov2WithRegistersModel(teacher).save_pretrained(root / "teacher")
+    VecaModel(VecaConfig(**TINY_VECA)).save_pretrained(root / "veca")
+    LookWhereModel(LookWhereConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, patch_size=8, image_size=32,
+        selector_depth=1, selector_image_size=16,
+    )).save_pretrained(root / "lookwhere")
+    rng = np.random.default_rng(0)
+    for i in range(3):
+        save_image(root / "photos" / f"{i}.jpg", rng.integers(0, 255, (30 + 4 * i, 40, 3), dtype=np.uint8))
+    for split, count in (("train", 3), ("val", 2)):
+        for label, channel in (("cat", 0), ("dog", 2)):  # a red class and a blue class
+            for i in range(count):
+                pixels = rng.integers(0, 60, (36, 36, 3), dtype=np.uint8)
+                pixels[..., channel] = 220
+                save_image(root / "pets" / split / label / f"{i}.png", pixels)
+        for i in range(2):
+            save_image(root / "scenes" / split / "images" / f"{i}.jpg", rng.integers(0, 255, (40, 48, 3), dtype=np.uint8))
+            mask = np.zeros((40, 48), dtype=np.uint8)
+            mask[:, 24:] = 2  # classes 0 and 2; class 1 is absent everywhere
+            mask[:4] = 255
+            save_image(root / "scenes" / split / "masks" / f"{i}.png", mask)
+    return {name: str(root / name) for name in ("teacher", "veca", "lookwhere", "photos", "pets", "scenes")}
+
+
+def run(folders: dict, out: Path, checkpoint: str, *extra: str) -> dict:
+    evaluate_budgets.main([folders[checkpoint], "--output-dir", str(out), "--latency-runs", "1", *extra])
+    return json.loads((out / "evaluation.json").read_text())
+
+
+def test_veca_over_three_budgets_with_every_quality_metric(folders, tmp_path):
+    report = run(
+        folders, tmp_path, "veca", "--budgets", "8", "2", "4", "--resolutions", "32", "48",
+        "--teacher", folders["teacher"], "--agreement-data", folders["photos"], "--probe-data", folders["pets"],
+        "--segmentation-data", folders["scenes"],
+    )
+    assert (tmp_path / "evaluation.png").stat().st_size > 0
+    assert report["format"] == "corevision-evaluation/1" and report["model_type"] == "veca"
+    assert report["budget_name"] == "num_cores" and report["budgets"] == [2, 4, 8]
+    assert report["datasets"] == {"agreement": "photos", "probe": "pets", "segmentation": "scenes"}
+    for resolution in ("32", "48"):
+        flops = [entry["cost"][resolution]["gflops"] for entry in report["results"]]
+        assert flops == sorted(flops) and len(set(flops)) == 3  # fewer cores, fewer FLOPs
+        assert report["teacher_cost"][resolution]["gflops"] > 0
+    # Hand count, 2 cores at 32 px: N = 16 patches, L = 18 tokens, d = 32, SwiGLU hidden h = 48, 2 layers.
+    # per layer: projections 8 L d^2 = 147456, attention 4 d (C^2 + 2 N C) = 8704, MLP 6 L d h = 165888;
+    # + coordinate heads (layers - 1) * 2 C d * 2 = 256 + patch embedding 2 N d (3 * 8 * 8) = 196608.
+    assert report["results"][0]["cost"]["32"]["gflops"] * 1e9 == pytest.approx(2 * (147456 + 8704 + 165888) + 256 + 196608)
+    for entry in report["results"]:
+        cost = entry["cost"]["32"]
+        assert cost["latency_ms"] > 0 and cost["throughput_images_per_s"] == pytest.approx(1e3 / cost["latency_ms"])
+        quality = entry["quality"]
+        assert -1 <= quality["cls_cosine"] <= 1 and -1 <= quality["patch_cosine"] <= 1
+        assert 0 <= quality["probe_accuracy"] <= 1 and 0 <= quality["segmentation_miou"] <= 1
+
+
+def test_lookwhere_budgets_as_k_ratio_and_as_k(folders, tmp_path):
+    report = run(folders, tmp_path / "ratio", "lookwhere", "--budgets", "0.5", "0.25", "1.0", "--resolutions", "32",
+                 "--teacher", folders["teacher"], "--agreement-data", folders["photos"])
+    assert report["budget_name"] == "k_ratio" and report["budgets"] == [0.25, 0.5, 1.0]
+    flops = [entry["cost"]["32"]["gflops"] for entry in report["results"]]
+    assert flops == sorted(flops) and len(set(flops)) == 3
+    assert all(entry["quality"]["cls_cosine"] is not None for entry in report["results"])
+    report = run(folders, tmp_path / "k", "lookwhere", "--budgets", "4", "16", "--resolutions", "32")
+    assert report["budget_name"] == "k" and report["teacher"] is None and report["teacher_cost"] is None
+
+
+@pytest.mark.parametrize(
+    "budgets, message",
+    [(["9"], "Unknown budget"), (["0"], "Unknown budget"), (["2.5"], "Unknown budget"), (["two"], "must be numbers")],
+)
+def test_unknown_budget_fails_before_any_work(folders, tmp_path, monkeypatch, budgets, message):
+    monkeypatch.setattr(evaluate_budgets.AutoModel, "from_pretrained", pytest.fail)  # no model is loaded
+    with pytest.raises(ValueError, match=message):
+        run(folders, tmp_path, "veca", "--budgets", *budgets)
+    assert not tmp_path.joinpath("evaluation.json").exists()
+
+
+def test_lookwhere_k_larger_than_the_grid_is_refused(folders, tmp_path, monkeypatch):
+    monkeypatch.setattr(evaluate_budgets.AutoModel, "from_pretrained", pytest.fail)
+    with pytest.raises(ValueError, match=r"Unknown budget.*\[17\].*1 to 16"):
+        run(folders, tmp_path, "lookwhere", "--budgets", "17", "--resolutions", "32")
+
+
+def test_checkpoint_folder_without_weights(folders, tmp_path):
+    folder = tmp_path / "no_weights"
+    folder.mkdir()
+    (folder / "config.json").write_text(Path(folders["veca"], "config.json").read_text())
+    with pytest.raises(FileNotFoundError, match="holds no weights"):
+        evaluate_budgets.main([str(folder), "--budgets", "4", "--output-dir", str(tmp_path / "out")])
+
+
+def test_probe_folder_without_labels(folders, tmp_path, monkeypatch):
+    unlabelled = tmp_path / "unlabelled"
+    for split in ("train", "val"):
+        save_image(unlabelled / split / "0.png", np.zeros((16, 16, 3), dtype=np.uint8))
+    monkeypatch.setattr(evaluate_budgets.AutoModel, "from_pretrained", pytest.fail)
+    with pytest.raises(ValueError, match="has no labels"):
+        run(folders, tmp_path, "veca", "--budgets", "4", "--probe-data", str(unlabelled))
+
+
+def test_other_bad_inputs_fail_before_any_work(folders, tmp_path, monkeypatch):
+    monkeypatch.setattr(evaluate_budgets.AutoModel, "from_pretrained", pytest.fail)
+    with pytest.raises(ValueError, match="not positive multiples of the patch size 8"):
+        run(folders, tmp_path, "veca", "--budgets", "4", "--resolutions", "30")
+    with pytest.raises(ValueError, match="needs --teacher"):
+        run(folders, tmp_path, "veca", "--budgets", "4", "--agreement-data", folders["photos"])
+    with pytest.raises(ValueError, match="masks"):
+        run(folders, tmp_path, "veca", "--budgets", "4", "--segmentation-data", folders["pets"])
+    (tmp_path / "evaluation.json").write_text("{}")
+    with pytest.raises(FileExistsError, match="--force"):
+        run(folders, tmp_path, "veca", "--budgets", "4")

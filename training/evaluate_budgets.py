@@ -1,0 +1,419 @@
+"""Cost and quality of a VECA or LookWhere checkpoint at every budget: what a user needs to choose one.
+
+    python training/evaluate_budgets.py outputs/veca/final --budgets 8 16 32 64 --resolutions 224 448 \
+        --teacher facebook/dinov3-vits16-pretrain-lvd1689m --agreement-data photos/ --probe-data pets/ \
+        --segmentation-data ade-mini/ --output-dir outputs/veca/eval
+
+Budgets are core counts for VECA; for LookWhere, patch counts (k: integers) or fractions of the grid (k_ratio:
+decimals). For every budget:
+- cost at each of --resolutions: analytic GFLOPs (corevision_hf.veca_flops / lookwhere_flops), the median latency
+  of a batch of --batch-size on this device, throughput, and peak memory above the weights;
+- quality at --quality-resolution (default: the first resolution): CLS and patch cosine to --teacher on the images
+  of --agreement-data; linear-probe accuracy (frozen pooled output, logistic regression) on --probe-data
+  (train/<class>/*, val/<class>/*); linear segmentation mIoU (per-patch linear head on frozen patch features) on
+  --segmentation-data ({train,val}/images/*, {train,val}/masks/*.png, 255 = ignore).
+The dense teacher is timed at the same resolutions in the same run. Accuracy and mIoU come from the package's
+`evaluate` modules (corevision_hf.metrics). Writes OUT/evaluation.json, read by training/publish.py and the model
+card, and OUT/evaluation.png (quality against cost).
+"""
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import evaluate
+import torch
+import torch.nn.functional as F
+import transformers
+from probes import (
+    IGNORE_INDEX,
+    classification_folder,
+    fit_linear_classifier,
+    fit_linear_segmenter,
+    image_files,
+    load_image,
+    load_mask,
+    segmentation_folder,
+)
+from teacher import load_teacher, teacher_input, teacher_patch_size, teacher_targets
+from transformers import AutoConfig, AutoModel
+
+import corevision_hf
+from corevision_hf import dense_vit_flops, lookwhere_flops, veca_flops
+from corevision_hf.metrics import ACCURACY, MEAN_IOU
+
+FORMAT = "corevision-evaluation/1"
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoint", help="a save_pretrained folder (e.g. OUT/final of a distillation) or a hub id")
+    parser.add_argument("--budgets", nargs="+", required=True, help="VECA: core counts; LookWhere: k or k_ratio values")
+    parser.add_argument("--resolutions", nargs="+", type=int, default=[224], help="square sizes to measure cost at")
+    parser.add_argument("--quality-resolution", type=int, default=None, help="size for quality (default: the first)")
+    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--teacher", default=None,
+                        help="for agreement and as the cost reference (default: the teacher in training_recipe.json)")
+    parser.add_argument("--agreement-data", default=None, help="image folder for CLS / patch cosine to the teacher")
+    parser.add_argument("--probe-data", default=None, help="train/<class>/* and val/<class>/* for the linear probe")
+    parser.add_argument("--segmentation-data", default=None, help="{train,val}/images/* and {train,val}/masks/*.png")
+    parser.add_argument("--batch-size", type=int, default=1, help="batch for latency and throughput")
+    parser.add_argument("--latency-runs", type=int, default=10, help="timed forwards per budget and resolution")
+    parser.add_argument("--eval-batch-size", type=int, default=16, help="batch for feature extraction")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--force", action="store_true", help="overwrite an existing OUT/evaluation.json")
+    return parser.parse_args(argv)
+
+
+# ---------------------------------------------------------------- checks (everything before any work starts)
+
+
+def checkpoint_config(checkpoint: str):
+    """The checkpoint's config; a local folder must also hold weights."""
+    folder = Path(checkpoint)
+    if folder.exists():
+        if not (folder / "config.json").is_file():
+            raise FileNotFoundError(f"{folder} has no config.json: give a folder written by save_pretrained.")
+        if not any((folder / name).is_file() for name in WEIGHT_FILES):
+            raise FileNotFoundError(
+                f"{folder} holds no weights (looked for {', '.join(WEIGHT_FILES)}); for a distillation run, give "
+                "OUT/final, not OUT."
+            )
+    try:
+        config = AutoConfig.from_pretrained(checkpoint)
+    except OSError as error:
+        raise ValueError(f"Could not read a config from {checkpoint!r}: {error}") from error
+    if config.model_type not in ("veca", "lookwhere"):
+        raise ValueError(f"{checkpoint!r} is a {config.model_type!r} model; this evaluates VECA and LookWhere.")
+    return config
+
+
+def parse_budgets(config, budgets: list[str], resolutions: list[int]) -> tuple[str, list]:
+    """("num_cores" | "k" | "k_ratio", ascending budgets), each checked against the config and every resolution."""
+    try:
+        values = [float(b) if "." in b else int(b) for b in budgets]
+    except ValueError as error:
+        raise ValueError(f"Budgets must be numbers, got {budgets}.") from error
+    if config.model_type == "veca":
+        name = "num_cores"
+        bad = [b for b in values if not isinstance(b, int) or not 1 <= b <= config.num_cores]
+        allowed = f"whole numbers of cores from 1 to the bank's {config.num_cores}"
+    elif all(isinstance(b, float) for b in values):
+        name = "k_ratio"
+        bad = [b for b in values if not 0 < b <= 1]
+        allowed = "fractions in (0, 1] (k_ratio)"
+    elif all(isinstance(b, int) for b in values):
+        name = "k"
+        fewest = min(r // config.patch_size for r in resolutions) ** 2
+        bad = [b for b in values if not 1 <= b <= fewest]
+        allowed = f"patch counts from 1 to {fewest} (the grid at {min(resolutions)} px), or decimals for k_ratio"
+    else:
+        raise ValueError(f"Mixed budgets {budgets}: give all k as integers or all k_ratio as decimals.")
+    if bad:
+        raise ValueError(f"Unknown budget(s) {bad} for this {config.model_type} checkpoint: budgets are {allowed}.")
+    return name, sorted(values)
+
+
+def check_resolutions(config, resolutions: list[int]) -> None:
+    bad = [r for r in resolutions if r <= 0 or r % config.patch_size]
+    if bad:
+        raise ValueError(f"Resolutions {bad} are not positive multiples of the patch size {config.patch_size}.")
+
+
+def recipe_teacher(checkpoint: str) -> str | None:
+    recipe = Path(checkpoint) / "training_recipe.json"
+    return json.loads(recipe.read_text()).get("teacher") if recipe.is_file() else None
+
+
+def output_width(config) -> int:
+    return getattr(config, "output_projection_size", None) or config.hidden_size
+
+
+# ---------------------------------------------------------------- cost
+
+
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _rss_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
+@torch.inference_mode()
+def measure(forward, device: str, runs: int) -> dict:
+    """Median latency (ms) of `forward()` after two warm-up calls, and its peak memory above what was resident
+    before it (MiB): CUDA's allocator peak, or on CPU the process's peak RSS after resetting the kernel's mark."""
+    for _ in range(2):
+        forward()
+    times = []
+    for _ in range(runs):
+        synchronize(device)
+        start = time.perf_counter()
+        forward()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        forward()
+        peak = (torch.cuda.max_memory_allocated() - base) / 2**20
+    elif platform.system() == "Linux":
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        base = _rss_kib("VmRSS")
+        forward()
+        peak = (_rss_kib("VmHWM") - base) / 1024
+    else:
+        peak = None  # no portable way to read a CPU peak elsewhere
+    return {"latency_ms": 1e3 * statistics.median(times), "peak_memory_mib": peak}
+
+
+def model_flops(config, resolution: int, budget_name: str, budget) -> int:
+    if config.model_type == "veca":
+        return veca_flops(config, resolution, num_cores=budget)
+    return lookwhere_flops(config, resolution, **{budget_name: budget})
+
+
+def teacher_flops(teacher_config, height: int, width: int) -> int:
+    """Dense-ViT FLOPs of the teacher: DINOv3 names its MLP width, DINOv2 gives a ratio (SwiGLU: 2/3 of it,
+    rounded up to a multiple of 8, as DINOv2 builds it)."""
+    gated = bool(getattr(teacher_config, "use_gated_mlp", False) or getattr(teacher_config, "use_swiglu_ffn", False))
+    mlp_width = getattr(teacher_config, "intermediate_size", None)
+    if mlp_width is None:
+        mlp_width = int(teacher_config.hidden_size * teacher_config.mlp_ratio)
+        if gated:
+            mlp_width = (mlp_width * 2 // 3 + 7) // 8 * 8
+    return dense_vit_flops(
+        height,
+        width,
+        hidden_size=teacher_config.hidden_size,
+        num_hidden_layers=teacher_config.num_hidden_layers,
+        intermediate_size=mlp_width,
+        patch_size=teacher_patch_size_of(teacher_config),
+        num_prefix_tokens=1 + getattr(teacher_config, "num_register_tokens", 0),
+        gated_mlp=gated,
+    )
+
+
+def teacher_patch_size_of(teacher_config) -> int:
+    patch = teacher_config.patch_size
+    return patch[0] if isinstance(patch, (tuple, list)) else patch
+
+
+def cost_entry(flops: int, timing: dict, batch_size: int) -> dict:
+    return {
+        "gflops": flops / 1e9,
+        "latency_ms": timing["latency_ms"],
+        "throughput_images_per_s": 1e3 * batch_size / timing["latency_ms"],
+        "peak_memory_mib": timing["peak_memory_mib"],
+    }
+
+
+# ---------------------------------------------------------------- quality
+
+
+@torch.inference_mode()
+def features(model, images: torch.Tensor, budget: dict, batch_size: int, device: str, dtype) -> tuple:
+    """Pooled output (N, D) and patch tokens (N, Hp * Wp, D) of a frozen model, in float32 on the CPU."""
+    grid = (images.shape[-2] // model.config.patch_size) * (images.shape[-1] // model.config.patch_size)
+    pooled, patches = [], []
+    for start in range(0, len(images), batch_size):
+        output = model(images[start : start + batch_size].to(device, dtype), **budget)
+        pooled.append(output.pooler_output.float().cpu())
+        patches.append(output.last_hidden_state[:, -grid:].float().cpu())  # VECA: [cores; patches], LookWhere: [prefix; patches]
+    return torch.cat(pooled), torch.cat(patches)
+
+
+def agreement(pooled: torch.Tensor, patches: torch.Tensor, targets: tuple) -> dict:
+    teacher_cls, teacher_patches = targets
+    return {
+        "cls_cosine": F.cosine_similarity(pooled, teacher_cls, dim=-1).mean().item(),
+        "patch_cosine": F.cosine_similarity(patches, teacher_patches, dim=-1).mean().item(),
+    }
+
+
+def probe_accuracy(train: tuple, val: tuple, num_classes: int) -> float:
+    """train / val: (pooled features (N, D), labels (N,)) -> top-1 accuracy of a linear head fitted on train."""
+    head = fit_linear_classifier(*train, num_classes)
+    metric = evaluate.load(ACCURACY)
+    metric.add_batch(predictions=head(val[0]).argmax(-1).tolist(), references=val[1].tolist())
+    return metric.compute()["accuracy"]
+
+
+def segmentation_miou(train: tuple, val: tuple, num_labels: int) -> float:
+    """train: (patch features (N, D, Hp, Wp), masks (N, S, S)); val: (patch features, list of full-size masks)."""
+    head = fit_linear_segmenter(*train, num_labels)
+    metric = evaluate.load(MEAN_IOU)
+    for grid_features, mask in zip(val[0], val[1]):
+        logits = F.interpolate(head(grid_features[None]), size=mask.shape, mode="bilinear", align_corners=False)
+        # int32: datasets' Image feature would warn that it downcasts int64 label maps
+        metric.add_batch(predictions=[logits[0].argmax(0).int().numpy()], references=[mask.int().numpy()])
+    return float(metric.compute(num_labels=num_labels, ignore_index=IGNORE_INDEX)["mean_iou"])
+
+
+def as_grid(patches: torch.Tensor, size: int, patch_size: int) -> torch.Tensor:
+    """(N, Hp * Wp, D) -> (N, D, Hp, Wp)."""
+    side = size // patch_size
+    return patches.transpose(1, 2).reshape(len(patches), -1, side, side)
+
+
+# ---------------------------------------------------------------- report
+
+
+def plot(report: dict, path: str) -> None:
+    """Each measured quality metric (or, with none, latency) against GFLOPs at the quality resolution, one point
+    per budget."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    resolution = str(report["quality_resolution"])
+    results = report["results"]
+    labels = {"cls_cosine": "CLS cosine to teacher", "patch_cosine": "patch cosine to teacher",
+              "probe_accuracy": "linear-probe accuracy", "segmentation_miou": "linear segmentation mIoU"}
+    panels = [m for m in labels if any(r["quality"][m] is not None for r in results)] or ["latency_ms"]
+    figure, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.4), squeeze=False)
+    gflops = [r["cost"][resolution]["gflops"] for r in results]
+    for axis, metric in zip(axes[0], panels):
+        values = [r["cost"][resolution][metric] if metric == "latency_ms" else r["quality"][metric] for r in results]
+        axis.plot(gflops, values, "o-")
+        for x, y, r in zip(gflops, values, results):
+            axis.annotate(str(r["budget"]), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        axis.set_xlabel(f"GFLOPs at {resolution} px")
+        axis.set_ylabel(labels.get(metric, "latency (ms)"))
+        axis.grid(alpha=0.3)
+    figure.suptitle(f"{report['model_type']}: quality against cost per {report['budget_name']}")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    output = Path(args.output_dir)
+    if (output / "evaluation.json").exists() and not args.force:
+        raise FileExistsError(f"{output / 'evaluation.json'} exists; pass --force to overwrite it or pick another --output-dir.")
+
+    # Checks: the checkpoint, the budgets, the sizes, every dataset and the teacher, before any work.
+    config = checkpoint_config(args.checkpoint)
+    resolutions = sorted(set(args.resolutions))
+    quality_resolution = args.quality_resolution or args.resolutions[0]
+    check_resolutions(config, [*resolutions, quality_resolution])
+    budget_name, budgets = parse_budgets(config, args.budgets, [*resolutions, quality_resolution])
+    agreement_files = image_files(args.agreement_data) if args.agreement_data else None
+    probe_splits, classes = classification_folder(args.probe_data) if args.probe_data else (None, None)
+    segmentation_splits = segmentation_folder(args.segmentation_data) if args.segmentation_data else None
+    teacher_name = args.teacher or recipe_teacher(args.checkpoint)
+    if agreement_files and not teacher_name:
+        raise ValueError("--agreement-data needs --teacher (the checkpoint has no training_recipe.json naming one).")
+    dtype = getattr(torch, args.dtype)
+    teacher = load_teacher(teacher_name, dtype).to(args.device) if teacher_name else None
+    if teacher is not None and agreement_files and teacher.config.hidden_size != output_width(config):
+        raise ValueError(
+            f"The teacher's width {teacher.config.hidden_size} differs from the student's output width "
+            f"{output_width(config)}: agreement needs the teacher the checkpoint was distilled from."
+        )
+    model = AutoModel.from_pretrained(args.checkpoint, dtype=dtype).to(args.device).eval()
+    output.mkdir(parents=True, exist_ok=True)
+
+    report = {
+        "format": FORMAT,
+        "model_type": config.model_type,
+        "checkpoint": args.checkpoint,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "budget_name": budget_name,
+        "budgets": budgets,
+        "resolutions": resolutions,
+        "quality_resolution": quality_resolution,
+        "environment": {
+            "device": args.device,
+            "device_name": torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else platform.processor() or platform.machine(),
+            "dtype": args.dtype,
+            "batch_size": args.batch_size,
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "corevision_hf": corevision_hf.__version__,
+        },
+        "teacher": teacher_name,
+        "datasets": {
+            "agreement": Path(args.agreement_data).name if args.agreement_data else None,
+            "probe": Path(args.probe_data).name if args.probe_data else None,
+            "segmentation": Path(args.segmentation_data).name if args.segmentation_data else None,
+        },
+        "teacher_cost": None,
+        "results": [],
+    }
+
+    # Cost: the same random batch for the checkpoint at every budget and for the dense teacher.
+    inputs = {r: torch.randn(args.batch_size, 3, r, r, generator=torch.Generator().manual_seed(r)) for r in resolutions}
+    if teacher is not None:
+        teacher_patch = teacher_patch_size(teacher)
+        report["teacher_cost"] = {}
+        for r in resolutions:
+            pixels = teacher_input(inputs[r], teacher_patch, config.patch_size).to(args.device, dtype)
+            timing = measure(lambda: teacher(pixels), args.device, args.latency_runs)
+            flops = teacher_flops(teacher.config, *pixels.shape[-2:])
+            report["teacher_cost"][str(r)] = cost_entry(flops, timing, args.batch_size)
+    for budget in budgets:
+        cost = {}
+        for r in resolutions:
+            pixels = inputs[r].to(args.device, dtype)
+            timing = measure(lambda: model(pixels, **{budget_name: budget}), args.device, args.latency_runs)
+            cost[str(r)] = cost_entry(model_flops(config, r, budget_name, budget), timing, args.batch_size)
+        report["results"].append({"budget": budget, "cost": cost, "quality": dict.fromkeys(
+            ["cls_cosine", "patch_cosine", "probe_accuracy", "segmentation_miou"])})
+        print(f"{budget_name}={budget}: " + ", ".join(f"{r} px {c['gflops']:.3g} GFLOPs {c['latency_ms']:.1f} ms" for r, c in cost.items()))
+
+    # Quality: every image is loaded once; features are recomputed per budget.
+    size = quality_resolution
+    if agreement_files:
+        agreement_images = torch.stack([load_image(f, size) for f in agreement_files])
+        grid = (size // config.patch_size, size // config.patch_size)
+        teacher_pixels = teacher_input(agreement_images, teacher_patch_size(teacher), config.patch_size)
+        targets = [teacher_targets(teacher, teacher_pixels[i : i + args.eval_batch_size].to(args.device, dtype), grid)
+                   for i in range(0, len(teacher_pixels), args.eval_batch_size)]
+        targets = tuple(torch.cat([t[j].float().cpu() for t in targets]) for j in range(2))
+    if probe_splits:
+        probe_images = {s: torch.stack([load_image(p, size) for p, _ in pairs]) for s, pairs in probe_splits.items()}
+        probe_labels = {s: torch.tensor([label for _, label in pairs]) for s, pairs in probe_splits.items()}
+    if segmentation_splits:
+        seg_images = {s: torch.stack([load_image(p, size) for p, _ in pairs]) for s, pairs in segmentation_splits.items()}
+        train_masks = torch.stack([load_mask(m, size) for _, m in segmentation_splits["train"]])
+        val_masks = [load_mask(m) for _, m in segmentation_splits["val"]]
+        labels = torch.cat([train_masks.flatten(), *(m.flatten() for m in val_masks)])
+        num_labels = int(labels[labels != IGNORE_INDEX].max()) + 1
+    extract = dict(batch_size=args.eval_batch_size, device=args.device, dtype=dtype)
+    for entry in report["results"]:
+        budget, quality = {budget_name: entry["budget"]}, entry["quality"]
+        if agreement_files:
+            quality.update(agreement(*features(model, agreement_images, budget, **extract), targets))
+        if probe_splits:
+            pooled = {s: features(model, images, budget, **extract)[0] for s, images in probe_images.items()}
+            quality["probe_accuracy"] = probe_accuracy(
+                (pooled["train"], probe_labels["train"]), (pooled["val"], probe_labels["val"]), len(classes)
+            )
+        if segmentation_splits:
+            grids = {s: as_grid(features(model, images, budget, **extract)[1], size, config.patch_size)
+                     for s, images in seg_images.items()}
+            quality["segmentation_miou"] = segmentation_miou((grids["train"], train_masks), (grids["val"], val_masks), num_labels)
+        print(f"{budget_name}={entry['budget']}: " + ", ".join(f"{k} {v:.4f}" for k, v in quality.items() if v is not None))
+
+    with open(output / "evaluation.json", "w") as f:
+        json.dump(report, f, indent=2)
+    plot(report, str(output / "evaluation.png"))
+    print(f"wrote {output / 'evaluation.json'} and {output / 'evaluation.png'}")
+    return report
+
+
+if __name__ == "__main__":
+    main()
