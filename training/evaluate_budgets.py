@@ -28,6 +28,7 @@ import evaluate
 import torch
 import torch.nn.functional as F
 import transformers
+from model_card import EVALUATION_FORMAT
 from probes import (
     IGNORE_INDEX,
     classification_folder,
@@ -45,7 +46,6 @@ import corevision_hf
 from corevision_hf import dense_vit_flops, lookwhere_flops, veca_flops
 from corevision_hf.metrics import ACCURACY, MEAN_IOU
 
-FORMAT = "corevision-evaluation/1"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 
 
@@ -326,7 +326,7 @@ def main(argv=None) -> dict:
     output.mkdir(parents=True, exist_ok=True)
 
     report = {
-        "format": FORMAT,
+        "format": EVALUATION_FORMAT,
         "model_type": config.model_type,
         "checkpoint": args.checkpoint,
         "parameters": sum(p.numel() for p in model.parameters()),

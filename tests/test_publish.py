@@ -1,0 +1,361 @@
+"""training/publish.py against an in-memory hub behind huggingface_hub's HTTP client (no network): the real
+`HfApi.upload_folder` code runs and what it sends is checked, then loaded back without the package."""
+
+import base64
+import json
+import re
+import sys
+import textwrap
+from pathlib import Path
+from urllib.parse import unquote
+
+import httpx2
+import huggingface_hub
+import pytest
+import torch
+from conftest import load_without_package, make_offline_hub_cache, tiny_veca_config
+from huggingface_hub import ModelCard
+from huggingface_hub.utils._http import default_client_factory
+from huggingface_hub.utils.sha import git_hash
+from PIL import Image
+
+from corevision_hf import LookWhereConfig, LookWhereModel, VecaModel
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
+import publish  # noqa: E402
+
+
+REPO_ID = "org/veca-tiny"
+VECA_FILES = {
+    "README.md", "config.json", "model.safetensors", "configuration_veca.py", "modeling_veca.py",
+    "preprocessor_config.json", "training_recipe.json", "evaluation.json", "evaluation.png",
+}  # fmt: skip
+LOOKWHERE_FILES = {
+    "README.md", "config.json", "model.safetensors", "configuration_lookwhere.py", "modeling_lookwhere.py",
+    "preprocessor_config.json", "evaluation.json",
+}  # fmt: skip
+# on the raw (quoted) path: a ref such as refs/pr/1 travels as one quoted segment
+API = re.compile(r"/api/models/(?P<repo>[^/]+/[^/]+)(?:/(?P<action>[a-z-]+)(?:/(?P<ref>[^/]+))?)?")
+
+
+class FakeHub:
+    """The slice of the hub API that `model_info`, `create_repo`, `create_branch` and `upload_folder` use, kept in
+    memory: repos hold branches of {path: bytes}. Every request is recorded; any other request fails the test.
+    Preupload answers "regular" for every file, so contents travel base64 in the commit and the mock sees every byte
+    (the LFS / xet transfer, which bypasses huggingface_hub's HTTP client, is not exercised)."""
+
+    def __init__(self):
+        self.repos = {}  # repo id -> {"private": bool, "branches": {ref: {path: bytes}}}
+        self.requests = []  # (method, unquoted path)
+        self.created = []  # create_repo payloads
+        self.commits = []  # {"repo", "ref", "message", "files": {path: bytes}, "deleted": [path]}
+
+    def add_repo(self, repo_id: str, files: dict[str, bytes], private: bool = False) -> None:
+        self.repos[repo_id] = {"private": private, "branches": {"main": dict(files)}}
+
+    def files(self, repo_id: str, ref: str = "main") -> dict[str, bytes]:
+        return self.repos[repo_id]["branches"][ref]
+
+    def handle(self, request: httpx2.Request) -> httpx2.Response:
+        path = request.url.raw_path.decode().split("?")[0]
+        if path == "/api/agent-harnesses":  # huggingface_hub's own user-agent telemetry, not part of publishing
+            return httpx2.Response(404)
+        self.requests.append((request.method, unquote(path)))
+        if request.method == "POST" and path == "/api/repos/create":
+            payload = json.loads(request.content)
+            self.created.append(payload)
+            repo_id = f"{payload['organization']}/{payload['name']}"
+            url = {"url": f"https://huggingface.co/{repo_id}"}
+            if repo_id in self.repos:
+                return httpx2.Response(409, json={"error": "You already created this model repo", **url})
+            self.add_repo(repo_id, {}, private=payload.get("visibility") == "private")
+            return httpx2.Response(200, json=url)
+        if request.method == "POST" and path == "/api/validate-yaml":  # upload_folder checks README.md's metadata
+            return httpx2.Response(200, json={})
+        match = API.fullmatch(path)
+        assert match, f"unexpected hub request {request.method} {path}"
+        repo_id, action, ref = match["repo"], match["action"], unquote(match["ref"] or "")
+        if repo_id not in self.repos:
+            return httpx2.Response(404, headers={"X-Error-Code": "RepoNotFound"})
+        repo = self.repos[repo_id]
+        if request.method == "GET" and action in (None, "revision", "tree"):
+            ref = ref or "main"
+            if ref not in repo["branches"]:
+                return httpx2.Response(404, headers={"X-Error-Code": "RevisionNotFound"})
+            blobs = [(name, len(data), git_hash(data)) for name, data in repo["branches"][ref].items()]
+            if action == "tree":
+                tree = [{"type": "file", "path": n, "size": z, "oid": h} for n, z, h in blobs]
+                return httpx2.Response(200, json=tree)
+            siblings = [{"rfilename": n, "size": z, "blobId": h} for n, z, h in blobs]
+            return httpx2.Response(
+                200, json={"id": repo_id, "sha": "0" * 40, "private": repo["private"], "siblings": siblings}
+            )
+        if request.method == "POST" and action == "branch":
+            if ref in repo["branches"]:
+                return httpx2.Response(409, json={"error": "Reference already exists"})
+            repo["branches"][ref] = dict(repo["branches"]["main"])
+            return httpx2.Response(200, json={})
+        if request.method == "POST" and action == "preupload":
+            files = [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False}
+                     for f in json.loads(request.content)["files"]]  # fmt: skip
+            return httpx2.Response(200, json={"files": files})
+        if request.method == "POST" and action == "discussions":
+            assert json.loads(request.content)["pullRequest"] is True
+            num = sum(ref.startswith("refs/pr/") for ref in repo["branches"]) + 1
+            repo["branches"][f"refs/pr/{num}"] = dict(repo["branches"]["main"])
+            return httpx2.Response(200, json={"num": num})
+        if request.method == "GET" and action == "discussions":
+            return httpx2.Response(200, json={
+                "num": int(ref), "title": "pr", "author": {"name": "me"}, "createdAt": "2026-01-01T00:00:00.000Z",
+                "status": "draft", "repo": {"name": repo_id, "type": "model"}, "isPullRequest": True, "events": [],
+                "changes": {"base": "refs/heads/main"}, "filesWithConflicts": [],
+            })  # fmt: skip
+        if request.method == "POST" and action == "commit":
+            if ref not in repo["branches"]:
+                return httpx2.Response(404, headers={"X-Error-Code": "RevisionNotFound"})
+            header, *lines = [json.loads(line) for line in request.content.decode().splitlines()]
+            assert {line["key"] for line in lines} <= {"file", "deletedFile"}, "only regular files were announced"
+            files = {x["value"]["path"]: base64.b64decode(x["value"]["content"]) for x in lines if x["key"] == "file"}
+            deleted = [line["value"]["path"] for line in lines if line["key"] == "deletedFile"]
+            repo["branches"][ref] = {
+                **{name: data for name, data in repo["branches"][ref].items() if name not in deleted}, **files
+            }
+            self.commits.append(
+                {"repo": repo_id, "ref": ref, "message": header["value"]["summary"], "files": files, "deleted": deleted}
+            )
+            pr = f"https://huggingface.co/{repo_id}/discussions/{ref.split('/')[-1]}" if "/pr/" in ref else None
+            return httpx2.Response(200, json={
+                "commitUrl": f"https://huggingface.co/{repo_id}/commit/{'1' * 40}", "commitOid": "1" * 40,
+                "pullRequestUrl": pr,
+            })  # fmt: skip
+        raise AssertionError(f"unexpected hub request {request.method} {path}")
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    """Routes every huggingface_hub request of this process to a FakeHub; restores the real client afterwards."""
+    fake = FakeHub()
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # publish refuses to start offline
+    huggingface_hub.set_client_factory(lambda: httpx2.Client(transport=httpx2.MockTransport(fake.handle)))
+    try:
+        yield fake
+    finally:
+        huggingface_hub.set_client_factory(default_client_factory)
+
+
+def evaluation(model_type: str, budget_name: str, budgets: list) -> dict:
+    """A small evaluation JSON in the format training/evaluate_budgets.py writes."""
+    results = [
+        {
+            "budget": budget,
+            "cost": {"32": {"gflops": 0.01 * (i + 1), "latency_ms": 1.0, "throughput_images_per_s": 900.0,
+                            "peak_memory_mib": 2.0}},
+            "quality": {"cls_cosine": 0.5, "patch_cosine": 0.4, "probe_accuracy": 0.25, "segmentation_miou": None},
+        }
+        for i, budget in enumerate(budgets)
+    ]  # fmt: skip
+    return {
+        "format": "corevision-evaluation/1", "model_type": model_type, "checkpoint": "final", "parameters": 100_000,
+        "budget_name": budget_name, "budgets": budgets, "resolutions": [32], "quality_resolution": 32,
+        "environment": {"device": "cpu", "dtype": "float32", "batch_size": 1}, "teacher": "facebook/dinov2-small",
+        "datasets": {"agreement": "photos", "probe": "pets", "segmentation": None}, "teacher_cost": None,
+        "results": results,
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def veca_run(tmp_path_factory) -> Path:
+    """A finished VECA run: final/ (weights, a recipe, its own preprocessor config) and eval/ (JSON and plot)."""
+    run = tmp_path_factory.mktemp("veca_run")
+    torch.manual_seed(0)
+    VecaModel(tiny_veca_config()).eval().save_pretrained(run / "final")
+    recipe = {"script": "training/distill_veca.py", "method": "veca", "command": "python training/distill_veca.py",
+              "teacher": "offline-dinov2-small", "data": "/data/photos", "steps": 10, "args": {"lr": 0.0004}}
+    (run / "final" / "training_recipe.json").write_text(json.dumps(recipe))
+    preprocessor = json.loads((run / "final" / "preprocessor_config.json").read_text())
+    (run / "final" / "preprocessor_config.json").write_text(json.dumps({**preprocessor, "image_mean": [0.5] * 3}))
+    (run / "eval").mkdir()
+    (run / "eval" / "evaluation.json").write_text(json.dumps(evaluation("veca", "num_cores", [2, 4, 8])))
+    Image.new("RGB", (8, 8)).save(run / "eval" / "evaluation.png")
+    return run
+
+
+def publish_veca(run: Path, *extra: str) -> None:
+    publish.main([str(run / "final"), "--evaluation", str(run / "eval" / "evaluation.json"), "--repo-id", REPO_ID,
+                  *extra])  # fmt: skip
+
+
+LOADER = textwrap.dedent(
+    """
+    import torch
+    from transformers import AutoModel
+
+    source, inputs_path, outputs_path = sys.argv[1:4]
+    model = AutoModel.from_pretrained(source, trust_remote_code=True).eval()
+    assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+    inputs = torch.load(inputs_path)
+    with torch.no_grad():
+        torch.save({c: model(inputs, num_cores=c).last_hidden_state for c in (2, 8)}, outputs_path)
+    """
+)
+
+
+def test_publish_veca_sends_exactly_the_staged_files_which_load_without_the_package(tmp_path, hub, veca_run, images):
+    publish_veca(veca_run)
+
+    assert hub.requests == [
+        ("GET", f"/api/models/{REPO_ID}"),  # does it exist, and with which code?
+        ("POST", "/api/repos/create"),
+        ("POST", "/api/validate-yaml"),
+        ("POST", f"/api/models/{REPO_ID}/preupload/main"),
+        ("POST", f"/api/models/{REPO_ID}/commit/main"),
+    ]
+    assert "visibility" not in hub.created[0]  # the namespace's default
+    (commit,) = hub.commits
+    files = commit["files"]
+    assert set(files) == VECA_FILES
+    assert commit["message"] == "Upload veca checkpoint, evaluation and model card"
+    checkpoint = veca_run / "final"
+    assert files["model.safetensors"] == (checkpoint / "model.safetensors").read_bytes()
+    assert json.loads(files["config.json"])["auto_map"]["AutoModel"] == "modeling_veca.VecaModel"
+    assert json.loads(files["preprocessor_config.json"])["image_mean"] == [0.5] * 3  # the checkpoint's own wins
+    assert files["training_recipe.json"] == (checkpoint / "training_recipe.json").read_bytes()
+    assert files["evaluation.json"] == (veca_run / "eval" / "evaluation.json").read_bytes()
+    assert files["evaluation.png"] == (veca_run / "eval" / "evaluation.png").read_bytes()
+    card = ModelCard(files["README.md"].decode())
+    assert card.data.base_model == "facebook/dinov2-small" and "custom_code" in card.data.tags
+    assert "evaluation.png" in card.text and f'"{REPO_ID}"' in card.text
+
+    # what the hub now holds, served from an offline hub cache to a Python without corevision_hf
+    (tmp_path / "downloaded").mkdir()
+    for name, data in hub.files(REPO_ID).items():
+        (tmp_path / "downloaded" / name).write_bytes(data)
+    env = make_offline_hub_cache(tmp_path, tmp_path / "downloaded", REPO_ID)
+    outputs = load_without_package(tmp_path, LOADER, REPO_ID, images, env=env)
+    model = VecaModel.from_pretrained(checkpoint).eval()
+    with torch.no_grad():
+        for num_cores in (2, 8):
+            torch.testing.assert_close(outputs[num_cores], model(images, num_cores=num_cores).last_hidden_state,
+                                       atol=0, rtol=0)  # fmt: skip
+
+
+def test_publish_bfloat16_lookwhere_without_recipe_or_plot(tmp_path, hub):
+    """What is sent; the weights keep their dtype. (Hub loading of LookWhere folders: test_modeling_lookwhere.)"""
+    config = LookWhereConfig(
+        hidden_size=32, num_hidden_layers=3, num_attention_heads=2, intermediate_size=64, patch_size=4, image_size=32,
+        selector_depth=1, selector_image_size=12, k_ratio=0.25,
+    )  # fmt: skip
+    LookWhereModel(config).to(torch.bfloat16).save_pretrained(tmp_path / "final")
+    (tmp_path / "evaluation.json").write_text(json.dumps(evaluation("lookwhere", "k_ratio", [0.25, 1.0])))
+    publish.main([str(tmp_path / "final"), "--evaluation", str(tmp_path / "evaluation.json"), "--repo-id", REPO_ID])
+
+    (commit,) = hub.commits
+    files = commit["files"]
+    assert set(files) == LOOKWHERE_FILES
+    assert files["model.safetensors"] == (tmp_path / "final" / "model.safetensors").read_bytes()
+    config = json.loads(files["config.json"])
+    assert config["auto_map"]["AutoModel"] == "modeling_lookwhere.LookWhereModel" and config["dtype"] == "bfloat16"
+    card = ModelCard(files["README.md"].decode())
+    assert "k_ratio=" in card.text and "evaluation.png" not in card.text
+
+
+@pytest.mark.parametrize(
+    "flags, create, ref",
+    [
+        (["--private"], {"visibility": "private"}, "main"),
+        (["--revision", "v1"], {}, "v1"),
+        (["--create-pr"], {}, "refs/pr/1"),
+    ],
+    ids=["private", "revision", "create_pr"],
+)
+def test_private_revision_and_create_pr(hub, veca_run, flags, create, ref):
+    publish_veca(veca_run, *flags, "--commit-message", "first release")
+
+    assert hub.created[0].items() >= create.items()
+    assert hub.repos[REPO_ID]["private"] == ("--private" in flags)
+    (commit,) = hub.commits
+    assert commit["ref"] == ref and commit["message"] == "first release" and set(commit["files"]) == VECA_FILES
+    assert set(hub.files(REPO_ID, ref)) == VECA_FILES
+    if ref != "main":
+        assert hub.files(REPO_ID) == {}  # the default branch is untouched
+    assert (("POST", f"/api/models/{REPO_ID}/branch/v1") in hub.requests) == ("--revision" in flags)
+    assert (("POST", f"/api/models/{REPO_ID}/discussions") in hub.requests) == ("--create-pr" in flags)
+
+
+def test_dry_run_lists_the_files_and_sends_nothing(tmp_path, hub, veca_run, capsys):
+    publish_veca(veca_run, "--dry-run", "--private", "--staging-dir", str(tmp_path / "staged"))
+
+    assert hub.requests == []
+    out = capsys.readouterr().out
+    assert f"Would upload {len(VECA_FILES)} files to {REPO_ID} (main, private)" in out
+    listed = {line.split()[0] for line in out.splitlines() if line.startswith("  ")}
+    assert listed == VECA_FILES == {path.name for path in (tmp_path / "staged").iterdir()}
+
+
+def test_existing_repo_with_other_code_needs_force(hub, veca_run, capsys):
+    other_code = {"modeling_veca.py": b"# another model\n", "rope.py": b"# its helper\n"}
+    hub.add_repo(REPO_ID, {"config.json": b"{}", "weights.bin": b"old", **other_code})
+    with pytest.raises(RuntimeError, match=r"already holds different hub code \(modeling_veca.py, rope.py\).*--force"):
+        publish_veca(veca_run)
+    with pytest.raises(RuntimeError, match="different hub code"):
+        publish_veca(veca_run, "--revision", "v2")  # a new branch starts from the default one
+    assert hub.requests == [
+        ("GET", f"/api/models/{REPO_ID}"),
+        ("GET", f"/api/models/{REPO_ID}/revision/v2"),
+        ("GET", f"/api/models/{REPO_ID}"),
+    ]  # nothing written
+
+    publish_veca(veca_run, "--force")
+    assert "--force: overwriting" in capsys.readouterr().out
+    assert set(hub.files(REPO_ID)) == VECA_FILES | {"weights.bin"}  # the old code is gone, other files stay
+    ours = (Path(publish.__file__).parents[1] / "src/corevision_hf/veca/modeling_veca.py").read_bytes()
+    assert hub.files(REPO_ID)["modeling_veca.py"] == ours
+
+    publish_veca(veca_run)  # the same code again (a new evaluation, say) needs no --force
+    assert len(hub.commits) == 2
+
+
+BAD_INPUTS = {
+    "no_weights": "has no weights",
+    "missing_evaluation": "does not exist: run training/evaluate_budgets.py",
+    "invalid_json": "is not valid JSON",
+    "wrong_format": "is not a 'corevision-evaluation/1' evaluation",
+    "model_type_mismatch": "evaluates a 'lookwhere' model but .* holds a 'veca' one",
+    "no_results": "no results",
+    "no_namespace": "is not a hub repo id",
+    "bad_repo_id": "is not a hub repo id",
+    "pr_to_branch": "--create-pr opens a pull request against the default branch",
+}
+BAD_EVALUATIONS = {
+    "invalid_json": "{not json",
+    "wrong_format": json.dumps({"format": "other"}),
+    "model_type_mismatch": json.dumps(evaluation("lookwhere", "k", [4])),
+    "no_results": json.dumps(evaluation("veca", "num_cores", [])),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS)
+def test_bad_input_is_a_clear_error_before_any_work(tmp_path, hub, veca_run, monkeypatch, case):
+    monkeypatch.setattr(publish, "stage", lambda *args: pytest.fail("staged before the inputs were checked"))
+    checkpoint, evaluation_path = veca_run / "final", veca_run / "eval" / "evaluation.json"
+    repo_id, extra = REPO_ID, []
+    if case == "no_weights":
+        checkpoint = tmp_path / "final"
+        checkpoint.mkdir()
+        (checkpoint / "config.json").write_bytes((veca_run / "final" / "config.json").read_bytes())
+    elif case == "missing_evaluation":
+        evaluation_path = tmp_path / "evaluation.json"
+    elif case in BAD_EVALUATIONS:
+        evaluation_path = tmp_path / "evaluation.json"
+        evaluation_path.write_text(BAD_EVALUATIONS[case])
+    elif case == "no_namespace":
+        repo_id = "veca-tiny"
+    elif case == "bad_repo_id":
+        repo_id = "org/veca tiny"
+    elif case == "pr_to_branch":
+        extra = ["--create-pr", "--revision", "v1"]
+
+    with pytest.raises((ValueError, FileNotFoundError), match=BAD_INPUTS[case]):
+        publish.main([str(checkpoint), "--evaluation", str(evaluation_path), "--repo-id", repo_id, *extra])
+    assert hub.requests == []
