@@ -5,6 +5,10 @@ reported (the ratio of medians carries across machines). LookWhere's time includ
 the extractor and the dense fill; a second LookWhere row skips the fill (image-level output only). Peak memory
 is measured per configuration in a fresh process. Writes a JSON file and a log-log plot.
 
+LookWhere's linear layers run CPU inference on oneDNN with prepacked weights (LookWhereLinear). Two reference rows
+show what that is worth: LookWhere with plain `nn.Linear`, and DINOv2 given the same prepacked linear layers.
+Speed-ups are against the stock transformers DINOv2.
+
     python benchmarks/lookwhere_speed.py                       # CPU, fp32, 518 and 1036 px
 """
 
@@ -19,25 +23,38 @@ from common import DTYPES, alternate, forward_peak_memory_mib, in_fresh_process,
 from transformers import Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 
 from corevision_hf import LookWhereConfig, LookWhereModel, dense_vit_flops, lookwhere_flops
+from corevision_hf.lookwhere.modeling_lookwhere import LookWhereLinear
+
+
+def swap_linear(model: torch.nn.Module, old: type, new: type) -> torch.nn.Module:
+    """Same weights, other forward: every `old` linear layer becomes a `new` one."""
+    for module in model.modules():
+        if type(module) is old:
+            module.__class__ = new
+    return model
 
 
 def build(name: str, attn: str, device: str, dtype: torch.dtype) -> torch.nn.Module:
     torch.manual_seed(0)
-    if name == "dinov2":
+    if name.startswith("dinov2"):
         config = Dinov2WithRegistersConfig(
             hidden_size=768, num_hidden_layers=12, num_attention_heads=12, mlp_ratio=4, patch_size=14,
             image_size=518, num_register_tokens=4, attn_implementation=attn,
         )
         model = Dinov2WithRegistersModel(config)
+        if name == "dinov2_prepacked":
+            swap_linear(model, torch.nn.Linear, LookWhereLinear)
     else:
         model = LookWhereModel(LookWhereConfig.from_preset("base", attn_implementation=attn))
+        if name == "lookwhere_plain_linear":
+            swap_linear(model, LookWhereLinear, torch.nn.Linear)
     return model.to(device=device, dtype=dtype).eval()
 
 
 def forward_fn(name: str, model, pixel_values, k_ratio: float):
-    if name == "dinov2":
+    if name.startswith("dinov2"):
         return lambda: model(pixel_values)
-    return lambda: model(pixel_values, k_ratio=k_ratio, fill_dense=name == "lookwhere")
+    return lambda: model(pixel_values, k_ratio=k_ratio, fill_dense=name != "lookwhere_no_fill")
 
 
 def main() -> None:
@@ -57,20 +74,22 @@ def main() -> None:
 
     if args.probe_memory:
         name, resolution = args.probe_memory[0], int(args.probe_memory[1])
-        model = build("lookwhere" if name.startswith("lookwhere") else name, args.attn, args.device, dtype)
+        model = build("lookwhere" if name == "lookwhere_no_fill" else name, args.attn, args.device, dtype)
         pixel_values = torch.randn(1, 3, resolution, resolution, device=args.device, dtype=dtype)
         print(forward_peak_memory_mib(forward_fn(name, model, pixel_values, args.k_ratio), args.device))
         return
 
     peak = matmul_gflops(args.device, dtype)
     print(f"device {args.device}, {args.dtype}, {torch.get_num_threads()} threads; 4096^3 matmul: {peak:.0f} GFLOP/s")
-    models = {"dinov2": build("dinov2", args.attn, args.device, dtype)}
-    models["lookwhere"] = models["lookwhere_no_fill"] = build("lookwhere", args.attn, args.device, dtype)
     labels = {
         "dinov2": "DINOv2-B/14 full image",
         "lookwhere": f"LookWhere-B k_ratio={args.k_ratio}",
         "lookwhere_no_fill": f"LookWhere-B k_ratio={args.k_ratio}, no fill",
+        "lookwhere_plain_linear": f"LookWhere-B k_ratio={args.k_ratio}, plain nn.Linear (reference)",
+        "dinov2_prepacked": "DINOv2-B/14, prepacked linear (reference)",
     }
+    models = {name: build(name, args.attn, args.device, dtype) for name in labels if name != "lookwhere_no_fill"}
+    models["lookwhere_no_fill"] = models["lookwhere"]
     rows = []
     for resolution in args.resolutions:
         pixel_values = torch.randn(1, 3, resolution, resolution, device=args.device, dtype=dtype)
@@ -80,7 +99,7 @@ def main() -> None:
         num_patches = (resolution // 14) ** 2
         for name, samples in times.items():
             latency = statistics.median(samples)
-            if name == "dinov2":
+            if name.startswith("dinov2"):
                 config = models[name].config
                 flops = dense_vit_flops(
                     resolution, hidden_size=768, num_hidden_layers=12, intermediate_size=3072, patch_size=14,
@@ -92,7 +111,7 @@ def main() -> None:
                 "model": labels[name],
                 "resolution": resolution,
                 "num_patches": num_patches,
-                "k": None if name == "dinov2" else max(1, int(args.k_ratio * num_patches)),
+                "k": None if name.startswith("dinov2") else max(1, int(args.k_ratio * num_patches)),
                 "latency_s": latency,
                 "latency_runs_s": samples,
                 "gflops": flops / 1e9,
@@ -106,7 +125,7 @@ def main() -> None:
             rows.append(row)
             memory = f"{row['peak_memory_mib']:8.0f}" if "peak_memory_mib" in row else "       -"
             print(
-                f"{resolution:5d}px {row['model']:36s} {latency:8.3f} s  x{row['speedup_vs_dinov2']:5.1f} vs DINOv2  "
+                f"{resolution:5d}px {row['model']:58s} {latency:8.3f} s  x{row['speedup_vs_dinov2']:5.1f} vs DINOv2  "
                 f"{row['gflops']:8.1f} GFLOP {memory} MiB",
                 flush=True,
             )

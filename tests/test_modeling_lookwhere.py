@@ -1,4 +1,6 @@
+import copy
 import math
+import pickle
 import textwrap
 
 import pytest
@@ -19,7 +21,12 @@ from corevision_hf import (
     LookWhereModel,
     lookwhere_flops,
 )
-from corevision_hf.lookwhere.modeling_lookwhere import inverse_distance_fill, resize_position_table
+from corevision_hf.lookwhere.modeling_lookwhere import (
+    _ONEDNN_PREPACKING,
+    LookWhereLinear,
+    inverse_distance_fill,
+    resize_position_table,
+)
 
 
 def tiny_lookwhere_config(**overrides) -> LookWhereConfig:
@@ -194,6 +201,36 @@ def test_segmentation_head(pixel_values):
     torch.testing.assert_close(out.loss, expected)
     all_ignored = model(pixel_values, labels=torch.full((2, 32, 48), 255)).loss
     assert torch.isnan(all_ignored) or all_ignored == 0
+
+
+@pytest.mark.skipif(not _ONEDNN_PREPACKING, reason="this torch build has no oneDNN prepacked linear")
+def test_prepacked_inference_matches_the_plain_path(model, pixel_values):
+    with torch.no_grad():
+        packed = model(pixel_values, k=20)
+    assert all(m._packed is not None for m in model.modules() if isinstance(m, LookWhereLinear))
+    with torch.enable_grad():  # parameters that need gradients take F.linear
+        plain = model(pixel_values, k=20)
+    torch.testing.assert_close(packed.last_hidden_state, plain.last_hidden_state, atol=1e-5, rtol=1e-5)
+    # an updated weight is repacked, never served stale
+    with torch.no_grad():
+        model.extractor.layers[0].mlp.fc2.weight.mul_(2)
+        updated = model(pixel_values, k=20).last_hidden_state
+    with torch.enable_grad():
+        torch.testing.assert_close(updated, model(pixel_values, k=20).last_hidden_state, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(updated, packed.last_hidden_state)
+    # the packed copies are dropped by copies and pickles of the model
+    clone = copy.deepcopy(model)
+    assert pickle.loads(pickle.dumps(model)) is not None
+    with torch.no_grad():
+        torch.testing.assert_close(clone(pixel_values, k=20).last_hidden_state, updated)
+
+
+def test_prepacking_can_be_turned_off(pixel_values):
+    torch.manual_seed(0)
+    model = LookWhereModel(tiny_lookwhere_config(prepack_cpu_weights=False)).eval()
+    with torch.no_grad():
+        model(pixel_values, k=20)
+    assert all(m._packed is None for m in model.modules() if isinstance(m, LookWhereLinear))
 
 
 def test_flops_fall_with_k():

@@ -41,6 +41,9 @@ class LookWhereConfig(PreTrainedConfig):
         semantic_loss_ignore_index (`int`, defaults to 255): label ignored by the segmentation loss.
         hidden_dropout_prob, attention_dropout, drop_path_rate (`float`, default 0.0): regularisation.
         initializer_range (`float`, defaults to 0.02): std of the truncated normal init of linear layers.
+        prepack_cpu_weights (`bool`, defaults to `True`): CPU float32 inference multiplies by weights prepacked for
+            oneDNN once (about 30% faster for LookWhere's few-token matrix products, at the memory of a second copy
+            of the weights); `False` keeps one copy and the plain `nn.Linear` path.
     """
 
     model_type = "lookwhere"
@@ -71,6 +74,7 @@ class LookWhereConfig(PreTrainedConfig):
         attention_dropout=0.0,
         drop_path_rate=0.0,
         initializer_range=0.02,
+        prepack_cpu_weights=True,
         **kwargs,
     ):
         self.hidden_size = hidden_size
@@ -90,6 +94,7 @@ class LookWhereConfig(PreTrainedConfig):
         self.selector_image_size = selector_image_size
         self.map_head_ratio = map_head_ratio
         self.k_ratio = k_ratio
+        self.prepack_cpu_weights = prepack_cpu_weights
         self.num_fill_neighbors = num_fill_neighbors
         self.freeze_selector = freeze_selector
         self.semantic_loss_ignore_index = semantic_loss_ignore_index
