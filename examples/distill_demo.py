@@ -5,9 +5,11 @@
 2. Data: the photographs in assets/photos/ (public domain, CC0, CC BY; see LICENSES.md); two are held out.
 3. Distillation: `training/distill_veca.py` (Accelerate) for a few hundred steps on random crops, nested dropout
    over a bank of 32 cores, then a hub-ready export.
-4. Reload the export with `AutoModel.from_pretrained(folder, trust_remote_code=True)` and print, per core budget,
-   the latency and the agreement with the teacher (CLS and patch cosine) on the held-out photos; save a picture
-   of where the cores look.
+4. Evaluation of the export per core budget (`training/evaluate_budgets.py`): analytic GFLOPs, latency and peak
+   memory at 224 and 448 px against the teacher, and the agreement with the teacher (CLS and patch cosine) on the
+   held-out photos; a picture of where the cores look, from the export reloaded with trust_remote_code.
+5. Publishing, dry run (`training/publish.py --dry-run`): the hub folder with the rendered model card, listed and
+   kept in outputs/demo/hub/; nothing is uploaded.
 
     python examples/distill_demo.py                  # about 7 minutes on 2 cores
     python examples/distill_demo.py --steps 50       # a quick look
@@ -15,21 +17,20 @@
 
 import argparse
 import shutil
-import statistics
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
-from PIL import Image
 from transformers import AutoModel
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "training"))
 
 import distill_veca  # noqa: E402
+import evaluate_budgets  # noqa: E402
+import publish  # noqa: E402
+from probes import load_image  # noqa: E402
 
 from corevision_hf.teachers import load_dinov2_small_teacher  # noqa: E402
 
@@ -40,26 +41,6 @@ COPIES = 16
 MEAN, STD = torch.tensor([0.485, 0.456, 0.406])[:, None, None], torch.tensor([0.229, 0.224, 0.225])[:, None, None]
 # VECA-S width and heads (so no output projection is needed for DINOv2-S), 6 layers, patch 14 like the teacher.
 STUDENT = '{"num_hidden_layers": 6, "patch_size": 14, "num_cores": 32, "image_size": 224}'
-
-
-def load_photo(path: Path, size: int) -> torch.Tensor:
-    """(3, size, size): shorter side resized to `size`, centre crop, ImageNet normalisation."""
-    image = Image.open(path).convert("RGB")
-    scale = size / min(image.size)
-    image = image.resize((round(image.width * scale), round(image.height * scale)), Image.BICUBIC)
-    left, top = (image.width - size) // 2, (image.height - size) // 2
-    image = image.crop((left, top, left + size, top + size))
-    return (torch.from_numpy(np.array(image)).permute(2, 0, 1).float() / 255 - MEAN) / STD
-
-
-def median_latency(fn, repeats: int = 5) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def plot_core_attention(model, photo: torch.Tensor, path: Path, num_cores: int) -> None:
@@ -102,11 +83,11 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     torch.manual_seed(0)
 
-    print("1/4 teacher")
+    print("1/5 teacher")
     teacher, source = load_dinov2_small_teacher(cache_dir=str(ROOT / "outputs" / "teachers" / "dinov2-small"))
     print(f"    {source}")
 
-    print("2/4 data")
+    print("2/5 data")
     marker = args.output_dir / ".distill-demo"
     if args.output_dir.exists():
         if not marker.exists():
@@ -122,7 +103,7 @@ def main(argv=None) -> None:
                 shutil.copy(photo, train_dir / f"{photo.stem}_{copy}{photo.suffix}")
     print(f"    {len(photos) - len(HELD_OUT)} training photos x {COPIES} random crops per epoch; held out: {', '.join(HELD_OUT)}")
 
-    print(f"3/4 distillation: {args.steps} steps")
+    print(f"3/5 distillation: {args.steps} steps")
     teacher_dir = args.output_dir / "teacher"
     teacher.save_pretrained(teacher_dir)
     distill_veca.main([
@@ -132,27 +113,28 @@ def main(argv=None) -> None:
         "--checkpoint-every", str(args.steps), "--log-with", "none",
     ])
 
-    print("4/4 evaluation of the exported folder, loaded with trust_remote_code")
+    print("4/5 evaluation per core budget")
     final = args.output_dir / "run" / "final"
+    held_out = args.output_dir / "held_out_photos"
+    held_out.mkdir()
+    for name in HELD_OUT:
+        shutil.copy(PHOTOS / name, held_out / name)
+    evaluation = args.output_dir / "evaluation"
+    evaluate_budgets.main([
+        str(final), "--budgets", *map(str, args.budgets), "--resolutions", str(args.image_size), str(2 * args.image_size),
+        "--teacher", str(teacher_dir), "--agreement-data", str(held_out), "--output-dir", str(evaluation),
+    ])
     model = AutoModel.from_pretrained(final, trust_remote_code=True).eval()
-    held_out = torch.stack([load_photo(PHOTOS / name, args.image_size) for name in HELD_OUT])
-    with torch.inference_mode():
-        target = teacher(held_out).last_hidden_state
-        rows = []
-        for budget in args.budgets:
-            out = model(held_out, num_cores=budget)
-            cls = F.cosine_similarity(out.pooler_output, target[:, 0], dim=-1).mean().item()
-            patch = F.cosine_similarity(out.last_hidden_state[:, budget:], target[:, 1:], dim=-1).mean().item()
-            latency = median_latency(lambda: model(held_out[:1], num_cores=budget))
-            rows.append((budget, latency, cls, patch))
-        teacher_latency = median_latency(lambda: teacher(held_out[:1]))
-    print(f"\n  held-out photos at {args.image_size} px; teacher DINOv2-S/14: {1000 * teacher_latency:.0f} ms/image")
-    print(f"  {'cores':>5}  {'ms/image':>8}  {'CLS cos':>7}  {'patch cos':>9}")
-    for budget, latency, cls, patch in rows:
-        print(f"  {budget:5d}  {1000 * latency:8.0f}  {cls:7.3f}  {patch:9.3f}")
     picture = args.output_dir / "core_attention.png"
-    plot_core_attention(model, held_out[1], picture, num_cores=args.budgets[0])
-    print(f"\n  hub-ready folder: {final}\n  where the cores look: {picture}")
+    plot_core_attention(model, load_image(PHOTOS / HELD_OUT[1], args.image_size), picture, num_cores=max(args.budgets))
+
+    print("5/5 publishing, dry run")
+    publish.main([
+        str(final), "--evaluation", str(evaluation / "evaluation.json"), "--repo-id", "your-org/veca-s14-photos-demo",
+        "--dry-run", "--staging-dir", str(args.output_dir / "hub"),
+    ])
+    print(f"\n  hub-ready folder: {final}\n  evaluation: {evaluation}/evaluation.{{json,png}}\n  model card: "
+          f"{args.output_dir / 'hub' / 'README.md'}\n  where the cores look: {picture}")
 
 
 if __name__ == "__main__":

@@ -317,7 +317,7 @@ def test_existing_repo_with_other_code_needs_force(hub, veca_run, capsys):
 
 
 BAD_INPUTS = {
-    "no_weights": "has no weights",
+    "no_weights": "holds no weights",
     "missing_evaluation": "does not exist: run training/evaluate_budgets.py",
     "invalid_json": "is not valid JSON",
     "wrong_format": "is not a 'corevision-evaluation/1' evaluation",

@@ -39,6 +39,22 @@ def resume(accelerator: Accelerator, output_dir: str) -> int:
     return step
 
 
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+def check_export(folder: str) -> None:
+    """Raises unless `folder` is what `save_pretrained` writes (config.json and weights), e.g. OUT/final."""
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"Checkpoint folder {folder} does not exist: pass a save_pretrained folder.")
+    if not os.path.isfile(os.path.join(folder, "config.json")):
+        raise FileNotFoundError(f"{folder} has no config.json: pass a save_pretrained folder (OUT/final).")
+    if not any(os.path.isfile(os.path.join(folder, name)) for name in WEIGHT_FILES):
+        raise FileNotFoundError(
+            f"{folder} holds no weights (looked for {', '.join(WEIGHT_FILES)}): pass the folder save_pretrained "
+            "wrote, e.g. OUT/final, not OUT, an Accelerate checkpoint or an unfinished export."
+        )
+
+
 def export(accelerator: Accelerator, model, output_dir: str, stats, script: str, args) -> None:
     """The hub-ready `OUT/final` folder (weights gathered from every process), the recipe that produced it
     (`training_recipe.json`, which the model card quotes) and the run's data counts."""

@@ -18,6 +18,8 @@ card, and OUT/evaluation.png (quality against cost).
 """
 
 import argparse
+import ctypes
+import functools
 import json
 import platform
 import statistics
@@ -28,6 +30,7 @@ import evaluate
 import torch
 import torch.nn.functional as F
 import transformers
+from checkpointing import check_export
 from model_card import EVALUATION_FORMAT
 from probes import (
     IGNORE_INDEX,
@@ -46,7 +49,6 @@ import corevision_hf
 from corevision_hf import dense_vit_flops, lookwhere_flops, veca_flops
 from corevision_hf.metrics import ACCURACY, MEAN_IOU
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -75,15 +77,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def checkpoint_config(checkpoint: str):
     """The checkpoint's config; a local folder must also hold weights."""
-    folder = Path(checkpoint)
-    if folder.exists():
-        if not (folder / "config.json").is_file():
-            raise FileNotFoundError(f"{folder} has no config.json: give a folder written by save_pretrained.")
-        if not any((folder / name).is_file() for name in WEIGHT_FILES):
-            raise FileNotFoundError(
-                f"{folder} holds no weights (looked for {', '.join(WEIGHT_FILES)}); for a distillation run, give "
-                "OUT/final, not OUT."
-            )
+    if Path(checkpoint).exists():
+        check_export(checkpoint)
     try:
         config = AutoConfig.from_pretrained(checkpoint)
     except OSError as error:
@@ -148,9 +143,8 @@ def _rss_kib(field: str) -> int:
 
 
 @torch.inference_mode()
-def measure(forward, device: str, runs: int) -> dict:
-    """Median latency (ms) of `forward()` after two warm-up calls, and its peak memory above what was resident
-    before it (MiB): CUDA's allocator peak, or on CPU the process's peak RSS after resetting the kernel's mark."""
+def median_latency_ms(forward, device: str, runs: int) -> float:
+    """Median wall time of `forward()` over `runs` calls, after two warm-up calls."""
     for _ in range(2):
         forward()
     times = []
@@ -160,20 +154,40 @@ def measure(forward, device: str, runs: int) -> dict:
         forward()
         synchronize(device)
         times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def glibc():
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+
+
+def return_freed_memory_to_the_os() -> bool:
+    """Tells glibc to serve every new block over 64 kB with mmap, so that freeing it shrinks the resident set and
+    the kernel's peak-RSS mark tracks live tensors. It slows later allocations down: call it after all timing."""
+    libc = glibc()
+    m_mmap_threshold = -3
+    return libc is not None and bool(libc.mallopt(m_mmap_threshold, 64 * 1024))
+
+
+@torch.inference_mode()
+def peak_memory_mib(forward, device: str) -> float | None:
+    """Memory of one (warm) `forward()` above what was resident before it, in MiB: CUDA's allocator peak, or on
+    Linux the process's peak RSS after resetting the kernel's mark (see return_freed_memory_to_the_os)."""
+    forward()
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
         forward()
-        peak = (torch.cuda.max_memory_allocated() - base) / 2**20
-    elif platform.system() == "Linux":
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        base = _rss_kib("VmRSS")
-        forward()
-        peak = (_rss_kib("VmHWM") - base) / 1024
-    else:
-        peak = None  # no portable way to read a CPU peak elsewhere
-    return {"latency_ms": 1e3 * statistics.median(times), "peak_memory_mib": peak}
+        return (torch.cuda.max_memory_allocated() - base) / 2**20
+    glibc().malloc_trim(0)  # pages freed into the heap would be reused unseen by the RSS mark
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    base = _rss_kib("VmRSS")
+    forward()
+    return (_rss_kib("VmHWM") - base) / 1024
 
 
 def model_flops(config, resolution: int, budget_name: str, budget) -> int:
@@ -208,12 +222,12 @@ def teacher_patch_size_of(teacher_config) -> int:
     return patch[0] if isinstance(patch, (tuple, list)) else patch
 
 
-def cost_entry(flops: int, timing: dict, batch_size: int) -> dict:
+def cost_entry(flops: int, latency_ms: float, batch_size: int) -> dict:
     return {
         "gflops": flops / 1e9,
-        "latency_ms": timing["latency_ms"],
-        "throughput_images_per_s": 1e3 * batch_size / timing["latency_ms"],
-        "peak_memory_mib": timing["peak_memory_mib"],
+        "latency_ms": latency_ms,
+        "throughput_images_per_s": 1e3 * batch_size / latency_ms,
+        "peak_memory_mib": None,
     }
 
 
@@ -354,25 +368,34 @@ def main(argv=None) -> dict:
         "results": [],
     }
 
-    # Cost: the same random batch for the checkpoint at every budget and for the dense teacher.
+    # Cost: the same random batch for the checkpoint at every budget and for the dense teacher; all timing first,
+    # then memory (measuring it changes how the allocator behaves).
     inputs = {r: torch.randn(args.batch_size, 3, r, r, generator=torch.Generator().manual_seed(r)) for r in resolutions}
+    forwards = {}  # (budget or "teacher", resolution) -> forward
+    for r in resolutions:
+        pixels = inputs[r].to(args.device, dtype)
+        for budget in budgets:
+            forwards[budget, r] = functools.partial(model, pixels, **{budget_name: budget})
+        if teacher is not None:
+            forwards["teacher", r] = functools.partial(teacher, teacher_input(pixels, teacher_patch_size(teacher), config.patch_size))
+    costs = {}
+    for (budget, r), forward in forwards.items():
+        if budget == "teacher":  # on the teacher's own grid-matched input
+            flops = teacher_flops(teacher.config, *forward.args[0].shape[-2:])
+        else:
+            flops = model_flops(config, r, budget_name, budget)
+        costs[budget, r] = cost_entry(flops, median_latency_ms(forward, args.device, args.latency_runs), args.batch_size)
+    if args.device.startswith("cuda") or (platform.system() == "Linux" and return_freed_memory_to_the_os()):
+        for key, forward in forwards.items():
+            costs[key]["peak_memory_mib"] = peak_memory_mib(forward, args.device)
     if teacher is not None:
-        teacher_patch = teacher_patch_size(teacher)
-        report["teacher_cost"] = {}
-        for r in resolutions:
-            pixels = teacher_input(inputs[r], teacher_patch, config.patch_size).to(args.device, dtype)
-            timing = measure(lambda: teacher(pixels), args.device, args.latency_runs)
-            flops = teacher_flops(teacher.config, *pixels.shape[-2:])
-            report["teacher_cost"][str(r)] = cost_entry(flops, timing, args.batch_size)
+        report["teacher_cost"] = {str(r): costs["teacher", r] for r in resolutions}
     for budget in budgets:
-        cost = {}
-        for r in resolutions:
-            pixels = inputs[r].to(args.device, dtype)
-            timing = measure(lambda: model(pixels, **{budget_name: budget}), args.device, args.latency_runs)
-            cost[str(r)] = cost_entry(model_flops(config, r, budget_name, budget), timing, args.batch_size)
+        cost = {str(r): costs[budget, r] for r in resolutions}
         report["results"].append({"budget": budget, "cost": cost, "quality": dict.fromkeys(
             ["cls_cosine", "patch_cosine", "probe_accuracy", "segmentation_miou"])})
-        print(f"{budget_name}={budget}: " + ", ".join(f"{r} px {c['gflops']:.3g} GFLOPs {c['latency_ms']:.1f} ms" for r, c in cost.items()))
+        print(f"{budget_name}={budget}: " + ", ".join(
+            f"{r} px {c['gflops']:.3g} GFLOPs {c['latency_ms']:.1f} ms {c['peak_memory_mib'] or 0:.0f} MiB" for r, c in cost.items()))
 
     # Quality: every image is loaded once; features are recomputed per budget.
     size = quality_resolution
@@ -406,7 +429,8 @@ def main(argv=None) -> dict:
             grids = {s: as_grid(features(model, images, budget, **extract)[1], size, config.patch_size)
                      for s, images in seg_images.items()}
             quality["segmentation_miou"] = segmentation_miou((grids["train"], train_masks), (grids["val"], val_masks), num_labels)
-        print(f"{budget_name}={entry['budget']}: " + ", ".join(f"{k} {v:.4f}" for k, v in quality.items() if v is not None))
+        if any(v is not None for v in quality.values()):
+            print(f"{budget_name}={entry['budget']}: " + ", ".join(f"{k} {v:.4f}" for k, v in quality.items() if v is not None))
 
     with open(output / "evaluation.json", "w") as f:
         json.dump(report, f, indent=2)

@@ -16,6 +16,7 @@ import os
 import shutil
 import tempfile
 
+from checkpointing import check_export
 from huggingface_hub import HfApi, constants
 from huggingface_hub.errors import HFValidationError, RepositoryNotFoundError, RevisionNotFoundError
 from huggingface_hub.utils import validate_repo_id
@@ -27,7 +28,6 @@ import corevision_hf
 
 
 MODEL_TYPES = ("veca", "lookwhere")
-WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -70,15 +70,7 @@ def check_inputs(args: argparse.Namespace) -> tuple:
         )
 
     checkpoint = args.checkpoint
-    if not os.path.isdir(checkpoint):
-        raise FileNotFoundError(f"Checkpoint folder {checkpoint} does not exist: pass a save_pretrained folder.")
-    if not os.path.isfile(os.path.join(checkpoint, "config.json")):
-        raise FileNotFoundError(f"{checkpoint} has no config.json: pass a save_pretrained folder (OUT/final).")
-    if not any(os.path.isfile(os.path.join(checkpoint, name)) for name in WEIGHTS):
-        raise FileNotFoundError(
-            f"{checkpoint} has no weights (looked for {', '.join(WEIGHTS)}): pass the folder save_pretrained wrote, "
-            "e.g. OUT/final, not an Accelerate checkpoint or an unfinished export."
-        )
+    check_export(checkpoint)
     with open(os.path.join(checkpoint, "config.json")) as f:
         model_type = json.load(f).get("model_type")
     if model_type not in MODEL_TYPES:
