@@ -1,6 +1,8 @@
 """training/evaluate_budgets.py on tiny random models and tiny synthetic datasets (CPU, no network)."""
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +15,7 @@ from transformers import Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
 
 import evaluate_budgets  # noqa: E402
+from conftest import make_offline_hub_cache  # noqa: E402
 
 from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel  # noqa: E402
 
@@ -99,6 +102,18 @@ def test_lookwhere_budgets_as_k_ratio_and_as_k(folders, tmp_path):
     assert all(entry["quality"]["cls_cosine"] is not None for entry in report["results"])
     report = run(folders, tmp_path / "k", "lookwhere", "--budgets", "4", "16", "--resolutions", "32")
     assert report["budget_name"] == "k" and report["teacher"] is None and report["teacher_cost"] is None
+
+
+def test_a_hub_id_is_evaluated_from_the_hub_cache(folders, tmp_path):
+    env = {**os.environ, **make_offline_hub_cache(tmp_path, folders["veca"], "org/veca-tiny")}
+    script = Path(evaluate_budgets.__file__)
+    subprocess.run(
+        [sys.executable, str(script), "org/veca-tiny", "--budgets", "2", "8", "--resolutions", "32",
+         "--latency-runs", "1", "--output-dir", str(tmp_path / "out")],
+        check=True, env=env, cwd=tmp_path, capture_output=True,
+    )
+    report = json.loads((tmp_path / "out" / "evaluation.json").read_text())
+    assert report["checkpoint"] == "org/veca-tiny" and report["budgets"] == [2, 8]
 
 
 @pytest.mark.parametrize(
