@@ -19,19 +19,19 @@ import statistics
 import sys
 
 import torch
-from common import DTYPES, alternate, forward_peak_memory_mib, in_fresh_process, matmul_gflops, plot_latency
+from common import (
+    DTYPES,
+    alternate,
+    forward_peak_memory_mib,
+    in_fresh_process,
+    matmul_gflops,
+    plot_latency,
+    swap_linear,
+)
 from transformers import Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 
 from corevision_hf import LookWhereConfig, LookWhereModel, dense_vit_flops, lookwhere_flops
 from corevision_hf.lookwhere.modeling_lookwhere import LookWhereLinear
-
-
-def swap_linear(model: torch.nn.Module, old: type, new: type) -> torch.nn.Module:
-    """Same weights, other forward: every `old` linear layer becomes a `new` one."""
-    for module in model.modules():
-        if type(module) is old:
-            module.__class__ = new
-    return model
 
 
 def build(name: str, attn: str, device: str, dtype: torch.dtype) -> torch.nn.Module:

@@ -5,6 +5,10 @@ DINOv3, VECA(C=64), VECA(C=16), VECA(C=8) run by run, so drift hits all of them 
 and the ratio of medians is the figure that carries across machines. Peak memory is measured for each
 configuration in a fresh process. Writes a JSON file and a log-log plot.
 
+VECA's linear layers run CPU float32 inference on oneDNN with prepacked weights (VecaLinear). Two reference rows
+show what that is worth: VECA C=64 with plain `nn.Linear`, and DINOv3 given the same prepacked linear layers.
+Speed-ups are against the stock transformers DINOv3.
+
     python benchmarks/veca_speed.py                                   # CPU, fp32, 256..2048 px
     python benchmarks/veca_speed.py --device cuda --dtype bf16 --attn sdpa flash_attention_2 \
         --resolutions 512 1024 2048 4096 --out benchmarks/results/veca_gpu
@@ -17,10 +21,22 @@ import os
 import statistics
 
 import torch
-from common import DTYPES, alternate, forward_peak_memory_mib, in_fresh_process, matmul_gflops, plot_latency
+from common import (
+    DTYPES,
+    alternate,
+    forward_peak_memory_mib,
+    in_fresh_process,
+    matmul_gflops,
+    plot_latency,
+    swap_linear,
+)
 from transformers import DINOv3ViTConfig, DINOv3ViTModel
 
 from corevision_hf import VecaConfig, VecaModel, dense_vit_flops, veca_flops
+from corevision_hf.veca.modeling_veca import VecaLinear
+
+LABELS = {"dinov3": "DINOv3-B", "dinov3_prepacked": "DINOv3-B, prepacked linear (reference)", "veca": "VECA-B",
+          "veca_plain": "VECA-B, plain nn.Linear (reference)"}
 
 
 def dinov3_base_config(attn: str) -> DINOv3ViTConfig:
@@ -38,15 +54,19 @@ def dinov3_base_config(attn: str) -> DINOv3ViTConfig:
 
 def build(name: str, attn: str, device: str, dtype: torch.dtype) -> torch.nn.Module:
     torch.manual_seed(0)
-    if name == "dinov3":
+    if name.startswith("dinov3"):
         model = DINOv3ViTModel(dinov3_base_config(attn))
+        if name == "dinov3_prepacked":
+            swap_linear(model, torch.nn.Linear, VecaLinear)
     else:
         model = VecaModel(VecaConfig.from_preset("base", attn_implementation=attn))
+        if name == "veca_plain":
+            swap_linear(model, VecaLinear, torch.nn.Linear)
     return model.to(device=device, dtype=dtype).eval()
 
 
 def flops(name: str, config, resolution: int, num_cores: int | None) -> int:
-    if name == "dinov3":
+    if name.startswith("dinov3"):
         return dense_vit_flops(
             resolution,
             hidden_size=config.hidden_size,
@@ -110,8 +130,9 @@ def main() -> None:
 
     rows = []
     for attn in args.attn:
-        models = {"dinov3": build("dinov3", attn, args.device, dtype), "veca": build("veca", attn, args.device, dtype)}
+        models = {name: build(name, attn, args.device, dtype) for name in LABELS}
         variants = [("dinov3", None)] + [("veca", c) for c in args.budgets]
+        variants += [("veca_plain", max(args.budgets)), ("dinov3_prepacked", None)]
         for resolution in args.resolutions:
             pixel_values = torch.randn(1, 3, resolution, resolution, device=args.device, dtype=dtype)
             warmup, runs = runs_for(resolution, args.device, args.runs)
@@ -121,7 +142,7 @@ def main() -> None:
             for (name, cores), samples in times.items():
                 latency = statistics.median(samples)
                 model_flops = flops(name, models[name].config, resolution, cores)
-                label = "DINOv3-B" if name == "dinov3" else f"VECA-B C={cores}"
+                label = LABELS[name] if cores is None else LABELS[name].replace("VECA-B", f"VECA-B C={cores}")
                 if len(args.attn) > 1:
                     label += f" [{attn}]"
                 row = {
@@ -145,7 +166,7 @@ def main() -> None:
                 rows.append(row)
                 memory = f"{row['peak_memory_mib']:9.0f}" if "peak_memory_mib" in row else "        -"
                 print(
-                    f"{resolution:5d}px {label:22s} {latency:8.3f} s  x{row['dinov3_over_this']:5.2f} vs DINOv3  "
+                    f"{resolution:5d}px {label:48s} {latency:8.3f} s  x{row['dinov3_over_this']:5.2f} vs DINOv3  "
                     f"{row['gflops']:8.1f} GFLOP  {row['achieved_gflops_per_s']:6.0f} GFLOP/s "
                     f"({100 * row['fraction_of_matmul_peak']:3.0f}% of matmul)  {memory} MiB",
                     flush=True,

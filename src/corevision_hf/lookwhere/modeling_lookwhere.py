@@ -117,6 +117,7 @@ def eager_attention_forward(
     return attn_output, attn_weights
 
 
+# Same as modeling_veca._onednn_prepacking_available
 def _onednn_prepacking_available() -> bool:
     try:
         ops = torch.ops.mkldnn
@@ -130,12 +131,13 @@ def _onednn_prepacking_available() -> bool:
 _ONEDNN_PREPACKING = _onednn_prepacking_available()
 
 
+# Same as modeling_veca.VecaLinear
 class LookWhereLinear(nn.Linear):
     """`nn.Linear` whose CPU float32 inference runs oneDNN on a weight prepacked once.
 
-    LookWhere multiplies only ~140 tokens by each weight matrix; at so few rows the default CPU GEMM spends a large
-    share of its time re-packing the whole weight on every call (LookWhere-B at 518 px: 0.25 s -> 0.18 s with
-    prepacking, benchmarks/lookwhere_speed.py). Training, autograd, other devices and dtypes, tracing and
+    The default CPU GEMM re-packs the whole weight matrix on every call, a large share of the time when few rows
+    meet each weight (LookWhere's ~140 tokens, VECA's MLP over 1024-token chunks): VECA-B at 1024 px 4.2 s -> 3.6 s,
+    LookWhere-B at 518 px 0.25 s -> 0.18 s (benchmarks/). Training, autograd, other devices and dtypes, tracing and
     compilation take the plain `F.linear` path, as does everything with `config.prepack_cpu_weights=False`. The
     packed copy (as large as the weight) is rebuilt when the weight changes and is never saved or copied.
     """
