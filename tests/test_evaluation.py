@@ -95,11 +95,13 @@ def test_veca_over_three_budgets_with_every_quality_metric(folders, tmp_path):
 
 def test_lookwhere_budgets_as_k_ratio_and_as_k(folders, tmp_path):
     report = run(folders, tmp_path / "ratio", "lookwhere", "--budgets", "0.5", "0.25", "1.0", "--resolutions", "32",
-                 "--teacher", folders["teacher"], "--agreement-data", folders["photos"])
+                 "--teacher", folders["teacher"], "--agreement-data", folders["photos"],
+                 "--segmentation-data", folders["scenes"])
     assert report["budget_name"] == "k_ratio" and report["budgets"] == [0.25, 0.5, 1.0]
     flops = [entry["cost"]["32"]["gflops"] for entry in report["results"]]
     assert flops == sorted(flops) and len(set(flops)) == 3
     assert all(entry["quality"]["cls_cosine"] is not None for entry in report["results"])
+    assert all(0 <= entry["quality"]["segmentation_miou"] <= 1 for entry in report["results"])  # on the filled grid
     report = run(folders, tmp_path / "k", "lookwhere", "--budgets", "4", "16", "--resolutions", "32")
     assert report["budget_name"] == "k" and report["teacher"] is None and report["teacher_cost"] is None
 

@@ -368,8 +368,8 @@ def main(argv=None) -> dict:
         "results": [],
     }
 
-    # Cost: the same random batch for the checkpoint at every budget and for the dense teacher; all timing first,
-    # then memory (measuring it changes how the allocator behaves).
+    # Cost: the same random batch for the checkpoint at every budget and for the dense teacher. Memory is measured
+    # last, after timing and quality, because measuring it changes how the allocator behaves.
     inputs = {r: torch.randn(args.batch_size, 3, r, r, generator=torch.Generator().manual_seed(r)) for r in resolutions}
     forwards = {}  # (budget or "teacher", resolution) -> forward
     for r in resolutions:
@@ -385,17 +385,11 @@ def main(argv=None) -> dict:
         else:
             flops = model_flops(config, r, budget_name, budget)
         costs[budget, r] = cost_entry(flops, median_latency_ms(forward, args.device, args.latency_runs), args.batch_size)
-    if args.device.startswith("cuda") or (platform.system() == "Linux" and return_freed_memory_to_the_os()):
-        for key, forward in forwards.items():
-            costs[key]["peak_memory_mib"] = peak_memory_mib(forward, args.device)
     if teacher is not None:
         report["teacher_cost"] = {str(r): costs["teacher", r] for r in resolutions}
     for budget in budgets:
-        cost = {str(r): costs[budget, r] for r in resolutions}
-        report["results"].append({"budget": budget, "cost": cost, "quality": dict.fromkeys(
-            ["cls_cosine", "patch_cosine", "probe_accuracy", "segmentation_miou"])})
-        print(f"{budget_name}={budget}: " + ", ".join(
-            f"{r} px {c['gflops']:.3g} GFLOPs {c['latency_ms']:.1f} ms {c['peak_memory_mib'] or 0:.0f} MiB" for r, c in cost.items()))
+        report["results"].append({"budget": budget, "cost": {str(r): costs[budget, r] for r in resolutions},
+                                  "quality": dict.fromkeys(["cls_cosine", "patch_cosine", "probe_accuracy", "segmentation_miou"])})
 
     # Quality: every image is loaded once; features are recomputed per budget.
     size = quality_resolution
@@ -431,6 +425,15 @@ def main(argv=None) -> dict:
             quality["segmentation_miou"] = segmentation_miou((grids["train"], train_masks), (grids["val"], val_masks), num_labels)
         if any(v is not None for v in quality.values()):
             print(f"{budget_name}={entry['budget']}: " + ", ".join(f"{k} {v:.4f}" for k, v in quality.items() if v is not None))
+
+    if args.device.startswith("cuda") or (platform.system() == "Linux" and return_freed_memory_to_the_os()):
+        for key, forward in forwards.items():
+            costs[key]["peak_memory_mib"] = peak_memory_mib(forward, args.device)
+    for entry in report["results"]:
+        print(f"{budget_name}={entry['budget']}: " + ", ".join(
+            f"{r} px {c['gflops']:.3g} GFLOPs {c['latency_ms']:.1f} ms {c['peak_memory_mib'] or 0:.0f} MiB"
+            for r, c in entry["cost"].items()
+        ))
 
     with open(output / "evaluation.json", "w") as f:
         json.dump(report, f, indent=2)
