@@ -193,6 +193,13 @@ def test_prepacked_inference_matches_the_plain_path(images):
         updated = model(images, num_cores=3).last_hidden_state
     with torch.enable_grad():
         torch.testing.assert_close(updated, model(images, num_cores=3).last_hidden_state, atol=1e-5, rtol=1e-5)
+    fc2 = model.layers[1].mlp.fc2  # a replaced parameter is repacked too
+    fc2.weight = torch.nn.Parameter(fc2.weight.detach() * 3)
+    with torch.no_grad():
+        replaced = model(images, num_cores=3).last_hidden_state
+    with torch.enable_grad():
+        torch.testing.assert_close(replaced, model(images, num_cores=3).last_hidden_state, atol=1e-5, rtol=1e-5)
+    fc2.weight = torch.nn.Parameter(fc2.weight.detach() / 3)
     with torch.no_grad():  # copies drop the packed weights (a oneDNN tensor cannot be copied)
         torch.testing.assert_close(copy.deepcopy(model)(images, num_cores=3).last_hidden_state, updated)
     plain = VecaModel(tiny_veca_config(prepack_cpu_weights=False)).eval()

@@ -11,6 +11,7 @@ import json
 import math
 import numbers
 import os
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -209,7 +210,7 @@ class VecaLinear(nn.Linear):
     packed copy (as large as the weight) is rebuilt when the weight changes and is never saved or copied.
     """
 
-    _packed = None  # (weight identity, packed weight)
+    _packed = None  # (weight identity, packed weight); identity = (weak reference, data pointer, version)
     prepack = True
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, prepack: bool = True):
@@ -220,10 +221,17 @@ class VecaLinear(nn.Linear):
         if not self._prepackable(input):
             self._packed = None
             return super().forward(input)
-        identity = (self.weight.data_ptr(), self.weight._version)
-        if self._packed is None or self._packed[0] != identity:
-            self._packed = (identity, torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), None))
+        weight = self.weight
+        if self._packed is None or not self._packed_for(weight):
+            identity = (weakref.ref(weight), weight.data_ptr(), weight._version)
+            self._packed = (identity, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None))
         return torch.ops.mkldnn._linear_pointwise(input, self._packed[1], self.bias, "none", [], "")
+
+    def _packed_for(self, weight: torch.Tensor) -> bool:
+        """Whether the packed copy is of this very weight, unchanged: a replaced parameter, new storage or an
+        in-place update all mean repacking."""
+        reference, data_ptr, version = self._packed[0]
+        return reference() is weight and data_ptr == weight.data_ptr() and version == weight._version
 
     def _prepackable(self, input: torch.Tensor) -> bool:
         weight = self.weight
