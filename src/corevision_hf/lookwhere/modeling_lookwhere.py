@@ -171,6 +171,7 @@ class LookWhereLinear(nn.Linear):
         return (
             self.prepack
             and _ONEDNN_PREPACKING
+            and torch.backends.mkldnn.enabled  # the user's global switch for oneDNN
             and input.device.type == "cpu"
             and input.dtype == weight.dtype == torch.float32
             and not (torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad))
