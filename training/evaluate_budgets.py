@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 import transformers
 from checkpointing import check_export
-from model_card import EVALUATION_FORMAT
+from model_card import EVALUATION_FORMAT, read_recipe
 from probes import (
     IGNORE_INDEX,
     classification_folder,
@@ -120,11 +120,6 @@ def check_resolutions(config, resolutions: list[int]) -> None:
         raise ValueError(f"Resolutions {bad} are not positive multiples of the patch size {config.patch_size}.")
 
 
-def recipe_teacher(checkpoint: str) -> str | None:
-    recipe = Path(checkpoint) / "training_recipe.json"
-    return json.loads(recipe.read_text()).get("teacher") if recipe.is_file() else None
-
-
 def output_width(config) -> int:
     return getattr(config, "output_projection_size", None) or config.hidden_size
 
@@ -196,9 +191,10 @@ def model_flops(config, resolution: int, budget_name: str, budget) -> int:
     return lookwhere_flops(config, resolution, **{budget_name: budget})
 
 
-def teacher_flops(teacher_config, height: int, width: int) -> int:
+def teacher_flops(teacher, height: int, width: int) -> int:
     """Dense-ViT FLOPs of the teacher: DINOv3 names its MLP width, DINOv2 gives a ratio (SwiGLU: 2/3 of it,
     rounded up to a multiple of 8, as DINOv2 builds it)."""
+    teacher_config = teacher.config
     gated = bool(getattr(teacher_config, "use_gated_mlp", False) or getattr(teacher_config, "use_swiglu_ffn", False))
     mlp_width = getattr(teacher_config, "intermediate_size", None)
     if mlp_width is None:
@@ -211,15 +207,10 @@ def teacher_flops(teacher_config, height: int, width: int) -> int:
         hidden_size=teacher_config.hidden_size,
         num_hidden_layers=teacher_config.num_hidden_layers,
         intermediate_size=mlp_width,
-        patch_size=teacher_patch_size_of(teacher_config),
+        patch_size=teacher_patch_size(teacher),
         num_prefix_tokens=1 + getattr(teacher_config, "num_register_tokens", 0),
         gated_mlp=gated,
     )
-
-
-def teacher_patch_size_of(teacher_config) -> int:
-    patch = teacher_config.patch_size
-    return patch[0] if isinstance(patch, (tuple, list)) else patch
 
 
 def cost_entry(flops: int, latency_ms: float, batch_size: int) -> dict:
@@ -326,7 +317,7 @@ def main(argv=None) -> dict:
     agreement_files = image_files(args.agreement_data) if args.agreement_data else None
     probe_splits, classes = classification_folder(args.probe_data) if args.probe_data else (None, None)
     segmentation_splits = segmentation_folder(args.segmentation_data) if args.segmentation_data else None
-    teacher_name = args.teacher or recipe_teacher(args.checkpoint)
+    teacher_name = args.teacher or (read_recipe(args.checkpoint) or {}).get("teacher")
     if agreement_files and not teacher_name:
         raise ValueError("--agreement-data needs --teacher (the checkpoint has no training_recipe.json naming one).")
     dtype = getattr(torch, args.dtype)
@@ -381,7 +372,7 @@ def main(argv=None) -> dict:
     costs = {}
     for (budget, r), forward in forwards.items():
         if budget == "teacher":  # on the teacher's own grid-matched input
-            flops = teacher_flops(teacher.config, *forward.args[0].shape[-2:])
+            flops = teacher_flops(teacher, *forward.args[0].shape[-2:])
         else:
             flops = model_flops(config, r, budget_name, budget)
         costs[budget, r] = cost_entry(flops, median_latency_ms(forward, args.device, args.latency_runs), args.batch_size)

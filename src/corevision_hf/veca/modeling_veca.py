@@ -219,7 +219,8 @@ class VecaLinear(nn.Linear):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if not self._prepackable(input):
-            self._packed = None
+            if self._packed is not None:
+                self._packed = None  # moved, trained or switched off: free the stale copy
             return super().forward(input)
         weight = self.weight
         if self._packed is None or not self._packed_for(weight):
