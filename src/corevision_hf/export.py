@@ -1,0 +1,217 @@
+"""ONNX export of VECA and LookWhere with dynamic batch, height and width.
+
+    python -m corevision_hf.export MODEL_DIR OUT.onnx [--num-cores K | --k-ratio R | --k K] [--dtype fp32|fp16]
+
+The graph takes `pixel_values` (batch, channels, height, width), any multiples of the patch size, and returns
+`last_hidden_state` and `pooler_output` as the PyTorch model does. The budget is fixed per graph: VECA's number of
+cores, LookWhere's k_ratio (k then follows the image size inside the graph) or a fixed k. After writing, the graph is
+run with onnxruntime (when installed) against PyTorch at two resolutions and batch sizes.
+
+TorchScript-based `torch.onnx.export` (dynamo=False): it keeps height and width symbolic through both models'
+shape arithmetic. ONNX has no complex numbers and no sparse matrices, so while exporting, VECA rotates with cos/sin
+and LookWhere fills the dense grid by a gather (`torch.onnx.is_in_onnx_export()` in the modeling files).
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+
+import torch
+from torch import nn
+
+from .lookwhere import LookWhereConfig, LookWhereModel
+from .veca import VecaConfig, VecaModel
+
+
+OPSET = 18  # Resize with antialias (LookWhere's selector input and position table) needs opset 18
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
+
+
+class ExportError(ValueError):
+    """A model, option or path the exporter cannot use; the message says what to change."""
+
+
+def _resize_antialias(mode: str, cubic_coefficient: float):
+    """ONNX symbolic for torch's antialiased interpolation (`antialias=True`), which the TorchScript exporter lacks:
+    a Resize with antialias=1 and the same filter (torch's antialiased bicubic uses a = -0.5; weights outside the
+    image are dropped and renormalised, i.e. exclude_outside=1)."""
+
+    def symbolic(g, input, output_size, align_corners, scale_factors):
+        shape = g.op("Shape", input)
+        starts, ends = g.op("Constant", value_t=torch.tensor([0])), g.op("Constant", value_t=torch.tensor([2]))
+        batch_and_channels = g.op("Slice", shape, starts, ends)
+        sizes = g.op("Concat", batch_and_channels, g.op("Cast", output_size, to_i=7), axis_i=0)  # 7: int64
+        empty = g.op("Constant", value_t=torch.tensor([], dtype=torch.float32))
+        return g.op(
+            "Resize", input, empty, empty, sizes, mode_s=mode, antialias_i=1, cubic_coeff_a_f=cubic_coefficient,
+            coordinate_transformation_mode_s="half_pixel", exclude_outside_i=1,
+        )
+
+    return symbolic
+
+
+def register_symbolics() -> None:
+    torch.onnx.register_custom_op_symbolic("aten::_upsample_bilinear2d_aa", _resize_antialias("linear", -0.75), OPSET)
+    torch.onnx.register_custom_op_symbolic("aten::_upsample_bicubic2d_aa", _resize_antialias("cubic", -0.5), OPSET)
+
+
+class OnnxGraph(nn.Module):
+    """The model at a fixed budget: pixel_values -> (last_hidden_state, pooler_output)."""
+
+    def __init__(self, model: nn.Module, budget: dict):
+        super().__init__()
+        self.model = model
+        self.budget = budget
+
+    def forward(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        outputs = self.model(pixel_values, **self.budget)
+        return outputs.last_hidden_state, outputs.pooler_output
+
+
+def budget_for(model: nn.Module, num_cores: int | None = None, k_ratio: float | None = None, k: int | None = None) -> dict:
+    """The forward keyword arguments that fix the budget; an option the model does not take is an ExportError."""
+    config = model.config
+    if isinstance(config, VecaConfig):
+        if k_ratio is not None or k is not None:
+            raise ExportError("--k-ratio / --k are LookWhere budgets; a VECA graph takes --num-cores (or none: all cores).")
+        num_cores = num_cores if num_cores is not None else getattr(config, "default_num_cores", None)
+        if num_cores is not None and not 1 <= num_cores <= config.num_cores:
+            raise ExportError(f"--num-cores {num_cores} is out of range: this model's core bank holds 1..{config.num_cores}.")
+        return {"num_cores": num_cores if num_cores is not None else config.num_cores}
+    if isinstance(config, LookWhereConfig):
+        if num_cores is not None:
+            raise ExportError("--num-cores is VECA's budget; a LookWhere graph takes --k-ratio R (k follows the image) or --k K.")
+        if k_ratio is not None and k is not None:
+            raise ExportError("Give --k-ratio or --k, not both.")
+        if k_ratio is not None and not 0 < k_ratio <= 1:
+            raise ExportError(f"--k-ratio must lie in (0, 1], got {k_ratio}.")
+        if k is not None and k < 1:
+            raise ExportError(f"--k must be >= 1, got {k}.")
+        if k is not None:
+            return {"k": k}
+        return {"k_ratio": k_ratio if k_ratio is not None else config.k_ratio}
+    raise ExportError(f"Only VECA and LookWhere models export here, got {type(model).__name__}.")
+
+
+def example_size(config, batch_size: int = 1, scale: float = 1.0) -> tuple[int, int, int, int]:
+    """A (B, C, H, W) input shape near `scale` times the training size, non-square, multiples of the patch size."""
+    patch = config.patch_size
+    side = max(2, round(config.image_size * scale / patch))
+    return batch_size, config.num_channels, side * patch, (side + 1) * patch
+
+
+def export_onnx(model: nn.Module, path: str, budget: dict, dtype: str = "fp32") -> str:
+    """Writes `model` at `budget` as an ONNX graph with dynamic batch, height and width to `path` (through a
+    temporary file in the same folder, renamed when complete). Returns `path`."""
+    if dtype not in DTYPES:
+        raise ExportError(f"--dtype must be one of {sorted(DTYPES)}, got {dtype!r}.")
+    register_symbolics()
+    graph = OnnxGraph(model.to(DTYPES[dtype]), budget).eval()
+    example = torch.randn(example_size(model.config), dtype=DTYPES[dtype])
+    folder = os.path.dirname(os.path.abspath(path))
+    handle, temporary = tempfile.mkstemp(suffix=".onnx.partial", dir=folder)
+    os.close(handle)
+    try:
+        with torch.no_grad():
+            torch.onnx.export(
+                graph,
+                (example,),
+                temporary,
+                dynamo=False,
+                opset_version=OPSET,
+                input_names=["pixel_values"],
+                output_names=["last_hidden_state", "pooler_output"],
+                dynamic_axes={
+                    "pixel_values": {0: "batch", 2: "height", 3: "width"},
+                    "last_hidden_state": {0: "batch", 1: "tokens"},
+                    "pooler_output": {0: "batch"},
+                },
+            )
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+    return path
+
+
+def check_onnx(model: nn.Module, path: str, budget: dict, shapes: list[tuple[int, int, int, int]]) -> list[dict]:
+    """Runs the graph with onnxruntime (CPU) and the model in PyTorch on random inputs of each (B, C, H, W) shape;
+    returns one {"shape", "max_abs_diff"} per shape (the larger of both outputs)."""
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    dtype = next(model.parameters()).dtype
+    results = []
+    generator = torch.Generator().manual_seed(0)
+    for shape in shapes:
+        pixel_values = torch.randn(shape, generator=generator).to(dtype)
+        with torch.no_grad():
+            expected = OnnxGraph(model, budget).eval()(pixel_values)
+        actual = session.run(None, {"pixel_values": pixel_values.numpy()})
+        diff = max((torch.from_numpy(a).float() - e.float()).abs().max().item() for a, e in zip(actual, expected))
+        results.append({"shape": tuple(shape), "max_abs_diff": diff})
+    return results
+
+
+def load_model(model_dir: str) -> nn.Module:
+    """A VECA or LookWhere base model from a folder or hub id, in float32 eval mode, ready to trace."""
+    from transformers import AutoConfig, AutoModel
+
+    try:
+        config = AutoConfig.from_pretrained(model_dir)
+    except (OSError, ValueError) as error:
+        raise ExportError(f"Cannot read a model config from {model_dir!r}: {error}".splitlines()[0]) from None
+    overrides = {}
+    if isinstance(config, VecaConfig):
+        overrides["chunk_size_feed_forward"] = 0  # token chunks would freeze the sequence length into the graph
+    elif not isinstance(config, LookWhereConfig):
+        raise ExportError(f"{model_dir!r} holds a {config.model_type!r} model; only VECA and LookWhere export here.")
+    model_class = VecaModel if isinstance(config, VecaConfig) else LookWhereModel
+    return model_class.from_pretrained(model_dir, dtype=torch.float32, **overrides).eval()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m corevision_hf.export", description=__doc__.split("\n\n")[0])
+    parser.add_argument("model_dir", help="a saved VECA or LookWhere folder (or hub id)")
+    parser.add_argument("output", help="the .onnx file to write")
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument("--num-cores", type=int, help="VECA: active cores (default: config.default_num_cores or all)")
+    budget.add_argument("--k-ratio", type=float, help="LookWhere: fraction of the grid kept (default: config.k_ratio)")
+    budget.add_argument("--k", type=int, help="LookWhere: a fixed number of kept patches, whatever the image size")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="weights and input dtype")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    parser.add_argument("--no-check", action="store_true", help="skip the onnxruntime comparison")
+    args = parser.parse_args(argv)
+
+    try:
+        if os.path.exists(args.output) and not args.force:
+            raise ExportError(f"{args.output} exists; pass --force to overwrite it or choose another path.")
+        if not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
+            raise ExportError(f"The folder of {args.output} does not exist; create it first.")
+        model = load_model(args.model_dir)
+        fixed_budget = budget_for(model, args.num_cores, args.k_ratio, args.k)
+        export_onnx(model, args.output, fixed_budget, args.dtype)
+    except ExportError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.output} ({os.path.getsize(args.output) / 2**20:.1f} MiB; budget {fixed_budget}, {args.dtype})")
+
+    if args.no_check:
+        return 0
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        print("onnxruntime is not installed: skipped the comparison (pip install onnxruntime)")
+        return 0
+    if args.dtype == "fp16":
+        print("fp16 graph: skipped the CPU comparison (onnxruntime's CPU kernels are float32; run it on a GPU provider)")
+        return 0
+    shapes = [example_size(model.config, 1), example_size(model.config, 2, scale=1.5)]
+    for result in check_onnx(model, args.output, fixed_budget, shapes):
+        print(f"onnxruntime vs PyTorch at {result['shape']}: max abs diff {result['max_abs_diff']:.2e}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""Image processor for LookWhere: keeps the aspect ratio and snaps both sides to multiples of the patch size.
+
+Hub-copied: imports only torch and transformers. Both models' processor files are this code with the model name
+substituted (`tests/test_image_processor.py` checks it), as each hub repo must be self-contained: change them together.
+"""
+
+import math
+import numbers
+
+import torch
+import torch.nn.functional as F
+from transformers.image_processing_utils import BaseImageProcessor, BatchFeature
+from transformers.processing_utils import ImagesKwargs
+
+
+# PIL resampling codes (what `preprocessor_config.json` files store) -> torch interpolation modes.
+RESAMPLE_MODES = {0: "nearest", 2: "bilinear", 3: "bicubic"}
+SIZE_KEYS = ({"shortest_edge"}, {"longest_edge"}, {"max_patches"}, {"height", "width"})
+OPTIONS = (
+    "size", "patch_size", "resample", "do_convert_rgb", "do_resize", "do_rescale", "rescale_factor", "do_normalize",
+    "image_mean", "image_std", "do_pad",
+)
+
+
+class LookWhereImageProcessorKwargs(ImagesKwargs, total=False):
+    patch_size: int
+
+
+class LookWhereImageProcessor(BaseImageProcessor):
+    r"""
+    RGB conversion, aspect-preserving resize with both sides snapped to multiples of `patch_size`, rescale to
+    [0, 1], ImageNet normalisation and, for batches of different sizes, zero padding (bottom and right, after
+    normalisation) to the largest. Runs in torch; nothing is squashed to a fixed square unless asked.
+
+    Args:
+        size (`dict`, defaults to `{"shortest_edge": 256}`): one of `{"shortest_edge": s}` (shorter side ~ s),
+            `{"longest_edge": s}` (longer side ~ s), `{"max_patches": n}` (the largest grid of at most n patches),
+            each snapped to the nearest patch multiple (at least one patch), or `{"height": h, "width": w}`
+            (exactly that, both multiples of `patch_size`).
+        patch_size (`int`, defaults to 16): the model's patch size.
+        resample (`int`, defaults to 3): 0 nearest, 2 bilinear, 3 bicubic (PIL codes; antialiased when shrinking).
+        do_convert_rgb, do_resize, do_rescale, do_normalize, do_pad (`bool`, default `True`): the steps above.
+        rescale_factor (`float`, defaults to 1 / 255), image_mean, image_std (ImageNet by default).
+    """
+
+    valid_kwargs = LookWhereImageProcessorKwargs
+    model_input_names = ["pixel_values"]
+
+    def __init__(
+        self,
+        size: dict | None = None,
+        patch_size: int = 16,
+        resample: int = 3,
+        do_convert_rgb: bool = True,
+        do_resize: bool = True,
+        do_rescale: bool = True,
+        rescale_factor: float = 1 / 255,
+        do_normalize: bool = True,
+        image_mean: list[float] | None = None,
+        image_std: list[float] | None = None,
+        do_pad: bool = True,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.size = dict(size) if size is not None else {"shortest_edge": 256}
+        self.patch_size = patch_size
+        self.resample = int(resample)
+        self.do_convert_rgb = do_convert_rgb
+        self.do_resize = do_resize
+        self.do_rescale = do_rescale
+        self.rescale_factor = rescale_factor
+        self.do_normalize = do_normalize
+        self.image_mean = list(image_mean) if image_mean is not None else [0.485, 0.456, 0.406]
+        self.image_std = list(image_std) if image_std is not None else [0.229, 0.224, 0.225]
+        self.do_pad = do_pad
+        check_options(self.size, self.patch_size, self.resample)
+
+    def preprocess(self, images, return_tensors: str | None = "pt", **kwargs) -> BatchFeature:
+        """One image or a list of them (PIL images, (H, W, C) or (C, H, W) arrays / tensors, or a (B, C, H, W)
+        tensor) -> `BatchFeature` with `pixel_values` (B, C, H, W) float32. Keyword arguments override the
+        processor's fields for this call (`size`, `do_pad`, ...)."""
+        unknown = set(kwargs) - set(OPTIONS)
+        if unknown:
+            raise ValueError(f"Unknown image processor arguments {sorted(unknown)}; choose from {list(OPTIONS)}.")
+        options = {name: kwargs.get(name, getattr(self, name)) for name in OPTIONS}
+        check_options(options["size"], options["patch_size"], options["resample"])
+        if return_tensors not in (None, "pt"):
+            raise ValueError(f"return_tensors={return_tensors!r} is not supported; use 'pt' (torch tensors).")
+
+        processed = [self.process_one(image, options) for image in to_image_list(images)]
+        if not processed:
+            raise ValueError("No images were given; pass one image or a non-empty list of images.")
+        sizes = {tuple(image.shape[-2:]) for image in processed}
+        if len(sizes) > 1:
+            if not options["do_pad"]:
+                raise ValueError(
+                    f"The images resize to different sizes {sorted(sizes)}; pass do_pad=True to pad them to the largest, "
+                    "process them one at a time, or give size={'height': h, 'width': w}."
+                )
+            height, width = max(s[0] for s in sizes), max(s[1] for s in sizes)
+            processed = [F.pad(image, (0, width - image.shape[-1], 0, height - image.shape[-2])) for image in processed]
+        return BatchFeature(data={"pixel_values": torch.stack(processed)}, tensor_type=return_tensors)
+
+    def process_one(self, image, options: dict) -> torch.Tensor:
+        """One image -> (C, H', W') float32 tensor, H' and W' multiples of the patch size."""
+        pixels = to_channels_first(image, options["do_convert_rgb"]).float()
+        patch = options["patch_size"]
+        height, width = pixels.shape[-2:]
+        if options["do_resize"]:
+            new_height, new_width = target_size(height, width, options["size"], patch)
+            if (new_height, new_width) != (height, width):
+                mode = RESAMPLE_MODES[options["resample"]]
+                low, high = pixels.min(), pixels.max()  # bicubic overshoots; keep the input's range
+                pixels = F.interpolate(
+                    pixels[None], size=(new_height, new_width), mode=mode, antialias=mode != "nearest",
+                    **({} if mode == "nearest" else {"align_corners": False}),
+                )[0].clamp(low, high)
+        elif height % patch or width % patch:
+            raise ValueError(
+                f"Image size {height}x{width} is not a multiple of the patch size {patch} and do_resize=False; "
+                "pass do_resize=True (sides are then snapped to patch multiples) or crop the image first."
+            )
+        if options["do_rescale"]:
+            pixels = pixels * options["rescale_factor"]
+        if options["do_normalize"]:
+            mean = torch.tensor(options["image_mean"], dtype=torch.float32).view(-1, 1, 1)
+            std = torch.tensor(options["image_std"], dtype=torch.float32).view(-1, 1, 1)
+            if mean.shape[0] not in (1, pixels.shape[0]) or std.shape[0] not in (1, pixels.shape[0]):
+                raise ValueError(
+                    f"image_mean / image_std have {mean.shape[0]} / {std.shape[0]} values for a {pixels.shape[0]}-channel "
+                    "image; give one value per channel."
+                )
+            pixels = (pixels - mean) / std
+        return pixels
+
+
+def check_options(size: dict, patch_size, resample) -> None:
+    """Raises a ValueError naming the field for a size, patch size or resampling filter the processor cannot use."""
+    if isinstance(patch_size, bool) or not isinstance(patch_size, numbers.Integral) or patch_size < 1:
+        raise ValueError(f"patch_size must be a positive int, got {patch_size!r}.")
+    if resample not in RESAMPLE_MODES:
+        raise ValueError(f"resample={resample!r} is not supported; use 0 (nearest), 2 (bilinear) or 3 (bicubic).")
+    if not isinstance(size, dict) or set(size) not in SIZE_KEYS:
+        raise ValueError(
+            f"size={size!r} is not supported; give {{'shortest_edge': s}}, {{'longest_edge': s}}, "
+            "{'max_patches': n} or {'height': h, 'width': w}."
+        )
+    for key, value in size.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"size[{key!r}] must be a positive int, got {value!r}.")
+    if set(size) == {"height", "width"} and (size["height"] % patch_size or size["width"] % patch_size):
+        snapped = {key: max(patch_size, round(value / patch_size) * patch_size) for key, value in size.items()}
+        raise ValueError(
+            f"size={size} is not a multiple of the patch size {patch_size}; use {snapped}, or "
+            f"{{'shortest_edge': {min(size.values())}}} to keep the aspect ratio and snap automatically."
+        )
+
+
+def target_size(height: int, width: int, size: dict, patch: int) -> tuple[int, int]:
+    """The output (height, width), both multiples of `patch` and at least one patch, for an input of this size."""
+    if "height" in size:
+        return size["height"], size["width"]
+    if "max_patches" in size:
+        # The largest grid with the input's aspect ratio and at most max_patches cells.
+        scale = math.sqrt(size["max_patches"] * patch * patch / (height * width))
+        rows, cols = max(1, math.floor(height * scale / patch)), max(1, math.floor(width * scale / patch))
+        while rows * cols > size["max_patches"]:
+            rows, cols = (rows - 1, cols) if rows >= cols and rows > 1 else (rows, max(1, cols - 1))
+        return rows * patch, cols * patch
+    edge = min(height, width) if "shortest_edge" in size else max(height, width)
+    scale = next(iter(size.values())) / edge
+    return max(patch, round(height * scale / patch) * patch), max(patch, round(width * scale / patch) * patch)
+
+
+def to_image_list(images) -> list:
+    """One image, a list of images or a (B, C, H, W) batch -> a list of single images."""
+    if isinstance(images, (list, tuple)):
+        return list(images)
+    if getattr(images, "ndim", None) == 4:
+        return list(images)
+    return [images]
+
+
+def to_channels_first(image, convert_rgb: bool) -> torch.Tensor:
+    """A PIL image, or a (H, W, C) / (C, H, W) / (H, W) array or tensor -> (C, H, W) tensor, RGB if asked."""
+    if hasattr(image, "convert") and hasattr(image, "tobytes"):  # a PIL image
+        if convert_rgb and image.mode != "RGB":
+            image = image.convert("RGB")
+        channels = len(image.getbands())
+        data = torch.frombuffer(bytearray(image.tobytes()), dtype=torch.uint8)
+        return data.view(image.height, image.width, channels).permute(2, 0, 1)
+    try:
+        pixels = torch.as_tensor(image)
+    except (TypeError, RuntimeError, ValueError) as error:
+        raise ValueError(
+            f"Cannot read an image from a {type(image).__name__}; pass PIL images, arrays or tensors."
+        ) from error
+    if pixels.ndim == 2:
+        pixels = pixels[None]
+    if pixels.ndim != 3:
+        raise ValueError(f"An image must have 2 or 3 dimensions (H, W[, C]) or (C, H, W), got shape {tuple(pixels.shape)}.")
+    if pixels.shape[0] not in (1, 3, 4) and pixels.shape[-1] in (1, 3, 4):
+        pixels = pixels.permute(2, 0, 1)  # (H, W, C) -> (C, H, W)
+    if pixels.shape[-2] == 0 or pixels.shape[-1] == 0:
+        raise ValueError(f"Empty image of shape {tuple(pixels.shape)}.")
+    if pixels.is_floating_point() and not torch.isfinite(pixels).all():
+        raise ValueError("The image holds NaN or infinite values; check how it was decoded or computed.")
+    if convert_rgb and pixels.shape[0] == 1:
+        pixels = pixels.expand(3, -1, -1)
+    elif convert_rgb and pixels.shape[0] == 4:
+        pixels = pixels[:3]  # RGBA -> RGB, as PIL's convert("RGB") drops alpha
+    return pixels
+
+
+__all__ = ["LookWhereImageProcessor"]
