@@ -42,7 +42,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         for name, sizes in plan.items():
             model = build(name)
-            budget = budget_for(model)
+            budget = budget_for(model.config)
             # As `python -m corevision_hf.export` loads it: VECA's token chunks would freeze the sequence length
             # into the graph, so the exported copy runs its MLP unchunked; the PyTorch row keeps the default.
             export_model = build(name, **({"chunk_size_feed_forward": 0} if name == "veca" else {}))

@@ -69,9 +69,9 @@ class OnnxGraph(nn.Module):
         return outputs.last_hidden_state, outputs.pooler_output
 
 
-def budget_for(model: nn.Module, num_cores: int | None = None, k_ratio: float | None = None, k: int | None = None) -> dict:
-    """The forward keyword arguments that fix the budget; an option the model does not take is an ExportError."""
-    config = model.config
+def budget_for(config, num_cores: int | None = None, k_ratio: float | None = None, k: int | None = None) -> dict:
+    """The forward keyword arguments that fix a model's budget (from its config); an option the model does not
+    take is an ExportError."""
     if isinstance(config, VecaConfig):
         if k_ratio is not None or k is not None:
             raise ExportError("--k-ratio / --k are LookWhere budgets; a VECA graph takes --num-cores (or none: all cores).")
@@ -91,7 +91,7 @@ def budget_for(model: nn.Module, num_cores: int | None = None, k_ratio: float | 
         if k is not None:
             return {"k": k}
         return {"k_ratio": k_ratio if k_ratio is not None else config.k_ratio}
-    raise ExportError(f"Only VECA and LookWhere models export here, got {type(model).__name__}.")
+    raise ExportError(f"Only VECA and LookWhere models export here, got a {config.model_type!r} model.")
 
 
 def example_size(config, batch_size: int = 1, scale: float = 1.0) -> tuple[int, int, int, int]:
@@ -154,21 +154,25 @@ def check_onnx(model: nn.Module, path: str, budget: dict, shapes: list[tuple[int
     return results
 
 
-def load_model(model_dir: str) -> nn.Module:
-    """A VECA or LookWhere base model from a folder or hub id, in float32 eval mode, ready to trace."""
-    from transformers import AutoConfig, AutoModel
+def load_config(model_dir: str):
+    """The config of a saved VECA or LookWhere folder or hub id."""
+    from transformers import AutoConfig
 
     try:
         config = AutoConfig.from_pretrained(model_dir)
     except (OSError, ValueError) as error:
         raise ExportError(f"Cannot read a model config from {model_dir!r}: {error}".splitlines()[0]) from None
-    overrides = {}
-    if isinstance(config, VecaConfig):
-        overrides["chunk_size_feed_forward"] = 0  # token chunks would freeze the sequence length into the graph
-    elif not isinstance(config, LookWhereConfig):
+    if not isinstance(config, (VecaConfig, LookWhereConfig)):
         raise ExportError(f"{model_dir!r} holds a {config.model_type!r} model; only VECA and LookWhere export here.")
-    model_class = VecaModel if isinstance(config, VecaConfig) else LookWhereModel
-    return model_class.from_pretrained(model_dir, dtype=torch.float32, **overrides).eval()
+    return config
+
+
+def load_model(model_dir: str, config) -> nn.Module:
+    """The base model of a saved folder in float32 eval mode, ready to trace."""
+    if isinstance(config, VecaConfig):
+        # Token chunks would freeze the sequence length into the graph.
+        return VecaModel.from_pretrained(model_dir, dtype=torch.float32, chunk_size_feed_forward=0).eval()
+    return LookWhereModel.from_pretrained(model_dir, dtype=torch.float32).eval()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,8 +193,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ExportError(f"{args.output} exists; pass --force to overwrite it or choose another path.")
         if not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
             raise ExportError(f"The folder of {args.output} does not exist; create it first.")
-        model = load_model(args.model_dir)
-        fixed_budget = budget_for(model, args.num_cores, args.k_ratio, args.k)
+        config = load_config(args.model_dir)
+        fixed_budget = budget_for(config, args.num_cores, args.k_ratio, args.k)
+        model = load_model(args.model_dir, config)
         export_onnx(model, args.output, fixed_budget, args.dtype)
     except ExportError as error:
         print(f"error: {error}", file=sys.stderr)
