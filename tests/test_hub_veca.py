@@ -28,7 +28,7 @@ LOADER = textwrap.dedent(
     backbone = backbone_class.from_pretrained(source, out_indices=[2]).eval()
     assert type(AutoBackbone.from_config(backbone.config, trust_remote_code=True)) is backbone_class
     outputs["backbone"] = backbone(inputs, num_cores=2).feature_maps[0]
-    processor = AutoImageProcessor.from_pretrained(source)
+    processor = AutoImageProcessor.from_pretrained(source, trust_remote_code=True)
     outputs["processor_mean"] = torch.tensor(processor.image_mean)
     torch.save(outputs, outputs_path)
     """

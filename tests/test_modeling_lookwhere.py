@@ -76,10 +76,15 @@ def test_output_layout(model, pixel_values):
     assert torch.all(out.selected_indices.diff(dim=1) > 0) and out.selected_indices.max() < num_patches
     assert out.selector_map.shape == (2, num_patches)
     torch.testing.assert_close(out.selector_map.topk(k).indices.sort().values, out.selected_indices)
+    # Hidden states are filled onto the grid like the output (the last one is before the final norm).
     assert len(out.hidden_states) == model.config.num_hidden_layers + 1
-    assert out.hidden_states[0].shape == (2, 5 + k, 32)
-    sparse = model(pixel_values, k=7, fill_dense=False)
+    assert all(state.shape == (2, 5 + num_patches, 32) for state in out.hidden_states)
+    kept = torch.cat([torch.arange(5).expand(2, -1), 5 + out.selected_indices], dim=1)[..., None].expand(-1, -1, 32)
+    last = model.extractor.norm(out.hidden_states[-1])  # the fill averages, so only kept cells commute with the norm
+    torch.testing.assert_close(last.gather(1, kept), out.last_hidden_state.gather(1, kept))
+    sparse = model(pixel_values, k=7, fill_dense=False, output_hidden_states=True)
     assert sparse.last_hidden_state.shape == (2, 5 + 7, 32)
+    assert sparse.hidden_states[0].shape == (2, 5 + 7, 32)
 
 
 def test_all_patches_equal_a_plain_vit_run(model, pixel_values):
@@ -301,7 +306,7 @@ LOADER = textwrap.dedent(
     segmenter = AutoModelForSemanticSegmentation.from_pretrained(source, trust_remote_code=True).eval()
     outputs["classifier"] = classifier(inputs).logits
     outputs["segmenter"] = segmenter(inputs).logits
-    outputs["processor_size"] = torch.tensor(AutoImageProcessor.from_pretrained(source).size["height"])
+    outputs["processor_size"] = torch.tensor(AutoImageProcessor.from_pretrained(source, trust_remote_code=True).size["shortest_edge"])
     torch.save(outputs, outputs_path)
     """
 )

@@ -3,6 +3,7 @@
 from transformers import (
     AutoBackbone,
     AutoConfig,
+    AutoImageProcessor,
     AutoModel,
     AutoModelForImageClassification,
     AutoModelForSemanticSegmentation,
@@ -11,9 +12,11 @@ from transformers import (
 from .flops import dense_vit_flops, lookwhere_flops, veca_flops
 from .lookwhere import (
     LOOKWHERE_PRESETS,
+    LookWhereBackbone,
     LookWhereConfig,
     LookWhereForImageClassification,
     LookWhereForSemanticSegmentation,
+    LookWhereImageProcessor,
     LookWhereModel,
     LookWhereModelOutput,
     LookWherePreTrainedModel,
@@ -23,6 +26,7 @@ from .veca import (
     VecaBackbone,
     VecaConfig,
     VecaForImageClassification,
+    VecaImageProcessor,
     VecaModel,
     VecaModelOutput,
     VecaPreTrainedModel,
@@ -33,9 +37,10 @@ __version__ = "0.1.0"
 
 # In-process: the Auto classes find our models by model_type. On save: the config and modeling files are
 # copied next to the weights and `auto_map` is written, so `trust_remote_code=True` loads them without us.
-for config_class, heads in [
+for config_class, processor_class, heads in [
     (
         VecaConfig,
+        VecaImageProcessor,
         [
             (AutoModel, VecaModel),
             (AutoModelForImageClassification, VecaForImageClassification),
@@ -44,24 +49,33 @@ for config_class, heads in [
     ),
     (
         LookWhereConfig,
+        LookWhereImageProcessor,
         [
             (AutoModel, LookWhereModel),
             (AutoModelForImageClassification, LookWhereForImageClassification),
             (AutoModelForSemanticSegmentation, LookWhereForSemanticSegmentation),
+            (AutoBackbone, LookWhereBackbone),
         ],
     ),
 ]:
     AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
     config_class.register_for_auto_class()
+    # One torch implementation, whichever backend transformers prefers on this machine.
+    AutoImageProcessor.register(
+        config_class, image_processor_classes={"pil": processor_class, "torchvision": processor_class}, exist_ok=True
+    )
+    processor_class.register_for_auto_class()
     for auto_class, model_class in heads:
         auto_class.register(config_class, model_class, exist_ok=True)
         model_class.register_for_auto_class(auto_class.__name__)
 
 __all__ = [
     "LOOKWHERE_PRESETS",
+    "LookWhereBackbone",
     "LookWhereConfig",
     "LookWhereForImageClassification",
     "LookWhereForSemanticSegmentation",
+    "LookWhereImageProcessor",
     "LookWhereModel",
     "LookWhereModelOutput",
     "LookWherePreTrainedModel",
@@ -69,6 +83,7 @@ __all__ = [
     "VecaBackbone",
     "VecaConfig",
     "VecaForImageClassification",
+    "VecaImageProcessor",
     "VecaModel",
     "VecaModelOutput",
     "VecaPreTrainedModel",

@@ -1,6 +1,7 @@
 """LookWhere configuration. Hub-copied: imports only transformers."""
 
 from transformers import PreTrainedConfig
+from transformers.backbone_utils import BackboneConfigMixin
 
 
 # ViT-S/14 and ViT-B/14 widths of DINOv2 with registers, the teachers of the paper.
@@ -10,7 +11,7 @@ LOOKWHERE_PRESETS = {
 }
 
 
-class LookWhereConfig(PreTrainedConfig):
+class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
     r"""
     Configuration of a LookWhere model: a shallow *selector* looks at a low-resolution copy of the image and
     picks the top-k informative patches; an *extractor* runs only on those high-resolution patches, reusing the
@@ -41,8 +42,14 @@ class LookWhereConfig(PreTrainedConfig):
             checkpoints converted from it set `False`.
         map_head_ratio (`int`, defaults to 4): hidden width of the selector's map head, in multiples of hidden_size.
         k_ratio (`float`, defaults to 0.1): default fraction of the high-resolution grid kept.
+        default_k (`int`, *optional*): default number of patches kept per image, whatever its size; when set it wins
+            over `k_ratio` for calls that give neither `k` nor `k_ratio`. Set either at load time:
+            `from_pretrained(..., default_k=64)` or `pipeline(..., model_kwargs={"k_ratio": 0.2})`.
         num_fill_neighbors (`int`, defaults to 5): kept cells averaged (inverse distance) for each unkept cell.
         freeze_selector (`bool`, defaults to `True`): task heads keep the selector frozen while fine-tuning.
+        out_features / out_indices: stages returned by [`LookWhereBackbone`] ("stem", "stage1", ...), on the filled grid.
+        apply_layernorm (`bool`, defaults to `True`): normalise the backbone feature maps with the final norm.
+        reshape_hidden_states (`bool`, defaults to `True`): backbone returns (B, D, Hp, Wp) maps, else (B, N, D).
         semantic_loss_ignore_index (`int`, defaults to 255): label ignored by the segmentation loss.
         hidden_dropout_prob, attention_dropout, drop_path_rate (`float`, default 0.0): regularisation.
         initializer_range (`float`, defaults to 0.02): std of the truncated normal init of linear layers.
@@ -74,6 +81,7 @@ class LookWhereConfig(PreTrainedConfig):
         selector_antialias=True,
         map_head_ratio=4,
         k_ratio=0.1,
+        default_k=None,
         num_fill_neighbors=5,
         freeze_selector=True,
         semantic_loss_ignore_index=255,
@@ -82,6 +90,10 @@ class LookWhereConfig(PreTrainedConfig):
         drop_path_rate=0.0,
         initializer_range=0.02,
         prepack_cpu_weights=True,
+        out_features=None,
+        out_indices=None,
+        apply_layernorm=True,
+        reshape_hidden_states=True,
         **kwargs,
     ):
         self.hidden_size = hidden_size
@@ -103,6 +115,7 @@ class LookWhereConfig(PreTrainedConfig):
         self.selector_antialias = selector_antialias
         self.map_head_ratio = map_head_ratio
         self.k_ratio = k_ratio
+        self.default_k = default_k
         self.prepack_cpu_weights = prepack_cpu_weights
         self.num_fill_neighbors = num_fill_neighbors
         self.freeze_selector = freeze_selector
@@ -111,6 +124,10 @@ class LookWhereConfig(PreTrainedConfig):
         self.attention_dropout = attention_dropout
         self.drop_path_rate = drop_path_rate
         self.initializer_range = initializer_range
+        self.apply_layernorm = apply_layernorm
+        self.reshape_hidden_states = reshape_hidden_states
+        self.stage_names = ["stem"] + [f"stage{i}" for i in range(1, num_hidden_layers + 1)]
+        self.set_output_features_output_indices(out_indices=out_indices, out_features=out_features)
         self._validate()
         super().__init__(**kwargs)
 
@@ -124,8 +141,11 @@ class LookWhereConfig(PreTrainedConfig):
                 raise ValueError(f"{name} ({getattr(self, name)}) must be a multiple of patch_size ({self.patch_size}).")
         if self.num_register_tokens < 0:
             raise ValueError(f"num_register_tokens must be >= 0, got {self.num_register_tokens}.")
-        if not 0 < self.k_ratio <= 1:
-            raise ValueError(f"k_ratio must lie in (0, 1], got {self.k_ratio}.")
+        if isinstance(self.k_ratio, bool) or not isinstance(self.k_ratio, (int, float)) or not 0 < self.k_ratio <= 1:
+            raise ValueError(f"k_ratio must lie in (0, 1], got {self.k_ratio!r}.")
+        default = self.default_k
+        if default is not None and (isinstance(default, bool) or not isinstance(default, int) or default < 1):
+            raise ValueError(f"default_k must be a number of patches >= 1 (or None to use k_ratio), got {default!r}.")
         if not 1 <= self.selector_depth <= self.num_hidden_layers:
             raise ValueError(f"selector_depth must lie in 1..num_hidden_layers, got {self.selector_depth}.")
 

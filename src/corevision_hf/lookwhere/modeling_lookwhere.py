@@ -23,13 +23,22 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
+from transformers.backbone_utils import BackboneMixin, filter_output_hidden_states
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import BaseModelOutputWithPooling, ImageClassifierOutput, SemanticSegmenterOutput
+from transformers.modeling_outputs import (
+    BackboneOutput,
+    BaseModelOutput,
+    BaseModelOutputWithPooling,
+    ImageClassifierOutput,
+    SemanticSegmenterOutput,
+)
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils.generic import can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_lookwhere import LookWhereConfig
+from .image_processing_lookwhere import LookWhereImageProcessor
+from .pipeline_lookwhere import LookWhereImageFeatureExtractionPipeline
 
 
 # Hub code for every head, so that any saved LookWhere checkpoint loads with each Auto class.
@@ -38,6 +47,14 @@ AUTO_MAP = {
     "AutoModel": "modeling_lookwhere.LookWhereModel",
     "AutoModelForImageClassification": "modeling_lookwhere.LookWhereForImageClassification",
     "AutoModelForSemanticSegmentation": "modeling_lookwhere.LookWhereForSemanticSegmentation",
+    "AutoBackbone": "modeling_lookwhere.LookWhereBackbone",
+}
+# `pipeline("image-feature-extraction", model=..., trust_remote_code=True)` takes the budget per call with this class.
+CUSTOM_PIPELINES = {
+    "image-feature-extraction": {
+        "impl": f"pipeline_lookwhere.{LookWhereImageFeatureExtractionPipeline.__name__}", "pt": ["AutoModel"],
+        "type": "image",
+    }
 }
 
 
@@ -91,7 +108,7 @@ class LookWherePatchEmbeddings(nn.Module):
 def resize_position_table(table: torch.Tensor, grid: tuple[int, int], antialias: bool) -> torch.Tensor:
     """(1, G * G, D) learned positions -> (1, Hp * Wp, D), bicubic in float32 as DINOv2 does; unchanged if equal."""
     side = int(table.shape[1] ** 0.5)
-    if (side, side) == tuple(grid):
+    if (side, side) == tuple(grid) and not torch.onnx.is_in_onnx_export():  # in a graph the grid is symbolic
         return table
     square = table.reshape(1, side, side, -1).permute(0, 3, 1, 2)
     resized = F.interpolate(square.float(), size=grid, mode="bicubic", align_corners=False, antialias=antialias)
@@ -320,9 +337,11 @@ class LookWhereSelector(nn.Module):
         global tokens (B, 1 + R, D) and selector map logits (B, Hp * Wp)."""
         batch_size = pixel_values.shape[0]
         size = self.config.selector_image_size
+        # In float32: CPU kernels for antialiased resizing take no bf16 / fp16.
         low_res = F.interpolate(
-            pixel_values, size=(size, size), mode="bilinear", align_corners=False, antialias=self.config.selector_antialias
-        )
+            pixel_values.float(), size=(size, size), mode="bilinear", align_corners=False,
+            antialias=self.config.selector_antialias,
+        ).to(pixel_values.dtype)
         patches = self.patch_embeddings(low_res) + self.position_embeddings
         prefix = torch.cat([self.cls_token, self.register_tokens], dim=1).expand(batch_size, -1, -1)
         hidden_states = torch.cat([prefix.to(patches.dtype), patches], dim=1)
@@ -376,9 +395,12 @@ def nearest_kept_cells(
     partial sum exactly (float64 unless float32 provably does, on CPU at full matmul precision)."""
     batch_size, k = indices.shape
     height, width = grid
-    exact_in_float32 = k * (4 * (height**2 + width**2) + 1) < 2**24
-    full_precision = indices.device.type == "cpu" and torch.get_float32_matmul_precision() == "highest"
-    dtype = torch.float32 if exact_in_float32 and full_precision else torch.float64
+    if torch.onnx.is_in_onnx_export():
+        dtype = torch.float64  # the grid and k are symbolic in a graph: take the type that is always exact
+    else:
+        exact_in_float32 = k * (4 * (height**2 + width**2) + 1) < 2**24
+        full_precision = indices.device.type == "cpu" and torch.get_float32_matmul_precision() == "highest"
+        dtype = torch.float32 if exact_in_float32 and full_precision else torch.float64
     with torch.autocast(indices.device.type, enabled=False):
         cell = torch.arange(height * width, device=indices.device)
         rows, cols = (cell // width).to(dtype), (cell % width).to(dtype)
@@ -390,7 +412,8 @@ def nearest_kept_cells(
             dim=1,
         )  # (B, 4, k)
         nearest, squared = [], []
-        block = max(1, (1 << 22) // (batch_size * k))  # cells per block: the (cells x k) keys stay small
+        # Cells per block: the (cells x k) keys stay small. One block in a graph, where sizes are symbolic.
+        block = height * width if torch.onnx.is_in_onnx_export() else max(1, (1 << 22) // (batch_size * k))
         for start in range(0, height * width, block):
             keys, neighbours = (cells[start : start + block] @ kept).topk(num_nearest, dim=-1, largest=False)
             nearest.append(neighbours)
@@ -413,29 +436,51 @@ def inverse_distance_fill(
     count is decided exactly: by distance, then by `priority` (B, k), a permutation of 0..k-1, lower first. The
     model passes the selector's score rank, so an equidistant tie goes to the higher-scored patch as in the authors'
     code. Default priority: index order."""
-    batch_size, k, dim = kept.shape
-    height, width = grid
-    num_cells = height * width
-    device = kept.device
-    if priority is None:
-        priority = torch.arange(k, device=device).expand(batch_size, -1)
-    nearest, distances = nearest_kept_cells(indices, priority, grid, min(num_neighbors, k))
-    weights = 1.0 / (distances + 1e-8)
-    weights = weights / weights.sum(dim=-1, keepdim=True)
+    return DenseFill(indices, grid, num_neighbors, priority)(kept)
 
-    # The fill is a sparse (N x k) matrix with n weights per row, times the kept tokens: one pass over the
-    # output with the small kept matrix in cache, ~30x faster than gathering (N, n, D) neighbour tokens.
-    row_starts = torch.arange(0, nearest[0].numel() + 1, nearest.shape[-1], device=device)
-    dense = []
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        for image in range(batch_size):
-            fill = torch.sparse_csr_tensor(
-                row_starts, nearest[image].flatten(), weights[image].flatten(), (num_cells, k), check_invariants=False
-            )
-            dense.append(fill @ kept[image].float())  # sparse kernels take fp32 only
-    dense = torch.stack(dense).to(kept.dtype)
-    return dense.scatter(1, indices[..., None].expand(-1, -1, dim), kept)
+
+class DenseFill:
+    """The inverse-distance fill of one set of kept cells, built once and applied to any number of token tensors
+    (the output and every hidden state): (B, k, D) kept tokens -> (B, Hp * Wp, D). See `inverse_distance_fill`."""
+
+    def __init__(self, indices: torch.Tensor, grid: tuple[int, int], num_neighbors: int, priority: torch.Tensor | None):
+        batch_size, k = indices.shape
+        if priority is None:
+            priority = torch.arange(k, device=indices.device).expand(batch_size, -1)
+        # A graph holds k symbolically, so it cannot take min(num_neighbors, k): export needs k >= num_neighbors.
+        num_nearest = num_neighbors if torch.onnx.is_in_onnx_export() else min(num_neighbors, k)
+        self.indices, self.num_cells = indices, grid[0] * grid[1]
+        self.nearest, distances = nearest_kept_cells(indices, priority, grid, num_nearest)  # (B, N, n)
+        weights = 1.0 / (distances + 1e-8)
+        self.weights = weights / weights.sum(dim=-1, keepdim=True)
+
+    def __call__(self, kept: torch.Tensor) -> torch.Tensor:
+        batch_size, k, dim = kept.shape
+        # Sparse kernels take float32 only, and autocast would hand them bf16 / fp16.
+        with torch.autocast(kept.device.type, enabled=False):
+            if torch.onnx.is_in_onnx_export():
+                # ONNX has no sparse matrices: gather each cell's n neighbours and weight them.
+                neighbours = kept.float().gather(1, self.nearest.flatten(1)[..., None].expand(-1, -1, dim))
+                dense = (neighbours.view(batch_size, self.num_cells, -1, dim) * self.weights[..., None]).sum(2)
+            else:
+                dense = self.sparse_product(kept.float())
+        return dense.to(kept.dtype).scatter(1, self.indices[..., None].expand(-1, -1, dim), kept)
+
+    def sparse_product(self, kept: torch.Tensor) -> torch.Tensor:
+        """The fill as a sparse (N x k) matrix with n weights per row, times the kept tokens: one pass over the
+        output with the small kept matrix in cache, ~30x faster than gathering (N, n, D) neighbour tokens."""
+        nearest, weights = self.nearest, self.weights
+        row_starts = torch.arange(0, nearest[0].numel() + 1, nearest.shape[-1], device=kept.device)
+        dense = []
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+            for image in range(kept.shape[0]):
+                fill = torch.sparse_csr_tensor(
+                    row_starts, nearest[image].flatten(), weights[image].flatten(), (self.num_cells, kept.shape[1]),
+                    check_invariants=False,
+                )
+                dense.append(fill @ kept[image])
+        return torch.stack(dense)
 
 
 class LookWherePreTrainedModel(PreTrainedModel):
@@ -475,38 +520,50 @@ class LookWherePreTrainedModel(PreTrainedModel):
 
     # Same as modeling_veca.VecaPreTrainedModel.save_pretrained
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """`PreTrainedModel.save_pretrained`, plus a stock `preprocessor_config.json` (ImageNet normalisation) so
-        that `AutoImageProcessor` works; an existing one is kept. Models registered for hub code map every head."""
+        """`PreTrainedModel.save_pretrained`, plus a `preprocessor_config.json` for our image processor (an existing
+        one is kept). Models registered for hub code map every head and the budget-aware pipeline; the processor and
+        pipeline files travel with the modeling file, which imports them."""
         if self._auto_class is not None:
             self.config.auto_map = {**AUTO_MAP, **(getattr(self.config, "auto_map", None) or {})}
+            self.config.custom_pipelines = {**CUSTOM_PIPELINES, **(getattr(self.config, "custom_pipelines", None) or {})}
         super().save_pretrained(save_directory, *args, **kwargs)
         path = os.path.join(save_directory, "preprocessor_config.json")
         if kwargs.get("is_main_process", True) and not os.path.exists(path):
             with open(path, "w") as f:
-                json.dump(image_processor_dict(self.config.image_size), f, indent=2)
+                json.dump(image_processor_dict(self.config), f, indent=2)
 
 
 # Same as modeling_veca.image_processor_dict
-def image_processor_dict(image_size: int) -> dict:
-    """A transformers `BitImageProcessor` config: RGB, resize to image_size, rescale to [0, 1], ImageNet normalise."""
+def image_processor_dict(config: LookWhereConfig) -> dict:
+    """The `preprocessor_config.json` of a checkpoint: our processor (shortest edge at the training size, sides
+    snapped to patch multiples, ImageNet normalisation) and the hub code that loads it."""
+    processor = LookWhereImageProcessor(
+        size={"shortest_edge": config.image_size}, patch_size=config.patch_size, image_mean=[0.485, 0.456, 0.406],
+        image_std=[0.229, 0.224, 0.225],
+    )
     return {
-        "image_processor_type": "BitImageProcessor",
-        "do_convert_rgb": True,
-        "do_resize": True,
-        "size": {"height": image_size, "width": image_size},
-        "resample": 3,
-        "do_center_crop": False,
-        "do_rescale": True,
-        "rescale_factor": 1 / 255,
-        "do_normalize": True,
-        "image_mean": [0.485, 0.456, 0.406],
-        "image_std": [0.229, 0.224, 0.225],
+        **processor.to_dict(),
+        "auto_map": {"AutoImageProcessor": f"image_processing_lookwhere.{LookWhereImageProcessor.__name__}"},
     }
+
+
+# Same as modeling_veca.chosen_blocks
+def chosen_blocks(n, depth: int) -> list[int]:
+    """DINOv2's block choice: the last n blocks for an int n, else the listed 0-based indices (negative from the end)."""
+    if isinstance(n, numbers.Integral) and not isinstance(n, bool):
+        if not 1 <= n <= depth:
+            raise ValueError(f"n={n} blocks: this model has {depth}, so choose 1..{depth} (or a list of block indices).")
+        return list(range(depth - n, depth))
+    indices = list(n) if isinstance(n, (list, tuple, range)) else None
+    if not indices or any(isinstance(i, bool) or not isinstance(i, numbers.Integral) or not -depth <= i < depth for i in indices):
+        raise ValueError(f"n={n!r}: give a number of last blocks, or a list of block indices in 0..{depth - 1}.")
+    return [i % depth for i in indices]
 
 
 class LookWhereModel(LookWherePreTrainedModel):
     def __init__(self, config: LookWhereConfig):
         super().__init__(config)
+        config._validate()  # again: from_pretrained(..., field=value) sets fields after the config was checked
         self.selector = LookWhereSelector(config)
         self.extractor = LookWhereExtractor(config)
         self.post_init()
@@ -534,7 +591,9 @@ class LookWhereModel(LookWherePreTrainedModel):
                 f"pixel_values is on {pixel_values.device} but the model is on {weight.device}; "
                 f"move it with pixel_values.to({str(weight.device)!r})."
             )
-        _, channels, height, width = pixel_values.shape
+        batch_size, channels, height, width = pixel_values.shape
+        if batch_size == 0:
+            raise ValueError("pixel_values holds no images (batch size 0); pass at least one image.")
         if channels != config.num_channels:
             raise ValueError(
                 f"pixel_values has {channels} channels but the model expects {config.num_channels}; "
@@ -544,26 +603,33 @@ class LookWhereModel(LookWherePreTrainedModel):
         if height % patch or width % patch or height == 0 or width == 0:
             raise ValueError(
                 f"Image size {height}x{width} is not a multiple of the patch size {patch}; resize or crop to "
-                f"{max(patch, height // patch * patch)}x{max(patch, width // patch * patch)} (multiples of {patch})."
+                f"{max(patch, height // patch * patch)}x{max(patch, width // patch * patch)} (multiples of {patch}), "
+                "or use the model's image processor, which snaps sizes to patch multiples."
             )
         num_patches = (height // patch) * (width // patch)
         if k is not None and k_ratio is not None:
             raise ValueError("Give either k (patches per image) or k_ratio (fraction of the grid), not both.")
+        name = "k"
+        if k is None and k_ratio is None and config.default_k is not None:
+            k, name = config.default_k, "config.default_k"
         if k is not None:
             if isinstance(k, bool) or not isinstance(k, numbers.Integral):
-                raise ValueError(f"k must be an int in 1..{num_patches}, got {k!r}.")
+                raise ValueError(f"{name} must be an int in 1..{num_patches}, got {k!r}.")
             if not 1 <= k <= num_patches:
                 raise ValueError(
-                    f"k={k} is out of range: a {height}x{width} image has {num_patches} patches, so choose 1..{num_patches}."
+                    f"{name}={k} is out of range: a {height}x{width} image has {num_patches} patches, so choose "
+                    f"1..{num_patches} (or give k_ratio, a fraction of the grid)."
                 )
             return int(k)
         if k_ratio is None:
             k_ratio = config.k_ratio
         if isinstance(k_ratio, bool) or not isinstance(k_ratio, numbers.Real) or not 0 < k_ratio <= 1:
             raise ValueError(f"k_ratio must be a number in (0, 1], got {k_ratio!r}.")
+        if torch.onnx.is_in_onnx_export():
+            # A tensor, so that k follows the image size in the graph; float64 rounds as Python does below.
+            return (torch.ones((), dtype=torch.float64) * num_patches * k_ratio).floor().clamp(min=1).long()
         return max(1, int(k_ratio * num_patches))
 
-    @capture_outputs(tie_last_hidden_states=False)
     def forward(
         self,
         pixel_values: torch.Tensor,
@@ -576,13 +642,14 @@ class LookWhereModel(LookWherePreTrainedModel):
         pixel_values (`torch.FloatTensor` of shape `(batch_size, num_channels, height, width)`):
             Normalised high-resolution images; height and width any multiples of `patch_size`.
         k (`int`, *optional*):
-            Patches kept per image, 1..Hp * Wp.
+            Patches kept per image, 1..Hp * Wp; default `config.default_k` if set.
         k_ratio (`float`, *optional*):
             Fraction of the high-resolution grid kept, in (0, 1]; default `config.k_ratio`. Give k or k_ratio.
         fill_dense (`bool`, *optional*, defaults to `True`):
-            Fill every grid cell (DINOv2-style `last_hidden_state`); `False` skips the fill when only the image-level
-            output or the kept tokens are needed.
+            Fill every grid cell (DINOv2-style `last_hidden_state` and `hidden_states`); `False` skips the fill when
+            only the image-level output or the kept tokens are needed.
         """
+        return_dict = kwargs.pop("return_dict", getattr(self.config, "return_dict", True))
         k = self.check_inputs(pixel_values, k, k_ratio)
         patch = self.config.patch_size
         grid = (pixel_values.shape[2] // patch, pixel_values.shape[3] // patch)
@@ -592,21 +659,64 @@ class LookWhereModel(LookWherePreTrainedModel):
         # top-k is not differentiable: the selector learns from its map loss and through the global tokens.
         # Kept in row-major order; score_rank remembers each one's place by score, the fill's tie-break.
         selected_indices, score_rank = selector_map.topk(k, dim=-1).indices.sort(dim=-1)
-        sequence = self.extractor(pixel_values, selected_indices, global_tokens, **kwargs)
+        extracted = self.extract(pixel_values, selected_indices, global_tokens, **kwargs)
+        sequence, hidden_states = extracted.last_hidden_state, extracted.hidden_states
 
         last_hidden_state = sequence
         if fill_dense:
             num_prefix = global_tokens.shape[1]
-            dense = inverse_distance_fill(
-                sequence[:, num_prefix:], selected_indices, grid, self.config.num_fill_neighbors, score_rank
-            )
-            last_hidden_state = torch.cat([sequence[:, :num_prefix], dense], dim=1)
-        return LookWhereModelOutput(
+            fill = DenseFill(selected_indices, grid, self.config.num_fill_neighbors, score_rank)
+
+            def dense(tokens: torch.Tensor) -> torch.Tensor:
+                return torch.cat([tokens[:, :num_prefix], fill(tokens[:, num_prefix:])], dim=1)
+
+            last_hidden_state = dense(sequence)
+            if hidden_states is not None:
+                hidden_states = tuple(dense(state) for state in hidden_states)
+        outputs = LookWhereModelOutput(
             last_hidden_state=last_hidden_state,
             pooler_output=sequence[:, 0],
+            hidden_states=hidden_states,
+            attentions=extracted.attentions,
             selected_indices=selected_indices,
             selector_map=selector_map,
         )
+        return outputs if return_dict else outputs.to_tuple()
+
+    @capture_outputs(tie_last_hidden_states=False)
+    def extract(
+        self, pixel_values: torch.Tensor, selected_indices: torch.Tensor, global_tokens: torch.Tensor, **kwargs
+    ) -> BaseModelOutput:
+        """The extractor on the kept patches, its hidden states and attentions recorded when asked:
+        last_hidden_state (B, 1 + R + k, D)."""
+        return BaseModelOutput(last_hidden_state=self.extractor(pixel_values, selected_indices, global_tokens, **kwargs))
+
+    def get_intermediate_layers(
+        self,
+        pixel_values: torch.Tensor,
+        n: int | list[int] = 1,
+        reshape: bool = False,
+        return_class_token: bool = False,
+        norm: bool = True,
+        k: int | None = None,
+        k_ratio: float | None = None,
+    ) -> tuple:
+        """DINOv2's `get_intermediate_layers` on the filled grid: the patch tokens after the last `n` extractor blocks
+        (an int) or after the blocks of these 0-based indices (a list), through the final norm if `norm`. Returns a
+        tuple with one (B, Hp * Wp, D) tensor per block, (B, D, Hp, Wp) maps if `reshape`, or (patch tokens,
+        (B, D) CLS) pairs if `return_class_token`."""
+        outputs = self(pixel_values, k=k, k_ratio=k_ratio, output_hidden_states=True)
+        blocks = outputs.hidden_states[1:]  # [0] is the embedding output
+        num_prefix = 1 + self.config.num_register_tokens
+        grid = (pixel_values.shape[2] // self.config.patch_size, pixel_values.shape[3] // self.config.patch_size)
+        layers = []
+        for index in chosen_blocks(n, len(blocks)):
+            hidden_state = self.extractor.norm(blocks[index]) if norm else blocks[index]
+            patches = hidden_state[:, num_prefix:]
+            if reshape:
+                patches = patches.transpose(1, 2).reshape(patches.shape[0], -1, *grid)
+            layers.append((patches, hidden_state[:, 0]) if return_class_token else patches)
+        return tuple(layers)
 
     @classmethod
     def from_teacher(cls, teacher: PreTrainedModel, **config_overrides) -> "LookWhereModel":
@@ -616,6 +726,14 @@ class LookWhereModel(LookWherePreTrainedModel):
         teacher_config = teacher.config
         if getattr(teacher_config, "use_swiglu_ffn", False):
             raise ValueError("from_teacher supports DINOv2 teachers with a plain MLP (use_swiglu_ffn=False).")
+        # from_pretrained marks what it loaded; unmarked tensors of a loaded teacher were missing and are random.
+        loaded = {name: getattr(p, "_is_hf_initialized", False) for name, p in teacher.named_parameters()}
+        if any(loaded.values()) and not all(loaded.values()):
+            missing = sorted(name for name, was_loaded in loaded.items() if not was_loaded)
+            raise ValueError(
+                f"The teacher's checkpoint lacks {missing} (randomly initialised by from_pretrained); load the "
+                "checkpoint with the class it was saved from (e.g. Dinov2Model for a DINOv2 checkpoint without registers)."
+            )
         teacher_state = {k.removeprefix(teacher.base_model_prefix + "."): v for k, v in teacher.state_dict().items()}
         if "embeddings.position_embeddings" not in teacher_state:
             raise ValueError(
@@ -758,10 +876,51 @@ class LookWhereForSemanticSegmentation(LookWherePreTrainedModel):
         )
 
 
+class LookWhereBackbone(BackboneMixin, LookWherePreTrainedModel):
+    """LookWhere feature maps at chosen extractor layers ("stem", "stage1", ...) on the filled grid, for
+    dense-prediction heads: (B, D, Hp, Wp). The selector stays frozen by default."""
+
+    def __init__(self, config: LookWhereConfig):
+        super().__init__(config)
+        self.lookwhere = LookWhereModel(config)
+        self.num_features = [config.hidden_size] * (config.num_hidden_layers + 1)
+        if config.freeze_selector:
+            self.lookwhere.selector.requires_grad_(False)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.lookwhere.get_input_embeddings()
+
+    @can_return_tuple
+    @filter_output_hidden_states
+    def forward(
+        self, pixel_values: torch.Tensor, k: int | None = None, k_ratio: float | None = None, **kwargs
+    ) -> BackboneOutput:
+        outputs = self.lookwhere(pixel_values, k=k, k_ratio=k_ratio, fill_dense=True, **kwargs)
+        batch_size, _, height, width = pixel_values.shape
+        grid_height, grid_width = height // self.config.patch_size, width // self.config.patch_size
+        num_prefix = 1 + self.config.num_register_tokens
+
+        feature_maps = []
+        for stage, hidden_state in zip(self.stage_names, outputs.hidden_states):
+            if stage not in self.out_features:
+                continue
+            if self.config.apply_layernorm:
+                hidden_state = self.lookwhere.extractor.norm(hidden_state)
+            patch_tokens = hidden_state[:, num_prefix:]
+            if self.config.reshape_hidden_states:
+                patch_tokens = patch_tokens.transpose(1, 2).reshape(batch_size, -1, grid_height, grid_width)
+            feature_maps.append(patch_tokens)
+        return BackboneOutput(
+            feature_maps=tuple(feature_maps), hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
 __all__ = [
     "LookWherePreTrainedModel",
     "LookWhereModel",
     "LookWhereModelOutput",
     "LookWhereForImageClassification",
     "LookWhereForSemanticSegmentation",
+    "LookWhereBackbone",
 ]

@@ -6,3 +6,4 @@ from .modeling_veca import (
     VecaModelOutput,
     VecaPreTrainedModel,
 )
+from .image_processing_veca import VecaImageProcessor

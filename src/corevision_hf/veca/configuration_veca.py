@@ -30,6 +30,9 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
         num_channels (`int`, defaults to 3): input channels.
         image_size (`int`, defaults to 256): training resolution; the model runs at any multiple of `patch_size`.
         num_cores (`int`, defaults to 64): size of the core bank, the largest usable budget.
+        default_num_cores (`int`, *optional*): the budget of a call that gives no `num_cores` (and of pipelines);
+            1..`num_cores`, `None` for the whole bank. Set it at load time:
+            `from_pretrained(..., default_num_cores=16)` or `pipeline(..., model_kwargs={"default_num_cores": 16})`.
         training_budgets (`list[int]`, *optional*): core budgets sampled by nested dropout during distillation;
             defaults to eight even steps up to `num_cores` ((8, 16, ..., 64) for a bank of 64).
         training_budget_weights (`list[float]`, *optional*): their relative sampling weights; defaults to
@@ -79,6 +82,7 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
         num_channels=3,
         image_size=256,
         num_cores=64,
+        default_num_cores=None,
         training_budgets=None,
         training_budget_weights=None,
         rope_theta=100.0,
@@ -113,6 +117,7 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
         self.num_channels = num_channels
         self.image_size = image_size
         self.num_cores = num_cores
+        self.default_num_cores = default_num_cores
         if training_budgets is None:
             # The reference schedule, scaled to the bank: eight even steps, later (larger) budgets drawn more often.
             step = max(1, num_cores // 8)
@@ -163,6 +168,12 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
             raise ValueError(f"rope_zero_fraction must lie in [0, 1], got {self.rope_zero_fraction}.")
         if self.num_cores < 1:
             raise ValueError(f"num_cores (the core bank size) must be >= 1, got {self.num_cores}.")
+        default = self.default_num_cores
+        if default is not None and (isinstance(default, bool) or not isinstance(default, int) or not 1 <= default <= self.num_cores):
+            raise ValueError(
+                f"default_num_cores={default!r} is out of range: this model's core bank holds {self.num_cores} cores, "
+                f"so choose 1..{self.num_cores} (None uses all of them)."
+            )
         if len(self.training_budgets) != len(self.training_budget_weights):
             raise ValueError(
                 f"training_budgets ({len(self.training_budgets)} values) and training_budget_weights "

@@ -28,6 +28,8 @@ from transformers.utils.generic import can_return_tuple
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_veca import VecaConfig
+from .image_processing_veca import VecaImageProcessor
+from .pipeline_veca import VecaImageFeatureExtractionPipeline
 
 
 IMAGENET_MEAN = [0.485, 0.456, 0.406]
@@ -39,6 +41,12 @@ AUTO_MAP = {
     "AutoModel": "modeling_veca.VecaModel",
     "AutoModelForImageClassification": "modeling_veca.VecaForImageClassification",
     "AutoBackbone": "modeling_veca.VecaBackbone",
+}
+# `pipeline("image-feature-extraction", model=..., trust_remote_code=True)` takes the budget per call with this class.
+CUSTOM_PIPELINES = {
+    "image-feature-extraction": {
+        "impl": f"pipeline_veca.{VecaImageFeatureExtractionPipeline.__name__}", "pt": ["AutoModel"], "type": "image"
+    }
 }
 
 
@@ -142,9 +150,12 @@ class VecaRotaryEmbedding(nn.Module):
         self.register_buffer("inv_freq", rope_inverse_frequencies(config), persistent=False)
 
     def forward(self, coordinates: torch.Tensor) -> torch.Tensor:
-        """(..., 2) coordinates in (x, y) order -> (..., head_dim / 2) complex64 rotations."""
+        """(..., 2) coordinates in (x, y) order -> (..., head_dim / 2) complex64 rotations (float32 angles while
+        exporting to ONNX, which has no complex type; `apply_rotary` takes either)."""
         angles = 2 * math.pi * coordinates.float()[..., None] * self.inv_freq
         angles = angles.flatten(-2)
+        if torch.onnx.is_in_onnx_export():
+            return angles
         return torch.polar(torch.ones_like(angles), angles)
 
 
@@ -171,6 +182,10 @@ def apply_rotary(qk: torch.Tensor, rotations: torch.Tensor) -> torch.Tensor:
     One complex multiply is several times faster on CPU than the rotate-half formulation."""
     compute_dtype = qk.dtype if qk.dtype in (torch.float32, torch.float64) else torch.float32
     pairs = qk.to(compute_dtype).unflatten(-1, (-1, 2))
+    if not rotations.is_complex():  # angles, while exporting to ONNX: the same rotation with cos and sin
+        cos, sin = (f(rotations)[:, :, None, None, :] for f in (torch.cos, torch.sin))
+        real, imag = pairs.unbind(-1)
+        return torch.stack([real * cos - imag * sin, real * sin + imag * cos], dim=-1).flatten(-2).to(qk.dtype)
     rotated = torch.view_as_complex(pairs) * rotations[:, :, None, None, :]
     return torch.view_as_real(rotated).flatten(-2).to(qk.dtype)
 
@@ -352,9 +367,11 @@ class VecaLayer(GradientCheckpointingLayer):
         attn_output, _ = self.attention(self.norm1(hidden_states), num_cores, rotations, **kwargs)
         hidden_states = hidden_states + self.drop_path(self.dropout(attn_output))
         # Token chunks keep the 2h-wide MLP activations small: less peak memory, fewer fresh pages on CPU.
-        chunks = hidden_states.split(self.chunk_size_feed_forward or hidden_states.shape[1], dim=1)
-        mlp_outputs = [self.mlp(self.norm2(chunk)) for chunk in chunks]
-        mlp_output = mlp_outputs[0] if len(mlp_outputs) == 1 else torch.cat(mlp_outputs, dim=1)
+        chunk_size = self.chunk_size_feed_forward
+        if not chunk_size or hidden_states.shape[1] <= chunk_size:
+            mlp_output = self.mlp(self.norm2(hidden_states))
+        else:
+            mlp_output = torch.cat([self.mlp(self.norm2(chunk)) for chunk in hidden_states.split(chunk_size, dim=1)], 1)
         return hidden_states + self.drop_path(self.dropout(mlp_output))
 
 
@@ -396,32 +413,27 @@ class VecaPreTrainedModel(PreTrainedModel):
             init.copy_(module.inv_freq, rope_inverse_frequencies(config))
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """`PreTrainedModel.save_pretrained`, plus a stock `preprocessor_config.json` (ImageNet normalisation) so
-        that `AutoImageProcessor` works; an existing one is kept. Models registered for hub code map every head."""
+        """`PreTrainedModel.save_pretrained`, plus a `preprocessor_config.json` for our image processor (an existing
+        one is kept). Models registered for hub code map every head and the budget-aware pipeline; the processor and
+        pipeline files travel with the modeling file, which imports them."""
         if self._auto_class is not None:
             self.config.auto_map = {**AUTO_MAP, **(getattr(self.config, "auto_map", None) or {})}
+            self.config.custom_pipelines = {**CUSTOM_PIPELINES, **(getattr(self.config, "custom_pipelines", None) or {})}
         super().save_pretrained(save_directory, *args, **kwargs)
         path = os.path.join(save_directory, "preprocessor_config.json")
         if kwargs.get("is_main_process", True) and not os.path.exists(path):
             with open(path, "w") as f:
-                json.dump(image_processor_dict(self.config.image_size), f, indent=2)
+                json.dump(image_processor_dict(self.config), f, indent=2)
 
 
-def image_processor_dict(image_size: int) -> dict:
-    """A transformers `BitImageProcessor` config: RGB, resize to image_size, rescale to [0, 1], ImageNet normalise."""
-    return {
-        "image_processor_type": "BitImageProcessor",
-        "do_convert_rgb": True,
-        "do_resize": True,
-        "size": {"height": image_size, "width": image_size},
-        "resample": 3,
-        "do_center_crop": False,
-        "do_rescale": True,
-        "rescale_factor": 1 / 255,
-        "do_normalize": True,
-        "image_mean": IMAGENET_MEAN,
-        "image_std": IMAGENET_STD,
-    }
+def image_processor_dict(config: VecaConfig) -> dict:
+    """The `preprocessor_config.json` of a checkpoint: our processor (shortest edge at the training size, sides
+    snapped to patch multiples, ImageNet normalisation) and the hub code that loads it."""
+    processor = VecaImageProcessor(
+        size={"shortest_edge": config.image_size}, patch_size=config.patch_size, image_mean=IMAGENET_MEAN,
+        image_std=IMAGENET_STD,
+    )
+    return {**processor.to_dict(), "auto_map": {"AutoImageProcessor": f"image_processing_veca.{VecaImageProcessor.__name__}"}}
 
 
 class VecaModel(VecaPreTrainedModel):
@@ -434,6 +446,7 @@ class VecaModel(VecaPreTrainedModel):
         depth = config.num_hidden_layers
         self.layers = nn.ModuleList(VecaLayer(config, config.drop_path_rate * i / max(1, depth - 1)) for i in range(depth))
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        config._validate()  # again: from_pretrained(..., field=value) sets fields after the config was checked
         self.output_projection = (
             VecaLinear(config.hidden_size, config.output_projection_size, prepack=config.prepack_cpu_weights)
             if config.output_projection_size
@@ -464,7 +477,9 @@ class VecaModel(VecaPreTrainedModel):
                 f"pixel_values is on {pixel_values.device} but the model is on {weight.device}; "
                 f"move it with pixel_values.to({str(weight.device)!r})."
             )
-        _, channels, height, width = pixel_values.shape
+        batch_size, channels, height, width = pixel_values.shape
+        if batch_size == 0:
+            raise ValueError("pixel_values holds no images (batch size 0); pass at least one image.")
         if channels != config.num_channels:
             raise ValueError(
                 f"pixel_values has {channels} channels but the model expects {config.num_channels}; "
@@ -474,8 +489,11 @@ class VecaModel(VecaPreTrainedModel):
         if height % patch or width % patch or height == 0 or width == 0:
             raise ValueError(
                 f"Image size {height}x{width} is not a multiple of the patch size {patch}; resize or crop to "
-                f"{max(patch, height // patch * patch)}x{max(patch, width // patch * patch)} (multiples of {patch})."
+                f"{max(patch, height // patch * patch)}x{max(patch, width // patch * patch)} (multiples of {patch}), "
+                "or use the model's image processor, which snaps sizes to patch multiples."
             )
+        if num_cores is None:
+            num_cores = config.default_num_cores
         if num_cores is None:
             return config.num_cores
         if isinstance(num_cores, bool) or not isinstance(num_cores, numbers.Integral):
@@ -493,7 +511,8 @@ class VecaModel(VecaPreTrainedModel):
         pixel_values (`torch.FloatTensor` of shape `(batch_size, num_channels, height, width)`):
             Normalised images; height and width any multiples of `patch_size`.
         num_cores (`int`, *optional*):
-            Active prefix of the core bank, 1..`config.num_cores` (default: the whole bank).
+            Active prefix of the core bank, 1..`config.num_cores` (default: `config.default_num_cores`, else the
+            whole bank).
         """
         num_cores = self.check_inputs(pixel_values, num_cores)
         batch_size, _, height, width = pixel_values.shape
@@ -526,6 +545,45 @@ class VecaModel(VecaPreTrainedModel):
             pooler_output=sequence_output[:, 0],
             core_coordinates=torch.tanh(raw_coordinates),
         )
+
+
+    def get_intermediate_layers(
+        self,
+        pixel_values: torch.Tensor,
+        n: int | list[int] = 1,
+        reshape: bool = False,
+        return_class_token: bool = False,
+        norm: bool = True,
+        num_cores: int | None = None,
+    ) -> tuple:
+        """DINOv2's `get_intermediate_layers`: the patch tokens after the last `n` blocks (an int) or after the blocks
+        of these 0-based indices (a list), through the final norm if `norm`. Returns a tuple with one (B, Hp * Wp, D)
+        tensor per block, (B, D, Hp, Wp) maps if `reshape`, or (patch tokens, (B, D) core 0) pairs if
+        `return_class_token`."""
+        outputs = self(pixel_values, num_cores=num_cores, output_hidden_states=True)
+        blocks = outputs.hidden_states[1:]  # [0] is the embedding output
+        active_cores = outputs.core_coordinates.shape[1]
+        grid = (pixel_values.shape[2] // self.config.patch_size, pixel_values.shape[3] // self.config.patch_size)
+        layers = []
+        for index in chosen_blocks(n, len(blocks)):
+            hidden_state = self.norm(blocks[index]) if norm else blocks[index]
+            patches = hidden_state[:, active_cores:]
+            if reshape:
+                patches = patches.transpose(1, 2).reshape(patches.shape[0], -1, *grid)
+            layers.append((patches, hidden_state[:, 0]) if return_class_token else patches)
+        return tuple(layers)
+
+
+def chosen_blocks(n, depth: int) -> list[int]:
+    """DINOv2's block choice: the last n blocks for an int n, else the listed 0-based indices (negative from the end)."""
+    if isinstance(n, numbers.Integral) and not isinstance(n, bool):
+        if not 1 <= n <= depth:
+            raise ValueError(f"n={n} blocks: this model has {depth}, so choose 1..{depth} (or a list of block indices).")
+        return list(range(depth - n, depth))
+    indices = list(n) if isinstance(n, (list, tuple, range)) else None
+    if not indices or any(isinstance(i, bool) or not isinstance(i, numbers.Integral) or not -depth <= i < depth for i in indices):
+        raise ValueError(f"n={n!r}: give a number of last blocks, or a list of block indices in 0..{depth - 1}.")
+    return [i % depth for i in indices]
 
 
 class VecaForImageClassification(VecaPreTrainedModel):
