@@ -82,10 +82,11 @@ def test_lookwhere_budget_in_the_pipeline_call_and_defaults(folders, photo):
 PIPELINE_LOADER = textwrap.dedent(
     """
     import torch
+    from PIL import Image
     from transformers import pipeline
 
     source, inputs_path, outputs_path = sys.argv[1:4]
-    image = torch.load(inputs_path)
+    image = Image.fromarray(torch.load(inputs_path).numpy())
     pipe = pipeline("image-feature-extraction", model=source, trust_remote_code=True)
     assert type(pipe).__module__.startswith("transformers_modules"), type(pipe).__module__
     assert type(pipe.image_processor).__module__.startswith("transformers_modules"), type(pipe.image_processor)
@@ -95,6 +96,6 @@ PIPELINE_LOADER = textwrap.dedent(
 
 
 def test_pipeline_and_processor_load_without_the_package(tmp_path, folders, photo):
-    image = torch.tensor(list(photo.getdata()), dtype=torch.uint8).view(30, 45, 3)
+    image = torch.frombuffer(bytearray(photo.tobytes()), dtype=torch.uint8).view(30, 45, 3)
     outputs = load_without_package(tmp_path, PIPELINE_LOADER, folders["veca"], image)
     torch.testing.assert_close(outputs["features"], reference(folders["veca"], photo, num_cores=4))
