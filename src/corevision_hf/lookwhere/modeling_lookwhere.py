@@ -650,6 +650,25 @@ class LookWhereModel(LookWherePreTrainedModel):
             only the image-level output or the kept tokens are needed.
         """
         return_dict = kwargs.pop("return_dict", getattr(self.config, "return_dict", True))
+        outputs, dense = self.forward_kept(pixel_values, k=k, k_ratio=k_ratio, **kwargs)
+        if fill_dense:
+            hidden_states = outputs.hidden_states
+            outputs = LookWhereModelOutput(
+                last_hidden_state=dense(outputs.last_hidden_state),
+                pooler_output=outputs.pooler_output,
+                hidden_states=None if hidden_states is None else tuple(dense(state) for state in hidden_states),
+                attentions=outputs.attentions,
+                selected_indices=outputs.selected_indices,
+                selector_map=outputs.selector_map,
+            )
+        return outputs if return_dict else outputs.to_tuple()
+
+    def forward_kept(
+        self, pixel_values: torch.Tensor, k: int | None = None, k_ratio: float | None = None, **kwargs
+    ) -> tuple[LookWhereModelOutput, Callable[[torch.Tensor], torch.Tensor]]:
+        """The outputs over the kept tokens only (as `fill_dense=False`), and the dense fill of this selection: a
+        function from any (B, 1 + R + k, D) tokens (the output, a hidden state, a normalised one) to the grid,
+        (B, 1 + R + Hp * Wp, D). The fill is prepared on its first call."""
         k = self.check_inputs(pixel_values, k, k_ratio)
         patch = self.config.patch_size
         grid = (pixel_values.shape[2] // patch, pixel_values.shape[3] // patch)
@@ -660,28 +679,22 @@ class LookWhereModel(LookWherePreTrainedModel):
         # Kept in row-major order; score_rank remembers each one's place by score, the fill's tie-break.
         selected_indices, score_rank = selector_map.topk(k, dim=-1).indices.sort(dim=-1)
         extracted = self.extract(pixel_values, selected_indices, global_tokens, **kwargs)
-        sequence, hidden_states = extracted.last_hidden_state, extracted.hidden_states
+        num_prefix, fills = global_tokens.shape[1], []
 
-        last_hidden_state = sequence
-        if fill_dense:
-            num_prefix = global_tokens.shape[1]
-            fill = DenseFill(selected_indices, grid, self.config.num_fill_neighbors, score_rank)
+        def dense(tokens: torch.Tensor) -> torch.Tensor:
+            if not fills:
+                fills.append(DenseFill(selected_indices, grid, self.config.num_fill_neighbors, score_rank))
+            return torch.cat([tokens[:, :num_prefix], fills[0](tokens[:, num_prefix:])], dim=1)
 
-            def dense(tokens: torch.Tensor) -> torch.Tensor:
-                return torch.cat([tokens[:, :num_prefix], fill(tokens[:, num_prefix:])], dim=1)
-
-            last_hidden_state = dense(sequence)
-            if hidden_states is not None:
-                hidden_states = tuple(dense(state) for state in hidden_states)
         outputs = LookWhereModelOutput(
-            last_hidden_state=last_hidden_state,
-            pooler_output=sequence[:, 0],
-            hidden_states=hidden_states,
+            last_hidden_state=extracted.last_hidden_state,
+            pooler_output=extracted.last_hidden_state[:, 0],
+            hidden_states=extracted.hidden_states,
             attentions=extracted.attentions,
             selected_indices=selected_indices,
             selector_map=selector_map,
         )
-        return outputs if return_dict else outputs.to_tuple()
+        return outputs, dense
 
     @capture_outputs(tie_last_hidden_states=False)
     def extract(
@@ -702,16 +715,18 @@ class LookWhereModel(LookWherePreTrainedModel):
         k_ratio: float | None = None,
     ) -> tuple:
         """DINOv2's `get_intermediate_layers` on the filled grid: the patch tokens after the last `n` extractor blocks
-        (an int) or after the blocks of these 0-based indices (a list), through the final norm if `norm`. Returns a
+        (an int) or after the blocks of these 0-based indices (a list), through the final norm if `norm` (before the
+        fill, as for `last_hidden_state`). Returns a
         tuple with one (B, Hp * Wp, D) tensor per block, (B, D, Hp, Wp) maps if `reshape`, or (patch tokens,
         (B, D) CLS) pairs if `return_class_token`."""
-        outputs = self(pixel_values, k=k, k_ratio=k_ratio, output_hidden_states=True)
+        outputs, dense = self.forward_kept(pixel_values, k=k, k_ratio=k_ratio, output_hidden_states=True)
         blocks = outputs.hidden_states[1:]  # [0] is the embedding output
         num_prefix = 1 + self.config.num_register_tokens
         grid = (pixel_values.shape[2] // self.config.patch_size, pixel_values.shape[3] // self.config.patch_size)
         layers = []
         for index in chosen_blocks(n, len(blocks)):
-            hidden_state = self.extractor.norm(blocks[index]) if norm else blocks[index]
+            # Normalised before the fill, as last_hidden_state is: the last block with norm=True gives its patches.
+            hidden_state = dense(self.extractor.norm(blocks[index]) if norm else blocks[index])
             patches = hidden_state[:, num_prefix:]
             if reshape:
                 patches = patches.transpose(1, 2).reshape(patches.shape[0], -1, *grid)
@@ -896,7 +911,7 @@ class LookWhereBackbone(BackboneMixin, LookWherePreTrainedModel):
     def forward(
         self, pixel_values: torch.Tensor, k: int | None = None, k_ratio: float | None = None, **kwargs
     ) -> BackboneOutput:
-        outputs = self.lookwhere(pixel_values, k=k, k_ratio=k_ratio, fill_dense=True, **kwargs)
+        outputs, dense = self.lookwhere.forward_kept(pixel_values, k=k, k_ratio=k_ratio, **kwargs)
         batch_size, _, height, width = pixel_values.shape
         grid_height, grid_width = height // self.config.patch_size, width // self.config.patch_size
         num_prefix = 1 + self.config.num_register_tokens
@@ -905,15 +920,14 @@ class LookWhereBackbone(BackboneMixin, LookWherePreTrainedModel):
         for stage, hidden_state in zip(self.stage_names, outputs.hidden_states):
             if stage not in self.out_features:
                 continue
-            if self.config.apply_layernorm:
+            if self.config.apply_layernorm:  # before the fill, as for last_hidden_state
                 hidden_state = self.lookwhere.extractor.norm(hidden_state)
-            patch_tokens = hidden_state[:, num_prefix:]
+            patch_tokens = dense(hidden_state)[:, num_prefix:]
             if self.config.reshape_hidden_states:
                 patch_tokens = patch_tokens.transpose(1, 2).reshape(batch_size, -1, grid_height, grid_width)
             feature_maps.append(patch_tokens)
-        return BackboneOutput(
-            feature_maps=tuple(feature_maps), hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
+        hidden_states = tuple(dense(state) for state in outputs.hidden_states)  # on the grid, as the model gives them
+        return BackboneOutput(feature_maps=tuple(feature_maps), hidden_states=hidden_states, attentions=outputs.attentions)
 
 
 __all__ = [
