@@ -770,6 +770,8 @@ class LookWhereModel(LookWherePreTrainedModel):
                 "layer_norm_eps": teacher_config.layer_norm_eps,
                 "qkv_bias": teacher_config.qkv_bias,
                 "image_size": grid_size * teacher_config.patch_size,
+                # the default selector grid (11 x 11 patches, 154 px at patch 14) at the teacher's patch size
+                "selector_image_size": LookWhereConfig().selector_grid_size * teacher_config.patch_size,
                 # transformers resizes DINOv2-with-registers position tables with antialiasing, DINOv2's without
                 "interpolate_antialias": teacher_config.model_type == "dinov2_with_registers",
                 **config_overrides,

@@ -1,0 +1,56 @@
+"""Every Python snippet in README.md runs, against local tiny checkpoints with patch 14 and patch 16 in place of
+the hub ids it names, so that the front door cannot rot."""
+
+import pathlib
+import re
+
+import pytest
+import torch
+from transformers import Dinov2WithRegistersConfig, Dinov2WithRegistersModel
+
+from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel
+
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SNIPPETS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.DOTALL)
+
+
+def tiny_checkpoints(folder: pathlib.Path, patch: int) -> dict[str, str]:
+    """Hub id -> a local folder holding a tiny random model of that kind (wide enough for the README's budgets and
+    layer choices: a bank of 64 cores, 12 LookWhere blocks)."""
+    torch.manual_seed(0)
+    VecaModel(
+        VecaConfig(hidden_size=32, num_hidden_layers=4, num_attention_heads=2, intermediate_size=48, patch_size=patch,
+                   num_cores=64, image_size=4 * patch)
+    ).save_pretrained(folder / "veca")
+    LookWhereModel(
+        LookWhereConfig(hidden_size=32, num_hidden_layers=12, num_attention_heads=2, intermediate_size=64,
+                        patch_size=patch, image_size=8 * patch, selector_depth=1, selector_image_size=3 * patch)
+    ).save_pretrained(folder / "lookwhere")
+    Dinov2WithRegistersModel(
+        Dinov2WithRegistersConfig(hidden_size=32, num_hidden_layers=4, num_attention_heads=2, mlp_ratio=2,
+                                  patch_size=patch, image_size=8 * patch)
+    ).save_pretrained(folder / "dinov2")
+    return {
+        "org/veca-base": str(folder / "veca"),
+        "org/lookwhere-base": str(folder / "lookwhere"),
+        "facebook/dinov2-with-registers-base": str(folder / "dinov2"),
+    }
+
+
+def test_the_readme_has_python_snippets():
+    assert len(SNIPPETS) >= 4
+
+
+@pytest.mark.parametrize("patch", [14, 16])
+def test_readme_snippets_run(tmp_path, monkeypatch, patch):
+    replacements = tiny_checkpoints(tmp_path, patch)
+    monkeypatch.chdir(ROOT)  # snippets open the shipped photos by relative path
+    namespace = {}
+    for number, snippet in enumerate(SNIPPETS, start=1):
+        for hub_id, folder in replacements.items():
+            snippet = snippet.replace(f'"{hub_id}"', repr(folder))
+        try:
+            exec(compile(snippet, f"README.md python snippet {number}", "exec"), namespace)
+        except Exception as error:
+            raise AssertionError(f"README python snippet {number} failed with patch {patch}:\n{snippet}") from error
