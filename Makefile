@@ -28,3 +28,4 @@ test: setup
 bench: setup
 	$(PYTHON) benchmarks/veca_speed.py
 	$(PYTHON) benchmarks/lookwhere_speed.py
+	$(PYTHON) benchmarks/onnx_speed.py

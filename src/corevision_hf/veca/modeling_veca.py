@@ -439,6 +439,7 @@ def image_processor_dict(config: VecaConfig) -> dict:
 class VecaModel(VecaPreTrainedModel):
     def __init__(self, config: VecaConfig):
         super().__init__(config)
+        config._validate()  # again: from_pretrained(..., field=value) sets fields after the config was checked
         self.patch_embeddings = VecaPatchEmbeddings(config)
         self.core_bank = VecaCoreBank(config)
         self.rotary_embedding = VecaRotaryEmbedding(config)
@@ -446,7 +447,6 @@ class VecaModel(VecaPreTrainedModel):
         depth = config.num_hidden_layers
         self.layers = nn.ModuleList(VecaLayer(config, config.drop_path_rate * i / max(1, depth - 1)) for i in range(depth))
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        config._validate()  # again: from_pretrained(..., field=value) sets fields after the config was checked
         self.output_projection = (
             VecaLinear(config.hidden_size, config.output_projection_size, prepack=config.prepack_cpu_weights)
             if config.output_projection_size
