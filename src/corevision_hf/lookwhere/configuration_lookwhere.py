@@ -132,6 +132,14 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         super().__init__(**kwargs)
 
     def _validate(self):
+        check_fields(
+            self,
+            positive_ints=("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "patch_size",
+                           "num_channels", "image_size", "selector_image_size", "selector_depth", "map_head_ratio",
+                           "num_fill_neighbors"),
+            positive_numbers=("layer_norm_eps",),
+            probabilities=("hidden_dropout_prob", "attention_dropout", "drop_path_rate"),
+        )
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads ({self.num_attention_heads})."
@@ -170,6 +178,23 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         if name not in LOOKWHERE_PRESETS:
             raise ValueError(f"Unknown LookWhere preset {name!r}; choose one of {sorted(LOOKWHERE_PRESETS)}.")
         return cls(**{**LOOKWHERE_PRESETS[name], **kwargs})
+
+
+# Same as configuration_veca.check_fields
+def check_fields(config, positive_ints=(), positive_numbers=(), probabilities=()) -> None:
+    """Raises a ValueError naming the first field outside its range: ints >= 1, finite numbers > 0, rates in [0, 1)."""
+    for name in positive_ints:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}.")
+    for name in positive_numbers:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
+    for name in probabilities:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+            raise ValueError(f"{name} must lie in [0, 1), got {value!r}.")
 
 
 __all__ = ["LookWhereConfig", "LOOKWHERE_PRESETS"]

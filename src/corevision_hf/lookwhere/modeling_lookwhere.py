@@ -594,6 +594,9 @@ class LookWhereModel(LookWherePreTrainedModel):
         batch_size, channels, height, width = pixel_values.shape
         if batch_size == 0:
             raise ValueError("pixel_values holds no images (batch size 0); pass at least one image.")
+        # One cheap pass over the pixels; skipped while tracing or compiling, where it would fix or break the graph.
+        if not (torch.jit.is_tracing() or torch.compiler.is_compiling()) and not torch.isfinite(pixel_values).all():
+            raise ValueError("pixel_values holds NaN or infinite values; check how the images were loaded and normalised.")
         if channels != config.num_channels:
             raise ValueError(
                 f"pixel_values has {channels} channels but the model expects {config.num_channels}; "

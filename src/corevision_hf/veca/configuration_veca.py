@@ -13,6 +13,10 @@ VECA_PRESETS = {
 }
 
 
+# A larger bank is no longer "a few cores": attention would cost more than a dense ViT's at usual sizes.
+MAX_CORES = 4096
+
+
 class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
     r"""
     Configuration of a VECA (Visual Elastic Core Attention) vision transformer.
@@ -153,6 +157,22 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
         super().__init__(**kwargs)
 
     def _validate(self):
+        check_fields(
+            self,
+            positive_ints=("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "patch_size",
+                           "num_channels", "image_size", "num_cores", "core_coordinate_init_candidates"),
+            positive_numbers=("rope_theta", "layer_norm_eps"),
+            probabilities=("hidden_dropout_prob", "attention_dropout", "drop_path_rate"),
+        )
+        if self.num_cores > MAX_CORES:
+            raise ValueError(
+                f"num_cores={self.num_cores} (the core bank size) is out of range: choose 1..{MAX_CORES} (the paper uses 64)."
+            )
+        if not 0 < self.core_coordinate_init_range < 1:
+            raise ValueError(
+                f"core_coordinate_init_range must lie in (0, 1) (core coordinates live in (-1, 1)), got "
+                f"{self.core_coordinate_init_range!r}."
+            )
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads ({self.num_attention_heads})."
@@ -166,8 +186,6 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
             raise ValueError(f'rope_zero_from must be "low" or "high", got {self.rope_zero_from!r}.')
         if not 0 <= self.rope_zero_fraction <= 1:
             raise ValueError(f"rope_zero_fraction must lie in [0, 1], got {self.rope_zero_fraction}.")
-        if self.num_cores < 1:
-            raise ValueError(f"num_cores (the core bank size) must be >= 1, got {self.num_cores}.")
         default = self.default_num_cores
         if default is not None and (isinstance(default, bool) or not isinstance(default, int) or not 1 <= default <= self.num_cores):
             raise ValueError(
@@ -189,6 +207,23 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
         if name not in VECA_PRESETS:
             raise ValueError(f"Unknown VECA preset {name!r}; choose one of {sorted(VECA_PRESETS)}.")
         return cls(**{**VECA_PRESETS[name], **kwargs})
+
+
+# Same as configuration_lookwhere.check_fields
+def check_fields(config, positive_ints=(), positive_numbers=(), probabilities=()) -> None:
+    """Raises a ValueError naming the first field outside its range: ints >= 1, finite numbers > 0, rates in [0, 1)."""
+    for name in positive_ints:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}.")
+    for name in positive_numbers:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
+    for name in probabilities:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+            raise ValueError(f"{name} must lie in [0, 1), got {value!r}.")
 
 
 __all__ = ["VecaConfig", "VECA_PRESETS"]
