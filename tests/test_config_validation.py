@@ -1,5 +1,5 @@
 """Issue #11, model side: every config value is checked on construction, with the field and its range named;
-NaN / infinite pixels and empty batches are clear errors."""
+NaN / infinite pixels, empty batches and images smaller than a patch are clear errors."""
 
 import pytest
 import torch
@@ -53,3 +53,5 @@ def test_non_finite_pixels_and_empty_batches_are_errors(build):
         model(pixel_values)
     with pytest.raises(ValueError, match="batch size 0"):
         model(torch.randn(0, 3, 32, 32))
+    with pytest.raises(ValueError, match=r"Image size 3x40 is smaller than one (8x8|4x4) patch"):
+        model(torch.randn(1, 3, 3, 40))

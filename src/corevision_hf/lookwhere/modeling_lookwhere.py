@@ -603,7 +603,12 @@ class LookWhereModel(LookWherePreTrainedModel):
                 "convert images to RGB (PIL: image.convert('RGB'))."
             )
         patch = config.patch_size
-        if height % patch or width % patch or height == 0 or width == 0:
+        if height < patch or width < patch:
+            raise ValueError(
+                f"Image size {height}x{width} is smaller than one {patch}x{patch} patch; resize it to at least "
+                f"{patch}x{patch} (the model's image processor does)."
+            )
+        if height % patch or width % patch:
             raise ValueError(
                 f"Image size {height}x{width} is not a multiple of the patch size {patch}; resize or crop to "
                 f"{max(patch, height // patch * patch)}x{max(patch, width // patch * patch)} (multiples of {patch}), "
