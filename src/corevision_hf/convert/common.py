@@ -48,27 +48,33 @@ def check_out_dir(out_dir: str, force: bool) -> None:
         raise ValueError(f"{out_dir!r} exists and is not empty; choose a new folder or pass --force to write into it.")
 
 
-def save_converted(model_class, config, state_dict: dict, out_dir: str):
-    """Builds `model_class(config)` without random init (every weight is overwritten), loads `state_dict` strictly
-    and writes the hub folder (weights, config, code files, preprocessor config). The folder is written under a
-    temporary name next to `out_dir` and moved into place only when complete, so a failure leaves nothing behind."""
-    with init.no_init_weights():
-        model = model_class(config)
-    model.load_state_dict(state_dict, strict=True)
+def write_folder_atomically(out_dir: str, write) -> None:
+    """Calls `write(folder)` on a temporary folder next to `out_dir` and moves the result into place only when it
+    is complete, so a failure leaves nothing behind. Into a non-empty `out_dir` (the caller's `--force`), files are
+    moved one by one: ours replace theirs of the same name, the user's other files stay."""
     parent = os.path.dirname(os.path.abspath(out_dir))
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".converting-", dir=parent)
     try:
-        model.save_pretrained(staging)
+        write(staging)
         if os.path.isdir(out_dir) and not os.listdir(out_dir):
             os.rmdir(out_dir)
         if not os.path.exists(out_dir):
             os.rename(staging, out_dir)
-        else:  # --force into a non-empty folder: replace our files one by one, keep the user's others
+        else:
             for name in os.listdir(staging):
                 os.replace(os.path.join(staging, name), os.path.join(out_dir, name))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def save_converted(model_class, config, state_dict: dict, out_dir: str):
+    """Builds `model_class(config)` without random init (every weight is overwritten), loads `state_dict` strictly
+    and writes the hub folder (weights, config, code files, preprocessor config), atomically."""
+    with init.no_init_weights():
+        model = model_class(config)
+    model.load_state_dict(state_dict, strict=True)
+    write_folder_atomically(out_dir, model.save_pretrained)
     return model
 
 
