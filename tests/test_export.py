@@ -89,7 +89,7 @@ def test_fp16_graph_runs_close_to_float32(tmp_path, name):
         ("veca", ["--num-cores", "99"], r"--num-cores 99 is out of range: .* 1..8"),
         ("lookwhere", ["--num-cores", "4"], "--num-cores is VECA's budget"),
         ("lookwhere", ["--k-ratio", "1.5"], r"--k-ratio must lie in \(0, 1\]"),
-        ("lookwhere", ["--k", "0"], "--k must be >= 1"),
+        ("lookwhere", ["--k", "3"], r"--k must be at least num_fill_neighbors \(5\)"),
     ],
 )
 def test_bad_options_exit_2_with_one_line(tmp_path, capsys, name, flags, message):

@@ -86,8 +86,11 @@ def budget_for(config, num_cores: int | None = None, k_ratio: float | None = Non
             raise ExportError("Give --k-ratio or --k, not both.")
         if k_ratio is not None and not 0 < k_ratio <= 1:
             raise ExportError(f"--k-ratio must lie in (0, 1], got {k_ratio}.")
-        if k is not None and k < 1:
-            raise ExportError(f"--k must be >= 1, got {k}.")
+        if k is not None and k < config.num_fill_neighbors:
+            raise ExportError(
+                f"--k must be at least num_fill_neighbors ({config.num_fill_neighbors}): the graph's dense fill averages "
+                f"that many kept patches per cell; got {k}."
+            )
         if k is not None:
             return {"k": k}
         return {"k_ratio": k_ratio if k_ratio is not None else config.k_ratio}
@@ -103,7 +106,7 @@ def example_size(config, batch_size: int = 1, scale: float = 1.0) -> tuple[int, 
 
 def export_onnx(model: nn.Module, path: str, budget: dict, dtype: str = "fp32") -> str:
     """Writes `model` at `budget` as an ONNX graph with dynamic batch, height and width to `path` (through a
-    temporary file in the same folder, renamed when complete). Returns `path`."""
+    temporary file in the same folder, renamed when complete). The model is cast to `dtype` in place. Returns `path`."""
     if dtype not in DTYPES:
         raise ExportError(f"--dtype must be one of {sorted(DTYPES)}, got {dtype!r}.")
     register_symbolics()
