@@ -88,7 +88,7 @@ def main() -> None:
             f,
             indent=2,
         )
-    print(f"wrote {args.output}")
+    print(f"wrote {os.path.relpath(args.output)}")
 
 
 if __name__ == "__main__":
