@@ -724,9 +724,8 @@ class LookWhereModel(LookWherePreTrainedModel):
     ) -> tuple:
         """DINOv2's `get_intermediate_layers` on the filled grid: the patch tokens after the last `n` extractor blocks
         (an int) or after the blocks of these 0-based indices (a list), through the final norm if `norm` (before the
-        fill, as for `last_hidden_state`). Returns a
-        tuple with one (B, Hp * Wp, D) tensor per block, (B, D, Hp, Wp) maps if `reshape`, or (patch tokens,
-        (B, D) CLS) pairs if `return_class_token`."""
+        fill, as for `last_hidden_state`). Returns a tuple with one (B, Hp * Wp, D) tensor per block, (B, D, Hp, Wp)
+        maps if `reshape`, or (patch tokens, (B, D) CLS) pairs if `return_class_token`."""
         outputs, dense = self.forward_kept(pixel_values, k=k, k_ratio=k_ratio, output_hidden_states=True)
         blocks = outputs.hidden_states[1:]  # [0] is the embedding output
         num_prefix = 1 + self.config.num_register_tokens
