@@ -99,3 +99,22 @@ def test_pipeline_and_processor_load_without_the_package(tmp_path, folders, phot
     image = torch.frombuffer(bytearray(photo.tobytes()), dtype=torch.uint8).view(30, 45, 3)
     outputs = load_without_package(tmp_path, PIPELINE_LOADER, folders["veca"], image)
     torch.testing.assert_close(outputs["features"], reference(folders["veca"], photo, num_cores=4))
+
+
+def test_older_checkpoints_take_the_pipeline_class(tmp_path, folders, photo):
+    """A checkpoint saved without `custom_pipelines` gets the stock pipeline unless the class is passed."""
+    import json
+    import shutil
+
+    from corevision_hf import VecaImageFeatureExtractionPipeline
+
+    folder = tmp_path / "old"
+    shutil.copytree(folders["veca"], folder)
+    config = json.loads((folder / "config.json").read_text())
+    del config["custom_pipelines"]
+    (folder / "config.json").write_text(json.dumps(config))
+    pipe = pipeline(
+        "image-feature-extraction", model=str(folder), trust_remote_code=True,
+        pipeline_class=VecaImageFeatureExtractionPipeline,
+    )
+    torch.testing.assert_close(pipe(photo, num_cores=3, return_tensors=True), reference(folders["veca"], photo, num_cores=3))

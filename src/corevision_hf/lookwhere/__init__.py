@@ -8,3 +8,4 @@ from .modeling_lookwhere import (
     LookWherePreTrainedModel,
 )
 from .image_processing_lookwhere import LookWhereImageProcessor
+from .pipeline_lookwhere import LookWhereImageFeatureExtractionPipeline

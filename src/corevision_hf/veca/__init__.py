@@ -7,3 +7,4 @@ from .modeling_veca import (
     VecaPreTrainedModel,
 )
 from .image_processing_veca import VecaImageProcessor
+from .pipeline_veca import VecaImageFeatureExtractionPipeline
