@@ -1,5 +1,7 @@
 """Budgets through the standard paths: config defaults, from_pretrained, pipeline(model_kwargs=...) and the call."""
 
+import json
+import shutil
 import textwrap
 
 import pytest
@@ -9,7 +11,7 @@ from PIL import Image
 from test_modeling_lookwhere import tiny_lookwhere_config
 from transformers import AutoImageProcessor, AutoModel, pipeline
 
-from corevision_hf import LookWhereModel, VecaModel
+from corevision_hf import LookWhereModel, VecaImageFeatureExtractionPipeline, VecaModel
 
 
 @pytest.fixture(scope="module")
@@ -103,11 +105,6 @@ def test_pipeline_and_processor_load_without_the_package(tmp_path, folders, phot
 
 def test_older_checkpoints_take_the_pipeline_class(tmp_path, folders, photo):
     """A checkpoint saved without `custom_pipelines` gets the stock pipeline unless the class is passed."""
-    import json
-    import shutil
-
-    from corevision_hf import VecaImageFeatureExtractionPipeline
-
     folder = tmp_path / "old"
     shutil.copytree(folders["veca"], folder)
     config = json.loads((folder / "config.json").read_text())
