@@ -50,7 +50,15 @@ from transformers import AutoConfig, AutoModel
 import corevision_hf
 from corevision_hf import dense_vit_flops, lookwhere_flops, veca_flops
 from corevision_hf.metrics import ACCURACY, MEAN_IOU
-from corevision_hf.visualize import plot_evaluation, save_figure
+from corevision_hf.images import to_display
+from corevision_hf.visualize import (
+    patch_features,
+    plot_cores,
+    plot_evaluation,
+    plot_feature_pca,
+    plot_kept_patches,
+    save_figure,
+)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -65,6 +73,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--agreement-data", default=None, help="image folder for CLS / patch cosine to the teacher")
     parser.add_argument("--probe-data", default=None, help="train/<class>/* and val/<class>/* for the linear probe")
     parser.add_argument("--segmentation-data", default=None, help="{train,val}/images/* and {train,val}/masks/*.png")
+    parser.add_argument("--picture-resolution", type=int, default=None,
+                        help="size of features.png and where.png (default: the largest resolution)")
     parser.add_argument("--batch-size", type=int, default=1, help="batch for latency and throughput")
     parser.add_argument("--latency-runs", type=int, default=10, help="timed forwards per budget and resolution")
     parser.add_argument("--eval-batch-size", type=int, default=16, help="batch for feature extraction")
@@ -282,6 +292,44 @@ def as_grid(patches: torch.Tensor, size: int, patch_size: int) -> torch.Tensor:
 # ---------------------------------------------------------------- report
 
 
+PICTURES = {"features": "features.png", "where": "where.png"}
+PICTURE_IMAGES = 2  # agreement images drawn in features.png
+
+
+@torch.inference_mode()
+def draw_pictures(model, teacher, config, files: list, budget_name: str, budgets: list, size: int, device, dtype) -> dict:
+    """{picture name: figure}: `features` (PCA of the dense features of the first agreement images, the teacher's
+    then every budget's, largest first) and `where` (VECA: the cores' positions; LookWhere: the selector map and the
+    kept patches; per budget, on the first image)."""
+    grid = (size // config.patch_size, size // config.patch_size)
+    rows, where = [], {}
+    for index, path in enumerate(files[:PICTURE_IMAGES]):
+        pixels = load_image(path, size)[None]
+        panels = {}
+        if teacher is not None:
+            teacher_output = teacher(teacher_input(pixels, teacher_patch_size(teacher), config.patch_size).to(device, dtype))
+            panels["teacher"] = patch_features(teacher_output.last_hidden_state, grid)[0]
+        for budget in sorted(budgets, reverse=True):
+            output = model(pixels.to(device, dtype), **{budget_name: budget})
+            label = f"{budget} cores" if budget_name == "num_cores" else f"{budget_name} {budget}"
+            panels[label] = patch_features(output.last_hidden_state, grid)[0]
+            if index == 0:
+                where[label] = output.core_coordinates[0] if config.model_type == "veca" else output.selected_indices[0]
+                selector_map = None if config.model_type == "veca" else output.selector_map[0]
+        rows.append((to_display(pixels[0]), panels))
+    photo = rows[0][0]
+    name = Path(files[0]).name
+    figures = {"features": plot_feature_pca(
+        rows, f"{config.model_type}: dense features at {size} px, colours fitted on the "
+              f"{'teacher' if teacher is not None else 'largest budget'}")}
+    if config.model_type == "veca":
+        figures["where"] = plot_cores(photo, where, f"VECA: where the active cores ended up ({name}, {size} px)")
+    else:
+        figures["where"] = plot_kept_patches(photo, selector_map, where, grid,
+                                             f"LookWhere: selector map and kept patches ({name}, {size} px)")
+    return figures
+
+
 class Progress:
     """Timestamped progress lines: the evaluation runs for minutes and says what it is doing."""
 
@@ -303,7 +351,8 @@ def main(argv=None) -> dict:
     config = checkpoint_config(args.checkpoint)
     resolutions = sorted(set(args.resolutions))
     quality_resolution = args.quality_resolution or args.resolutions[0]
-    check_resolutions(config, [*resolutions, quality_resolution])
+    picture_resolution = args.picture_resolution or max(resolutions)
+    check_resolutions(config, [*resolutions, quality_resolution, picture_resolution])
     budget_name, budgets = parse_budgets(config, args.budgets, [*resolutions, quality_resolution])
     agreement_files = image_files(args.agreement_data) if args.agreement_data else None
     probe_splits, classes = classification_folder(args.probe_data) if args.probe_data else (None, None)
@@ -348,7 +397,9 @@ def main(argv=None) -> dict:
             "probe": Path(args.probe_data).name if args.probe_data else None,
             "segmentation": Path(args.segmentation_data).name if args.segmentation_data else None,
         },
+        "agreement_images": len(agreement_files) if agreement_files else 0,
         "teacher_cost": None,
+        "pictures": {},
         "results": [],
     }
 
@@ -426,13 +477,22 @@ def main(argv=None) -> dict:
             for r, c in entry["cost"].items()
         ))
 
+    figures = {}
+    if agreement_files:
+        progress(f"pictures at {picture_resolution} px: {', '.join(PICTURES.values())}")
+        figures = draw_pictures(model, teacher, config, agreement_files, budget_name, budgets, picture_resolution,
+                                args.device, dtype)
+        report["pictures"] = {name: PICTURES[name] for name in figures}
+    figures["evaluation"] = plot_evaluation(report)
+    writers = [(PICTURES.get(name, "evaluation.png"), functools.partial(save_figure, figure))
+               for name, figure in figures.items()]
     # temporary names, renamed when complete: an interrupted run never leaves a half-written file behind
-    for name, write in [("evaluation.png", lambda path: save_figure(plot_evaluation(report), path, dpi=120)),
+    for name, write in [*writers,
                         ("evaluation.json", lambda path: Path(path).write_text(json.dumps(report, indent=2)))]:
         temporary = output / f".tmp-{name}"  # keeps the extension, which picks the image format
         write(str(temporary))
         os.replace(temporary, output / name)
-    progress(f"wrote {output / 'evaluation.json'} and {output / 'evaluation.png'}")
+    progress(f"wrote {output}/: evaluation.json, " + ", ".join(name for name, _ in writers))
     return report
 
 

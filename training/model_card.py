@@ -40,6 +40,7 @@ def render_card(
     repo_id: str | None = None,
     plot_filename: str | None = "evaluation.png",
     license: str = "apache-2.0",
+    pictures: dict | None = None,
 ) -> ModelCard:
     """The model card (README.md) of a VECA or LookWhere checkpoint.
 
@@ -50,6 +51,8 @@ def render_card(
         repo_id: the hub repo ("org/name") the card is for; the usage snippet uses a placeholder without it.
         plot_filename: the evaluation plot, relative to the card (uploaded next to it), or None for no plot.
         license: the hub license id.
+        pictures: {"features": file, "where": file}: the pictures evaluate_budgets.py drew (dense features as RGB,
+            cores or kept patches), relative to the card; None or missing keys for none.
 
     Returns:
         A `huggingface_hub.ModelCard`; `card.save(path)` writes it. Nothing here touches the network.
@@ -98,9 +101,17 @@ def render_card(
         environment=evaluation.get("environment") or {},
         eval_datasets=evaluation.get("datasets") or {},
         plot_filename=plot_filename,
+        pictures=pictures or {},
         recipe=recipe,
         recipe_args=json.dumps(recipe.get("args", {}), indent=2, sort_keys=True) if recipe else None,
     )
+
+
+def existing_pictures(evaluation: dict, evaluation_path: str) -> dict:
+    """The pictures the evaluation names that exist next to its JSON: {"features": "features.png", ...}."""
+    folder = os.path.dirname(os.path.abspath(evaluation_path))
+    return {name: file for name, file in (evaluation.get("pictures") or {}).items()
+            if os.path.isfile(os.path.join(folder, file))}
 
 
 def teacher_on_the_hub(teacher: str | None) -> tuple[str | None, str | None]:
@@ -269,7 +280,7 @@ def main(argv=None) -> None:
             evaluation = json.load(f)
         card = render_card(AutoConfig.from_pretrained(args.checkpoint), evaluation, read_recipe(args.checkpoint),
                            repo_id=args.repo_id, plot_filename="evaluation.png" if has_plot else None,
-                           license=args.license)
+                           license=args.license, pictures=existing_pictures(evaluation, args.evaluation))
     except (ValueError, KeyError) as error:  # JSONDecodeError is a ValueError
         parser.error(f"{args.evaluation} cannot be rendered ({error}): pass what training/evaluate_budgets.py wrote.")
     card.save(args.output)

@@ -22,7 +22,15 @@ from huggingface_hub import HfApi, constants
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError, RepositoryNotFoundError, RevisionNotFoundError
 from huggingface_hub.utils import validate_repo_id
 from huggingface_hub.utils.sha import git_hash
-from model_card import EVALUATION_FORMAT, RECIPE_FILE, public_recipe, read_recipe, render_card, teacher_on_the_hub
+from model_card import (
+    EVALUATION_FORMAT,
+    RECIPE_FILE,
+    existing_pictures,
+    public_recipe,
+    read_recipe,
+    render_card,
+    teacher_on_the_hub,
+)
 from transformers import AutoConfig, AutoModel
 
 import corevision_hf
@@ -122,6 +130,8 @@ def stage(checkpoint: str, evaluation_path: str, plot: str | None, config, card,
     write_json(os.path.join(folder, "evaluation.json"), public_evaluation(evaluation, repo_id))
     if plot is not None:
         shutil.copy(plot, os.path.join(folder, "evaluation.png"))
+    for picture in existing_pictures(evaluation, evaluation_path).values():
+        shutil.copy(os.path.join(os.path.dirname(os.path.abspath(evaluation_path)), picture), folder)
     card.save(os.path.join(folder, "README.md"))
 
 
@@ -192,6 +202,7 @@ def main(argv=None) -> None:
     card = render_card(
         config, evaluation, read_recipe(args.checkpoint), repo_id=args.repo_id,
         plot_filename="evaluation.png" if plot is not None else None,
+        pictures=existing_pictures(evaluation, args.evaluation),
     )
     revision = args.revision or constants.DEFAULT_REVISION
     target = (

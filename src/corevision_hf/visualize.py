@@ -15,6 +15,7 @@ import io
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from matplotlib import colormaps, patheffects
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.cm import ScalarMappable
@@ -40,11 +41,12 @@ class PCAColors:
     """Three principal components of a set of features, mapped to RGB in [0, 1].
 
     Fitted once (on a reference, e.g. the teacher's features of a photo) and applied to others of the same width,
-    so that the same colour means the same direction in feature space across pictures."""
+    so that the same colour means the same direction in feature space across pictures. Each vector is L2-normalised
+    first: a student distilled with a cosine loss matches its teacher's directions, not its norms."""
 
     def __init__(self, features: torch.Tensor):
         """features: (..., D) with at least 3 vectors; D is the feature width."""
-        flat = features.reshape(-1, features.shape[-1]).double()
+        flat = F.normalize(features.reshape(-1, features.shape[-1]).double(), dim=-1)
         self.mean = flat.mean(0)
         _, _, vectors = torch.linalg.svd(flat - self.mean, full_matrices=False)
         self.components = vectors[:3]  # (3, D); a sign is arbitrary, so fix it by the projection's skew
@@ -62,7 +64,7 @@ class PCAColors:
 
     def __call__(self, features: torch.Tensor) -> np.ndarray:
         """(..., D) -> RGB array (..., 3) in [0, 1]."""
-        projected = (features.double() - self.mean) @ self.components.T
+        projected = (F.normalize(features.double(), dim=-1) - self.mean) @ self.components.T
         rgb = (projected - self.low) / (self.high - self.low).clamp_min(1e-12)
         return rgb.clamp(0, 1).float().numpy()
 
@@ -220,27 +222,32 @@ def plot_evaluation(report: dict) -> Figure:
     gflops = [r["cost"][resolution]["gflops"] for r in results]
     teacher_gflops = (teacher_cost.get(resolution) or {}).get("gflops")
     right = 1.12 * max([*gflops, teacher_gflops or 0])
-    for axis, metric in zip(axes, metrics):
-        points = [(g, r["quality"][metric], r["quality"].get(metric + "_std"), r["budget"])
-                  for g, r in zip(gflops, results) if r["quality"].get(metric) is not None]
-        x, y, spread, budgets = zip(*points)
-        has_spread = any(s is not None for s in spread)
-        axis.errorbar(x, y, yerr=[s or 0 for s in spread] if has_spread else None, fmt="o-", color="C0", capsize=3,
-                      label=f"{report['model_type']} ({report['budget_name']})")
-        for xi, yi, budget in zip(x, y, budgets):
-            axis.annotate(str(budget), (xi, yi), textcoords="offset points", xytext=(5, -11), fontsize=LABEL_SIZE - 1)
-        if teacher_gflops:
-            axis.axvline(teacher_gflops, color="0.35", linestyle="--", linewidth=1, label="dense teacher")
-            if metric.endswith("cosine"):
-                axis.plot([teacher_gflops], [1.0], marker="*", markersize=12, color="0.35", linestyle="none")
-        axis.set_xlim(0, right)
-        axis.set_ylim(min(0.0, min(y) - 0.05), 1.05)
-        axis.set_xlabel(f"GFLOPs per image at {resolution} px", fontsize=LABEL_SIZE)
-        axis.set_ylabel(QUALITY_LABELS[metric] + (" (mean ± sd over images)" if has_spread else ""), fontsize=LABEL_SIZE)
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=LABEL_SIZE - 1, loc="lower right")
-    axis = axes[-1]
     budgets = [r["budget"] for r in results]
+    colors = colormaps["viridis"](np.linspace(0.1, 0.85, len(results)))
+    spread_label = f"mean ± sd over {report['agreement_images']} images" if report.get("agreement_images") else "mean ± sd"
+    for axis, metric in zip(axes, metrics):
+        points = [(g, r["quality"][metric], r["quality"].get(metric + "_std"), b, c)
+                  for g, r, b, c in zip(gflops, results, budgets, colors) if r["quality"].get(metric) is not None]
+        axis.plot([p[0] for p in points], [p[1] for p in points], "-", color="0.6", linewidth=1, zorder=1)
+        # one colour per budget, named in the legend: budgets close in GFLOPs would overlap as text labels
+        for x, y, spread, budget, color in points:
+            axis.errorbar([x], [y], yerr=None if spread is None else [spread], fmt="o", color=color, capsize=3,
+                          markersize=7, label=f"{budget}", zorder=2)
+        has_spread = any(p[2] is not None for p in points)
+        if teacher_gflops:
+            cosine = metric.endswith("cosine")
+            axis.axvline(teacher_gflops, color="0.35", linestyle="--", linewidth=1, label=None if cosine else "teacher")
+            if cosine:  # the teacher agrees with itself: cosine 1 at its own cost
+                axis.plot([teacher_gflops], [1.0], marker="*", markersize=13, color="0.35", linestyle="none",
+                          label="teacher")
+        axis.set_xlim(0, right)
+        axis.set_ylim(min(0.0, min(p[1] for p in points) - 0.05), 1.05)
+        axis.set_xlabel(f"GFLOPs per image at {resolution} px (dashed: the teacher)", fontsize=LABEL_SIZE)
+        axis.set_ylabel(QUALITY_LABELS[metric] + (f"\n({spread_label})" if has_spread else ""), fontsize=LABEL_SIZE)
+        axis.grid(alpha=0.3)
+        axis.legend(title=report["budget_name"], fontsize=LABEL_SIZE - 1, title_fontsize=LABEL_SIZE - 1,
+                    loc="lower left", ncols=2)
+    axis = axes[-1]
     positions = range(len(budgets))
     for index, r in enumerate(report["resolutions"]):
         latency = [entry["cost"][str(r)]["latency_ms"] for entry in results]
