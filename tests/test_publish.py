@@ -304,10 +304,11 @@ def test_dry_run_lists_the_files_and_sends_nothing(tmp_path, hub, veca_run, caps
 
 def test_existing_repo_with_other_code_needs_force(hub, veca_run, capsys):
     other_code = {"modeling_veca.py": b"# another model\n", "rope.py": b"# its helper\n"}
-    hub.add_repo(REPO_ID, {"config.json": b"{}", "weights.bin": b"old", **other_code})
-    with pytest.raises(RuntimeError, match=r"already holds different hub code \(modeling_veca.py, rope.py\).*--force"):
+    hub.add_repo(REPO_ID, {"config.json": b"{}", "weights.bin": b"old", "notes.txt": b"kept", **other_code})
+    with pytest.raises(RuntimeError, match=r"already holds another model \(its config.json, modeling_veca.py, rope.py, "
+                                           r"weights.bin differ.*--force"):
         publish_veca(veca_run)
-    with pytest.raises(RuntimeError, match="different hub code"):
+    with pytest.raises(RuntimeError, match="already holds another model"):
         publish_veca(veca_run, "--revision", "v2")  # a new branch starts from the default one
     assert hub.requests == [
         ("GET", f"/api/models/{REPO_ID}"),
@@ -317,12 +318,22 @@ def test_existing_repo_with_other_code_needs_force(hub, veca_run, capsys):
 
     publish_veca(veca_run, "--force")
     assert "--force: overwriting" in capsys.readouterr().out
-    assert set(hub.files(REPO_ID)) == VECA_FILES | {"weights.bin"}  # the old code is gone, other files stay
+    assert set(hub.files(REPO_ID)) == VECA_FILES | {"notes.txt"}  # the old model is gone, other files stay
     ours = (Path(publish.__file__).parents[1] / "src/corevision_hf/veca/modeling_veca.py").read_bytes()
     assert hub.files(REPO_ID)["modeling_veca.py"] == ours
 
-    publish_veca(veca_run)  # the same code again (a new evaluation, say) needs no --force
+    publish_veca(veca_run)  # the same model again (a new evaluation, say) needs no --force
     assert len(hub.commits) == 2
+
+
+@pytest.mark.parametrize("changed", ["config.json", "model.safetensors"])
+def test_the_same_code_with_other_weights_or_config_is_another_model(hub, veca_run, changed):
+    publish_veca(veca_run)
+    files = hub.files(REPO_ID)
+    files[changed] = files[changed] + b" "  # our code, but another checkpoint's config or weights
+    with pytest.raises(RuntimeError, match=rf"already holds another model \(its {changed} differ"):
+        publish_veca(veca_run)
+    assert len(hub.commits) == 1
 
 
 BAD_INPUTS = {

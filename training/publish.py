@@ -5,12 +5,14 @@
 Stages one folder: the weights (safetensors), config.json with `auto_map`, the hub code files, preprocessor_config.json
 (the checkpoint's own wins), training_recipe.json (if the checkpoint has one), evaluation.json, the plot (evaluation.png
 next to the evaluation JSON, if present) and README.md (the card rendered by training/model_card.py); then uploads it
-with `HfApi.upload_folder`. `--dry-run` lists the files and sends nothing. A repo whose `*.py` code
-differs from ours holds another model (or another version of this one): it is only overwritten with `--force`.
+with `HfApi.upload_folder`. `--dry-run` lists the files and sends nothing. A repo whose code, config or weights
+differ from ours holds another model (or another version of this one): it is only overwritten with `--force`, which
+also deletes that model's files we do not have.
 """
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -160,21 +162,32 @@ def staged_files(folder: str) -> dict[str, int]:
     return dict(sorted(files.items()))
 
 
-def code_conflicts(info, folder: str) -> list[str]:
-    """The repo's `*.py` files whose content (git blob id) differs from the staged file of that name, or that the
-    staged folder lacks. `info` is a ModelInfo with files metadata."""
+# Files that make a repo hold a particular model: its code, its config and its weights.
+MODEL_FILE_SUFFIXES = (".py", ".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".onnx", ".index.json")
+
+
+def is_model_file(path: str) -> bool:
+    return path == "config.json" or path.endswith(MODEL_FILE_SUFFIXES)
+
+
+def model_conflicts(info, folder: str) -> list[str]:
+    """The repo's code, config and weight files whose content differs from the staged file of that name, or that
+    the staged folder lacks: a repo with any of them holds another model (or another version of this one). Contents
+    are compared by git blob id, or by sha256 for files stored with LFS. `info` is a ModelInfo with files metadata."""
     conflicts = []
     for sibling in info.siblings or []:
-        if not sibling.rfilename.endswith(".py"):
+        if not is_model_file(sibling.rfilename):
             continue
         local = os.path.join(folder, sibling.rfilename)
         if not os.path.isfile(local):
             conflicts.append(sibling.rfilename)
             continue
         with open(local, "rb") as f:
-            if git_hash(f.read()) != sibling.blob_id:
-                conflicts.append(sibling.rfilename)
-    return conflicts
+            data = f.read()
+        same = hashlib.sha256(data).hexdigest() == sibling.lfs.sha256 if sibling.lfs else git_hash(data) == sibling.blob_id
+        if not same:
+            conflicts.append(sibling.rfilename)
+    return sorted(conflicts)
 
 
 def remote_info(api: HfApi, repo_id: str, revision: str | None):
@@ -242,16 +255,17 @@ def upload(args, config, folder: str, files: dict, target: str, listing: str) ->
     """Checks the remote repo (another model there needs --force) and sends the staged folder in one commit."""
     api = HfApi()
     info = None if args.create_pr else remote_info(api, args.repo_id, args.revision)
-    conflicts = code_conflicts(info, folder) if info is not None else []
+    conflicts = model_conflicts(info, folder) if info is not None else []
     if conflicts and not args.force:
         raise RuntimeError(
-            f"{args.repo_id} already holds different hub code ({', '.join(conflicts)}): another model, or another "
-            "version of this one, lives there. Pass --force to overwrite it, use a new --repo-id, or --create-pr "
-            "to propose the change."
+            f"{args.repo_id} already holds another model (its {', '.join(conflicts)} differ from this checkpoint's): "
+            "another model, or another version of this one, lives there. Pass --force to overwrite it, use a new "
+            "--repo-id, or --create-pr to propose the change."
         )
     if conflicts:
-        print(f"--force: overwriting the hub code of {args.repo_id} ({', '.join(conflicts)}).")
-    # --force replaces the old code entirely: its files that we do not have are deleted in the same commit
+        print(f"--force: overwriting the model in {args.repo_id} ({', '.join(conflicts)}).")
+    # --force replaces the old model entirely: its code and weight files that we do not have are deleted in the same
+    # commit
     stale = [path for path in conflicts if not os.path.isfile(os.path.join(folder, path))]
     if info is not None and args.private and not info.private:
         print(f"{args.repo_id} already exists and is public; --private only applies to new repos.")

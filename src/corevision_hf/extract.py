@@ -63,7 +63,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--dense-stride", type=int, default=None,
                         help="also store the patch features average-pooled by this factor (1: the full grid)")
     parser.add_argument("--output", required=True, help="folder to write; must not exist unless --force")
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--shard-size", type=int, default=1024, help="images per shard (the unit of resuming)")
     parser.add_argument("--device", default=None, help="default: the process's accelerator, else cpu")
     parser.add_argument("--force", action="store_true", help="replace an existing OUT")
@@ -177,6 +177,8 @@ def patch_size(config) -> int:
 def extract_batch(model, pixel_values: torch.Tensor, budget: dict, dense_stride: int | None) -> dict:
     """Pooled features (B, D) and, with `dense_stride`, patch features average-pooled by it (B, Hp/S, Wp/S, D), as
     float32 arrays on the CPU."""
+    if model.config.model_type == "lookwhere" and not dense_stride:
+        budget = {**budget, "fill_dense": False}  # the dense fill is not stored, so it need not run
     output = model(pixel_values, **budget)
     pooled = output.pooler_output if output.pooler_output is not None else output.last_hidden_state[:, 0]
     result = {"pooled": pooled.float().cpu().numpy()}
@@ -263,7 +265,7 @@ def main(argv=None) -> datasets.Dataset | None:
         raise ValueError(f"--dense-stride {args.dense_stride} does not divide the {grid} x {grid} patch grid at "
                          f"{args.resolution} px: use one of {divisors}.")
     source = ImageSource(args.data, args.split, args.image_column)
-    args.device = args.device or (str(state.device) if state.device.type != "mps" else "cpu")
+    args.device = args.device or str(state.device)
 
     settings = {
         "model": args.model, "data": args.data, "split": args.split, "image_column": args.image_column,
