@@ -98,6 +98,8 @@ def test_lookwhere_budgets_as_k_ratio_and_as_k(folders, tmp_path):
                  "--teacher", folders["teacher"], "--agreement-data", folders["photos"],
                  "--segmentation-data", folders["scenes"])
     assert report["budget_name"] == "k_ratio" and report["budgets"] == [0.25, 0.5, 1.0]
+    assert report["pictures"] == {"features": "features.png", "where": "where.png"}  # kept patches, for LookWhere
+    assert all((tmp_path / "ratio" / name).stat().st_size > 10_000 for name in report["pictures"].values())
     flops = [entry["cost"]["32"]["gflops"] for entry in report["results"]]
     assert flops == sorted(flops) and len(set(flops)) == 3
     assert all(entry["quality"]["cls_cosine"] is not None for entry in report["results"])
@@ -172,6 +174,8 @@ def test_progress_and_the_spread_over_images(folders, tmp_path, capsys):
     for line in ("loading the teacher", "cost 1/3: num_cores=2 at 32 px", "cost 3/3: the teacher at 32 px",
                  "quality num_cores=8: cls_cosine", "wrote"):
         assert line in printed
+    assert report["pictures"] == {"features": "features.png", "where": "where.png"}
+    assert report["agreement_images"] == 3
     for entry in report["results"]:  # three photos: a spread; one photo: none
         assert entry["quality"]["cls_cosine_std"] > 0 and entry["quality"]["patch_cosine_std"] > 0
     single = tmp_path / "one_photo"

@@ -199,3 +199,17 @@ def test_no_local_path_reaches_the_card_and_a_converted_teacher_is_its_hub_model
     other.mkdir()
     card = render_card(CONFIGS["veca"](), {**evaluation, "teacher": str(other)}, {**recipe, "teacher": str(other)})
     assert card.data.base_model is None and str(tmp_path) not in card.content
+
+
+def test_the_pictures_evaluate_budgets_drew_are_in_the_card(tmp_path):
+    from model_card import existing_pictures
+
+    evaluation = {**make_evaluation("lookwhere"), "pictures": {"features": "features.png", "where": "where.png"}}
+    (tmp_path / "evaluation.json").write_text(json.dumps(evaluation))
+    (tmp_path / "features.png").write_bytes(b"png")  # where.png was not drawn
+    pictures = existing_pictures(evaluation, str(tmp_path / "evaluation.json"))
+    assert pictures == {"features": "features.png"}
+    text = render_card(CONFIGS["lookwhere"](), evaluation, pictures=pictures).text
+    assert "](features.png)" in text and "where.png" not in text
+    both = render_card(CONFIGS["lookwhere"](), evaluation, pictures=evaluation["pictures"]).text
+    assert "![The selector map and the patches kept at each budget](where.png)" in both
