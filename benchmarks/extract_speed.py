@@ -86,7 +86,8 @@ def main() -> None:
             seconds = statistics.median(times[name])
             rows[name] = {"resolution": resolution, "images_timed": num_images - 1, "seconds": seconds,
                           "images_per_second": (num_images - 1) / seconds,
-                          "first_image_seconds": statistics.median(first[name])}
+                          "first_image_seconds": statistics.median(first[name]),
+                          "images_per_second_per_round": [(num_images - 1) / t for t in times[name]]}
     for name, row in rows.items():
         for reference in ("DINOv3-B/16", "DINOv2-B/14"):
             row[f"speedup_vs_{reference}"] = row["images_per_second"] / rows[reference]["images_per_second"]
