@@ -30,7 +30,7 @@ SCREENSHOT_DIR = os.environ.get("COREVISION_SCREENSHOT_DIR")
 class DevTools:
     """Chromium's DevTools protocol over --remote-debugging-pipe: JSON messages separated by NUL bytes on fds 3/4."""
 
-    def __init__(self, width: int = 1400, height: int = 1700):
+    def __init__(self, profile: Path, width: int = 1400, height: int = 1700):
         to_browser_read, self._write = os.pipe()
         self._read, from_browser_write = os.pipe()
 
@@ -40,7 +40,7 @@ class DevTools:
 
         self.process = subprocess.Popen(
             [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
-             f"--window-size={width},{height}", "--no-first-run", "about:blank"],
+             f"--window-size={width},{height}", "--no-first-run", f"--user-data-dir={profile}", "about:blank"],
             preexec_fn=child_fds, pass_fds=(3, 4),  # kept open after preexec_fn placed the pipes there
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
@@ -113,7 +113,7 @@ def test_the_page_renders_pictures_and_costs_in_chromium(tmp_path):
                 return False
 
         wait_for(serving, 90, "the app to listen")
-        browser = DevTools()
+        browser = DevTools(tmp_path / "chromium-profile")
         target = browser.call("Target.createTarget", url=url)["targetId"]
         session = browser.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
 
