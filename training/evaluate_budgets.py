@@ -500,7 +500,7 @@ def cli(argv=None) -> int:
     """The command line: a bad input ends in one line on stderr and exit status 2."""
     try:
         main(argv)
-    except (ValueError, FileNotFoundError, FileExistsError) as error:
+    except (ValueError, OSError) as error:  # OSError: missing, unreadable and existing files
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0

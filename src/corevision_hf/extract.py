@@ -318,7 +318,7 @@ def merge(partial: Path, output: Path, num_shards: int, settings: dict) -> datas
     shards = [partial / f"shard-{s:05d}" for s in range(num_shards)]
     missing = [s.name for s in shards if not s.is_dir()]
     if missing:
-        raise RuntimeError(f"Shards {missing[:5]} are missing after every process finished; rerun to complete them.")
+        raise FileNotFoundError(f"Shards {missing[:5]} are missing after every process finished; rerun to complete them.")
     merged = datasets.concatenate_datasets([datasets.load_from_disk(str(s)) for s in shards])
     skipped = [image_id for s in shards for image_id in json.loads((s / "skipped.json").read_text())]
     temporary = output.with_name(output.name + ".tmp")
@@ -338,7 +338,7 @@ def cli(argv=None) -> int:
     """The command line: a bad input ends in one line on stderr and exit status 2."""
     try:
         main(argv)
-    except (ValueError, FileNotFoundError, FileExistsError) as error:
+    except (ValueError, OSError) as error:  # OSError: missing, unreadable and existing files
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0
