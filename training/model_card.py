@@ -149,12 +149,11 @@ def public_recipe(recipe: dict) -> dict:
     def public(value):
         return replacements.get(value, value) if isinstance(value, str) else value
 
-    command = recipe.get("command") or ""
-    for local, placeholder in sorted(replacements.items(), key=lambda item: -len(item[0])):  # longest first
-        command = command.replace(shlex.quote(local), shlex.quote(placeholder)).replace(local, placeholder)
+    command = recipe.get("command")
     return {
         **{key: public(value) for key, value in recipe.items()},
-        "command": command or None,
+        # token by token (the command was written with shlex.quote), so that no other text is touched
+        "command": shlex.join(public(token) for token in shlex.split(command)) if command else None,
         "args": {key: public(value) for key, value in (recipe.get("args") or {}).items()},
     }
 
