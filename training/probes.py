@@ -26,7 +26,7 @@ def image_files(folder: str) -> list[Path]:
     """Every image under `folder` (any nesting), sorted; raises when there is none."""
     root = Path(folder)
     if not root.is_dir():
-        raise FileNotFoundError(f"Image folder {root} does not exist.")
+        raise FileNotFoundError(f"Image folder {root} does not exist: give a folder of images (any nesting).")
     files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS)
     if not files:
         raise ValueError(f"Image folder {root} holds no images (looked for {', '.join(sorted(IMAGE_EXTENSIONS))}).")

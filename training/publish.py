@@ -5,23 +5,34 @@
 Stages one folder: the weights (safetensors), config.json with `auto_map`, the hub code files, preprocessor_config.json
 (the checkpoint's own wins), training_recipe.json (if the checkpoint has one), evaluation.json, the plot (evaluation.png
 next to the evaluation JSON, if present) and README.md (the card rendered by training/model_card.py); then uploads it
-with `HfApi.upload_folder`. `--dry-run` lists the files and sends nothing. A repo whose `*.py` code
-differs from ours holds another model (or another version of this one): it is only overwritten with `--force`.
+with `HfApi.upload_folder`. `--dry-run` lists the files and sends nothing. A repo whose code, config or weights
+differ from ours holds another model (or another version of this one): it is only overwritten with `--force`, which
+also deletes that model's files we do not have.
 """
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 
 from checkpointing import check_export
 from huggingface_hub import HfApi, constants
-from huggingface_hub.errors import HFValidationError, RepositoryNotFoundError, RevisionNotFoundError
+from huggingface_hub.errors import HfHubHTTPError, HFValidationError, RepositoryNotFoundError, RevisionNotFoundError
 from huggingface_hub.utils import validate_repo_id
 from huggingface_hub.utils.sha import git_hash
-from model_card import EVALUATION_FORMAT, RECIPE_FILE, read_recipe, render_card
+from model_card import (
+    EVALUATION_FORMAT,
+    RECIPE_FILE,
+    existing_pictures,
+    public_recipe,
+    read_recipe,
+    render_card,
+    teacher_on_the_hub,
+)
 from transformers import AutoConfig, AutoModel
 
 import corevision_hf
@@ -103,21 +114,42 @@ def check_inputs(args: argparse.Namespace) -> tuple:
     return config, evaluation, plot if os.path.isfile(plot) else None
 
 
-def stage(checkpoint: str, evaluation_path: str, plot: str | None, config, card, folder: str) -> None:
+def stage(checkpoint: str, evaluation_path: str, plot: str | None, config, card, folder: str, repo_id: str) -> None:
     """Writes everything the hub repo gets into `folder`: the model re-saved by the package (safetensors, config with
-    auto_map, hub code, preprocessor config), the training recipe if any, the evaluation, the plot and the card."""
+    auto_map, hub code, preprocessor config), the training recipe if any, the evaluation, the plot and the card.
+    The recipe and the evaluation are the public versions: no path of this machine is published."""
     preprocessor = os.path.join(checkpoint, "preprocessor_config.json")
     if os.path.isfile(preprocessor):
         shutil.copy(preprocessor, folder)  # save_pretrained keeps it rather than writing the stock one
     model_class = getattr(corevision_hf, config.architectures[0]) if config.architectures else AutoModel
     model = model_class.from_pretrained(checkpoint, dtype="auto")  # keeps the checkpoint's dtype
     model.save_pretrained(folder)
-    if os.path.isfile(os.path.join(checkpoint, RECIPE_FILE)):
-        shutil.copy(os.path.join(checkpoint, RECIPE_FILE), folder)
-    shutil.copy(evaluation_path, os.path.join(folder, "evaluation.json"))
+    recipe = read_recipe(checkpoint)
+    if recipe is not None:
+        write_json(os.path.join(folder, RECIPE_FILE), public_recipe(recipe))
+    with open(evaluation_path) as f:
+        evaluation = json.load(f)
+    write_json(os.path.join(folder, "evaluation.json"), public_evaluation(evaluation, repo_id))
     if plot is not None:
         shutil.copy(plot, os.path.join(folder, "evaluation.png"))
+    for picture in existing_pictures(evaluation, evaluation_path).values():
+        shutil.copy(os.path.join(os.path.dirname(os.path.abspath(evaluation_path)), picture), folder)
     card.save(os.path.join(folder, "README.md"))
+
+
+def write_json(path: str, value: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(value, f, indent=2)
+
+
+def public_evaluation(evaluation: dict, repo_id: str) -> dict:
+    """The evaluation as it may be published: it names the repo instead of the local checkpoint folder, and the
+    teacher by its hub id (or a placeholder when it is a local folder of no known hub model)."""
+    teacher = evaluation.get("teacher")
+    if teacher:
+        hub_id = teacher_on_the_hub(teacher)[0]
+        teacher = hub_id or public_recipe({"teacher": teacher})["teacher"]
+    return {**evaluation, "checkpoint": repo_id, "teacher": teacher}
 
 
 def staged_files(folder: str) -> dict[str, int]:
@@ -130,21 +162,32 @@ def staged_files(folder: str) -> dict[str, int]:
     return dict(sorted(files.items()))
 
 
-def code_conflicts(info, folder: str) -> list[str]:
-    """The repo's `*.py` files whose content (git blob id) differs from the staged file of that name, or that the
-    staged folder lacks. `info` is a ModelInfo with files metadata."""
+# Files that make a repo hold a particular model: its code, its config and its weights.
+MODEL_FILE_SUFFIXES = (".py", ".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".onnx", ".index.json")
+
+
+def is_model_file(path: str) -> bool:
+    return path == "config.json" or path.endswith(MODEL_FILE_SUFFIXES)
+
+
+def model_conflicts(info, folder: str) -> list[str]:
+    """The repo's code, config and weight files whose content differs from the staged file of that name, or that
+    the staged folder lacks: a repo with any of them holds another model (or another version of this one). Contents
+    are compared by git blob id, or by sha256 for files stored with LFS. `info` is a ModelInfo with files metadata."""
     conflicts = []
     for sibling in info.siblings or []:
-        if not sibling.rfilename.endswith(".py"):
+        if not is_model_file(sibling.rfilename):
             continue
         local = os.path.join(folder, sibling.rfilename)
         if not os.path.isfile(local):
             conflicts.append(sibling.rfilename)
             continue
         with open(local, "rb") as f:
-            if git_hash(f.read()) != sibling.blob_id:
-                conflicts.append(sibling.rfilename)
-    return conflicts
+            data = f.read()
+        same = hashlib.sha256(data).hexdigest() == sibling.lfs.sha256 if sibling.lfs else git_hash(data) == sibling.blob_id
+        if not same:
+            conflicts.append(sibling.rfilename)
+    return sorted(conflicts)
 
 
 def remote_info(api: HfApi, repo_id: str, revision: str | None):
@@ -172,6 +215,7 @@ def main(argv=None) -> None:
     card = render_card(
         config, evaluation, read_recipe(args.checkpoint), repo_id=args.repo_id,
         plot_filename="evaluation.png" if plot is not None else None,
+        pictures=existing_pictures(evaluation, args.evaluation),
     )
     revision = args.revision or constants.DEFAULT_REVISION
     target = (
@@ -185,7 +229,8 @@ def main(argv=None) -> None:
     else:
         staging = tempfile.TemporaryDirectory(prefix="publish-")
     with staging as folder:
-        stage(args.checkpoint, args.evaluation, plot, config, card, folder)
+        print(f"staging {args.checkpoint} for {args.repo_id} in {folder}")
+        stage(args.checkpoint, args.evaluation, plot, config, card, folder, args.repo_id)
         files = staged_files(folder)
         listing = "\n".join(f"  {path:<32} {human_size(size):>10}" for path, size in files.items())
         if args.dry_run:
@@ -193,37 +238,63 @@ def main(argv=None) -> None:
             print("Dry run: nothing was sent." + (f" Staged in {folder}." if args.staging_dir else ""))
             return
 
-        api = HfApi()
-        info = None if args.create_pr else remote_info(api, args.repo_id, args.revision)
-        conflicts = code_conflicts(info, folder) if info is not None else []
-        if conflicts and not args.force:
+        try:
+            upload(args, config, folder, files, target, listing)
+        except HfHubHTTPError as error:  # the hub answered, and said no
+            raise RuntimeError(f"The hub refused the upload to {args.repo_id}: {str(error).splitlines()[0]}") from None
+        except RuntimeError:
+            raise
+        except Exception as error:  # no network, DNS, proxy, TLS: each means the hub was not reached
             raise RuntimeError(
-                f"{args.repo_id} already holds different hub code ({', '.join(conflicts)}): another model, or another "
-                "version of this one, lives there. Pass --force to overwrite it, use a new --repo-id, or --create-pr "
-                "to propose the change."
-            )
-        if conflicts:
-            print(f"--force: overwriting the hub code of {args.repo_id} ({', '.join(conflicts)}).")
-        # --force replaces the old code entirely: its files that we do not have are deleted in the same commit
-        stale = [path for path in conflicts if not os.path.isfile(os.path.join(folder, path))]
-        if info is not None and args.private and not info.private:
-            print(f"{args.repo_id} already exists and is public; --private only applies to new repos.")
+                f"Could not reach the hub ({type(error).__name__}: {error}): check the network and your token "
+                "(huggingface-cli login), or pass --dry-run to stage the files without sending them."
+            ) from None
 
-        # private=None leaves a new repo at its namespace's default visibility
-        api.create_repo(args.repo_id, private=args.private or None, exist_ok=True)
-        if revision != constants.DEFAULT_REVISION:
-            api.create_branch(args.repo_id, branch=args.revision, exist_ok=True)
-        print(f"Uploading {len(files)} files to {target}:\n{listing}")
-        commit = api.upload_folder(
-            repo_id=args.repo_id,
-            folder_path=folder,
-            revision=args.revision,
-            create_pr=args.create_pr,
-            commit_message=args.commit_message or f"Upload {config.model_type} checkpoint, evaluation and model card",
-            delete_patterns=stale or None,
+
+def upload(args, config, folder: str, files: dict, target: str, listing: str) -> None:
+    """Checks the remote repo (another model there needs --force) and sends the staged folder in one commit."""
+    api = HfApi()
+    info = None if args.create_pr else remote_info(api, args.repo_id, args.revision)
+    conflicts = model_conflicts(info, folder) if info is not None else []
+    if conflicts and not args.force:
+        raise RuntimeError(
+            f"{args.repo_id} already holds another model (its {', '.join(conflicts)} differ from this checkpoint's): "
+            "another model, or another version of this one, lives there. Pass --force to overwrite it, use a new "
+            "--repo-id, or --create-pr to propose the change."
         )
-        print(f"Published: {commit.pr_url or commit.commit_url}")
+    if conflicts:
+        print(f"--force: overwriting the model in {args.repo_id} ({', '.join(conflicts)}).")
+    # --force replaces the old model entirely: its code and weight files that we do not have are deleted in the same
+    # commit
+    stale = [path for path in conflicts if not os.path.isfile(os.path.join(folder, path))]
+    if info is not None and args.private and not info.private:
+        print(f"{args.repo_id} already exists and is public; --private only applies to new repos.")
+
+    # private=None leaves a new repo at its namespace's default visibility
+    api.create_repo(args.repo_id, private=args.private or None, exist_ok=True)
+    if (args.revision or constants.DEFAULT_REVISION) != constants.DEFAULT_REVISION:
+        api.create_branch(args.repo_id, branch=args.revision, exist_ok=True)
+    print(f"Uploading {len(files)} files to {target}:\n{listing}")
+    commit = api.upload_folder(
+        repo_id=args.repo_id,
+        folder_path=folder,
+        revision=args.revision,
+        create_pr=args.create_pr,
+        commit_message=args.commit_message or f"Upload {config.model_type} checkpoint, evaluation and model card",
+        delete_patterns=stale or None,
+    )
+    print(f"Published: {commit.pr_url or commit.commit_url}")
+
+
+def cli(argv=None) -> int:
+    """The command line: a bad input or an unreachable hub ends in one line on stderr and exit status 2."""
+    try:
+        main(argv)
+    except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

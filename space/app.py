@@ -1,0 +1,204 @@
+"""The demo page: what VECA and LookWhere see in a photo, and what they cost against the dense teacher.
+
+    python space/app.py                       # http://127.0.0.1:7860 (needs `pip install -e ".[app]"`)
+    python space/app.py --model outputs/demo/run/final --model org/veca-base --port 7861
+
+Pick or upload a photo, a model (a random-init VECA-S or LookWhere-S, the checkpoint `make demo` distilled when
+it exists, or any folder / hub id given with --model), a resolution and a budget. The page shows the dense features
+as RGB (PCA) next to the dense teacher's, where VECA's cores sit or which patches LookWhere kept, and latency and
+analytic GFLOPs against the teacher, measured on this machine in the same call.
+
+The teacher is the checkpoint's own when its training_recipe.json names one that loads here (the demo's DINOv2-S);
+otherwise a random-init DINOv2 of the model's width, depth and patch size, so cost compares like with like.
+As a hub Space: this folder (app.py, requirements.txt, README.md) plus the package's src/corevision_hf/ copied next
+to app.py (see the repository README, "The demo page").
+"""
+
+import argparse
+import json
+import os
+import time
+from functools import lru_cache
+from pathlib import Path
+
+import gradio as gr
+import torch
+from PIL import Image
+from transformers import AutoModel, Dinov2Config, Dinov2Model
+
+import corevision_hf
+from corevision_hf import (
+    LookWhereConfig,
+    LookWhereModel,
+    VecaConfig,
+    VecaModel,
+    dense_vit_flops,
+    lookwhere_flops,
+    veca_flops,
+)
+from corevision_hf.images import to_display, to_pixel_values
+from corevision_hf.visualize import figure_to_image, patch_features, plot_cores, plot_feature_pca, plot_kept_patches
+
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+# the repository's photos, or (in a Space) a photos/ folder uploaded next to app.py
+PHOTOS = next((p for p in (ROOT / "assets" / "photos", HERE / "photos") if p.is_dir()), HERE / "photos")
+DEMO_CHECKPOINT = ROOT / "outputs" / "demo" / "run" / "final"
+RANDOM_VECA = "VECA-S/14, random init"
+RANDOM_LOOKWHERE = "LookWhere-S/14, random init"
+# multiples of both patch sizes in use (14 and 16), so every model takes every choice
+RESOLUTIONS = [224, 448, 672, 896, 1120]
+TIMED_RUNS = 3
+
+
+@lru_cache(maxsize=4)
+def load_model(name: str) -> torch.nn.Module:
+    """A VECA or LookWhere model in eval mode: a built-in random-init one, or a folder / hub id."""
+    torch.manual_seed(0)
+    if name == RANDOM_VECA:
+        return VecaModel(VecaConfig.from_preset("small", patch_size=14, num_cores=32, image_size=224)).eval()
+    if name == RANDOM_LOOKWHERE:
+        return LookWhereModel(LookWhereConfig.from_preset("small")).eval()
+    model = AutoModel.from_pretrained(name).eval()
+    if model.config.model_type not in ("veca", "lookwhere"):
+        raise gr.Error(f"{name} is a {model.config.model_type!r} model; this page shows VECA and LookWhere.")
+    return model
+
+
+@lru_cache(maxsize=4)
+def load_teacher(name: str) -> tuple[torch.nn.Module, str]:
+    """(the dense reference ViT, how it was chosen) for the model called `name`."""
+    recipe = Path(name) / "training_recipe.json"
+    if recipe.is_file():
+        teacher = json.loads(recipe.read_text()).get("teacher")
+        if teacher == "offline-dinov2-small":
+            from corevision_hf.teachers import DEFAULT_TEACHER_CACHE_DIR, load_dinov2_small_teacher
+
+            try:
+                return load_dinov2_small_teacher(cache_dir=str(ROOT / DEFAULT_TEACHER_CACHE_DIR))[0].eval(), \
+                    "DINOv2-S/14, the checkpoint's teacher"
+            except RuntimeError:
+                pass  # no copy here: fall back to a random one of the same shape, said so on the page
+    config = load_model(name).config
+    width = config.hidden_size
+    dense = Dinov2Config(hidden_size=width, num_hidden_layers=config.num_hidden_layers,
+                         num_attention_heads=config.num_attention_heads, patch_size=config.patch_size,
+                         mlp_ratio=4, image_size=config.image_size)
+    torch.manual_seed(0)
+    return Dinov2Model(dense).eval(), f"random-init DINOv2 ({width} wide, {config.num_hidden_layers} layers)"
+
+
+def median_ms(forward) -> float:
+    forward()  # warm-up: the first call builds the prepacked weights and oneDNN kernels
+    times = []
+    for _ in range(TIMED_RUNS):
+        start = time.perf_counter()
+        forward()
+        times.append(time.perf_counter() - start)
+    return 1e3 * sorted(times)[len(times) // 2]
+
+
+def teacher_flops(teacher, resolution: int) -> int:
+    config = teacher.config
+    return dense_vit_flops(resolution, hidden_size=config.hidden_size, num_hidden_layers=config.num_hidden_layers,
+                           intermediate_size=int(config.hidden_size * config.mlp_ratio), patch_size=config.patch_size,
+                           num_prefix_tokens=1 + getattr(config, "num_register_tokens", 0))
+
+
+@torch.inference_mode()
+def run(photo: Image.Image | None, model_name: str, resolution: int, num_cores: int, k_ratio: float):
+    """(PCA picture, cores / kept-patches picture, cost table in Markdown) for one photo."""
+    if photo is None:
+        raise gr.Error("Pick or upload a photo first.")
+    model = load_model(model_name)
+    teacher, teacher_source = load_teacher(model_name)
+    config = model.config
+    resolution = int(resolution)
+    if resolution % config.patch_size:
+        raise gr.Error(f"{resolution} px is not a multiple of the patch size {config.patch_size}.")
+    pixels = to_pixel_values(photo, resolution)[None]
+    grid = (resolution // config.patch_size,) * 2
+    if config.model_type == "veca":
+        budget = {"num_cores": min(int(num_cores), config.num_cores)}
+        label, flops = f"{budget['num_cores']} cores", veca_flops(config, resolution, num_cores=budget["num_cores"])
+    else:
+        budget = {"k_ratio": float(k_ratio)}
+        label, flops = f"k_ratio {k_ratio:g}", lookwhere_flops(config, resolution, k_ratio=budget["k_ratio"])
+    output = model(pixels, **budget)
+    teacher_pixels = pixels if teacher.config.patch_size == config.patch_size else torch.nn.functional.interpolate(
+        pixels, size=(grid[0] * teacher.config.patch_size,) * 2, mode="bicubic", align_corners=False)
+    teacher_output = teacher(teacher_pixels)
+    photo_rgb = to_display(pixels[0])
+
+    features = plot_feature_pca(
+        [(photo_rgb, {"teacher": patch_features(teacher_output.last_hidden_state, grid)[0],
+                      label: patch_features(output.last_hidden_state, grid)[0]})],
+        title=f"dense features at {resolution} px, colours fitted on the teacher",
+    )
+    if config.model_type == "veca":
+        where = plot_cores(photo_rgb, {label: output.core_coordinates[0]}, title="where the cores sit")
+    else:
+        where = plot_kept_patches(photo_rgb, output.selector_map[0], {label: output.selected_indices[0]}, grid,
+                                  title="selector map and kept patches")
+
+    model_ms = median_ms(lambda: model(pixels, **budget))
+    teacher_ms = median_ms(lambda: teacher(teacher_pixels))
+    dense = teacher_flops(teacher, teacher_pixels.shape[-1])
+    table = "\n".join([
+        f"| {resolution} px, {grid[0] * grid[1]} patches | GFLOPs (analytic) | latency (ms, median of {TIMED_RUNS}) |",
+        "|---|---|---|",
+        f"| {config.model_type}, {label} | {flops / 1e9:.2f} | {model_ms:.1f} |",
+        f"| dense teacher: {teacher_source} | {dense / 1e9:.2f} | {teacher_ms:.1f} |",
+        f"| **teacher / model** | **{dense / flops:.2f}x** | **{teacher_ms / model_ms:.2f}x** |",
+    ])
+    note = f"\n\nMeasured on this machine ({torch.get_num_threads()} threads, fp32, batch 1), in this call."
+    return figure_to_image(features), figure_to_image(where), table + note
+
+
+def build(models: list[str], default_photo: str | None = None, default_resolution: int = 448) -> gr.Blocks:
+    examples = sorted(str(p) for p in PHOTOS.glob("*.jpg")) if PHOTOS.is_dir() else []
+    default_photo = default_photo or (examples[0] if examples else None)
+    with gr.Blocks(title="corevision_hf: VECA and LookWhere") as page:
+        gr.Markdown("# VECA and LookWhere: what they see, what they cost\n"
+                    "Efficient high-resolution ViTs from `corevision_hf`. Choose a photo, a model, a resolution and a "
+                    "budget (cores for VECA, the fraction of patches kept for LookWhere).")
+        with gr.Row():
+            with gr.Column(scale=1):
+                photo = gr.Image(value=default_photo, type="pil", label="photo", height=260)
+                if examples:
+                    gr.Examples(examples, inputs=photo)
+                model = gr.Dropdown(models, value=models[0], label="model", allow_custom_value=True,
+                                    info="a built-in model, or type a save_pretrained folder / hub id")
+                resolution = gr.Dropdown(RESOLUTIONS, value=default_resolution, label="resolution (px)")
+                num_cores = gr.Slider(1, 64, value=16, step=1, label="VECA: active cores (up to the bank's size)")
+                k_ratio = gr.Slider(0.01, 1.0, value=0.1, step=0.01, label="LookWhere: k_ratio (fraction of patches)")
+                button = gr.Button("Run", variant="primary")
+            with gr.Column(scale=2):
+                cost = gr.Markdown(elem_id="cost")
+                # the figures carry their own titles
+                features = gr.Image(label="dense features (PCA as RGB)", show_label=False, elem_id="features")
+                where = gr.Image(label="cores / kept patches", show_label=False, elem_id="where")
+        inputs, outputs = [photo, model, resolution, num_cores, k_ratio], [features, where, cost]
+        button.click(run, inputs, outputs)
+        page.load(run, inputs, outputs)  # the page opens with results, not empty boxes
+    return page
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", action="append", default=[], help="a folder or hub id to offer (repeatable)")
+    # a hub Space sets GRADIO_SERVER_NAME=0.0.0.0; locally the page is served to this machine only
+    parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))
+    parser.add_argument("--resolution", type=int, default=448, choices=RESOLUTIONS, help="the initial resolution")
+    args = parser.parse_args(argv)
+    models = [*args.model, *([str(DEMO_CHECKPOINT)] if DEMO_CHECKPOINT.is_dir() else []), RANDOM_VECA,
+              RANDOM_LOOKWHERE]
+    print(f"corevision_hf {corevision_hf.__version__}: serving {len(models)} models on http://{args.host}:{args.port}")
+    build(models, default_resolution=args.resolution).launch(server_name=args.host, server_port=args.port,
+                                                             show_error=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,348 @@
+"""Features of a whole image collection, as a `datasets` dataset on disk.
+
+    python -m corevision_hf.extract org/veca-base --data photos/ --num-cores 16 --resolution 1024 \
+        --dense-stride 4 --output features/
+    accelerate launch -m corevision_hf.extract ...      # the same job split over processes / GPUs
+
+    import datasets
+    features = datasets.load_from_disk("features/")    # columns: id, pooled (D,), dense (Hp/S, Wp/S, D) with -S
+
+MODEL_OR_DIR: a VECA or LookWhere checkpoint (hub id or save_pretrained folder), or any transformers ViT whose
+patch tokens come last (DINOv2, DINOv3). --data: an image folder (any nesting; the id is the path inside it), a
+dataset saved with `save_to_disk`, or a hub dataset name (--split, --image-column). Every image is resized to
+--resolution (no crop) and ImageNet-normalised, as `corevision_hf.images.to_pixel_values` does.
+
+The collection is cut into shards of --shard-size images; process p of P handles shards p, p + P, ... Each finished
+shard is written under a temporary name next to OUT (`OUT.partial/`) and renamed, so a rerun after a crash skips
+it. When all are done the first process merges them into OUT (written under a temporary name, then renamed),
+adds `OUT/extraction.json` (settings, counts, skipped images) and removes `OUT.partial/`. Unreadable images are
+skipped and counted.
+"""
+
+import argparse
+import io
+import json
+import math
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import datasets
+import torch
+import torch.nn.functional as F
+from accelerate import PartialState
+from accelerate.utils import parse_flag_from_env
+from PIL import Image
+from tqdm.auto import tqdm
+from transformers import AutoConfig, AutoModel
+from transformers.utils import logging as transformers_logging
+
+import corevision_hf  # noqa: F401  (registers VECA and LookWhere with the Auto classes)
+
+from .images import to_pixel_values
+
+
+INFO_FILE = "extraction.json"
+SETTINGS_FILE = "settings.json"
+IMAGE_EXTENSIONS = {ext for ext, name in Image.registered_extensions().items() if name in Image.OPEN}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m corevision_hf.extract", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("model", metavar="MODEL_OR_DIR", help="hub id or save_pretrained folder")
+    parser.add_argument("--data", required=True, help="image folder, save_to_disk folder or hub dataset name")
+    parser.add_argument("--split", default="train", help="split of a dataset (default: train)")
+    parser.add_argument("--image-column", default=None, help="image column of a dataset (default: the first Image one)")
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument("--num-cores", type=int, default=None, help="VECA: active cores (default: the whole bank)")
+    budget.add_argument("--k-ratio", type=float, default=None, help="LookWhere: fraction of patches kept")
+    parser.add_argument("--resolution", type=int, default=None, help="square input size (default: config.image_size)")
+    parser.add_argument("--dense-stride", type=int, default=None,
+                        help="also store the patch features average-pooled by this factor (1: the full grid)")
+    parser.add_argument("--output", required=True, help="folder to write; must not exist unless --force")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--shard-size", type=int, default=1024, help="images per shard (the unit of resuming)")
+    parser.add_argument("--device", default=None, help="default: the process's accelerator, else cpu")
+    parser.add_argument("--force", action="store_true", help="replace an existing OUT")
+    return parser.parse_args(argv)
+
+
+# ---------------------------------------------------------------- the collection
+
+
+class ImageSource:
+    """A list of images with ids; `load(i)` returns (id, PIL image) or (id, None) when the image cannot be read."""
+
+    def __init__(self, data: str, split: str, image_column: str | None):
+        path = Path(data)
+        self.folder = None
+        if path.is_dir() and not _is_saved_dataset(path):
+            self.folder = path
+            self.files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS)
+            if not self.files:
+                raise ValueError(f"{data} holds no images (looked for {', '.join(sorted(IMAGE_EXTENSIONS)[:8])}, ...).")
+            return
+        self.dataset = _load_dataset(data, split)
+        images = [name for name, feature in self.dataset.features.items() if isinstance(feature, datasets.Image)]
+        self.column = image_column or (images[0] if images else None)
+        if self.column not in self.dataset.column_names:
+            raise ValueError(
+                f"{data} has no image column {self.column!r}; its columns are {self.dataset.column_names}: pass "
+                "--image-column."
+            )
+        if isinstance(self.dataset.features[self.column], datasets.Image):
+            # decoded here, one at a time, so that one corrupt image is skipped instead of failing a whole batch
+            self.dataset = self.dataset.cast_column(self.column, datasets.Image(decode=False))
+        self.ids = next((name for name in ("id", "image_id") if name in self.dataset.column_names), None)
+
+    def __len__(self) -> int:
+        return len(self.files) if self.folder else len(self.dataset)
+
+    def load(self, index: int) -> tuple[str, Image.Image | None]:
+        if self.folder:
+            path = self.files[index]
+            image_id = path.relative_to(self.folder).as_posix()
+            return image_id, _decode(lambda: Image.open(path))
+        row = self.dataset[index]
+        image_id = str(row[self.ids]) if self.ids else str(index)
+        value = row[self.column]
+        if isinstance(value, Image.Image):
+            return image_id, _decode(lambda: value)
+        if isinstance(value, dict) and value.get("bytes") is not None:  # an undecoded Image column
+            return image_id, _decode(lambda: Image.open(io.BytesIO(value["bytes"])))
+        if isinstance(value, dict) and value.get("path"):
+            return image_id, _decode(lambda: Image.open(value["path"]))
+        return image_id, None
+
+
+def _decode(opener) -> Image.Image | None:
+    try:
+        image = opener()
+        image.load()  # truncated files fail here, not later inside a batch
+        return image.convert("RGB")
+    except Exception:  # any decoder error means "unreadable": skipped and counted, never fatal
+        return None
+
+
+def _is_saved_dataset(path: Path) -> bool:
+    return any((path / name).is_file() for name in ("state.json", "dataset_dict.json"))
+
+
+def _load_dataset(data: str, split: str) -> datasets.Dataset:
+    path = Path(data)
+    if path.is_dir():
+        loaded = datasets.load_from_disk(data)
+        if isinstance(loaded, datasets.DatasetDict):
+            if split not in loaded:
+                raise ValueError(f"{data} has no split {split!r}; its splits are {list(loaded)}: pass --split.")
+            loaded = loaded[split]
+        return loaded
+    if path.exists() or data.startswith(("/", ".", "~")):
+        raise FileNotFoundError(f"--data {data} is neither an image folder nor a dataset saved with save_to_disk.")
+    try:
+        return datasets.load_dataset(data, split=split)
+    except Exception as error:  # the hub's errors are many; each means "this name or split cannot be read"
+        raise ValueError(f"Could not load the dataset {data!r} (split {split!r}): {error}") from None
+
+
+# ---------------------------------------------------------------- the model
+
+
+def check_budget(config, args) -> dict:
+    """The budget keyword for the model's forward, checked against the config."""
+    if args.num_cores is not None:
+        if config.model_type != "veca":
+            raise ValueError(f"--num-cores is a VECA budget; {args.model} is a {config.model_type!r} model.")
+        if not 1 <= args.num_cores <= config.num_cores:
+            raise ValueError(f"--num-cores {args.num_cores} is outside 1..{config.num_cores} (the bank of {args.model}).")
+        return {"num_cores": args.num_cores}
+    if args.k_ratio is not None:
+        if config.model_type != "lookwhere":
+            raise ValueError(f"--k-ratio is a LookWhere budget; {args.model} is a {config.model_type!r} model.")
+        if not 0 < args.k_ratio <= 1:
+            raise ValueError(f"--k-ratio {args.k_ratio} is outside (0, 1]: give the fraction of patches to keep.")
+        return {"k_ratio": args.k_ratio}
+    return {}
+
+
+def patch_size(config) -> int:
+    size = config.patch_size
+    return size[0] if isinstance(size, (tuple, list)) else size
+
+
+@torch.inference_mode()
+def extract_batch(model, pixel_values: torch.Tensor, budget: dict, dense_stride: int | None) -> dict:
+    """Pooled features (B, D) and, with `dense_stride`, patch features average-pooled by it (B, Hp/S, Wp/S, D), as
+    float32 arrays on the CPU."""
+    if model.config.model_type == "lookwhere" and not dense_stride:
+        budget = {**budget, "fill_dense": False}  # the dense fill is not stored, so it need not run
+    output = model(pixel_values, **budget)
+    pooled = output.pooler_output if output.pooler_output is not None else output.last_hidden_state[:, 0]
+    result = {"pooled": pooled.float().cpu().numpy()}
+    if dense_stride:
+        rows, columns = (s // patch_size(model.config) for s in pixel_values.shape[-2:])
+        patches = output.last_hidden_state[:, -rows * columns :].float()
+        grid = patches.transpose(1, 2).reshape(len(patches), -1, rows, columns)
+        if dense_stride > 1:
+            grid = F.avg_pool2d(grid, dense_stride)
+        result["dense"] = grid.permute(0, 2, 3, 1).cpu().numpy()
+    return result
+
+
+# ---------------------------------------------------------------- shards
+
+
+def shard_features(width: int, dense_shape: tuple | None) -> datasets.Features:
+    features = {"id": datasets.Value("string"), "pooled": datasets.List(datasets.Value("float32"), length=width)}
+    if dense_shape:
+        features["dense"] = datasets.Array3D(shape=dense_shape, dtype="float32")
+    return datasets.Features(features)
+
+
+def write_shard(rows: dict, features: datasets.Features, folder: Path, skipped: list[str]) -> None:
+    """Saves one shard under a temporary name and renames it, so a folder that exists is complete."""
+    temporary = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(temporary, ignore_errors=True)
+    datasets.Dataset.from_dict(rows, features=features).save_to_disk(str(temporary))
+    (temporary / "skipped.json").write_text(json.dumps(skipped))
+    os.replace(temporary, folder)
+
+
+def run_shard(model, source: ImageSource, indices: range, args, budget: dict, features, folder: Path, progress) -> None:
+    rows = {name: [] for name in features}
+    skipped = []
+    for start in range(indices.start, indices.stop, args.batch_size):
+        ids, pixels = [], []
+        for index in range(start, min(start + args.batch_size, indices.stop)):
+            image_id, image = source.load(index)
+            if image is None:
+                skipped.append(image_id)
+            else:
+                ids.append(image_id)
+                pixels.append(to_pixel_values(image, args.resolution))
+        if pixels:
+            batch = extract_batch(model, torch.stack(pixels).to(args.device), budget, args.dense_stride)
+            rows["id"].extend(ids)
+            for name, values in batch.items():
+                rows[name].extend(values)
+        progress.update(min(start + args.batch_size, indices.stop) - start)
+    write_shard(rows, features, folder, skipped)
+
+
+# ---------------------------------------------------------------- the job
+
+
+def main(argv=None) -> datasets.Dataset | None:
+    """Runs the extraction; returns the merged dataset on the first process (None on the others)."""
+    args = parse_args(argv)
+    datasets.disable_progress_bars()  # one bar, ours: not one per shard saved
+    transformers_logging.disable_progress_bar()
+    state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))  # as Accelerator reads it
+    output = Path(args.output)
+    partial = output.with_name(output.name + ".partial")
+
+    # Checks, before any work: sizes, the model's config and budget, the data.
+    for name in ("batch_size", "shard_size"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}.")
+    if output.exists() and not args.force:
+        raise FileExistsError(f"{output} exists; pass --force to replace it, or choose another --output.")
+    try:
+        config = AutoConfig.from_pretrained(args.model)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"Could not read a model config from {args.model!r}: {error}") from None
+    budget = check_budget(config, args)
+    patch = patch_size(config)
+    args.resolution = args.resolution or config.image_size
+    if args.resolution <= 0 or args.resolution % patch:
+        raise ValueError(f"--resolution {args.resolution} is not a positive multiple of the patch size {patch}.")
+    grid = args.resolution // patch
+    if args.dense_stride is not None and (args.dense_stride < 1 or grid % args.dense_stride):
+        divisors = [s for s in range(1, grid + 1) if grid % s == 0]
+        raise ValueError(f"--dense-stride {args.dense_stride} does not divide the {grid} x {grid} patch grid at "
+                         f"{args.resolution} px: use one of {divisors}.")
+    source = ImageSource(args.data, args.split, args.image_column)
+    args.device = args.device or str(state.device)
+
+    settings = {
+        "model": args.model, "data": args.data, "split": args.split, "image_column": args.image_column,
+        "resolution": args.resolution, "budget": budget, "dense_stride": args.dense_stride,
+        "shard_size": args.shard_size, "num_images": len(source),
+    }
+    settings_path = partial / SETTINGS_FILE
+    if settings_path.exists() and json.loads(settings_path.read_text()) != settings:
+        raise ValueError(f"{partial} holds an unfinished extraction with other settings: delete it, or rerun with the "
+                         "same arguments to resume it.")
+    state.wait_for_everyone()  # every process has checked before the first one writes
+    if state.is_main_process:
+        if output.exists():  # --force
+            shutil.rmtree(output)
+        partial.mkdir(parents=True, exist_ok=True)
+        settings_path.write_text(json.dumps(settings, indent=2))
+    state.wait_for_everyone()
+
+    model = AutoModel.from_pretrained(args.model).to(args.device).eval()
+    width = getattr(config, "output_projection_size", None) or config.hidden_size
+    dense_shape = (grid // args.dense_stride, grid // args.dense_stride, width) if args.dense_stride else None
+    features = shard_features(width, dense_shape)
+
+    num_shards = math.ceil(len(source) / args.shard_size)
+    mine = [s for s in range(state.process_index, num_shards, state.num_processes)]
+    todo = [s for s in mine if not (partial / f"shard-{s:05d}").is_dir()]
+    done_images = sum(min(args.shard_size, len(source) - s * args.shard_size) for s in mine if s not in todo)
+    finished = sum((partial / f"shard-{s:05d}").is_dir() for s in range(num_shards))
+    if finished and state.is_main_process:
+        print(f"resuming: {finished} of {num_shards} shards were done before")
+    progress = tqdm(
+        total=sum(min(args.shard_size, len(source) - s * args.shard_size) for s in mine), initial=done_images,
+        unit="img", desc=f"extract (process {state.process_index + 1}/{state.num_processes})",
+        disable=not state.is_local_main_process, dynamic_ncols=True,
+    )
+    for shard in todo:
+        start = shard * args.shard_size
+        indices = range(start, min(start + args.shard_size, len(source)))
+        run_shard(model, source, indices, args, budget, features, partial / f"shard-{shard:05d}", progress)
+    progress.close()
+    state.wait_for_everyone()
+    if not state.is_main_process:
+        return None
+    return merge(partial, output, num_shards, settings)
+
+
+def merge(partial: Path, output: Path, num_shards: int, settings: dict) -> datasets.Dataset:
+    """Concatenates the shards in order into OUT (under a temporary name, then renamed), writes extraction.json and
+    removes the shards."""
+    shards = [partial / f"shard-{s:05d}" for s in range(num_shards)]
+    missing = [s.name for s in shards if not s.is_dir()]
+    if missing:
+        raise FileNotFoundError(f"Shards {missing[:5]} are missing after every process finished; rerun to complete them.")
+    merged = datasets.concatenate_datasets([datasets.load_from_disk(str(s)) for s in shards])
+    skipped = [image_id for s in shards for image_id in json.loads((s / "skipped.json").read_text())]
+    temporary = output.with_name(output.name + ".tmp")
+    shutil.rmtree(temporary, ignore_errors=True)
+    merged.save_to_disk(str(temporary))
+    info = {**settings, "num_extracted": len(merged), "num_skipped": len(skipped), "skipped": skipped}
+    (temporary / INFO_FILE).write_text(json.dumps(info, indent=2))
+    os.replace(temporary, output)
+    shutil.rmtree(partial)
+    print(f"wrote {output}: {len(merged)} images, {len(skipped)} unreadable skipped"
+          + (f" ({', '.join(skipped[:3])}{', ...' if len(skipped) > 3 else ''})" if skipped else "")
+          + f"; datasets.load_from_disk({str(output)!r})")
+    return datasets.load_from_disk(str(output))
+
+
+def cli(argv=None) -> int:
+    """The command line: a bad input ends in one line on stderr and exit status 2."""
+    try:
+        main(argv)
+    except (ValueError, OSError) as error:  # OSError: missing, unreadable and existing files
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

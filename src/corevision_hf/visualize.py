@@ -1,0 +1,307 @@
+"""Pictures of what VECA and LookWhere see, for the demo, the model card and the demo page (matplotlib).
+
+- `plot_feature_pca`: dense features as RGB (their first three principal components, the DINOv2-style picture),
+  one column per model or budget, colours fitted on the first column so that columns are comparable.
+- `plot_cores`: where VECA's active cores ended up (`out.core_coordinates`), over the photo, per budget.
+- `plot_kept_patches`: LookWhere's selector map and the patches it kept (`out.selected_indices`), per budget.
+- `plot_evaluation`: quality against cost per budget from an evaluation JSON (training/evaluate_budgets.py), with
+  the dense teacher as the reference and the spread over images as error bars.
+
+Every function returns a `matplotlib.figure.Figure` (no pyplot state, so it is safe in a web server's threads);
+`save_figure` writes one, `figure_to_image` turns one into a PIL image.
+"""
+
+import io
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from matplotlib import colormaps, patheffects
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import Normalize
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+from PIL import Image
+
+
+TITLE_SIZE = 11
+LABEL_SIZE = 9
+
+
+def patch_features(last_hidden_state: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+    """The patch tokens of a model output laid out on the grid: (B, tokens, D) -> (B, Hp, Wp, D), float32 on CPU.
+    Works for VECA ([cores ; patches]), LookWhere with the dense fill and DINOv2 / DINOv3 (patches last)."""
+    height, width = grid
+    patches = last_hidden_state[:, -height * width :].float().cpu()
+    return patches.reshape(len(patches), height, width, -1)
+
+
+class PCAColors:
+    """Three principal components of a set of features, mapped to RGB in [0, 1].
+
+    Fitted once (on a reference, e.g. the teacher's features of a photo) and applied to others of the same width,
+    so that the same colour means the same direction in feature space across pictures. Each vector is L2-normalised
+    first: a student distilled with a cosine loss matches its teacher's directions, not its norms."""
+
+    def __init__(self, features: torch.Tensor):
+        """features: (..., D) with at least 3 vectors; D is the feature width."""
+        flat = F.normalize(features.reshape(-1, features.shape[-1]).double(), dim=-1)
+        self.mean = flat.mean(0)
+        _, _, vectors = torch.linalg.svd(flat - self.mean, full_matrices=False)
+        self.components = vectors[:3]  # (3, D); a sign is arbitrary, so fix it by the projection's skew
+        projected = (flat - self.mean) @ self.components.T
+        signs = torch.where(projected.pow(3).mean(0) < 0, -1.0, 1.0).double()
+        self.components = self.components * signs[:, None]
+        projected = projected * signs
+        # 1st-99th percentiles, not the extremes: a few outlier patches would otherwise wash every colour out
+        self.low = torch.quantile(projected, 0.01, dim=0)
+        self.high = torch.quantile(projected, 0.99, dim=0)
+
+    @property
+    def width(self) -> int:
+        return self.mean.numel()
+
+    def __call__(self, features: torch.Tensor) -> np.ndarray:
+        """(..., D) -> RGB array (..., 3) in [0, 1]."""
+        projected = (F.normalize(features.double(), dim=-1) - self.mean) @ self.components.T
+        rgb = (projected - self.low) / (self.high - self.low).clamp_min(1e-12)
+        return rgb.clamp(0, 1).float().numpy()
+
+
+def plot_feature_pca(rows: list[tuple[np.ndarray, dict[str, torch.Tensor]]], title: str | None = None) -> Figure:
+    """PCA pictures of dense features next to each photo.
+
+    Args:
+        rows: one per photo: (the photo as an RGB array (H, W, 3) in [0, 1], {panel title: features (Hp, Wp, D)}),
+            panels in display order. Each row's colours are fitted on its first panel (put the teacher, or the
+            largest budget, first); a panel of another width gets colours of its own, and its title says so.
+        title: the figure's title.
+
+    Returns:
+        A figure with one row per photo: the photo, then one PCA picture per panel.
+    """
+    columns = 1 + max(len(panels) for _, panels in rows)
+    figure = Figure(figsize=(2.7 * columns, 2.9 * len(rows) + (0.5 if title else 0)), layout="constrained")
+    axes = figure.subplots(len(rows), columns, squeeze=False)
+    for row, (photo, panels) in zip(axes, rows):
+        row[0].imshow(photo)
+        row[0].set_title("photo", fontsize=TITLE_SIZE)
+        reference = None
+        for axis, (name, features) in zip(row[1:], panels.items()):
+            if reference is None:
+                reference = PCAColors(features)
+            colors = reference if features.shape[-1] == reference.width else PCAColors(features)
+            # nearest-neighbour upsampling keeps the patch grid visible at the photo's aspect ratio
+            axis.imshow(colors(features), interpolation="nearest", extent=(0, photo.shape[1], photo.shape[0], 0))
+            suffix = "" if colors is reference else "\n(own colours: other width)"
+            axis.set_title(name + suffix, fontsize=TITLE_SIZE)
+        for axis in row:
+            axis.set_xticks([])
+            axis.set_yticks([])
+        for axis in row[1 + len(panels) :]:
+            axis.set_visible(False)
+    if title:
+        figure.suptitle(title, fontsize=TITLE_SIZE + 1)
+    figure.text(0.5, 0.0, "colours: the first 3 principal components of the first panel's features, as R, G, B",
+                ha="center", va="bottom", fontsize=LABEL_SIZE - 1, color="0.3")
+    return figure
+
+
+def plot_cores(photo: np.ndarray, coordinates: dict[str, torch.Tensor], title: str | None = None) -> Figure:
+    """VECA's core positions over the photo, one panel per budget.
+
+    Args:
+        photo: RGB array (H, W, 3) in [0, 1].
+        coordinates: {panel title: core coordinates (C, 2)}, (x, y) in (-1, 1) as in `out.core_coordinates[i]`.
+        title: the figure's title.
+
+    Returns:
+        A figure; each core is a dot coloured by its index in the bank (one colour scale for all panels).
+    """
+    most = max(len(c) for c in coordinates.values())
+    norm, cmap = Normalize(0, max(most - 1, 1)), colormaps["viridis"]
+    height, width = photo.shape[:2]
+    figure = Figure(figsize=(3.0 * len(coordinates) + 0.9, 3.4 + (0.4 if title else 0)), layout="constrained")
+    axes = figure.subplots(1, len(coordinates), squeeze=False)[0]
+    for axis, (name, xy) in zip(axes, coordinates.items()):
+        xy = xy.detach().float().cpu()
+        axis.imshow(photo)
+        pixels_x = (xy[:, 0] + 1) / 2 * width
+        pixels_y = (xy[:, 1] + 1) / 2 * height
+        axis.scatter(pixels_x, pixels_y, c=np.arange(len(xy)), cmap=cmap, norm=norm, s=46, edgecolors="white",
+                     linewidths=1.2, clip_on=False, zorder=3)
+        if len(xy) <= 16:  # numbers stay legible up to about 16 cores
+            for index, (x, y) in enumerate(zip(pixels_x.tolist(), pixels_y.tolist())):
+                axis.annotate(str(index), (x, y), xytext=(4, 3), textcoords="offset points", fontsize=7, color="white",
+                              fontweight="bold", path_effects=_outline())
+        # a margin around the photo, so cores at the border are drawn whole
+        margin = 0.06 * max(height, width)
+        axis.set_xlim(-margin, width + margin)
+        axis.set_ylim(height + margin, -margin)
+        on_border = int(((xy.abs() > 0.95).any(-1)).sum())
+        axis.set_title(f"{name}\n{on_border} of {len(xy)} within 2.5% of the border", fontsize=TITLE_SIZE)
+        axis.set_xticks([])
+        axis.set_yticks([])
+    colorbar = figure.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes, shrink=0.85, pad=0.02)
+    colorbar.set_label("core index (order in the bank)", fontsize=LABEL_SIZE)
+    if title:
+        figure.suptitle(title, fontsize=TITLE_SIZE + 1)
+    return figure
+
+
+def plot_kept_patches(
+    photo: np.ndarray, selector_map: torch.Tensor, kept: dict[str, torch.Tensor], grid: tuple[int, int],
+    title: str | None = None,
+) -> Figure:
+    """LookWhere's selector map and the patches it kept, over the photo.
+
+    Args:
+        photo: RGB array (H, W, 3) in [0, 1].
+        selector_map: the selector's scores (Hp * Wp,), `out.selector_map[i]`.
+        kept: {panel title: kept patch indices (k,)}, `out.selected_indices[i]` per budget.
+        grid: (Hp, Wp).
+        title: the figure's title.
+
+    Returns:
+        A figure: the selector map with its colour scale, then per budget the photo with unkept patches dimmed and
+        kept ones outlined.
+    """
+    height, width = photo.shape[:2]
+    rows, columns = grid
+    patch_h, patch_w = height / rows, width / columns
+    figure = Figure(figsize=(3.0 * (1 + len(kept)) + 0.9, 3.3 + (0.4 if title else 0)), layout="constrained")
+    axes = figure.subplots(1, 1 + len(kept), squeeze=False)[0]
+    scores = selector_map.detach().float().cpu().reshape(rows, columns).numpy()
+    axes[0].imshow(photo)
+    heat = axes[0].imshow(scores, cmap="magma", alpha=0.65, extent=(0, width, height, 0), interpolation="nearest")
+    axes[0].set_title("selector map", fontsize=TITLE_SIZE)
+    colorbar = figure.colorbar(heat, ax=axes[0], shrink=0.85, pad=0.02)
+    colorbar.set_label("selector score (logit)", fontsize=LABEL_SIZE)
+    for axis, (name, indices) in zip(axes[1:], kept.items()):
+        mask = np.zeros(rows * columns, dtype=bool)
+        mask[indices.detach().cpu().numpy()] = True
+        dimmed = photo * 0.25 + 0.75 * 0.5  # unkept patches: a flat grey wash, so the kept ones stand out
+        shown = _patch_mask_image(mask.reshape(rows, columns), height, width)
+        axis.imshow(np.where(shown[..., None], photo, dimmed))
+        for index in np.flatnonzero(mask):
+            r, c = divmod(int(index), columns)
+            axis.add_patch(Rectangle((c * patch_w, r * patch_h), patch_w, patch_h, fill=False, edgecolor="#ffcc00",
+                                     linewidth=0.8))
+        axis.set_title(f"{name}\nkept {mask.sum()} of {mask.size} patches ({mask.mean():.0%})", fontsize=TITLE_SIZE)
+    for axis in axes:
+        axis.set_xticks([])
+        axis.set_yticks([])
+    if title:
+        figure.suptitle(title, fontsize=TITLE_SIZE + 1)
+    return figure
+
+
+QUALITY_LABELS = {
+    "cls_cosine": "CLS cosine to the teacher",
+    "patch_cosine": "patch cosine to the teacher",
+    "probe_accuracy": "linear-probe accuracy",
+    "segmentation_miou": "linear segmentation mIoU",
+}
+
+
+def plot_evaluation(report: dict) -> Figure:
+    """Quality and latency against cost for every budget of an evaluation JSON (training/evaluate_budgets.py).
+
+    Quality panels: each measured metric against GFLOPs at the quality resolution, on a 0-1 scale with the dense
+    teacher's GFLOPs as a vertical line (and, for the cosines, the teacher's agreement with itself, 1, as a
+    horizontal one); error bars are one standard deviation over the images where several were measured. The last
+    panel: latency per budget at every resolution, the teacher's as dashed lines.
+    """
+    results = report["results"]
+    resolution = str(report["quality_resolution"])
+    teacher_cost = report.get("teacher_cost") or {}
+    metrics = [m for m in QUALITY_LABELS if any((r.get("quality") or {}).get(m) is not None for r in results)]
+    figure = Figure(figsize=(4.0 * (len(metrics) + 1), 3.8), layout="constrained")
+    axes = figure.subplots(1, len(metrics) + 1, squeeze=False)[0]
+    gflops = [r["cost"][resolution]["gflops"] for r in results]
+    teacher_gflops = (teacher_cost.get(resolution) or {}).get("gflops")
+    right = 1.12 * max([*gflops, teacher_gflops or 0])
+    budgets = [r["budget"] for r in results]
+    colors = colormaps["viridis"](np.linspace(0.1, 0.85, len(results)))
+    spread_label = f"mean ± sd over {report['agreement_images']} images" if report.get("agreement_images") else "mean ± sd"
+    for axis, metric in zip(axes, metrics):
+        points = [(g, r["quality"][metric], r["quality"].get(metric + "_std"), b, c)
+                  for g, r, b, c in zip(gflops, results, budgets, colors) if r["quality"].get(metric) is not None]
+        axis.plot([p[0] for p in points], [p[1] for p in points], "-", color="0.6", linewidth=1, zorder=1)
+        # one colour per budget, named in the legend: budgets close in GFLOPs would overlap as text labels
+        for x, y, spread, budget, color in points:
+            axis.errorbar([x], [y], yerr=None if spread is None else [spread], fmt="o", color=color, capsize=3,
+                          markersize=7, label=f"{budget}", zorder=2)
+        has_spread = any(p[2] is not None for p in points)
+        if teacher_gflops:
+            cosine = metric.endswith("cosine")
+            axis.axvline(teacher_gflops, color="0.35", linestyle="--", linewidth=1, label=None if cosine else "teacher")
+            if cosine:  # the teacher agrees with itself: cosine 1 at its own cost
+                axis.plot([teacher_gflops], [1.0], marker="*", markersize=13, color="0.35", linestyle="none",
+                          label="teacher")
+        axis.set_xlim(0, right)
+        axis.set_ylim(min(0.0, min(p[1] for p in points) - 0.05), 1.05)
+        axis.set_xlabel(f"GFLOPs per image at {resolution} px (dashed: the teacher)", fontsize=LABEL_SIZE)
+        axis.set_ylabel(QUALITY_LABELS[metric] + (f"\n({spread_label})" if has_spread else ""), fontsize=LABEL_SIZE)
+        axis.grid(alpha=0.3)
+        axis.legend(title=report["budget_name"], fontsize=LABEL_SIZE - 1, title_fontsize=LABEL_SIZE - 1,
+                    loc="lower left", ncols=2)
+    axis = axes[-1]
+    positions = range(len(budgets))
+    for index, r in enumerate(report["resolutions"]):
+        latency = [entry["cost"][str(r)]["latency_ms"] for entry in results]
+        axis.plot(positions, latency, "o-", color=f"C{index}", label=f"{r} px")
+        teacher_latency = (teacher_cost.get(str(r)) or {}).get("latency_ms")
+        if teacher_latency:
+            axis.axhline(teacher_latency, color=f"C{index}", linestyle="--", linewidth=1, label=f"teacher, {r} px")
+    axis.set_xticks(list(positions), [str(b) for b in budgets])
+    axis.set_xlabel(report["budget_name"], fontsize=LABEL_SIZE)
+    axis.set_ylabel("latency per batch (ms)", fontsize=LABEL_SIZE)
+    axis.set_ylim(0, None)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=LABEL_SIZE - 1)
+    environment = report.get("environment") or {}
+    figure.suptitle(
+        f"{report['model_type']}: quality and cost per budget ({environment.get('device', '?')}, "
+        f"{environment.get('dtype', '?')}, batch {environment.get('batch_size', '?')})",
+        fontsize=TITLE_SIZE + 1,
+    )
+    return figure
+
+
+def save_figure(figure: Figure, path: str, dpi: int = 110) -> None:
+    """Writes the figure (PNG by the file's extension)."""
+    figure.savefig(path, dpi=dpi)
+
+
+def figure_to_image(figure: Figure, dpi: int = 100) -> Image.Image:
+    """The figure rendered as an RGB PIL image."""
+    buffer = io.BytesIO()
+    FigureCanvasAgg(figure)
+    figure.savefig(buffer, format="png", dpi=dpi)
+    buffer.seek(0)
+    return Image.open(buffer).convert("RGB")
+
+
+def _patch_mask_image(mask: np.ndarray, height: int, width: int) -> np.ndarray:
+    """A (rows, columns) boolean patch mask -> (height, width) pixel mask."""
+    rows = (np.arange(height) * mask.shape[0] // height)[:, None]
+    columns = (np.arange(width) * mask.shape[1] // width)[None, :]
+    return mask[rows, columns]
+
+
+def _outline() -> list:
+    return [patheffects.withStroke(linewidth=2, foreground="black")]
+
+
+__all__ = [
+    "PCAColors",
+    "figure_to_image",
+    "patch_features",
+    "plot_cores",
+    "plot_evaluation",
+    "plot_feature_pca",
+    "plot_kept_patches",
+    "save_figure",
+]
