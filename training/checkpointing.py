@@ -1,42 +1,114 @@
-"""Accelerate checkpoints with the step they were taken at (for `--resume`), the guard that keeps the last one good,
-the final export and the end of a run."""
+"""The run's record (`run.json`: script, arguments, processes), Accelerate checkpoints with the step and data position
+they were taken at (for `--resume`), the final export and the end of a run."""
 
+import gc
 import json
 import os
 import re
 import shlex
+import shutil
 
-import torch
 from accelerate import Accelerator
+from accelerate.utils import gather_object
+
+# Arguments a resumed run may change: where and how often things are written, and the step size (a run that diverged
+# continues from its last good checkpoint with a lower learning rate or tighter clipping).
+RESUMABLE = ("resume", "stop_at_step", "checkpoint_every", "keep_checkpoints", "log_with", "output_dir", "lr", "min_lr",
+             "max_grad_norm")
+
+
+def write_json(path: str, value) -> None:
+    """Writes `value` to a temporary name, then renames it: a reader never sees half a file."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(value, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+def run_record(script: str, args, num_processes: int) -> dict:
+    """What `run.json` holds: the script's file name, every argument and the number of processes."""
+    return {"script": os.path.basename(script), "args": vars(args), "num_processes": num_processes}
+
+
+def check_output_dir(output_dir: str, record: dict) -> None:
+    """Raises ValueError, before anything is written, when `output_dir` cannot take this run: a new run into a used
+    folder, or a resume of a run made by the other script, with other arguments or another number of processes."""
+    path = os.path.join(output_dir, "run.json")
+    script, resuming = record["script"], record["args"]["resume"]
+    if not resuming:
+        used = [name for name in ("run.json", "checkpoints", "final") if os.path.exists(os.path.join(output_dir, name))]
+        if used:
+            raise ValueError(
+                f"{output_dir} already holds a run ({', '.join(used)}): continue it with --resume, or choose a new "
+                "--output-dir."
+            )
+        return
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"--resume: {output_dir} holds no run to resume (no run.json); drop --resume to start one.")
+    with open(path) as f:
+        previous = json.load(f)
+    if previous["script"] != script:
+        raise ValueError(
+            f"--resume: {output_dir} holds a run of {previous['script']}, not {script}: resume it with "
+            f"training/{previous['script']}, or choose a new --output-dir."
+        )
+    for name, value in record["args"].items():
+        if name not in RESUMABLE and previous["args"].get(name) != value:
+            raise ValueError(
+                f"--resume: --{name.replace('_', '-')} was {previous['args'].get(name)!r} in the run in {output_dir}, "
+                f"now {value!r}; resume with the same arguments (only {', '.join('--' + n.replace('_', '-') for n in RESUMABLE[2:])} "
+                "may change), or choose a new --output-dir."
+            )
+    if previous["num_processes"] != record["num_processes"]:
+        raise ValueError(
+            f"--resume: the run in {output_dir} ran on {previous['num_processes']} processes, this one on "
+            f"{record['num_processes']}; the data each process reads would change. Resume on "
+            f"{previous['num_processes']} processes, or choose a new --output-dir."
+        )
 
 
 def last_checkpoint(output_dir: str) -> str | None:
-    """The newest `OUT/checkpoints/checkpoint_<n>` folder, or None."""
+    """The newest complete `OUT/checkpoints/checkpoint_<step>` folder, or None."""
     folder = os.path.join(output_dir, "checkpoints")
     names = [n for n in os.listdir(folder) if re.fullmatch(r"checkpoint_\d+", n)] if os.path.isdir(folder) else []
     return os.path.join(folder, max(names, key=lambda n: int(n.split("_")[1]))) if names else None
 
 
-def save_checkpoint(accelerator: Accelerator, output_dir: str, step: int) -> None:
-    """`save_state` (model, optimiser, scheduler, sampler and RNG states) plus the step it was taken at."""
-    accelerator.save_state()
+def save_checkpoint(accelerator: Accelerator, output_dir: str, step: int, data_position: tuple, keep: int) -> None:
+    """`save_state` (model, optimiser, RNG states), the step and every process's data position (epoch, batches used
+    in it) into `OUT/checkpoints/checkpoint_<step>`: written under a temporary name and renamed when complete, then
+    all but the `keep` newest are deleted."""
+    folder = os.path.join(output_dir, "checkpoints", f"checkpoint_{step}")
+    partial = folder + ".partial"
+    positions = gather_object([list(data_position)])
+    if accelerator.is_main_process and os.path.exists(partial):
+        shutil.rmtree(partial)  # left by a run that died while saving
+    accelerator.wait_for_everyone()
+    accelerator.save_state(partial)
+    accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        with open(os.path.join(last_checkpoint(output_dir), "step.json"), "w") as f:
-            json.dump({"step": step}, f)
+        write_json(os.path.join(partial, "state.json"), {"step": step, "data_positions": positions})
+        if os.path.exists(folder):  # the same step of this run, saved before a resume from an earlier checkpoint
+            shutil.rmtree(folder)
+        os.replace(partial, folder)
+        checkpoints = os.path.dirname(folder)
+        names = sorted((n for n in os.listdir(checkpoints) if re.fullmatch(r"checkpoint_\d+", n)),
+                       key=lambda n: int(n.split("_")[1]))
+        for name in names[:-keep]:
+            shutil.rmtree(os.path.join(checkpoints, name))
+    accelerator.wait_for_everyone()
 
 
-def resume(accelerator: Accelerator, output_dir: str) -> int:
-    """Loads the newest checkpoint under `output_dir`; returns the step to continue from."""
+def load_checkpoint(accelerator: Accelerator, output_dir: str) -> tuple[int, tuple]:
+    """Loads the newest checkpoint under `output_dir`; returns the step to continue from and this process's data
+    position (epoch, batches already used in it)."""
     checkpoint = last_checkpoint(output_dir)
     if checkpoint is None:
-        raise FileNotFoundError(f"--resume: no checkpoint under {output_dir}/checkpoints.")
+        raise FileNotFoundError(f"--resume: no checkpoint under {output_dir}/checkpoints; drop --resume to start anew.")
     accelerator.load_state(checkpoint)
-    # continue the automatic checkpoint numbering after the one we resumed from
-    accelerator.project_configuration.iteration = int(checkpoint.rsplit("_", 1)[1]) + 1
-    with open(os.path.join(checkpoint, "step.json")) as f:
-        step = json.load(f)["step"]
-    accelerator.print(f"resumed from {checkpoint} at step {step}")
-    return step
+    with open(os.path.join(checkpoint, "state.json")) as f:
+        state = json.load(f)
+    accelerator.print(f"resumed from {checkpoint} at step {state['step']}")
+    return state["step"], tuple(state["data_positions"][accelerator.process_index])
 
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
@@ -97,26 +169,10 @@ def training_recipe(accelerator: Accelerator, script: str, args) -> dict:
 
 
 def finish(accelerator: Accelerator) -> None:
-    """Ends trackers and takes the process group down while every process is still there: a gloo group left to the
-    garbage collector can hang in its destructor once its peer has exited."""
+    """Ends trackers and takes the process group down (`end_training`) while every process is still there. The
+    prepared model and optimiser are released first (callers drop their own references too): a DDP model holds the
+    gloo group, and a group whose last reference goes after its peer has exited can hang in its destructor."""
+    accelerator.free_memory()
+    gc.collect()
     accelerator.wait_for_everyone()
     accelerator.end_training()
-    accelerator.state.destroy_process_group()
-
-
-def guarded_update(accelerator: Accelerator, model, optimizer, scheduler, loss, max_grad_norm: float, step: int,
-                   output_dir: str) -> None:
-    """backward, clip, step, zero_grad; a non-finite loss or gradient stops the run before the weights change, so
-    the last checkpoint stays good."""
-    stop = f"The last good checkpoint is intact in {output_dir}/checkpoints (resume with --resume after lowering --lr)."
-    if not torch.isfinite(loss):
-        raise FloatingPointError(f"Loss is {loss.item()} at step {step}; stopping. {stop}")
-    accelerator.backward(loss)
-    if accelerator.sync_gradients:
-        grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)
-        # fp16's loss scaler skips overflowing steps itself; elsewhere a bad gradient would poison the weights
-        if accelerator.mixed_precision != "fp16" and not torch.isfinite(grad_norm):
-            raise FloatingPointError(f"Gradient norm is {grad_norm.item()} at step {step}; stopping before the update. {stop}")
-    optimizer.step()
-    scheduler.step()
-    optimizer.zero_grad()
