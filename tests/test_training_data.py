@@ -9,7 +9,7 @@ from PIL import Image
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "training"))
-from data import IMAGENET_MEAN, IMAGENET_STD, ImageTransform, build_dataset, collate  # noqa: E402
+from data import IMAGENET_MEAN, IMAGENET_STD, ImageTransform, build_dataset, collate, epoch_batches  # noqa: E402
 
 SIZE = 32
 
@@ -105,3 +105,49 @@ def test_normalisation_of_a_constant_image(train):
     expected = [(c / 255 - mean) / std for c, mean, std in zip(color, IMAGENET_MEAN, IMAGENET_STD)]
     assert pixel_values.shape == (3, SIZE, SIZE)
     assert torch.allclose(pixel_values, torch.tensor(expected).view(3, 1, 1).expand(3, SIZE, SIZE), atol=1e-5)
+
+
+def gray_images(count: int) -> list:
+    return [Image.new("RGB", (40, 36), (8 + 16 * i,) * 3) for i in range(count)]
+
+
+def which_images(batches) -> list[int]:
+    """The source image of every example (its gray level survives crop, flip and normalisation)."""
+    means = torch.cat([batch["pixel_values"][:, 0].mean((1, 2)) for batch in batches])
+    return [round(((m * IMAGENET_STD[0] + IMAGENET_MEAN[0]) * 255 - 8).item() / 16) for m in means]
+
+
+@pytest.fixture
+def saved(tmp_path) -> str:
+    """Nine gray images written by save_to_disk, and the same as a parquet file."""
+    features = datasets.Features({"image": datasets.Image()})
+    dataset = datasets.Dataset.from_dict({"image": gray_images(9)}, features=features)
+    dataset.save_to_disk(tmp_path / "saved")
+    (tmp_path / "parquet").mkdir()
+    dataset.to_parquet(tmp_path / "parquet" / "train.parquet")
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("layout, streaming", [("saved", False), ("saved", True), ("parquet", False), ("parquet", True)])
+def test_processes_read_disjoint_parts(saved, layout, streaming):
+    parts = []
+    for rank in range(2):
+        dataset, _ = build_dataset(f"{saved}/{layout}", streaming=streaming, image_size=SIZE, process_index=rank,
+                                   num_processes=2)
+        parts.append(which_images(epoch_batches(dataset, 1, epoch=0, seed=0)))
+    assert not set(parts[0]) & set(parts[1])
+    if streaming:  # every example once, one process possibly one more than the other
+        assert sorted(parts[0] + parts[1]) == list(range(9))
+    else:  # equal parts, the remainder left out; indices stay positions in the whole dataset
+        assert len(parts[0]) == len(parts[1]) == 4 and len(set(parts[0] + parts[1])) == 8
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_epoch_batches_resume_where_they_stopped(saved, streaming):
+    dataset, _ = build_dataset(f"{saved}/saved", streaming=streaming, image_size=SIZE, seed=1)
+    full = which_images(epoch_batches(dataset, 2, epoch=1, seed=1))
+    assert len(full) == 8  # drop_last: four full batches of two
+    assert which_images(epoch_batches(dataset, 2, epoch=1, seed=1, skip=3)) == full[6:]
+    if not streaming:  # a new order every epoch, the same for the same (seed, epoch)
+        assert which_images(epoch_batches(dataset, 2, epoch=2, seed=1)) != full
+        assert which_images(epoch_batches(dataset, 2, epoch=1, seed=1)) == full
