@@ -110,6 +110,52 @@ def test_dense_fill_uses_only_the_nearest_neighbours():
     assert dense[0, 5, 3] == 0 and dense[0, 5, :3].sum() > 0.999
 
 
+def test_dense_fill_breaks_distance_ties_by_priority():
+    """Cells 0 and 2 of a 1 x 3 grid are equidistant from cell 1; with one neighbour the tie goes to the lower
+    priority (the higher-scored patch), whatever the order of the kept tokens."""
+    kept = torch.tensor([[[1.0], [2.0]]])
+    for priority, winner in [([0, 1], 1.0), ([1, 0], 2.0)]:
+        dense = inverse_distance_fill(kept, torch.tensor([[0, 2]]), (1, 3), 1, torch.tensor([priority]))
+        assert dense[0, 1, 0] == winner
+    # 5 nearest of 8 kept cells in a ring around the centre of a 3 x 3 grid: the 4 edge cells at distance 1, then
+    # the best-ranked of the 4 corners at sqrt(2).
+    ring = torch.tensor([[0, 1, 2, 3, 5, 6, 7, 8]])
+    values = torch.arange(8.0)[None, :, None]
+    corners_last_but_8 = torch.tensor([[3, 4, 2, 5, 6, 1, 7, 0]])  # cell 8 (value 7) is the best corner
+    dense = inverse_distance_fill(values, ring, (3, 3), 5, corners_last_but_8)
+    edges = values[0, [1, 3, 4, 6], 0]
+    expected = (edges.sum() + 7.0 / math.sqrt(2)) / (4 + 1 / math.sqrt(2))
+    torch.testing.assert_close(dense[0, 4, 0], expected)
+
+
+def test_selector_antialias_is_a_config_choice(model, pixel_values):
+    """The selector's low-resolution copy is antialiased or not as configured (converted checkpoints: not), and
+    nothing else changes: without antialias the map equals the selector run on a plain bilinear resize."""
+    size = model.config.selector_image_size
+    with torch.no_grad():
+        antialiased = model(pixel_values, k=4).selector_map
+        model.config.selector_antialias = False
+        plain = model(pixel_values, k=4).selector_map
+        resized = torch.nn.functional.interpolate(pixel_values, size=(size, size), mode="bilinear", align_corners=False)
+        model.config.selector_antialias = True  # a resize to the selector's own size is the identity either way
+        _, by_hand = model.selector(resized, (8, 12))
+    assert not torch.allclose(antialiased, plain)
+    torch.testing.assert_close(plain, by_hand)
+
+
+def test_swiglu_mlp_and_no_registers():
+    """The Franca variant: packed SwiGLU MLP, CLS alone handed to the extractor."""
+    config = tiny_lookwhere_config(use_swiglu_ffn=True, num_register_tokens=0)
+    model = LookWhereModel(config).eval()
+    fc1 = model.extractor.layers[0].mlp.fc1
+    assert fc1.out_features == 2 * config.intermediate_size
+    x = torch.randn(3, config.hidden_size)
+    u, v = fc1(x).chunk(2, dim=-1)
+    torch.testing.assert_close(model.extractor.layers[0].mlp(x), model.extractor.layers[0].mlp.fc2(torch.nn.functional.silu(u) * v))
+    out = model(torch.randn(2, 3, 32, 32), k=4)
+    assert out.last_hidden_state.shape[1] == 1 + (32 // config.patch_size) ** 2
+
+
 @pytest.mark.parametrize("teacher_class", ["with_registers", "plain"])
 @pytest.mark.parametrize("size", [32, 40])
 def test_from_teacher_reproduces_the_teacher(teacher_class, size):

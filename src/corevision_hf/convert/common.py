@@ -1,7 +1,8 @@
 """What every converter of the authors' checkpoints shares: safe loading, output-folder checks, saving."""
 
 import os
-import pickle
+import shutil
+import tempfile
 
 import torch
 from transformers import initialization as init
@@ -10,24 +11,30 @@ WRAPPER_PREFIXES = ("module.", "_orig_mod.")  # added by DDP / torch.compile
 
 
 def load_tensor_checkpoint(path: str, layout_hint: str):
-    """`torch.load(path, weights_only=True)`: tensors and plain containers only, never code."""
+    """`torch.load(path, weights_only=True)`: tensors and plain containers only, never code. Every failure is a
+    ValueError (FileNotFoundError for a missing file) that says what is wrong with the file."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Reference checkpoint {path!r} does not exist (or is not a file).")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, AttributeError, TypeError, EOFError) as error:
-        # Unpickling arbitrary objects runs whatever code the file names, so weights_only refusals are final.
+    except Exception as error:  # torch.load raises many types (UnpicklingError, RuntimeError, KeyError, ...)
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        if "weights only load failed" in str(error).lower():
+            # Unpickling arbitrary objects runs whatever code the file names, so weights_only refusals are final.
+            raise ValueError(
+                f"{path!r} is not a plain tensor checkpoint and will not be unpickled (that could run code from the "
+                f"file). Re-save only the weights in a trusted environment, {layout_hint}."
+            ) from None
         raise ValueError(
-            f"{path!r} is not a plain tensor checkpoint and will not be unpickled (that could run code from the "
-            f"file). Re-save only the weights in a trusted environment, {layout_hint}. "
-            f"torch.load said: {str(error).strip().splitlines()[0]}"
-        ) from error
+            f"{path!r} cannot be read as a PyTorch checkpoint: it is truncated, corrupted or not a .pt file "
+            f"(torch.load said: {first_line[:200]}). Download or copy it again."
+        ) from None
 
 
-def strip_wrapper_prefixes(state_dict: dict) -> dict:
+def strip_wrapper_prefixes(state_dict: dict, prefixes: tuple[str, ...] = WRAPPER_PREFIXES) -> dict:
     stripped = {}
     for key, value in state_dict.items():
-        while key.startswith(WRAPPER_PREFIXES):
+        while key.startswith(prefixes):
             key = key.split(".", 1)[1]
         stripped[key] = value
     return stripped
@@ -36,18 +43,38 @@ def strip_wrapper_prefixes(state_dict: dict) -> dict:
 def check_out_dir(out_dir: str, force: bool) -> None:
     """A user's folder is never written into unasked: it must be new or empty, unless `force`."""
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise ValueError(f"{out_dir!r} exists and is not a folder.")
+        raise ValueError(f"{out_dir!r} exists and is not a folder; choose another output folder.")
     if os.path.isdir(out_dir) and os.listdir(out_dir) and not force:
-        raise ValueError(f"{out_dir!r} exists and is not empty; pass --force to write into it anyway.")
+        raise ValueError(f"{out_dir!r} exists and is not empty; choose a new folder or pass --force to write into it.")
+
+
+def write_folder_atomically(out_dir: str, write) -> None:
+    """Calls `write(folder)` on a temporary folder next to `out_dir` and moves the result into place only when it
+    is complete, so a failure leaves nothing behind. Into a non-empty `out_dir` (the caller's `--force`), files are
+    moved one by one: ours replace theirs of the same name, the user's other files stay."""
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".converting-", dir=parent)
+    try:
+        write(staging)
+        if os.path.isdir(out_dir) and not os.listdir(out_dir):
+            os.rmdir(out_dir)
+        if not os.path.exists(out_dir):
+            os.rename(staging, out_dir)
+        else:
+            for name in os.listdir(staging):
+                os.replace(os.path.join(staging, name), os.path.join(out_dir, name))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def save_converted(model_class, config, state_dict: dict, out_dir: str):
     """Builds `model_class(config)` without random init (every weight is overwritten), loads `state_dict` strictly
-    and writes the hub folder (weights, config, code files, preprocessor config)."""
+    and writes the hub folder (weights, config, code files, preprocessor config), atomically."""
     with init.no_init_weights():
         model = model_class(config)
     model.load_state_dict(state_dict, strict=True)
-    model.save_pretrained(out_dir)
+    write_folder_atomically(out_dir, model.save_pretrained)
     return model
 
 
@@ -55,3 +82,19 @@ def expected_state_dict(model_class, config) -> dict:
     """Names and shapes of `model_class(config)`'s weights, built on the meta device (no memory, no init)."""
     with torch.device("meta"), init.no_init_weights():
         return model_class(config).state_dict()
+
+
+def describe_key_mismatch(kind: str, unexpected: list[str], missing: list[str], mismatched: list[str]) -> str:
+    """One sentence naming what does not fit (the first few of each), for checkpoints that are not `kind`."""
+    def few(names):
+        names = sorted(names)
+        return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+    parts = []
+    if unexpected:
+        parts.append(f"{len(unexpected)} unexpected tensors ({few(unexpected)})")
+    if missing:
+        parts.append(f"{len(missing)} missing tensors ({few(missing)})")
+    if mismatched:
+        parts.append(f"{len(mismatched)} tensors of the wrong shape ({few(mismatched)})")
+    return f"This checkpoint is not a supported {kind}: " + "; ".join(parts) + "."

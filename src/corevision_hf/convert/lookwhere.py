@@ -1,24 +1,29 @@
-"""Convert the authors' released LookWhere checkpoint into a hub folder.
+"""Convert the authors' released LookWhere checkpoints into hub folders.
 
     python -m corevision_hf.convert.lookwhere lookwhere_dinov2.pt OUT_DIR [--num-attention-heads N] [--force]
+    python -m corevision_hf.convert.lookwhere lookwhere_franca.pt OUT_DIR
 
 The checkpoint is loaded with `weights_only=True` (never unpickled as code). Its layout is
 `{"selector": {"backbone": <timm ViT>, "head": {"w1.*", "w2.*"}}, "extractor": <timm ViT>}`, both ViTs in timm's
-DINOv2-with-registers naming (position table over the patches only, the CLS position folded into `cls_token`).
-The config is inferred from the tensor shapes; only the number of heads is not visible in them
-(`--num-attention-heads`, else hidden_size // 64, DINOv2's head dim). timm's fused q/k/v matches ours, so no
-permutation is needed.
+naming (position table over the patches only, the CLS position folded into `cls_token`). The config is inferred
+from the tensor shapes: registers from `reg_token` (none in the Franca checkpoint: CLS alone is handed over), the
+MLP from fc1 / fc2 (GELU as in DINOv2, or packed SwiGLU as in Franca). Only the number of heads is not visible in
+them (`--num-attention-heads`, else hidden_size // 64, the head dim of every DINOv2 and Franca ViT). timm's fused
+q/k/v matches ours, so no permutation is needed. The selector's input is downsampled without antialiasing, as the
+authors' released inference code does (`selector_antialias=False`).
 """
 
 import argparse
 import math
 import re
+import sys
 
 import torch
 
 from corevision_hf import LookWhereConfig, LookWhereModel
 from corevision_hf.convert.common import (
     check_out_dir,
+    describe_key_mismatch,
     expected_state_dict,
     load_tensor_checkpoint,
     save_converted,
@@ -115,20 +120,17 @@ def convert_reference_state_dict(
     expected = expected_state_dict(LookWhereModel, config)
     missing = sorted(set(expected) - set(ours))
     unexpected += [sources[name] for name in set(ours) - set(expected)]  # e.g. blocks beyond the depth found
-    if unexpected or missing:
-        raise ValueError(
-            f"The checkpoint does not match a LookWhere model of the inferred size (hidden {config.hidden_size}, "
-            f"{config.num_hidden_layers} extractor blocks, {config.selector_depth} selector blocks).\n"
-            f"  unexpected reference keys: {sorted(unexpected) or 'none'}\n"
-            f"  missing weights (our names): {missing or 'none'}"
-        )
     mismatched = [
-        f"{sources[name]}: {tuple(value.shape)}, but {name} needs {tuple(expected[name].shape)}"
+        f"{sources[name]} {tuple(value.shape)} for {tuple(expected[name].shape)}"
         for name, value in ours.items()
-        if value.shape != expected[name].shape
+        if name in expected and value.shape != expected[name].shape
     ]
-    if mismatched:
-        raise ValueError("Shape mismatches:\n  " + "\n  ".join(sorted(mismatched)))
+    if unexpected or missing or mismatched:
+        raise ValueError(describe_key_mismatch(
+            f"LookWhere checkpoint (hidden {config.hidden_size}, {config.num_hidden_layers} extractor blocks, "
+            f"{config.selector_depth} selector blocks, {'SwiGLU' if config.use_swiglu_ffn else 'GELU'} MLP)",
+            sorted(unexpected), missing, mismatched,
+        ))
     return config, ours
 
 
@@ -186,7 +188,7 @@ def _infer_config(ours: dict, parts: dict, num_attention_heads: int | None) -> L
     }
     absent = [ref for name, ref in needed.items() if name not in ours]
     if absent:
-        raise ValueError(f"Not a LookWhere reference checkpoint: {absent} missing (needed to infer the model size).")
+        raise ValueError(f"This is not a LookWhere reference checkpoint: it has no {', '.join(absent)}.")
     conv = ours["extractor.patch_embeddings.projection.weight"]
     if conv.ndim != 4 or conv.shape[2] != conv.shape[3]:
         raise ValueError(f"extractor.patch_embed.proj.weight has shape {tuple(conv.shape)}; expected (D, C, p, p).")
@@ -201,11 +203,20 @@ def _infer_config(ours: dict, parts: dict, num_attention_heads: int | None) -> L
         raise ValueError(f"selector.head.w1.weight has {map_hidden} output features, not a multiple of the "
                          f"hidden size {hidden_size}.")
     registers = ours.get("selector.register_tokens")
+    fc1_rows = ours["extractor.layers.0.mlp.fc1.weight"].shape[0]
+    fc2 = ours.get("extractor.layers.0.mlp.fc2.weight")
+    fc2_columns = fc2.shape[1] if fc2 is not None and fc2.ndim == 2 else fc1_rows
+    if fc1_rows not in (fc2_columns, 2 * fc2_columns):
+        raise ValueError(
+            f"This is not a supported LookWhere checkpoint: its MLP maps {hidden_size} -> {fc1_rows} -> "
+            f"{fc2_columns} -> {hidden_size}, neither a plain MLP (equal widths) nor a packed SwiGLU (fc1 twice fc2)."
+        )
     config = LookWhereConfig(
         hidden_size=hidden_size,
         num_hidden_layers=_depth(parts["extractor"][1]),
         num_attention_heads=num_attention_heads,
-        intermediate_size=ours["extractor.layers.0.mlp.fc1.weight"].shape[0],
+        intermediate_size=fc2_columns,
+        use_swiglu_ffn=fc1_rows == 2 * fc2_columns,
         patch_size=patch_size,
         num_channels=num_channels,
         num_register_tokens=0 if registers is None or registers.ndim != 3 else registers.shape[1],
@@ -215,6 +226,9 @@ def _infer_config(ours: dict, parts: dict, num_attention_heads: int | None) -> L
         selector_image_size=patch_size
         * _grid_side(ours["selector.position_embeddings"], "selector.backbone.pos_embed"),
         map_head_ratio=map_hidden // hidden_size,
+        # What the released inference code does: no antialiasing for the selector's input or the position table.
+        selector_antialias=False,
+        interpolate_antialias=False,
     )
     cells = ours["selector.map_head.2.weight"].shape[0]
     m = config.map_upsampling
@@ -245,12 +259,15 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         model = convert(args.checkpoint, args.out_dir, args.num_attention_heads, args.force)
-    except (ValueError, FileNotFoundError) as error:
-        raise SystemExit(f"error: {error}") from None
+    except (ValueError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     c = model.config
-    print(f"Wrote {args.out_dir}: LookWhere hidden {c.hidden_size}, {c.num_attention_heads} heads, extractor "
+    heads = "" if args.num_attention_heads else " (head dim 64 assumed, as in DINOv2 and Franca)"
+    print(f"Wrote {args.out_dir}: LookWhere hidden {c.hidden_size}, {c.num_attention_heads} heads{heads}, extractor "
           f"{c.num_hidden_layers} blocks at {c.image_size} px, selector {c.selector_depth} blocks at "
-          f"{c.selector_image_size} px, {c.num_register_tokens} registers, patch {c.patch_size}.")
+          f"{c.selector_image_size} px, {c.num_register_tokens} registers, "
+          f"{'SwiGLU' if c.use_swiglu_ffn else 'GELU'} MLP, patch {c.patch_size}.")
 
 
 if __name__ == "__main__":

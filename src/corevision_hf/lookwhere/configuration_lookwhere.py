@@ -21,10 +21,12 @@ class LookWhereConfig(PreTrainedConfig):
         num_hidden_layers (`int`, defaults to 12): extractor depth.
         num_attention_heads (`int`, defaults to 12): attention heads.
         intermediate_size (`int`, defaults to 3072): MLP hidden size.
-        hidden_act (`str`, defaults to "gelu"): MLP activation.
+        hidden_act (`str`, defaults to "gelu"): MLP activation (of the plain MLP; the SwiGLU MLP uses SiLU).
+        use_swiglu_ffn (`bool`, defaults to `False`): a packed SwiGLU MLP (fc1: D -> 2h, `silu(u) * v`, fc2: h -> D,
+            h = `intermediate_size`), as in the Franca-based LookWhere, instead of Linear-act-Linear.
         patch_size (`int`, defaults to 14): side of the square patches.
         num_channels (`int`, defaults to 3): input channels.
-        num_register_tokens (`int`, defaults to 4): register tokens next to CLS.
+        num_register_tokens (`int`, defaults to 4): register tokens next to CLS (0: CLS alone is handed over).
         layerscale_value (`float`, defaults to 1.0): initial LayerScale.
         layer_norm_eps (`float`, defaults to 1e-6): LayerNorm epsilon.
         qkv_bias (`bool`, defaults to `True`): bias on the q/k/v projection.
@@ -34,6 +36,9 @@ class LookWhereConfig(PreTrainedConfig):
             `Dinov2WithRegistersModel` does, `Dinov2Model` does not; `from_teacher` follows its teacher.
         selector_depth (`int`, defaults to 3): selector blocks (the teacher's first blocks).
         selector_image_size (`int`, defaults to 154): side of the low-resolution copy the selector sees.
+        selector_antialias (`bool`, defaults to `True`): antialias the bilinear downsampling to that copy, as the
+            authors' pretraining did and our distillation does. Their released PyTorch inference code does not, so
+            checkpoints converted from it set `False`.
         map_head_ratio (`int`, defaults to 4): hidden width of the selector's map head, in multiples of hidden_size.
         k_ratio (`float`, defaults to 0.1): default fraction of the high-resolution grid kept.
         num_fill_neighbors (`int`, defaults to 5): kept cells averaged (inverse distance) for each unkept cell.
@@ -55,6 +60,7 @@ class LookWhereConfig(PreTrainedConfig):
         num_attention_heads=12,
         intermediate_size=3072,
         hidden_act="gelu",
+        use_swiglu_ffn=False,
         patch_size=14,
         num_channels=3,
         num_register_tokens=4,
@@ -65,6 +71,7 @@ class LookWhereConfig(PreTrainedConfig):
         interpolate_antialias=False,
         selector_depth=3,
         selector_image_size=154,
+        selector_antialias=True,
         map_head_ratio=4,
         k_ratio=0.1,
         num_fill_neighbors=5,
@@ -82,6 +89,7 @@ class LookWhereConfig(PreTrainedConfig):
         self.num_attention_heads = num_attention_heads
         self.intermediate_size = intermediate_size
         self.hidden_act = hidden_act
+        self.use_swiglu_ffn = use_swiglu_ffn
         self.patch_size = patch_size
         self.num_channels = num_channels
         self.num_register_tokens = num_register_tokens
@@ -92,6 +100,7 @@ class LookWhereConfig(PreTrainedConfig):
         self.interpolate_antialias = interpolate_antialias
         self.selector_depth = selector_depth
         self.selector_image_size = selector_image_size
+        self.selector_antialias = selector_antialias
         self.map_head_ratio = map_head_ratio
         self.k_ratio = k_ratio
         self.prepack_cpu_weights = prepack_cpu_weights
@@ -113,6 +122,8 @@ class LookWhereConfig(PreTrainedConfig):
         for name in ("image_size", "selector_image_size"):
             if getattr(self, name) % self.patch_size:
                 raise ValueError(f"{name} ({getattr(self, name)}) must be a multiple of patch_size ({self.patch_size}).")
+        if self.num_register_tokens < 0:
+            raise ValueError(f"num_register_tokens must be >= 0, got {self.num_register_tokens}.")
         if not 0 < self.k_ratio <= 1:
             raise ValueError(f"k_ratio must lie in (0, 1], got {self.k_ratio}.")
         if not 1 <= self.selector_depth <= self.num_hidden_layers:

@@ -241,6 +241,20 @@ class LookWhereMLP(nn.Module):
         return self.fc2(self.activation(self.fc1(hidden_states)))
 
 
+class LookWhereSwiGLU(nn.Module):
+    """Packed SwiGLU (timm's `SwiGLUPacked`, Franca's MLP): fc1: D -> 2h, silu(u) * v, fc2: h -> D."""
+
+    def __init__(self, config: LookWhereConfig):
+        super().__init__()
+        prepack = config.prepack_cpu_weights
+        self.fc1 = LookWhereLinear(config.hidden_size, 2 * config.intermediate_size, prepack=prepack)
+        self.fc2 = LookWhereLinear(config.intermediate_size, config.hidden_size, prepack=prepack)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        u, v = self.fc1(hidden_states).chunk(2, dim=-1)
+        return self.fc2(F.silu(u) * v)
+
+
 # Same as modeling_veca.VecaDropPath
 class LookWhereDropPath(nn.Module):
     """Stochastic depth per sample; identity at eval or when the rate is 0."""
@@ -266,7 +280,7 @@ class LookWhereLayer(GradientCheckpointingLayer):
         self.attention = LookWhereAttention(config)
         self.layer_scale1 = LookWhereLayerScale(config)
         self.norm2 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.mlp = LookWhereMLP(config)
+        self.mlp = LookWhereSwiGLU(config) if config.use_swiglu_ffn else LookWhereMLP(config)
         self.layer_scale2 = LookWhereLayerScale(config)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.drop_path = LookWhereDropPath(drop_path_rate)
@@ -306,7 +320,9 @@ class LookWhereSelector(nn.Module):
         global tokens (B, 1 + R, D) and selector map logits (B, Hp * Wp)."""
         batch_size = pixel_values.shape[0]
         size = self.config.selector_image_size
-        low_res = F.interpolate(pixel_values, size=(size, size), mode="bilinear", align_corners=False, antialias=True)
+        low_res = F.interpolate(
+            pixel_values, size=(size, size), mode="bilinear", align_corners=False, antialias=self.config.selector_antialias
+        )
         patches = self.patch_embeddings(low_res) + self.position_embeddings
         prefix = torch.cat([self.cls_token, self.register_tokens], dim=1).expand(batch_size, -1, -1)
         hidden_states = torch.cat([prefix.to(patches.dtype), patches], dim=1)
@@ -348,25 +364,68 @@ class LookWhereExtractor(nn.Module):
         return self.norm(hidden_states)
 
 
-def inverse_distance_fill(kept: torch.Tensor, indices: torch.Tensor, grid: tuple[int, int], num_neighbors: int) -> torch.Tensor:
+def nearest_kept_cells(
+    indices: torch.Tensor, priority: torch.Tensor, grid: tuple[int, int], num_nearest: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """For every cell of the grid, its `num_nearest` nearest kept cells: (B, N, n) positions in `indices` and their
+    (B, N, n) Euclidean distances in grid units. Equidistant kept cells are ordered by `priority`, lower first.
+
+    Each (cell, kept cell) pair gets the exact integer key `k * squared distance + priority`, all different, so the
+    result never depends on how topk breaks ties. The keys come from one small matrix product,
+    [r, c, r^2 + c^2, 1] . k [-2 r', -2 c', 1, r'^2 + c'^2 + priority / k], in a float type that holds every
+    partial sum exactly (float64 unless float32 provably does, on CPU at full matmul precision)."""
+    batch_size, k = indices.shape
+    height, width = grid
+    exact_in_float32 = k * (4 * (height**2 + width**2) + 1) < 2**24
+    full_precision = indices.device.type == "cpu" and torch.get_float32_matmul_precision() == "highest"
+    dtype = torch.float32 if exact_in_float32 and full_precision else torch.float64
+    with torch.autocast(indices.device.type, enabled=False):
+        cell = torch.arange(height * width, device=indices.device)
+        rows, cols = (cell // width).to(dtype), (cell % width).to(dtype)
+        cells = torch.stack([rows, cols, rows * rows + cols * cols, torch.ones_like(rows)], dim=-1)  # (N, 4)
+        kept_rows, kept_cols = (indices // width).to(dtype), (indices % width).to(dtype)
+        kept = torch.stack(
+            [-2 * k * kept_rows, -2 * k * kept_cols, torch.full_like(kept_rows, k),
+             k * (kept_rows * kept_rows + kept_cols * kept_cols) + priority.to(dtype)],
+            dim=1,
+        )  # (B, 4, k)
+        nearest, squared = [], []
+        block = max(1, (1 << 22) // (batch_size * k))  # cells per block: the (cells x k) keys stay small
+        for start in range(0, height * width, block):
+            keys, neighbours = (cells[start : start + block] @ kept).topk(num_nearest, dim=-1, largest=False)
+            nearest.append(neighbours)
+            squared.append(torch.div(keys, k, rounding_mode="floor"))
+    return torch.cat(nearest, dim=1), torch.cat(squared, dim=1).float().sqrt()
+
+
+def inverse_distance_fill(
+    kept: torch.Tensor,
+    indices: torch.Tensor,
+    grid: tuple[int, int],
+    num_neighbors: int,
+    priority: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Scatter kept tokens back to the grid and fill every other cell by inverse-distance weighting
     (1 / (d + 1e-8), normalised) of its `num_neighbors` nearest kept cells, distances in grid units.
-    (B, k, D) tokens at (B, k) row-major indices -> (B, Hp * Wp, D); kept cells keep their own value."""
+    (B, k, D) tokens at (B, k) row-major indices -> (B, Hp * Wp, D); kept cells keep their own value.
+
+    Grid distances tie all the time (a cell often has several kept cells at the same distance), so which neighbours
+    count is decided exactly: by distance, then by `priority` (B, k), a permutation of 0..k-1, lower first. The
+    model passes the selector's score rank, so an equidistant tie goes to the higher-scored patch as in the authors'
+    code. Default priority: index order."""
     batch_size, k, dim = kept.shape
     height, width = grid
     num_cells = height * width
-    rows = torch.arange(height, device=kept.device, dtype=torch.float32)
-    cols = torch.arange(width, device=kept.device, dtype=torch.float32)
-    cells = torch.stack(torch.meshgrid(rows, cols, indexing="ij"), dim=-1).view(-1, 2)  # (N, 2)
-    distances = torch.cdist(cells.expand(batch_size, -1, -1), cells[indices], compute_mode="donot_use_mm_for_euclid_dist")
-    # topk, not a sort: O(N k) and only the few nearest are needed.
-    nearest_distances, nearest = distances.topk(min(num_neighbors, k), dim=-1, largest=False)  # (B, N, n)
-    weights = 1.0 / (nearest_distances + 1e-8)
+    device = kept.device
+    if priority is None:
+        priority = torch.arange(k, device=device).expand(batch_size, -1)
+    nearest, distances = nearest_kept_cells(indices, priority, grid, min(num_neighbors, k))
+    weights = 1.0 / (distances + 1e-8)
     weights = weights / weights.sum(dim=-1, keepdim=True)
 
     # The fill is a sparse (N x k) matrix with n weights per row, times the kept tokens: one pass over the
     # output with the small kept matrix in cache, ~30x faster than gathering (N, n, D) neighbour tokens.
-    row_starts = torch.arange(0, nearest[0].numel() + 1, nearest.shape[-1], device=kept.device)
+    row_starts = torch.arange(0, nearest[0].numel() + 1, nearest.shape[-1], device=device)
     dense = []
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
@@ -531,13 +590,16 @@ class LookWhereModel(LookWherePreTrainedModel):
 
         global_tokens, selector_map = self.selector(pixel_values, grid)
         # top-k is not differentiable: the selector learns from its map loss and through the global tokens.
-        selected_indices = selector_map.topk(k, dim=-1).indices.sort(dim=-1).values
+        # Kept in row-major order; score_rank remembers each one's place by score, the fill's tie-break.
+        selected_indices, score_rank = selector_map.topk(k, dim=-1).indices.sort(dim=-1)
         sequence = self.extractor(pixel_values, selected_indices, global_tokens, **kwargs)
 
         last_hidden_state = sequence
         if fill_dense:
             num_prefix = global_tokens.shape[1]
-            dense = inverse_distance_fill(sequence[:, num_prefix:], selected_indices, grid, self.config.num_fill_neighbors)
+            dense = inverse_distance_fill(
+                sequence[:, num_prefix:], selected_indices, grid, self.config.num_fill_neighbors, score_rank
+            )
             last_hidden_state = torch.cat([sequence[:, :num_prefix], dense], dim=1)
         return LookWhereModelOutput(
             last_hidden_state=last_hidden_state,

@@ -35,7 +35,10 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
         training_budget_weights (`list[float]`, *optional*): their relative sampling weights; defaults to
             (1, 1, 2, 2, 3, 3, 4, 4) as in the reference.
         rope_theta (`float`, defaults to 100.0): RoPE base; periods are `rope_theta ** (2i / (head_dim / 2))`.
-        rope_zero_fraction (`float`, defaults to 0.125): fraction of the lowest frequencies per axis set to zero.
+        rope_zero_fraction (`float`, defaults to 0.125): fraction of the frequencies per axis set to zero (never
+            rotated), `round(fraction * head_dim / 4)` of them.
+        rope_zero_from (`str`, defaults to `"low"`): which end of the spectrum is zeroed, `"low"` (longest periods,
+            the reference default) or `"high"` (shortest periods, a variant of the reference code).
         pos_embed_shift (`float`, defaults to 0.08): training-time uniform shift of patch coordinates, per axis.
         pos_embed_rescale (`float`, defaults to 2.0): training-time log-uniform rescale of patch coordinates in
             `[1/rescale, rescale]`. `None` or 0 turn either augmentation off.
@@ -43,7 +46,10 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
         core_coordinate_init_range (`float`, defaults to 0.95): core coordinates start inside `[-r, r]^2`.
         core_coordinate_init_candidates (`int`, defaults to 1000): candidate points for farthest-point sampling.
         core_coordinate_init_seed (`int`, defaults to 0): seed of those candidates.
-        layer_norm_eps (`float`, defaults to 1e-6): epsilon of every LayerNorm.
+        patch_embedding_norm (`bool`, defaults to `False`): a LayerNorm on the patch tokens right after the patch
+            embedding (the reference's `patch_embed_use_ln`).
+        layer_norm_eps (`float`, defaults to 1e-6): epsilon of every LayerNorm. Checkpoints converted from the
+            reference code use 1e-5, PyTorch's default, as the reference does.
         hidden_dropout_prob (`float`, defaults to 0.0): dropout after the attention and MLP projections.
         attention_dropout (`float`, defaults to 0.0): dropout on attention probabilities.
         drop_path_rate (`float`, defaults to 0.0): stochastic depth rate.
@@ -77,12 +83,14 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
         training_budget_weights=None,
         rope_theta=100.0,
         rope_zero_fraction=0.125,
+        rope_zero_from="low",
         pos_embed_shift=0.08,
         pos_embed_rescale=2.0,
         coordinate_head_init=0.01,
         core_coordinate_init_range=0.95,
         core_coordinate_init_candidates=1000,
         core_coordinate_init_seed=0,
+        patch_embedding_norm=False,
         layer_norm_eps=1e-6,
         hidden_dropout_prob=0.0,
         attention_dropout=0.0,
@@ -115,12 +123,14 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
         self.training_budget_weights = list(training_budget_weights)
         self.rope_theta = rope_theta
         self.rope_zero_fraction = rope_zero_fraction
+        self.rope_zero_from = rope_zero_from
         self.pos_embed_shift = pos_embed_shift
         self.pos_embed_rescale = pos_embed_rescale
         self.coordinate_head_init = coordinate_head_init
         self.core_coordinate_init_range = core_coordinate_init_range
         self.core_coordinate_init_candidates = core_coordinate_init_candidates
         self.core_coordinate_init_seed = core_coordinate_init_seed
+        self.patch_embedding_norm = patch_embedding_norm
         self.layer_norm_eps = layer_norm_eps
         self.hidden_dropout_prob = hidden_dropout_prob
         self.attention_dropout = attention_dropout
@@ -147,6 +157,10 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
                 f"The head dimension hidden_size / num_attention_heads = {self.hidden_size // self.num_attention_heads} "
                 "must be divisible by 4 for 2D axial RoPE; change hidden_size or num_attention_heads."
             )
+        if self.rope_zero_from not in ("low", "high"):
+            raise ValueError(f'rope_zero_from must be "low" or "high", got {self.rope_zero_from!r}.')
+        if not 0 <= self.rope_zero_fraction <= 1:
+            raise ValueError(f"rope_zero_fraction must lie in [0, 1], got {self.rope_zero_fraction}.")
         if self.num_cores < 1:
             raise ValueError(f"num_cores (the core bank size) must be >= 1, got {self.num_cores}.")
         if len(self.training_budgets) != len(self.training_budget_weights):

@@ -57,16 +57,19 @@ class VecaModelOutput(BaseModelOutputWithPooling):
 
 
 class VecaPatchEmbeddings(nn.Module):
-    """Non-overlapping patches -> tokens: (B, C, H, W) -> (B, Hp * Wp, D)."""
+    """Non-overlapping patches -> tokens: (B, C, H, W) -> (B, Hp * Wp, D), optionally layer-normalised."""
 
     def __init__(self, config: VecaConfig):
         super().__init__()
         self.projection = nn.Conv2d(
             config.num_channels, config.hidden_size, kernel_size=config.patch_size, stride=config.patch_size
         )
+        self.norm = (
+            nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.patch_embedding_norm else nn.Identity()
+        )
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        return self.projection(pixel_values).flatten(2).transpose(1, 2)
+        return self.norm(self.projection(pixel_values).flatten(2).transpose(1, 2))
 
 
 def farthest_point_coordinates(
@@ -113,14 +116,18 @@ class VecaCoordinateHead(nn.Module):
 
 
 def rope_inverse_frequencies(config: VecaConfig) -> torch.Tensor:
-    """(head_dim / 4,) inverse periods 1 / theta^(2i / (head_dim / 2)); the lowest `rope_zero_fraction` are zero."""
+    """(head_dim / 4,) inverse periods 1 / theta^(2i / (head_dim / 2)), highest frequency first; a
+    `rope_zero_fraction` of them, at the `rope_zero_from` end, are zero."""
     head_dim = config.hidden_size // config.num_attention_heads
     num_frequencies = head_dim // 4
     exponents = torch.arange(num_frequencies, dtype=torch.float32) * 2 / (head_dim // 2)
     inv_freq = 1.0 / config.rope_theta**exponents
     num_zeroed = round(config.rope_zero_fraction * num_frequencies)
-    if num_zeroed:
-        inv_freq[num_frequencies - num_zeroed :] = 0.0  # infinite period: these pairs are never rotated
+    if num_zeroed:  # infinite period: these pairs are never rotated
+        if config.rope_zero_from == "low":
+            inv_freq[num_frequencies - num_zeroed :] = 0.0
+        else:
+            inv_freq[:num_zeroed] = 0.0
     return inv_freq
 
 
