@@ -105,6 +105,11 @@ def run(name: str, processes: int, photos: Path, teacher: Path, args) -> dict:
     }
 
 
+def relative(path: Path) -> str:
+    """`path` relative to the repository when it lies inside it: results carry no local paths."""
+    return str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else str(path)
+
+
 def help_seconds(script: str) -> float:
     start = time.perf_counter()
     subprocess.run([sys.executable, script, "--help"], cwd=ROOT, check=True, capture_output=True)
@@ -129,7 +134,7 @@ def main(argv=None) -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     result = {
         "command": " ".join(["python", "benchmarks/distill_throughput.py", *(sys.argv[1:] if argv is None else argv)]),
-        "args": {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
+        "args": {key: relative(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
         "environment": {"cpu_count": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
                         "note": "a shared machine: other jobs may have slowed these figures"},
         "rows": rows,

@@ -1,8 +1,10 @@
 import io
+import os
 import sys
 from pathlib import Path
 
 import datasets
+import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -151,3 +153,39 @@ def test_epoch_batches_resume_where_they_stopped(saved, streaming):
     if not streaming:  # a new order every epoch, the same for the same (seed, epoch)
         assert which_images(epoch_batches(dataset, 2, epoch=2, seed=1)) != full
         assert which_images(epoch_batches(dataset, 2, epoch=1, seed=1)) == full
+
+
+def test_folder_layout_is_never_read_as_splits(tmp_path):
+    """A test/ (or any) sub-folder is just images; a train/ sub-folder next to others is the training set."""
+    for name in ("a/test/x.png", "a/b/y.png", "c.png"):
+        (tmp_path / "photos" / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (40, 40)).save(tmp_path / "photos" / name)
+    dataset, _ = build_dataset(str(tmp_path / "photos"), image_size=SIZE)
+    assert len(dataset) == 3
+    for name in ("train/1.png", "train/deep/2.png", "val/3.png"):
+        (tmp_path / "imagenet" / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (40, 40)).save(tmp_path / "imagenet" / name)
+    dataset, _ = build_dataset(str(tmp_path / "imagenet"), image_size=SIZE)
+    assert len(dataset) == 2
+
+
+def test_odd_file_names_are_read_or_left_out_and_counted(tmp_path):
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    for name in ("[brackets]*?.png", "space and ümlaut.png", "no_extension_case.PNG"):
+        Image.new("RGB", (40, 40), (10, 20, 30)).save(folder / name, format="PNG")
+    Image.new("RGB", (40, 40)).save(os.fsdecode(bytes(folder) + b"/latin1-\xe9.png"), format="PNG")  # not UTF-8
+    dataset, stats = build_dataset(str(folder), image_size=SIZE)
+    assert torch.cat([b["pixel_values"] for b in epoch_batches(dataset, 1, 0, 0)]).shape[0] == 3
+    assert stats.summary().endswith("; left out 1 files whose names are not UTF-8")
+
+
+def test_sixteen_bit_gray_is_scaled_not_clipped(tmp_path):
+    (tmp_path / "deep").mkdir()
+    level = 30000  # 16-bit: about 117 of 255, which an 8-bit clip would turn white
+    Image.fromarray(np.full((40, 40), level, dtype=np.uint16)).save(tmp_path / "deep" / "gray16.png")
+    dataset, stats = build_dataset(str(tmp_path / "deep"), image_size=SIZE, train=False)
+    pixel_values = next(iter(epoch_batches(dataset, 1, 0, 0)))["pixel_values"][0]
+    expected = [(round(level / 257) / 255 - mean) / std for mean, std in zip(IMAGENET_MEAN, IMAGENET_STD)]
+    torch.testing.assert_close(pixel_values.mean((1, 2)), torch.tensor(expected), atol=1e-5, rtol=0)
+    assert "converted 1 non-RGB" in stats.summary()

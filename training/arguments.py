@@ -34,7 +34,10 @@ def training_parser(description: str, lr: float, min_lr: float, weight_decay: fl
     parser.add_argument("--mixed-precision", default="no", choices=["no", "bf16", "fp16"])
     parser.add_argument("--checkpoint-every", type=int, default=1000, help="optimisation steps between checkpoints")
     parser.add_argument("--keep-checkpoints", type=int, default=3, help="newest checkpoints kept")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --output-dir from its last checkpoint")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --output-dir from its last checkpoint")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="delete the run already in --output-dir (only what a run writes there) and start anew")
     parser.add_argument("--log-with", default="auto",
                         help='tracker: "auto" (tensorboard when installed), "none", or any accelerate tracker name')
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes per process")

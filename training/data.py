@@ -10,16 +10,19 @@ epoch and the batches already used) sees the same crops in the same order as an 
 
 import functools
 import itertools
+import logging
 import math
 import random
 from pathlib import Path
 
 import torch
-from datasets import DatasetDict, Image, IterableDataset, load_dataset, load_from_disk
+import numpy as np
+from datasets import Dataset, DatasetDict, Features, Image, IterableDataset, load_dataset, load_from_disk
 from datasets.distributed import split_dataset_by_node
 from datasets.packaged_modules.imagefolder.imagefolder import ImageFolder
 from PIL import Image as PILImage
 
+logger = logging.getLogger(__name__)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 ASPECT_RATIO = (3 / 4, 4 / 3)
@@ -38,6 +41,7 @@ class DataStats:
 
     def __init__(self):
         self.counts = torch.zeros(self.max_workers + 1, len(self.names), dtype=torch.long).share_memory_()
+        self.left_out = 0  # files never listed (names that are not UTF-8), the same on every process
 
     def add(self, unreadable: bool = False, non_rgb: bool = False, small: bool = False) -> None:
         """Counts one image."""
@@ -52,9 +56,9 @@ class DataStats:
     def summary(self, counts: torch.Tensor | None = None) -> str:
         """One line for the end of a run, of `counts` (e.g. reduced over processes) or else of this process's."""
         images, unreadable, non_rgb, small = (self.as_tensor() if counts is None else counts).tolist()
-        return (
-            f"{images} images: skipped {unreadable} unreadable, converted {non_rgb} non-RGB, {small} smaller than crop"
-        )
+        line = (f"{images} images: skipped {unreadable} unreadable, converted {non_rgb} non-RGB, {small} smaller than "
+                "crop")
+        return line + (f"; left out {self.left_out} files whose names are not UTF-8" if self.left_out else "")
 
 
 def random_resized_crop(image: PILImage.Image, size: int, scale: tuple, rng: random.Random) -> PILImage.Image:
@@ -141,6 +145,9 @@ class ImageTransform:
             return {"pixel_values": None, "index": index}
         non_rgb = image.mode != "RGB"
         self.stats.add(non_rgb=non_rgb, small=min(image.size) < self.image_size)
+        if image.mode.startswith("I;16") or image.mode == "I":  # 16-bit gray: convert("RGB") would clip it at 255
+            gray = (np.asarray(image, dtype=np.float64) / 257).round().clip(0, 255)
+            image = PILImage.fromarray(gray.astype(np.uint8))
         return {"pixel_values": self(image.convert("RGB") if non_rgb else image, index), "index": index}
 
     def batch(self, batch: dict) -> dict:
@@ -155,13 +162,32 @@ def set_stream_epoch(dataset: IterableDataset, transform: ImageTransform, epoch:
     transform.set_epoch(epoch)
 
 
-def check_image_folder(path: Path) -> None:
-    """Raises before training starts when `path` is not a folder holding at least one image file."""
+def image_files(path: Path, split: str) -> tuple[list[str], list[Path]]:
+    """The image files of an image folder, sorted: those under `path/split/` when that sub-folder exists (train/ next
+    to val/), else all of them at any depth (no other sub-folder is read as a split). Returns (files, left_out):
+    files whose names are not valid UTF-8 cannot be held by `datasets` and are left out. Raises before training
+    starts when `path` is not a folder holding at least one usable image file."""
     if not path.is_dir():
         raise FileNotFoundError(f"Image folder {path} does not exist (expected a directory of images, any nesting).")
     extensions = {ext.lower() for ext in ImageFolder.EXTENSIONS}
-    if not any(file.suffix.lower() in extensions for file in path.rglob("*") if file.is_file()):
-        raise ValueError(f"Image folder {path} holds no image files (looked for {', '.join(sorted(extensions))}).")
+    root = path / split if (path / split).is_dir() else path
+    files, left_out = [], []
+    for file in sorted(root.rglob("*")):
+        if file.suffix.lower() in extensions and file.is_file():
+            try:
+                str(file).encode("utf-8")
+            except UnicodeEncodeError:  # a name with bytes that are not UTF-8 (surrogate-escaped by Python)
+                left_out.append(file)
+                continue
+            files.append(str(file))
+    if not files:
+        found = f" ({len(left_out)} with names that are not UTF-8: rename them)" if left_out else ""
+        raise ValueError(
+            f"Image folder {root} holds no image files{found} (looked for {', '.join(sorted(extensions))})."
+        )
+    if left_out:
+        logger.warning(f"left out {len(left_out)} files of {root} whose names are not UTF-8, e.g. {left_out[0]!r}")
+    return files, left_out
 
 
 def is_local(source: str) -> bool:
@@ -176,21 +202,24 @@ def is_saved_dataset(path: Path) -> bool:
     return (path / "state.json").is_file() or (path / "dataset_dict.json").is_file()
 
 
-def load_local(path: Path, split: str, streaming: bool):
-    """A `save_to_disk` folder, a folder of parquet files, or an image folder (any nesting; train/ validation/ test/
-    sub-folders become splits; labels dropped)."""
+def load_local(path: Path, split: str, streaming: bool) -> tuple:
+    """A `save_to_disk` folder, a folder of parquet files, or an image folder (`image_files`; labels never read).
+    Returns (dataset, number of files left out for their names)."""
     if is_saved_dataset(path):
         dataset = load_from_disk(str(path))
         if isinstance(dataset, DatasetDict):
             if split not in dataset:
                 raise ValueError(f"{path} holds the splits {', '.join(dataset)}, not {split!r}.")
             dataset = dataset[split]
-        # a stream of contiguous shards, so that processes (and workers) read disjoint shards
-        return dataset.to_iterable_dataset(num_shards=min(len(dataset), 1024)) if streaming else dataset
-    if any(path.rglob("*.parquet")):
-        return load_dataset("parquet", data_dir=str(path), split=split, streaming=streaming)
-    check_image_folder(path)
-    return load_dataset("imagefolder", data_dir=str(path), split=split, streaming=streaming, drop_labels=True)
+        left_out = 0
+    elif path.is_dir() and any(path.rglob("*.parquet")):
+        return load_dataset("parquet", data_dir=str(path), split=split, streaming=streaming), 0
+    else:
+        files, left_out = image_files(path, split)
+        dataset = Dataset.from_dict({"image": files}, features=Features({"image": Image(decode=False)}))
+        left_out = len(left_out)
+    # a stream of contiguous shards, so that processes (and workers) read disjoint shards
+    return (dataset.to_iterable_dataset(num_shards=min(len(dataset), 1024)) if streaming else dataset), left_out
 
 
 def build_dataset(
@@ -217,8 +246,9 @@ def build_dataset(
     example and keeps one in `num_processes`); an index is then a position in the process's (and DataLoader worker's)
     stream, so crops repeat for the same seed, epoch, world size and number of workers.
     """
+    left_out = 0
     if is_local(source):
-        dataset = load_local(Path(source).expanduser(), split, streaming)
+        dataset, left_out = load_local(Path(source).expanduser(), split, streaming)
     else:
         dataset = load_dataset(source, split=split, streaming=streaming)
     if dataset.column_names is not None and image_column not in dataset.column_names:
@@ -228,6 +258,7 @@ def build_dataset(
     if image_column != "image":
         dataset = dataset.rename_column(image_column, "image")
     transform = ImageTransform(image_size, scale, seed, train)
+    transform.stats.left_out = left_out
     if streaming:
         dataset = split_dataset_by_node(dataset, rank=process_index, world_size=num_processes)
         dataset = dataset.map(transform.example, with_indices=True, remove_columns=["image"])

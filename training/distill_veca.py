@@ -27,7 +27,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--dense-weight", type=float, default=1.0, help="weight of the patch terms")
     parser.add_argument("--mse-weight", type=float, default=1.0, help="weight of the patch MSE within them")
     parser.add_argument("--teacher-cache", type=int, default=0, metavar="CYCLE",
-                        help="reuse teacher targets: crops repeat every CYCLE epochs, targets are computed once (0: off)")
+                        help="reuse teacher targets: crops repeat every CYCLE epochs, targets computed once (0: off)")
     return parser.parse_args(argv)
 
 
@@ -36,11 +36,14 @@ def parse_resolutions(args) -> list[tuple[int, float]]:
     if not args.resolutions:
         return [(args.image_size, 1.0)]
     try:
-        pairs = [(int(size), float(weight)) for size, weight in (item.split(":") for item in args.resolutions.split(","))]
+        items = (item.split(":") for item in args.resolutions.split(","))
+        pairs = [(int(size), float(weight)) for size, weight in items]
     except ValueError:
         pairs = []
     if not pairs or any(size <= 0 or weight <= 0 for size, weight in pairs):
-        raise ValueError(f'--resolutions {args.resolutions!r}: expected "size:weight,..." with positive numbers, e.g. "256:1,384:1".')
+        raise ValueError(
+            f'--resolutions {args.resolutions!r}: expected "size:weight,..." with positive numbers, e.g. "256:1,384:1".'
+        )
     return pairs
 
 
@@ -63,9 +66,13 @@ def main(argv=None) -> None:
     try:
         overrides = json.loads(args.config_overrides)
     except json.JSONDecodeError as error:
-        raise ValueError(f"--config-overrides is not valid JSON ({error}): e.g. '{{\"num_hidden_layers\": 6}}'.") from None
+        raise ValueError(
+            f"--config-overrides is not valid JSON ({error}): e.g. '{{\"num_hidden_layers\": 6}}'."
+        ) from None
     if args.teacher_cache and (args.resolutions or args.streaming):
-        raise ValueError("--teacher-cache needs one resolution and a map-style dataset (not --resolutions / --streaming).")
+        raise ValueError(
+            "--teacher-cache needs one resolution and a map-style dataset (not --resolutions / --streaming)."
+        )
 
     # Data, teacher and student are all checked before the first step.
     dataset, stats = build_dataset(
@@ -91,7 +98,7 @@ def main(argv=None) -> None:
     def draws(step: int) -> dict:
         return {
             "num_cores": draw(config.training_budgets, config.training_budget_weights, args.seed, step),
-            "resolution": draw([size for size, _ in resolutions], [weight for _, weight in resolutions], args.seed + 1, step),
+            "resolution": draw([s for s, _ in resolutions], [w for _, w in resolutions], args.seed + 1, step),
         }
 
     def loss_fn(student, batch, step_draws):

@@ -19,7 +19,9 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import ProjectConfiguration, gather_object, set_seed
 from arguments import check_positive
-from checkpointing import check_output_dir, export, finish, load_checkpoint, run_record, save_checkpoint, write_json
+from checkpointing import (
+    check_output_dir, clear_run, export, finish, load_checkpoint, run_record, save_checkpoint, write_json,
+)
 from data import epoch_batches
 from schedule import reseed_for_step, warmup_cosine
 from tqdm.auto import tqdm
@@ -40,8 +42,8 @@ def check_processes_agree(arguments: list[dict]) -> None:
 
 def start(args, script: str) -> Accelerator:
     """The run's Accelerator, once its arguments are known to be usable: positive sizes and rates, the same on every
-    process, and an output folder that is new (or, with --resume, holds a run of `script` with the same arguments).
-    Nothing is written yet."""
+    process, and an output folder that is new (or, with --resume, holds a run of `script` with the same arguments;
+    with --overwrite, the run it held is deleted here). Nothing is written yet."""
     check_positive(args, "batch_size", "max_steps", "lr", "gradient_accumulation_steps", "checkpoint_every",
                    "keep_checkpoints", "max_grad_norm")
     if not 0 <= args.min_lr <= args.lr:
@@ -57,6 +59,9 @@ def start(args, script: str) -> Accelerator:
     )
     check_processes_agree(gather_object([vars(args)]))
     check_output_dir(args.output_dir, run_record(script, args, accelerator.num_processes))
+    if args.overwrite and accelerator.is_main_process:
+        clear_run(args.output_dir)
+    accelerator.wait_for_everyone()
     set_seed(args.seed)
     return accelerator
 
@@ -131,8 +136,10 @@ def distill(accelerator: Accelerator, args, script: str, student, teacher, datas
     if accelerator.is_main_process and not args.resume:
         os.makedirs(args.output_dir, exist_ok=True)
         write_json(os.path.join(args.output_dir, "run.json"), run_record(script, args, accelerator.num_processes))
-    accelerator.init_trackers(os.path.basename(script).removesuffix(".py"), config={k: v for k, v in vars(args).items() if v is not None})
-    stop = f"The last good checkpoint is intact in {args.output_dir}/checkpoints: --resume with a lower --lr continues from it."
+    tracker_config = {name: value for name, value in vars(args).items() if value is not None}
+    accelerator.init_trackers(os.path.basename(script).removesuffix(".py"), config=tracker_config)
+    stop = (f"The last good checkpoint is intact in {args.output_dir}/checkpoints: --resume with a lower --lr "
+            "continues from it.")
     batches = process_batches(dataset, args, position)
 
     def next_batch(step_draws: dict) -> tuple:
@@ -185,10 +192,11 @@ def distill(accelerator: Accelerator, args, script: str, student, teacher, datas
                         raise FloatingPointError(f"Loss is {values[0].item()} at step {step + 1}; stopping. {stop}")
                     if accelerator.sync_gradients:
                         grad_norm = accelerator.clip_grad_norm_(student.parameters(), args.max_grad_norm)
-                        # fp16's loss scaler skips overflowing steps itself; elsewhere a bad gradient poisons the weights
+                        # fp16's loss scaler skips overflowing steps itself; elsewhere a bad gradient poisons weights
                         if accelerator.mixed_precision != "fp16" and not torch.isfinite(grad_norm):
                             raise FloatingPointError(
-                                f"Gradient norm is {grad_norm.item()} at step {step + 1}; stopping before the update. {stop}"
+                                f"Gradient norm is {grad_norm.item()} at step {step + 1}; stopping before the update. "
+                                + stop
                             )
                     optimizer.step()
                     optimizer.zero_grad(set_to_none=True)
