@@ -99,6 +99,13 @@ def peak_memory_mib(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
+def drop_partial_line(path: str) -> None:
+    """Cuts a last line that a killed run left half-written, so that every line of the file stays readable."""
+    with open(path, "rb+") as f:
+        data = f.read()
+        f.truncate(data.rfind(b"\n") + 1)
+
+
 def process_batches(dataset, args, position: tuple):
     """This process's batches, epoch after epoch, from `position` = (epoch, batches already used in it). Yields
     (epoch, batches used in it, batch); batch is None after an epoch that held no readable image (too few images
@@ -133,6 +140,9 @@ def distill(accelerator: Accelerator, args, script: str, student, teacher, datas
     optimizer = torch.optim.AdamW(student.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     student, optimizer = accelerator.prepare(student, optimizer)  # the teacher is not prepared: not in checkpoints
     step, position = load_checkpoint(accelerator, args.output_dir) if args.resume else (0, (0, 0))
+    metrics_path = os.path.join(args.output_dir, "metrics.jsonl")
+    if accelerator.is_main_process and args.resume and os.path.exists(metrics_path):
+        drop_partial_line(metrics_path)
     if accelerator.is_main_process and not args.resume:
         os.makedirs(args.output_dir, exist_ok=True)
         write_json(os.path.join(args.output_dir, "run.json"), run_record(script, args, accelerator.num_processes))
@@ -217,7 +227,7 @@ def distill(accelerator: Accelerator, args, script: str, student, teacher, datas
             progress.set_postfix(loss=f"{logs['loss']:.4f}", **step_draws)
             if accelerator.is_main_process:
                 per_process = {f"{name}_all_processes": all_draws[:, i].tolist() for i, name in enumerate(step_draws)}
-                with open(os.path.join(args.output_dir, "metrics.jsonl"), "a") as f:
+                with open(metrics_path, "a") as f:
                     f.write(json.dumps({"step": step, **logs, **per_process}) + "\n")
             if step % args.checkpoint_every == 0 or step == args.max_steps:
                 save_checkpoint(accelerator, args.output_dir, step, position, args.keep_checkpoints)
