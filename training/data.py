@@ -15,8 +15,8 @@ import math
 import random
 from pathlib import Path
 
-import torch
 import numpy as np
+import torch
 from datasets import Dataset, DatasetDict, Features, Image, IterableDataset, load_dataset, load_from_disk
 from datasets.distributed import split_dataset_by_node
 from datasets.packaged_modules.imagefolder.imagefolder import ImageFolder
@@ -215,9 +215,9 @@ def load_local(path: Path, split: str, streaming: bool) -> tuple:
     elif path.is_dir() and any(path.rglob("*.parquet")):
         return load_dataset("parquet", data_dir=str(path), split=split, streaming=streaming), 0
     else:
-        files, left_out = image_files(path, split)
+        files, unnamed = image_files(path, split)
         dataset = Dataset.from_dict({"image": files}, features=Features({"image": Image(decode=False)}))
-        left_out = len(left_out)
+        left_out = len(unnamed)
     # a stream of contiguous shards, so that processes (and workers) read disjoint shards
     return (dataset.to_iterable_dataset(num_shards=min(len(dataset), 1024)) if streaming else dataset), left_out
 
