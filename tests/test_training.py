@@ -180,6 +180,9 @@ def test_schedule_is_the_same_with_gradient_accumulation_and_resolutions_are_dra
     plain, accumulated = read_metrics(tmp_path / "plain"), read_metrics(tmp_path / "accumulated")
     assert [m["lr"] for m in plain] == [m["lr"] for m in accumulated] == pytest.approx(expected_lrs(), rel=1e-12)
     assert [m["images_per_s"] * m["step_time_s"] for m in accumulated] == pytest.approx([4] * 4)
+    checkpoint = tmp_path / "accumulated" / "checkpoints" / "checkpoint_4"
+    optimizer = torch.load(checkpoint / "optimizer.bin", weights_only=True)
+    assert optimizer["param_groups"][0]["lr"] == pytest.approx(expected_lrs()[-1], rel=1e-12)  # the rate used
     # the multi-resolution stage: one size per step, from (seed + 1, step), the student's grid follows it
     assert [m["resolution"] for m in accumulated] == [draw([16, 32], [1.0, 3.0], 4, step) for step in range(4)]
     assert {m["resolution"] for m in plain} == {32}

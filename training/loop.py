@@ -55,7 +55,7 @@ def start(args, script: str) -> Accelerator:
         mixed_precision=args.mixed_precision,
         gradient_accumulation_steps=args.gradient_accumulation_steps,
         log_with=trackers.get(args.log_with, args.log_with),
-        project_config=ProjectConfiguration(project_dir=args.output_dir),
+        project_config=ProjectConfiguration(project_dir=args.output_dir, logging_dir=f"{args.output_dir}/logs"),
     )
     check_processes_agree(gather_object([vars(args)]))
     check_output_dir(args.output_dir, run_record(script, args, accelerator.num_processes))
