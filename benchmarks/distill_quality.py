@@ -166,7 +166,7 @@ def train(student, step_loss, draws, train_dir: Path, teacher, args, name: str, 
     distill(accelerator, run_args, "benchmarks/distill_quality.py", student, teacher, dataset, stats, draws, loss_fn)
     train_time = time.perf_counter() - start_time
     history = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
-    for record in history[:: args.log_every]:
+    for record in history[args.log_every - 1 :: args.log_every]:
         print(f"  [{name}] step {record['step']:4d}/{args.steps}  loss {record['loss']:.4f}  lr {record['lr']:.2e}")
     student.eval()
     return {"train_time_s": train_time, "history": history, "data_checksum": seen["checksum"], "data_stats": stats.summary()}
