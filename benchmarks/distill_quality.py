@@ -194,6 +194,11 @@ def lookwhere_step_loss(student, pixel_values, targets, k):
 # ---------------------------------------------------------------------------------------------------- evaluation
 
 
+def relative(path: Path) -> str:
+    """`path` relative to the repository when it lies inside it: results carry no local paths."""
+    return str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else str(path)
+
+
 def median_latency_ms(fn, runs: int) -> float:
     fn()
     times = []
@@ -343,8 +348,8 @@ def main(argv=None) -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     result = {
         "command": " ".join(["python", "benchmarks/distill_quality.py", *(sys.argv[1:] if argv is None else argv)]),
-        "args": {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
-        "teacher": source,
+        "args": {key: relative(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
+        "teacher": source.replace(str(ROOT) + "/", ""),
         "train_photos": train_names,
         "held_out": list(HELD_OUT),
         "eval_views": view_names,
