@@ -11,9 +11,9 @@ One story, on the CPU, offline:
    times into a scratch folder (outputs/distill_quality/train_photos) so that an epoch holds enough random crops;
    augmented random resized crops + flips at 224 px from training/data.py.
 3. Three students, each trained for exactly --steps AdamW steps (lr --lr, linear warm-up over steps / 10, cosine
-   to --min-lr, weight decay --weight-decay, gradient clipping 1.0, batch --batch-size) by one shared in-process
-   loop, with the same seed, the same crops and the same batch order (a checksum of the pixels each student saw is
-   stored to show it):
+   to --min-lr, weight decay --weight-decay, gradient clipping 1.0, batch --batch-size) by the loop the training
+   scripts use (training/loop.py), with the same seed, the same crops and the same batch order (a checksum of the
+   pixels each student saw is stored to show it):
    - VECA-S (`VecaConfig.from_preset("small", patch_size=14, num_cores=32, image_size=224)`, random init), nested
      dropout: one core budget per step drawn from config.training_budgets / training_budget_weights as in
      training/distill_veca.py; loss = CLS cos + patch cos + patch MSE (training/losses.py `veca_loss`);
@@ -22,7 +22,8 @@ One story, on the CPU, offline:
      + 0.1 KL to the teacher's last-layer attention map from training/teacher.py), k uniform in [16, 128] of the
      256 patches per step as in training/distill_lookwhere.py;
    - a plain ViT-S/14 of the same width and depth (random-init transformers `Dinov2Model`), the same loss as VECA.
-   The teacher runs once per step (its targets and, for LookWhere, its attention map from the same forward).
+   The teacher runs once per step (its targets and, for LookWhere, its attention map from the same forward:
+   training/teacher.py `teacher_targets_and_map`).
 4. Evaluation on the held-out photos: each one's centre crop at 224 plus --eval-crops fixed augmented crops
    (8 views by default). Agreement with the teacher: CLS cosine and mean patch cosine over all 256 patches (for
    LookWhere after its dense fill), for VECA at budgets 32/16/8/4, LookWhere at k = 26/64/128/256 (10/25/50/100%)
@@ -49,11 +50,13 @@ from transformers import Dinov2Config, Dinov2Model
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "training"))
 
-from data import ImageTransform, build_dataset, collate  # noqa: E402
+from arguments import training_parser  # noqa: E402
+from data import ImageTransform, build_dataset  # noqa: E402
+from loop import distill, start  # noqa: E402
 from losses import lookwhere_loss, veca_loss  # noqa: E402
 from PIL import Image  # noqa: E402
-from schedule import draw, draw_int, reseed_for_step, warmup_cosine  # noqa: E402
-from teacher import teacher_attention_map  # noqa: E402
+from schedule import draw, draw_int  # noqa: E402
+from teacher import teacher_targets, teacher_targets_and_map  # noqa: E402
 
 import corevision_hf  # noqa: E402
 from corevision_hf import LookWhereModel, VecaConfig, VecaModel  # noqa: E402
@@ -108,27 +111,6 @@ def prepare_train_folder(scratch: Path, copies: int) -> tuple[Path, list[str]]:
     return train_dir, names
 
 
-def batches(dataset, batch_size: int, seed: int, steps: int):
-    """Exactly `steps` batches; the order and the crops depend on (seed, epoch) alone, so every student that calls
-    this gets the same data. Yields (epoch, pixel_values)."""
-    generator = torch.Generator().manual_seed(seed)
-    loader = torch.utils.data.DataLoader(
-        dataset, batch_size=batch_size, shuffle=True, generator=generator, collate_fn=collate, drop_last=True
-    )
-    if len(loader) == 0:
-        raise SystemExit(f"error: the training folder holds fewer images than one batch of {batch_size}; raise --copies.")
-    step, epoch = 0, 0
-    while True:
-        dataset.set_epoch(epoch)
-        for batch in loader:
-            if step == steps:
-                return
-            if len(batch["pixel_values"]):
-                yield epoch, batch["pixel_values"]
-                step += 1
-        epoch += 1
-
-
 def eval_views(image_size: int, crops: int, seed: int) -> tuple[torch.Tensor, list[str]]:
     """Held-out views: each photo's resize + centre crop, then `crops` fixed random resized crops (+ flip)."""
     centre = ImageTransform(image_size, train=False)
@@ -147,62 +129,47 @@ def eval_views(image_size: int, crops: int, seed: int) -> tuple[torch.Tensor, li
 # ---------------------------------------------------------------------------------------------------- teacher
 
 
-@torch.no_grad()
 def teacher_forward(teacher, pixel_values: torch.Tensor, grid: tuple[int, int], with_map: bool) -> dict:
-    """CLS (B, D), patches (B, N, D) and, with `with_map`, the attention-map target (B, N), from ONE teacher forward:
-    training/teacher.py's `teacher_attention_map` runs the teacher itself; its output is caught by a hook."""
-    num_patches = grid[0] * grid[1]
+    """CLS (B, D), patches (B, N, D) and, with `with_map`, the attention-map target (B, N), from ONE teacher forward."""
     if with_map:
-        caught = {}
-        hook = teacher.register_forward_hook(lambda module, args, output: caught.update(output=output))
-        try:
-            attention_map = teacher_attention_map(teacher, pixel_values, grid)
-        finally:
-            hook.remove()
-        hidden = caught["output"].last_hidden_state.float()
+        cls, patches, attention_map = teacher_targets_and_map(teacher, pixel_values, grid)
     else:
-        attention_map, hidden = None, teacher(pixel_values).last_hidden_state.float()
-    return {"cls": hidden[:, 0], "patches": hidden[:, -num_patches:], "map": attention_map}
+        (cls, patches), attention_map = teacher_targets(teacher, pixel_values, grid), None
+    return {"cls": cls, "patches": patches, "map": attention_map}
 
 
 # ---------------------------------------------------------------------------------------------------- training
 
 
-def train(student, step_loss, draw_kwargs, dataset, teacher, args, name: str, with_map: bool = False) -> dict:
-    """The loop all three students share: `draw_kwargs(step)` -> this step's student kwargs (core budget, k);
-    `step_loss(student, pixel_values, targets, **kwargs)` -> (loss, terms). AdamW + warm-up + cosine, clipping."""
-    student.train()
-    optimizer = torch.optim.AdamW(student.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    warmup = max(1, args.steps // 10)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: warmup_cosine(step, warmup, args.steps, args.min_lr / args.lr)
-    )
+def train(student, step_loss, draws, train_dir: Path, teacher, args, name: str, with_map: bool = False) -> dict:
+    """One student through training/loop.py's `distill`, as the training scripts run it: `draws(step)` -> this step's
+    student kwargs (core budget, k); `step_loss(student, pixel_values, targets, **kwargs)` -> (loss, terms)."""
+    output_dir = args.scratch_dir / "runs" / name
+    run_args = training_parser(__doc__, lr=args.lr, min_lr=args.min_lr, weight_decay=args.weight_decay).parse_args([
+        "--teacher", "dinov2-small", "--data", str(train_dir), "--output-dir", str(output_dir),
+        "--batch-size", str(args.batch_size), "--max-steps", str(args.steps), "--warmup-steps", str(max(1, args.steps // 10)),
+        "--max-grad-norm", str(args.max_grad_norm), "--checkpoint-every", str(args.steps), "--keep-checkpoints", "1",
+        "--log-with", "none", "--seed", str(args.seed),
+    ])
+    accelerator = start(run_args, "benchmarks/distill_quality.py")
+    dataset, stats = build_dataset(str(train_dir), image_size=args.image_size, seed=args.seed)
     grid = (args.image_size // 14, args.image_size // 14)
-    history, checksum = [], 0.0
-    start = time.perf_counter()
-    for step, (epoch, pixel_values) in enumerate(batches(dataset, args.batch_size, args.seed, args.steps)):
-        reseed_for_step(args.seed, step, 0)  # the model's own randomness (coordinate augmentation) per step
-        checksum += pixel_values.double().sum().item() * (step + 1)  # order-sensitive fingerprint of the data
-        kwargs = draw_kwargs(step)
-        targets = teacher_forward(teacher, pixel_values, grid, with_map)
-        loss, terms = step_loss(student, pixel_values, targets, **kwargs)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"{name}: loss is {loss.item()} at step {step}.")
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(student.parameters(), args.max_grad_norm)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        record = {"step": step + 1, "epoch": epoch, "loss": loss.item(), "grad_norm": grad_norm.item(), **kwargs}
-        record.update({key: value.item() for key, value in terms.items()})
-        history.append(record)
-        if (step + 1) % args.log_every == 0 or step + 1 == args.steps:
-            elapsed = time.perf_counter() - start
-            extra = " ".join(f"{key}={value}" for key, value in kwargs.items())
-            print(f"  [{name}] step {step + 1:4d}/{args.steps}  loss {loss.item():.4f}  {extra}  "
-                  f"lr {scheduler.get_last_lr()[0]:.2e}  {elapsed:6.0f} s", flush=True)
+    seen = {"batches": 0, "checksum": 0.0}
+
+    def loss_fn(student, batch, step_draws):
+        pixel_values = batch["pixel_values"]
+        seen["batches"] += 1
+        seen["checksum"] += pixel_values.double().sum().item() * seen["batches"]  # order-sensitive fingerprint
+        return step_loss(student, pixel_values, teacher_forward(teacher, pixel_values, grid, with_map), **step_draws)
+
+    start_time = time.perf_counter()
+    distill(accelerator, run_args, "benchmarks/distill_quality.py", student, teacher, dataset, stats, draws, loss_fn)
+    train_time = time.perf_counter() - start_time
+    history = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
+    for record in history[args.log_every - 1 :: args.log_every]:
+        print(f"  [{name}] step {record['step']:4d}/{args.steps}  loss {record['loss']:.4f}  lr {record['lr']:.2e}")
     student.eval()
-    return {"train_time_s": time.perf_counter() - start, "history": history, "data_checksum": checksum}
+    return {"train_time_s": train_time, "history": history, "data_checksum": seen["checksum"], "data_stats": stats.summary()}
 
 
 def veca_step_loss(student, pixel_values, targets, num_cores):
@@ -225,6 +192,11 @@ def lookwhere_step_loss(student, pixel_values, targets, k):
 
 
 # ---------------------------------------------------------------------------------------------------- evaluation
+
+
+def relative(path: Path) -> str:
+    """`path` relative to the repository when it lies inside it: results carry no local paths."""
+    return str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else str(path)
 
 
 def median_latency_ms(fn, runs: int) -> float:
@@ -299,11 +271,11 @@ def main(argv=None) -> None:
 
     print("2/5 data")
     train_dir, train_names = prepare_train_folder(args.scratch_dir, args.copies)
-    dataset, stats = build_dataset(str(train_dir), image_size=args.image_size, seed=args.seed)
+    num_images = len(train_names) * args.copies
     views, view_names = eval_views(args.image_size, args.eval_crops, args.seed)
     target = teacher_forward(teacher, views, grid, with_map=False)
-    steps_per_epoch = len(dataset) // args.batch_size
-    print(f"    train: {len(train_names)} photos x {args.copies} copies = {len(dataset)} crops per epoch "
+    steps_per_epoch = num_images // args.batch_size
+    print(f"    train: {len(train_names)} photos x {args.copies} copies = {num_images} crops per epoch "
           f"({steps_per_epoch} steps); {args.steps} steps = {args.steps / steps_per_epoch:.1f} epochs")
     print(f"    eval: {len(views)} views of {', '.join(HELD_OUT)} (centre + {args.eval_crops} fixed crops each)")
 
@@ -322,7 +294,7 @@ def main(argv=None) -> None:
     runs["veca"] = train(
         veca, veca_step_loss,
         lambda step: {"num_cores": draw(config.training_budgets, config.training_budget_weights, args.seed, step)},
-        dataset, teacher, args, "VECA-S",
+        train_dir, teacher, args, "VECA-S",
     )
     for budget in VECA_BUDGETS:
         rows.append({"model": "VECA-S", "setting": f"cores={budget}", "train_time_s": runs["veca"]["train_time_s"],
@@ -340,7 +312,7 @@ def main(argv=None) -> None:
                      **agreement(lookwhere_forward(lookwhere, k, num_patches), views, target, args.latency_runs)})
     runs["lookwhere"] = train(
         lookwhere, lookwhere_step_loss, lambda step: {"k": draw_int(args.k_min, args.k_max, args.seed, step)},
-        dataset, teacher, args, "LookWhere-S", with_map=True,
+        train_dir, teacher, args, "LookWhere-S", with_map=True,
     )
     for k in ks:
         rows.append({"model": "LookWhere-S", "setting": f"k={k}", "train_time_s": runs["lookwhere"]["train_time_s"],
@@ -354,7 +326,7 @@ def main(argv=None) -> None:
         mlp_ratio=4,
     ))
     print(f"    {sum(p.numel() for p in vit.parameters()) / 1e6:.1f} M parameters")
-    runs["vit"] = train(vit, vit_step_loss, lambda step: {}, dataset, teacher, args, "ViT-S")
+    runs["vit"] = train(vit, vit_step_loss, lambda step: {}, train_dir, teacher, args, "ViT-S")
     rows.append({"model": "plain ViT-S/14", "setting": "all 256", "train_time_s": runs["vit"]["train_time_s"],
                  **agreement(vit_forward(vit), views, target, args.latency_runs)})
     del vit
@@ -370,14 +342,14 @@ def main(argv=None) -> None:
         train_s = "-" if row["train_time_s"] is None else f"{row['train_time_s']:.0f}"
         print(f"  {row['model']:<22} {row['setting']:>9} {row['cls_cos']:8.3f} {row['patch_cos']:9.3f} "
               f"{train_s:>8} {row['latency_ms']:9.1f}")
-    print(f"\n  same data for all students: {same_data}; {stats.summary()}")
+    print(f"\n  same data for all students: {same_data}; {runs['veca']['data_stats']}")
     print(f"  total run time {total:.0f} s ({total / 60:.1f} min)")
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     result = {
         "command": " ".join(["python", "benchmarks/distill_quality.py", *(sys.argv[1:] if argv is None else argv)]),
-        "args": {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
-        "teacher": source,
+        "args": {key: relative(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
+        "teacher": source.replace(str(ROOT) + "/", ""),
         "train_photos": train_names,
         "held_out": list(HELD_OUT),
         "eval_views": view_names,
@@ -390,7 +362,7 @@ def main(argv=None) -> None:
                             "final_loss_mean_last10": statistics.mean(r["loss"] for r in run["history"][-10:]),
                             "history": run["history"]} for name, run in runs.items()},
         "same_data_for_all_students": same_data,
-        "data_stats": stats.summary(),
+        "data_stats": {name: run["data_stats"] for name, run in runs.items()},
         "total_time_s": total,
     }
     with open(args.out, "w") as f:

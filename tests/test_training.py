@@ -1,6 +1,8 @@
-"""The distillation scripts, end to end on a tiny random teacher and tiny images (CPU, no network)."""
+"""The distillation scripts and their shared loop, end to end on a tiny random teacher and tiny images (CPU, no
+network). Two-process runs are few and combined: they are the slowest tests of the suite."""
 
 import json
+import logging
 import os
 import shlex
 import signal
@@ -8,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import datasets
 import numpy as np
 import pytest
 import torch
@@ -20,8 +23,13 @@ sys.path.insert(0, str(TRAINING))
 
 import distill_lookwhere  # noqa: E402
 import distill_veca  # noqa: E402
+import losses  # noqa: E402
+import teacher as teacher_module  # noqa: E402
+from loop import check_processes_agree  # noqa: E402
 from losses import lookwhere_loss, veca_loss  # noqa: E402
-from teacher import teacher_attention_map, teacher_targets  # noqa: E402
+from schedule import draw, draw_int, warmup_cosine  # noqa: E402
+from teacher import teacher_targets, teacher_targets_and_map  # noqa: E402
+from teacher_cache import TeacherCache  # noqa: E402
 
 from corevision_hf import LookWhereModel, VecaConfig, VecaModel  # noqa: E402
 
@@ -29,6 +37,7 @@ from corevision_hf import LookWhereModel, VecaConfig, VecaModel  # noqa: E402
 TINY_VECA = json.dumps(
     dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=48, patch_size=8, num_cores=8)
 )
+SCHEDULE = ["--max-steps", "4", "--warmup-steps", "2", "--lr", "1e-3", "--min-lr", "1e-4"]
 
 
 @pytest.fixture(scope="module")
@@ -54,111 +63,47 @@ def image_dir(tmp_path_factory) -> str:
     return str(folder)
 
 
-def veca_args(teacher_dir, image_dir, output_dir, *extra) -> list[str]:
+GRAYS = [16 * i + 8 for i in range(16)]  # one gray level per image: a crop's mean tells which image it came from
+
+
+@pytest.fixture(scope="module")
+def saved_dataset(tmp_path_factory) -> str:
+    """16 uniform gray images as a `datasets` dataset written by save_to_disk (what --streaming reads in the tests)."""
+    folder = tmp_path_factory.mktemp("saved")
+    images = [Image.new("RGB", (40, 36), (gray, gray, gray)) for gray in GRAYS]
+    datasets.Dataset.from_dict({"image": images}, features=datasets.Features({"image": datasets.Image()})).save_to_disk(
+        folder / "grays"
+    )
+    return str(folder / "grays")
+
+
+def veca_args(teacher_dir, data, output_dir, *extra) -> list[str]:
     return [
-        "--teacher", teacher_dir, "--data", image_dir, "--output-dir", str(output_dir), "--config-overrides", TINY_VECA,
+        "--teacher", teacher_dir, "--data", data, "--output-dir", str(output_dir), "--config-overrides", TINY_VECA,
         "--image-size", "32", "--batch-size", "2", "--log-with", "none", "--seed", "3", *extra,
     ]
+
+
+def lookwhere_args(teacher_dir, data, output_dir, *extra) -> list[str]:
+    return [
+        "--teacher", teacher_dir, "--data", data, "--output-dir", str(output_dir), "--image-size", "32",
+        "--selector-depth", "1", "--selector-image-size", "16", "--k-min", "2", "--k-max", "8", "--batch-size", "2",
+        "--log-with", "none", "--seed", "3", *extra,
+    ]
+
+
+METHODS = {"veca": (distill_veca, veca_args), "lookwhere": (distill_lookwhere, lookwhere_args)}
 
 
 def read_metrics(output_dir) -> list[dict]:
     return [json.loads(line) for line in Path(output_dir, "metrics.jsonl").read_text().splitlines()]
 
 
-def test_veca_script_runs_and_exports(teacher_dir, image_dir, tmp_path):
-    distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path, "--max-steps", "3", "--checkpoint-every", "2"))
-    metrics = read_metrics(tmp_path)
-    assert [m["step"] for m in metrics] == [1, 2, 3]
-    assert all(m["num_cores"] in range(1, 9) for m in metrics)
-    model = AutoModel.from_pretrained(tmp_path / "final", trust_remote_code=True)
-    assert model.config.output_projection_size is None and model.config.num_cores == 8
-    assert (tmp_path / "final" / "modeling_veca.py").exists()
-    recipe = json.loads((tmp_path / "final" / "training_recipe.json").read_text())
-    assert recipe["method"] == "veca" and recipe["steps"] == 3 and recipe["global_batch_size"] == 2
-    assert recipe["command"].startswith("python training/distill_veca.py --teacher ") and "--max-steps 3" in recipe["command"]
-    assert distill_veca.parse_args(shlex.split(recipe["command"])[2:]) == distill_veca.parse_args(
-        veca_args(teacher_dir, image_dir, tmp_path, "--max-steps", "3", "--checkpoint-every", "2"))
-
-
-def test_lookwhere_script_runs_and_exports(teacher_dir, image_dir, tmp_path):
-    distill_lookwhere.main([
-        "--teacher", teacher_dir, "--data", image_dir, "--output-dir", str(tmp_path), "--image-size", "32",
-        "--selector-depth", "1", "--selector-image-size", "16", "--k-min", "2", "--k-max", "8",
-        "--batch-size", "2", "--max-steps", "2", "--log-with", "none",
-    ])
-    metrics = read_metrics(tmp_path)
-    assert len(metrics) == 2 and all(2 <= m["k"] <= 8 for m in metrics)
-    assert {"cls_mse", "patch_mse", "map_kl"} <= set(metrics[0])
-    assert isinstance(AutoModel.from_pretrained(tmp_path / "final"), LookWhereModel)
-
-
-def test_losses_go_down_on_one_batch(teacher_dir):
-    torch.manual_seed(0)
-    teacher = AutoModel.from_pretrained(teacher_dir).eval()
-    pixel_values = torch.randn(2, 3, 32, 32)
-    cls, patches = teacher_targets(teacher, pixel_values, (4, 4))
-    teacher_map = teacher_attention_map(teacher, pixel_values, (4, 4))
-
-    veca = VecaModel(VecaConfig(**json.loads(TINY_VECA)))
-    lookwhere = LookWhereModel.from_teacher(teacher, selector_depth=1, selector_image_size=16)
-    for model, loss_fn in [
-        (veca, lambda out: veca_loss(out.pooler_output, out.last_hidden_state[:, 4:], cls, patches)[0]),
-        (lookwhere, lambda out: lookwhere_loss(out.pooler_output, out.last_hidden_state[:, 5:], out.selector_map,
-                                               cls, patches, teacher_map)[0]),
-    ]:
-        model.eval()  # no coordinate augmentation: the same batch gives the same loss landscape
-        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-        kwargs = {"num_cores": 4} if model is veca else {"k": 6}
-        losses = []
-        for _ in range(30):
-            loss = loss_fn(model(pixel_values, **kwargs))
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
-            losses.append(loss.item())
-        assert losses[-1] < 0.85 * losses[0], losses
-
-
-def test_teacher_attention_map_matches_eager_attention(teacher_dir):
-    teacher = AutoModel.from_pretrained(teacher_dir, attn_implementation="eager").eval()
-    pixel_values = torch.randn(2, 3, 32, 32)
-    logits = {}
-    attention = teacher.encoder.layer[-1].attention
-    handle = attention.register_forward_hook(lambda m, a, out: logits.update(probs=out[1]))
-    with torch.no_grad():
-        teacher(pixel_values, output_attentions=True)
-    handle.remove()
-    # softmax over patch keys of the mean patch-query logits is not the mean of probabilities; compare logits
-    # through log-probabilities instead: log p_ij - log p_ij' = l_ij - l_ij' within each query row.
-    log_probs = logits["probs"].log()[:, :, 5:, 5:]  # patch queries, patch keys
-    relative = (log_probs - log_probs[..., :1]).mean(dim=(1, 2))  # mean over heads and queries, relative to key 0
-    ours = teacher_attention_map(teacher, pixel_values, (4, 4))
-    torch.testing.assert_close(ours - ours[:, :1], relative, atol=1e-4, rtol=1e-4)
-
-
-def test_teacher_cache_computes_each_crop_once(teacher_dir, image_dir, tmp_path, monkeypatch):
-    calls = []
-    original = distill_veca.teacher_targets
-
-    def counting(*args, **kwargs):
-        calls.append(1)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(distill_veca, "teacher_targets", counting)
-    # 8 images, batch 2: 4 steps an epoch; 16 steps = 4 epochs, crops repeat every 2
-    distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path, "--max-steps", "16", "--teacher-cache", "2",
-                                "--checkpoint-every", "100"))
-    assert len(calls) == 8
-    assert len(list((tmp_path / "teacher_cache").glob("*.safetensors"))) == 16
-    with pytest.raises(ValueError, match="other settings"):
-        distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path, "--max-steps", "1", "--teacher-cache", "3"))
-
-
-def test_two_processes_agree_on_every_budget(teacher_dir, image_dir, tmp_path):
+def launch_two_processes(tmp_path, script: Path, args: list[str]) -> None:
+    """`accelerate launch` with training/configs/cpu_2proc.yaml (two gloo processes on the CPU), in tmp_path."""
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(TRAINING / "configs" / "cpu_2proc.yaml"),
-        str(TRAINING / "distill_veca.py"),
-        *veca_args(teacher_dir, image_dir, tmp_path, "--max-steps", "4", "--checkpoint-every", "10"),
+        str(script), *args,
     ]
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(command, cwd=tmp_path, env=env)
@@ -172,39 +117,178 @@ def test_two_processes_agree_on_every_budget(teacher_dir, image_dir, tmp_path):
                 continue
             if pid.isdigit() and str(tmp_path).encode() in cmdline and int(pid) != os.getpid():
                 os.kill(int(pid), signal.SIGKILL)
+
+
+def expected_lrs(steps=4, warmup=2, lr=1e-3, min_lr=1e-4) -> list[float]:
+    return [lr * warmup_cosine(step, warmup, steps, min_lr / lr) for step in range(steps)]
+
+
+# ---------------------------------------------------------------------------------------------- one process
+
+
+def test_veca_script_runs_and_exports(teacher_dir, image_dir, tmp_path, caplog):
+    args = veca_args(teacher_dir, image_dir, tmp_path, "--max-steps", "3", "--checkpoint-every", "2")
+    args.remove("--log-with")
+    args.remove("none")  # the default tracker: tensorboard when installed, and no warning when it is not
+    with caplog.at_level(logging.WARNING):
+        distill_veca.main(args)
+    assert not [record for record in caplog.records if "tensorboard" in record.getMessage().lower()]
     metrics = read_metrics(tmp_path)
-    assert len(metrics) == 4
-    for m in metrics:
-        assert m["budgets_all_processes"] == [m["num_cores"]] * 2
-    assert len({m["num_cores"] for m in metrics}) > 1  # the budget does change from step to step
+    assert [m["step"] for m in metrics] == [1, 2, 3]
+    assert all(m["num_cores"] in range(1, 9) for m in metrics)
+    assert {"loss", "cls_cosine", "patch_cosine", "patch_mse", "lr", "grad_norm", "images_per_s", "step_time_s",
+            "teacher_time_share", "data_time_share", "peak_memory_mib"} <= set(metrics[0])
+    for m in metrics:  # the total is made of the logged terms: the names say what they hold
+        assert m["loss"] == pytest.approx((1 - m["cls_cosine"]) + (1 - m["patch_cosine"]) + m["patch_mse"], rel=1e-5)
+        assert m["images_per_s"] == pytest.approx(2 / m["step_time_s"], rel=1e-6)
+        assert 0 < m["teacher_time_share"] < 1 and m["peak_memory_mib"] > 0
+    model = AutoModel.from_pretrained(tmp_path / "final", trust_remote_code=True)
+    assert model.config.output_projection_size is None and model.config.num_cores == 8
+    assert (tmp_path / "final" / "modeling_veca.py").exists()
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["checkpoint_2", "checkpoint_3"]
+    assert not list((tmp_path / "checkpoints" / "checkpoint_3").glob("*_1*"))  # the student alone, no teacher
+    recipe = json.loads((tmp_path / "final" / "training_recipe.json").read_text())
+    assert recipe["method"] == "veca" and recipe["steps"] == 3 and recipe["global_batch_size"] == 2
+    assert recipe["command"].startswith("python training/distill_veca.py --teacher ") and "--max-steps 3" in recipe["command"]
+    assert distill_veca.parse_args(shlex.split(recipe["command"])[2:]) == distill_veca.parse_args(args)
 
 
-def test_resume_continues_to_the_same_weights(teacher_dir, image_dir, tmp_path):
-    common = ["--max-steps", "6", "--checkpoint-every", "2"]
-    distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "straight", *common))
-    distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "resumed", *common, "--stop-at-step", "3"))
+def test_lookwhere_runs_the_teacher_once_per_step(teacher_dir, image_dir, tmp_path, monkeypatch):
+    calls = []
+    load = teacher_module.load_teacher
+
+    def counted(name):
+        model = load(name)
+        model.register_forward_hook(lambda *_: calls.append(1))
+        return model
+
+    monkeypatch.setattr(teacher_module, "load_teacher", counted)
+    distill_lookwhere.main(lookwhere_args(teacher_dir, image_dir, tmp_path, "--max-steps", "3",
+                                          "--gradient-accumulation-steps", "2"))
+    metrics = read_metrics(tmp_path)
+    assert len(calls) == 3 * 2  # one forward per micro-batch gives tokens and attention map
+    assert len(metrics) == 3 and all(2 <= m["k"] <= 8 for m in metrics)
+    assert [m["k"] for m in metrics] == [draw_int(2, 8, 3, step) for step in range(3)]
+    assert {"cls_mse", "patch_mse", "map_kl", "teacher_time_share"} <= set(metrics[0])
+    assert isinstance(AutoModel.from_pretrained(tmp_path / "final"), LookWhereModel)
+
+
+def test_schedule_is_the_same_with_gradient_accumulation_and_resolutions_are_drawn(teacher_dir, image_dir, tmp_path):
+    distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "plain", *SCHEDULE))
+    distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "accumulated", *SCHEDULE,
+                                "--gradient-accumulation-steps", "2", "--resolutions", "16:1,32:3"))
+    plain, accumulated = read_metrics(tmp_path / "plain"), read_metrics(tmp_path / "accumulated")
+    assert [m["lr"] for m in plain] == [m["lr"] for m in accumulated] == pytest.approx(expected_lrs(), rel=1e-12)
+    assert [m["images_per_s"] * m["step_time_s"] for m in accumulated] == pytest.approx([4] * 4)
+    checkpoint = tmp_path / "accumulated" / "checkpoints" / "checkpoint_4"
+    optimizer = torch.load(checkpoint / "optimizer.bin", weights_only=True)
+    assert optimizer["param_groups"][0]["lr"] == pytest.approx(expected_lrs()[-1], rel=1e-12)  # the rate used
+    # the multi-resolution stage: one size per step, from (seed + 1, step), the student's grid follows it
+    assert [m["resolution"] for m in accumulated] == [draw([16, 32], [1.0, 3.0], 4, step) for step in range(4)]
+    assert {m["resolution"] for m in plain} == {32}
+    assert AutoModel.from_pretrained(tmp_path / "accumulated" / "final", trust_remote_code=True).config.num_cores == 8
+
+
+def test_losses_go_down_on_one_batch(teacher_dir):
+    torch.manual_seed(0)
+    teacher = AutoModel.from_pretrained(teacher_dir).eval()
+    pixel_values = torch.randn(2, 3, 32, 32)
+    cls, patches, teacher_map = teacher_targets_and_map(teacher, pixel_values, (4, 4))
+
+    veca = VecaModel(VecaConfig(**json.loads(TINY_VECA)))
+    lookwhere = LookWhereModel.from_teacher(teacher, selector_depth=1, selector_image_size=16)
+    for model, loss_fn in [
+        (veca, lambda out: veca_loss(out.pooler_output, out.last_hidden_state[:, 4:], cls, patches)[0]),
+        (lookwhere, lambda out: lookwhere_loss(out.pooler_output, out.last_hidden_state[:, 5:], out.selector_map,
+                                               cls, patches, teacher_map)[0]),
+    ]:
+        model.eval()  # no coordinate augmentation: the same batch gives the same loss landscape
+        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+        kwargs = {"num_cores": 4} if model is veca else {"k": 6}
+        losses_seen = []
+        for _ in range(30):
+            loss = loss_fn(model(pixel_values, **kwargs))
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            losses_seen.append(loss.item())
+        assert losses_seen[-1] < 0.85 * losses_seen[0], losses_seen
+
+
+def test_teacher_targets_and_map_match_eager_attention(teacher_dir):
+    teacher = AutoModel.from_pretrained(teacher_dir, attn_implementation="eager").eval()
+    pixel_values = torch.randn(2, 3, 32, 32)
+    logits = {}
+    attention = teacher.encoder.layer[-1].attention
+    handle = attention.register_forward_hook(lambda m, a, out: logits.update(probs=out[1]))
+    with torch.no_grad():
+        teacher(pixel_values, output_attentions=True)
+    handle.remove()
+    # softmax over patch keys of the mean patch-query logits is not the mean of probabilities; compare logits
+    # through log-probabilities instead: log p_ij - log p_ij' = l_ij - l_ij' within each query row.
+    log_probs = logits["probs"].log()[:, :, 5:, 5:]  # patch queries, patch keys
+    relative = (log_probs - log_probs[..., :1]).mean(dim=(1, 2))  # mean over heads and queries, relative to key 0
+    cls, patches, ours = teacher_targets_and_map(teacher, pixel_values, (4, 4))
+    torch.testing.assert_close(ours - ours[:, :1], relative, atol=1e-4, rtol=1e-4)
+    for mine, plain in zip((cls, patches), teacher_targets(teacher, pixel_values, (4, 4))):  # the same forward's tokens
+        torch.testing.assert_close(mine, plain, atol=0, rtol=0)
+
+
+def test_teacher_cache_computes_each_crop_once(teacher_dir, image_dir, tmp_path, monkeypatch):
+    calls = []
+    original = teacher_module.teacher_targets
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(teacher_module, "teacher_targets", counting)
+    # 8 images, batch 2: 4 steps an epoch; 16 steps = 4 epochs, crops repeat every 2
+    distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path, "--max-steps", "16", "--teacher-cache", "2",
+                                "--checkpoint-every", "100"))
+    assert len(calls) == 8
+    assert len(list((tmp_path / "teacher_cache").glob("*.safetensors"))) == 16
+    with pytest.raises(ValueError, match="other settings"):
+        TeacherCache(str(tmp_path / "teacher_cache"), 3, {"teacher": teacher_dir})
+
+
+@pytest.mark.parametrize("method, streaming", [("veca", False), ("lookwhere", True)])
+def test_resume_continues_to_the_same_weights(teacher_dir, image_dir, saved_dataset, tmp_path, method, streaming):
+    script, make_args = METHODS[method]
+    # 16 streamed images or 8 in a folder, batch 2: the 6 steps cross an epoch boundary, the resume is mid-epoch
+    data = saved_dataset if streaming else image_dir
+    common = ["--max-steps", "6", "--checkpoint-every", "2", *(["--streaming"] * streaming)]
+    script.main(make_args(teacher_dir, data, tmp_path / "straight", *common))
+    script.main(make_args(teacher_dir, data, tmp_path / "resumed", *common, "--stop-at-step", "3"))
     assert not (tmp_path / "resumed" / "final").exists()
-    distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "resumed", *common, "--resume"))
-    assert [m["step"] for m in read_metrics(tmp_path / "resumed")] == [1, 2, 3, 3, 4, 5, 6]  # resumed at step 2
+    script.main(make_args(teacher_dir, data, tmp_path / "resumed", *common, "--resume"))
+    resumed_metrics = read_metrics(tmp_path / "resumed")
+    assert [m["step"] for m in resumed_metrics] == [1, 2, 3, 3, 4, 5, 6]  # resumed at step 2
+    straight_metrics = read_metrics(tmp_path / "straight")
+    assert [m["loss"] for m in resumed_metrics[4:]] == [m["loss"] for m in straight_metrics[3:]]
     straight = load_file(tmp_path / "straight" / "final" / "model.safetensors")
     resumed = load_file(tmp_path / "resumed" / "final" / "model.safetensors")
     for name, tensor in straight.items():
         torch.testing.assert_close(resumed[name], tensor, atol=0, rtol=0, msg=name)
 
 
-def test_nan_loss_stops_with_the_last_checkpoint_intact(teacher_dir, image_dir, tmp_path, monkeypatch):
+@pytest.mark.parametrize("method", ["veca", "lookwhere"])
+def test_nan_loss_stops_with_the_last_checkpoint_intact(teacher_dir, image_dir, tmp_path, monkeypatch, method):
+    script, make_args = METHODS[method]
     calls = []
+    loss_name = f"{method}_loss"
+    original = getattr(losses, loss_name)
 
     def loss_turning_nan(*args, **kwargs):
         calls.append(1)
-        loss, terms = veca_loss(*args, **kwargs)
+        loss, terms = original(*args, **kwargs)
         return (loss * float("nan") if len(calls) == 3 else loss), terms
 
-    monkeypatch.setattr(distill_veca, "veca_loss", loss_turning_nan)
+    monkeypatch.setattr(losses, loss_name, loss_turning_nan)
     with pytest.raises(FloatingPointError, match="last good checkpoint"):
-        distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path, "--max-steps", "5", "--checkpoint-every", "1"))
+        script.main(make_args(teacher_dir, image_dir, tmp_path, "--max-steps", "5", "--checkpoint-every", "1"))
     last = max((tmp_path / "checkpoints").iterdir(), key=lambda p: int(p.name.split("_")[1]))
-    assert json.loads((last / "step.json").read_text())["step"] == 2
+    assert json.loads((last / "state.json").read_text())["step"] == 2
     weights = load_file(last / "model.safetensors")
     assert all(torch.isfinite(t).all() for t in weights.values())
     assert len(read_metrics(tmp_path)) == 2
@@ -217,4 +301,130 @@ def test_bad_setup_fails_before_training(teacher_dir, image_dir, tmp_path):
         distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "out2", "--max-steps", "1", "--image-size", "36"))
     with pytest.raises(ValueError, match="teacher"):
         distill_veca.main(veca_args(str(tmp_path / "no-teacher"), image_dir, tmp_path / "out3", "--max-steps", "1"))
+    with pytest.raises(ValueError, match="fewer than one batch of 16"):
+        distill_lookwhere.main(lookwhere_args(teacher_dir, image_dir, tmp_path / "out4", "--max-steps", "1",
+                                              "--batch-size", "16"))
     assert not (tmp_path / "out" / "metrics.jsonl").exists()
+
+
+def snapshot(folder: Path) -> dict:
+    return {path: path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def test_a_used_output_dir_takes_only_a_resume_of_the_same_run(teacher_dir, image_dir, tmp_path):
+    distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path, "--max-steps", "2"))
+    before = snapshot(tmp_path)
+    refusals = [
+        (distill_veca, veca_args, [], "already holds a run"),
+        (distill_lookwhere, lookwhere_args, ["--resume"], "holds a run of distill_veca.py"),
+        (distill_veca, veca_args, ["--resume", "--batch-size", "4"], "--batch-size was 2"),
+        (distill_veca, veca_args, ["--resume", "--seed", "4"], "--seed was 3"),
+        (distill_veca, veca_args, ["--resume", "--data", str(tmp_path / "other")], "--data was"),
+        (distill_veca, veca_args, ["--resume", "--max-steps", "3"], "--max-steps was 2"),
+    ]
+    for script, make_args, extra, message in refusals:
+        args = make_args(teacher_dir, image_dir, tmp_path, "--max-steps", "2", *extra)  # later flags win
+        with pytest.raises(ValueError, match=message):
+            script.main(args)
+    assert snapshot(tmp_path) == before  # nothing written, nothing overwritten
+    with pytest.raises(FileNotFoundError, match="no run to resume"):
+        distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "new", "--max-steps", "2", "--resume"))
+
+
+def test_processes_must_agree_on_arguments():
+    same = {"seed": 0, "batch_size": 2}
+    check_processes_agree([same, dict(same)])
+    with pytest.raises(ValueError, match=r"--seed is \[0, 1\] on processes 0..1"):
+        check_processes_agree([same, {**same, "seed": 1}])
+
+
+def test_help_shows_defaults_without_importing_torch():
+    code = (
+        "import sys, io, contextlib; sys.path.insert(0, sys.argv[1])\n"
+        "import distill_veca, distill_lookwhere\n"
+        "for script in (distill_veca, distill_lookwhere):\n"
+        "    out = io.StringIO()\n"
+        "    with contextlib.redirect_stdout(out):\n"
+        "        try: script.parse_args(['--help'])\n"
+        "        except SystemExit: pass\n"
+        "    print(out.getvalue())\n"
+        "print('torch imported:', 'torch' in sys.modules)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code, str(TRAINING)], capture_output=True, text=True, check=True)
+    assert "torch imported: False" in result.stdout
+    assert "(default: 0.0004)" in result.stdout and "(default: 0.0001)" in result.stdout  # VECA's and LookWhere's --lr
+
+
+def test_cli_user_error_is_one_line_and_exit_2(teacher_dir, image_dir, tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(TRAINING / "distill_veca.py"),
+         *veca_args(teacher_dir, image_dir, tmp_path / "out", "--max-steps", "2", "--batch-size", "0")],
+        capture_output=True, text=True,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == "error: --batch-size must be positive, got 0."
+    assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------------------------------------- two processes
+
+
+def test_two_processes_veca_schedule_and_draws(teacher_dir, image_dir, tmp_path):
+    """One launch: the learning rate is logged step by step as with one process (= warmup_cosine), and every draw
+    (core budget, resolution) is the same on both processes."""
+    args = veca_args(teacher_dir, image_dir, tmp_path / "two", *SCHEDULE, "--resolutions", "16:1,32:1")
+    launch_two_processes(tmp_path, TRAINING / "distill_veca.py", args)
+    distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "one", *SCHEDULE, "--resolutions", "16:1,32:1"))
+    two, one = read_metrics(tmp_path / "two"), read_metrics(tmp_path / "one")
+    assert [m["lr"] for m in two] == [m["lr"] for m in one] == pytest.approx(expected_lrs(), rel=1e-12)
+    for m, m1 in zip(two, one):
+        assert m["num_cores_all_processes"] == [m["num_cores"]] * 2 and m["num_cores"] == m1["num_cores"]
+        assert m["resolution_all_processes"] == [m["resolution"]] * 2
+        assert m["images_per_s"] * m["step_time_s"] == pytest.approx(4)  # 2 images on each process
+    assert len({m["num_cores"] for m in two}) > 1  # the budget does change from step to step
+    recipe = json.loads((tmp_path / "two" / "final" / "training_recipe.json").read_text())
+    assert recipe["num_processes"] == 2 and recipe["global_batch_size"] == 4
+
+
+SPY = """
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import data, distill_lookwhere
+
+rank, seen = os.environ["RANK"], []
+collate = data.collate
+
+def spy(examples):  # which image each example is a crop of: its gray level survives crop, flip and normalisation
+    seen.extend(float(e["pixel_values"][0].mean()) * 0.229 + 0.485 for e in examples)
+    return collate(examples)
+
+data.collate = spy
+try:  # the processes disagree: process 1 was given another seed
+    distill_lookwhere.main(sys.argv[2:] + ["--seed", str(3 + int(rank))])
+except ValueError as error:
+    open(f"refused_{rank}.txt", "w").write(str(error))
+assert not os.path.exists(sys.argv[sys.argv.index("--output-dir") + 1])
+seen.clear()
+distill_lookwhere.main(sys.argv[2:])
+json.dump(seen, open(f"seen_{rank}.json", "w"))
+"""
+
+
+def test_two_processes_lookwhere_streaming_schedule_and_disjoint_data(teacher_dir, saved_dataset, tmp_path):
+    """One launch: processes started with different arguments are refused before anything is written; then a
+    streamed save_to_disk dataset is split between the processes (disjoint parts that together cover it), the
+    learning rate is logged as with one process, and k is the same on both processes."""
+    spy = tmp_path / "spy.py"
+    spy.write_text(SPY)
+    args = lookwhere_args(teacher_dir, saved_dataset, tmp_path / "two", *SCHEDULE, "--streaming")
+    launch_two_processes(tmp_path, spy, [str(TRAINING), *args])
+    for rank in (0, 1):
+        assert "--seed is [3, 4] on processes 0..1" in (tmp_path / f"refused_{rank}.txt").read_text()
+    seen = [{round(value * 255) for value in json.loads((tmp_path / f"seen_{rank}.json").read_text())} for rank in (0, 1)]
+    assert seen[0] and seen[1] and not seen[0] & seen[1]  # 4 steps x 2 images = each process's 8 images, once
+    assert seen[0] | seen[1] == set(GRAYS)
+    distill_lookwhere.main(lookwhere_args(teacher_dir, saved_dataset, tmp_path / "one", *SCHEDULE, "--streaming"))
+    two, one = read_metrics(tmp_path / "two"), read_metrics(tmp_path / "one")
+    assert [m["lr"] for m in two] == [m["lr"] for m in one] == pytest.approx(expected_lrs(), rel=1e-12)
+    for m, m1 in zip(two, one):
+        assert m["k_all_processes"] == [m["k"]] * 2 and m["k"] == m1["k"]

@@ -1,15 +1,17 @@
 import io
+import os
 import sys
 from pathlib import Path
 
 import datasets
+import numpy as np
 import pytest
 import torch
 from PIL import Image
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "training"))
-from data import IMAGENET_MEAN, IMAGENET_STD, ImageTransform, build_dataset, collate  # noqa: E402
+from data import IMAGENET_MEAN, IMAGENET_STD, ImageTransform, build_dataset, collate, epoch_batches  # noqa: E402
 
 SIZE = 32
 
@@ -105,3 +107,85 @@ def test_normalisation_of_a_constant_image(train):
     expected = [(c / 255 - mean) / std for c, mean, std in zip(color, IMAGENET_MEAN, IMAGENET_STD)]
     assert pixel_values.shape == (3, SIZE, SIZE)
     assert torch.allclose(pixel_values, torch.tensor(expected).view(3, 1, 1).expand(3, SIZE, SIZE), atol=1e-5)
+
+
+def gray_images(count: int) -> list:
+    return [Image.new("RGB", (40, 36), (8 + 16 * i,) * 3) for i in range(count)]
+
+
+def which_images(batches) -> list[int]:
+    """The source image of every example (its gray level survives crop, flip and normalisation)."""
+    means = torch.cat([batch["pixel_values"][:, 0].mean((1, 2)) for batch in batches])
+    return [round(((m * IMAGENET_STD[0] + IMAGENET_MEAN[0]) * 255 - 8).item() / 16) for m in means]
+
+
+@pytest.fixture
+def saved(tmp_path) -> str:
+    """Nine gray images written by save_to_disk, and the same as a parquet file."""
+    features = datasets.Features({"image": datasets.Image()})
+    dataset = datasets.Dataset.from_dict({"image": gray_images(9)}, features=features)
+    dataset.save_to_disk(tmp_path / "saved")
+    (tmp_path / "parquet").mkdir()
+    dataset.to_parquet(tmp_path / "parquet" / "train.parquet")
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("layout, streaming", [("saved", False), ("saved", True), ("parquet", False), ("parquet", True)])
+def test_processes_read_disjoint_parts(saved, layout, streaming):
+    parts = []
+    for rank in range(2):
+        dataset, _ = build_dataset(f"{saved}/{layout}", streaming=streaming, image_size=SIZE, process_index=rank,
+                                   num_processes=2)
+        parts.append(which_images(epoch_batches(dataset, 1, epoch=0, seed=0)))
+    assert not set(parts[0]) & set(parts[1])
+    if streaming:  # every example once, one process possibly one more than the other
+        assert sorted(parts[0] + parts[1]) == list(range(9))
+    else:  # equal parts, the remainder left out; indices stay positions in the whole dataset
+        assert len(parts[0]) == len(parts[1]) == 4 and len(set(parts[0] + parts[1])) == 8
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_epoch_batches_resume_where_they_stopped(saved, streaming):
+    dataset, _ = build_dataset(f"{saved}/saved", streaming=streaming, image_size=SIZE, seed=1)
+    full = which_images(epoch_batches(dataset, 2, epoch=1, seed=1))
+    assert len(full) == 8  # drop_last: four full batches of two
+    assert which_images(epoch_batches(dataset, 2, epoch=1, seed=1, skip=3)) == full[6:]
+    if not streaming:  # a new order every epoch, the same for the same (seed, epoch)
+        assert which_images(epoch_batches(dataset, 2, epoch=2, seed=1)) != full
+        assert which_images(epoch_batches(dataset, 2, epoch=1, seed=1)) == full
+
+
+def test_folder_layout_is_never_read_as_splits(tmp_path):
+    """A test/ (or any) sub-folder is just images; a train/ sub-folder next to others is the training set."""
+    for name in ("a/test/x.png", "a/b/y.png", "c.png"):
+        (tmp_path / "photos" / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (40, 40)).save(tmp_path / "photos" / name)
+    dataset, _ = build_dataset(str(tmp_path / "photos"), image_size=SIZE)
+    assert len(dataset) == 3
+    for name in ("train/1.png", "train/deep/2.png", "val/3.png"):
+        (tmp_path / "imagenet" / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (40, 40)).save(tmp_path / "imagenet" / name)
+    dataset, _ = build_dataset(str(tmp_path / "imagenet"), image_size=SIZE)
+    assert len(dataset) == 2
+
+
+def test_odd_file_names_are_read_or_left_out_and_counted(tmp_path):
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    for name in ("[brackets]*?.png", "space and ümlaut.png", "no_extension_case.PNG"):
+        Image.new("RGB", (40, 40), (10, 20, 30)).save(folder / name, format="PNG")
+    Image.new("RGB", (40, 40)).save(os.fsdecode(bytes(folder) + b"/latin1-\xe9.png"), format="PNG")  # not UTF-8
+    dataset, stats = build_dataset(str(folder), image_size=SIZE)
+    assert torch.cat([b["pixel_values"] for b in epoch_batches(dataset, 1, 0, 0)]).shape[0] == 3
+    assert stats.summary().endswith("; left out 1 files whose names are not UTF-8")
+
+
+def test_sixteen_bit_gray_is_scaled_not_clipped(tmp_path):
+    (tmp_path / "deep").mkdir()
+    level = 30000  # 16-bit: about 117 of 255, which an 8-bit clip would turn white
+    Image.fromarray(np.full((40, 40), level, dtype=np.uint16)).save(tmp_path / "deep" / "gray16.png")
+    dataset, stats = build_dataset(str(tmp_path / "deep"), image_size=SIZE, train=False)
+    pixel_values = next(iter(epoch_batches(dataset, 1, 0, 0)))["pixel_values"][0]
+    expected = [(round(level / 257) / 255 - mean) / std for mean, std in zip(IMAGENET_MEAN, IMAGENET_STD)]
+    torch.testing.assert_close(pixel_values.mean((1, 2)), torch.tensor(expected), atol=1e-5, rtol=0)
+    assert "converted 1 non-RGB" in stats.summary()

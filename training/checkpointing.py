@@ -1,42 +1,179 @@
-"""Accelerate checkpoints with the step they were taken at (for `--resume`), the guard that keeps the last one good,
-the final export and the end of a run."""
+"""The run's record (`run.json`: script, arguments, processes), Accelerate checkpoints with the step and data position
+they were taken at (for `--resume`), the final export and the end of a run."""
 
+import gc
+import hashlib
 import json
 import os
 import re
 import shlex
+import shutil
 
-import torch
 from accelerate import Accelerator
+from accelerate.utils import broadcast_object_list, gather_object
+
+# Arguments a resumed run may change: where and how often things are written, and the step size (a run that diverged
+# continues from its last good checkpoint with a lower learning rate or tighter clipping).
+RESUMABLE = ("resume", "overwrite", "stop_at_step", "checkpoint_every", "keep_checkpoints", "log_with", "output_dir",
+             "lr", "min_lr", "max_grad_norm")
+# What a run writes into its --output-dir: what makes a folder "used", and all that --overwrite deletes.
+RUN_FILES = ("run.json", "metrics.jsonl", "checkpoints", "final", "teacher_cache", "logs")
+MANIFEST = "manifest.json"
 
 
-def last_checkpoint(output_dir: str) -> str | None:
-    """The newest `OUT/checkpoints/checkpoint_<n>` folder, or None."""
+def write_json(path: str, value) -> None:
+    """Writes `value` to a temporary name, then renames it: a reader never sees half a file."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(value, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+def run_record(script: str, args, num_processes: int) -> dict:
+    """What `run.json` holds: the script's file name, every argument and the number of processes."""
+    return {"script": os.path.basename(script), "args": vars(args), "num_processes": num_processes}
+
+
+def check_output_dir(output_dir: str, record: dict) -> None:
+    """Raises ValueError, before anything is written, when `output_dir` cannot take this run: a new run into a used
+    folder (without --overwrite), or a resume of a run made by the other script, with other arguments or another
+    number of processes."""
+    path = os.path.join(output_dir, "run.json")
+    script, args = record["script"], record["args"]
+    if args["resume"] and args.get("overwrite"):
+        raise ValueError("--resume continues the run in --output-dir, --overwrite deletes it: choose one.")
+    if not args["resume"]:
+        used = [name for name in RUN_FILES if os.path.exists(os.path.join(output_dir, name))]
+        if used and not args.get("overwrite"):
+            raise ValueError(
+                f"{output_dir} already holds a run ({', '.join(used)}): continue it with --resume, replace it with "
+                "--overwrite, or choose a new --output-dir."
+            )
+        return
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"--resume: {output_dir} holds no run to resume (no run.json); drop --resume to start one."
+        )
+    with open(path) as f:
+        previous = json.load(f)
+    if previous["script"] != script:
+        raise ValueError(
+            f"--resume: {output_dir} holds a run of {previous['script']}, not {script}: resume it with "
+            f"training/{previous['script']}, or choose a new --output-dir."
+        )
+    for name, value in args.items():
+        if name not in RESUMABLE and previous["args"].get(name) != value:
+            hidden = ("resume", "overwrite", "stop_at_step")
+            changeable = ", ".join("--" + n.replace("_", "-") for n in RESUMABLE if n not in hidden)
+            raise ValueError(
+                f"--resume: --{name.replace('_', '-')} was {previous['args'].get(name)!r} in the run in {output_dir}, "
+                f"now {value!r}; resume with the same arguments (only {changeable} may change), or choose a new "
+                "--output-dir."
+            )
+    if previous["num_processes"] != record["num_processes"]:
+        raise ValueError(
+            f"--resume: the run in {output_dir} ran on {previous['num_processes']} processes, this one on "
+            f"{record['num_processes']}; the data each process reads would change. Resume on "
+            f"{previous['num_processes']} processes, or choose a new --output-dir."
+        )
+
+
+def clear_run(output_dir: str) -> None:
+    """--overwrite: deletes what an earlier run wrote into `output_dir` (`RUN_FILES`), nothing else."""
+    for name in RUN_FILES:
+        path = os.path.join(output_dir, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        elif os.path.exists(path):
+            os.remove(path)
+
+
+def checkpoints(output_dir: str) -> list[str]:
+    """The `OUT/checkpoints/checkpoint_<step>` folders, oldest first (unfinished `.partial` ones left out)."""
     folder = os.path.join(output_dir, "checkpoints")
     names = [n for n in os.listdir(folder) if re.fullmatch(r"checkpoint_\d+", n)] if os.path.isdir(folder) else []
-    return os.path.join(folder, max(names, key=lambda n: int(n.split("_")[1]))) if names else None
+    return [os.path.join(folder, n) for n in sorted(names, key=lambda n: int(n.split("_")[1]))]
 
 
-def save_checkpoint(accelerator: Accelerator, output_dir: str, step: int) -> None:
-    """`save_state` (model, optimiser, scheduler, sampler and RNG states) plus the step it was taken at."""
-    accelerator.save_state()
+def file_digests(folder: str) -> dict[str, str]:
+    """sha256 of every file under `folder` by relative path, the manifest left out."""
+    digests = {}
+    for root, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(root, name)
+            relative = os.path.relpath(path, folder)
+            if relative == MANIFEST:
+                continue
+            digest = hashlib.sha256()
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+            digests[relative] = digest.hexdigest()
+    return digests
+
+
+def checkpoint_problem(folder: str) -> str | None:
+    """None when `folder` holds exactly the files its manifest lists, each with its sha256; else what is wrong."""
+    try:
+        with open(os.path.join(folder, MANIFEST)) as f:
+            expected = json.load(f)
+    except (OSError, ValueError):
+        return "no readable manifest.json (the save did not finish)"
+    found = file_digests(folder)
+    missing = sorted(set(expected) - set(found))
+    changed = sorted(name for name in expected if name in found and found[name] != expected[name])
+    if missing:
+        return f"missing {', '.join(missing)}"
+    if changed:
+        return f"sha256 differs from the manifest for {', '.join(changed)}"
+    return None
+
+
+def save_checkpoint(accelerator: Accelerator, output_dir: str, step: int, data_position: tuple, keep: int) -> None:
+    """`save_state` (model, optimiser, RNG states), the step and every process's data position (epoch, batches used
+    in it) into `OUT/checkpoints/checkpoint_<step>`: written under a temporary name, sealed with a manifest of sha256
+    per file and renamed when complete; only then are all but the `keep` newest deleted."""
+    folder = os.path.join(output_dir, "checkpoints", f"checkpoint_{step}")
+    partial = folder + ".partial"
+    positions = gather_object([list(data_position)])
+    if accelerator.is_main_process and os.path.exists(partial):
+        shutil.rmtree(partial)  # left by a run that died while saving
+    accelerator.wait_for_everyone()
+    accelerator.save_state(partial)
+    accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        with open(os.path.join(last_checkpoint(output_dir), "step.json"), "w") as f:
-            json.dump({"step": step}, f)
+        write_json(os.path.join(partial, "state.json"), {"step": step, "data_positions": positions})
+        write_json(os.path.join(partial, MANIFEST), file_digests(partial))
+        if os.path.exists(folder):  # the same step of this run, saved before a resume from an earlier checkpoint
+            shutil.rmtree(folder)
+        os.replace(partial, folder)
+        for old in checkpoints(output_dir)[:-keep]:
+            shutil.rmtree(old)
+    accelerator.wait_for_everyone()
 
 
-def resume(accelerator: Accelerator, output_dir: str) -> int:
-    """Loads the newest checkpoint under `output_dir`; returns the step to continue from."""
-    checkpoint = last_checkpoint(output_dir)
-    if checkpoint is None:
-        raise FileNotFoundError(f"--resume: no checkpoint under {output_dir}/checkpoints.")
-    accelerator.load_state(checkpoint)
-    # continue the automatic checkpoint numbering after the one we resumed from
-    accelerator.project_configuration.iteration = int(checkpoint.rsplit("_", 1)[1]) + 1
-    with open(os.path.join(checkpoint, "step.json")) as f:
-        step = json.load(f)["step"]
-    accelerator.print(f"resumed from {checkpoint} at step {step}")
-    return step
+def load_checkpoint(accelerator: Accelerator, output_dir: str) -> tuple[int, tuple]:
+    """Loads the newest checkpoint under `output_dir` whose files match its manifest, saying which newer ones were
+    skipped and why; returns the step to continue from and this process's data position (epoch, batches already used
+    in it)."""
+    chosen = None
+    if accelerator.is_main_process:  # one process checks, all load the same checkpoint
+        for folder in reversed(checkpoints(output_dir)):
+            problem = checkpoint_problem(folder)
+            if problem is None:
+                chosen = folder
+                break
+            print(f"--resume: skipping {folder}: {problem}")
+    chosen = broadcast_object_list([chosen])[0]
+    if chosen is None:
+        raise FileNotFoundError(
+            f"--resume: no complete checkpoint under {output_dir}/checkpoints; start again with --overwrite, or in a "
+            "new --output-dir."
+        )
+    accelerator.load_state(chosen)
+    with open(os.path.join(chosen, "state.json")) as f:
+        state = json.load(f)
+    accelerator.print(f"resumed from {chosen} at step {state['step']}")
+    return state["step"], tuple(state["data_positions"][accelerator.process_index])
 
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
@@ -57,15 +194,24 @@ def check_export(folder: str) -> None:
 
 def export(accelerator: Accelerator, model, output_dir: str, stats, script: str, args) -> None:
     """The hub-ready `OUT/final` folder (weights gathered from every process), the recipe that produced it
-    (`training_recipe.json`, which the model card quotes) and the run's data counts."""
+    (`training_recipe.json`, which the model card quotes) and the run's data counts. Written under a temporary name
+    and renamed when complete."""
     accelerator.wait_for_everyone()
     final = os.path.join(output_dir, "final")
+    partial = final + ".partial"
+    if accelerator.is_main_process and os.path.exists(partial):
+        shutil.rmtree(partial)
+    state_dict = accelerator.get_state_dict(model)  # every process takes part (FSDP, DeepSpeed gather here)
     accelerator.unwrap_model(model).save_pretrained(
-        final, is_main_process=accelerator.is_main_process, state_dict=accelerator.get_state_dict(model)
+        partial, is_main_process=accelerator.is_main_process, state_dict=state_dict
     )
     if accelerator.is_main_process:
-        with open(os.path.join(final, "training_recipe.json"), "w") as f:
+        with open(os.path.join(partial, "training_recipe.json"), "w") as f:
             json.dump(training_recipe(accelerator, script, args), f, indent=2)
+        if os.path.exists(final):  # this run's own export, made before a resume
+            shutil.rmtree(final)
+        os.replace(partial, final)
+    accelerator.wait_for_everyone()
     accelerator.print(f"data: {stats.summary(accelerator.reduce(stats.as_tensor().to(accelerator.device), 'sum'))}")
     accelerator.print(f"exported {final}: AutoModel.from_pretrained({final!r}, trust_remote_code=True)")
 
@@ -73,7 +219,8 @@ def export(accelerator: Accelerator, model, output_dir: str, stats, script: str,
 def training_recipe(accelerator: Accelerator, script: str, args) -> dict:
     """What a model card needs to say how a checkpoint was made: the command (rebuilt from the parsed arguments, so
     it is the same however the script was called) and every argument."""
-    arguments = {name: value for name, value in vars(args).items() if name not in ("stop_at_step", "resume")}
+    left_out = ("stop_at_step", "resume", "overwrite")
+    arguments = {name: value for name, value in vars(args).items() if name not in left_out}
     flags = []
     for name, value in arguments.items():
         if value is None or value is False:
@@ -97,26 +244,10 @@ def training_recipe(accelerator: Accelerator, script: str, args) -> dict:
 
 
 def finish(accelerator: Accelerator) -> None:
-    """Ends trackers and takes the process group down while every process is still there: a gloo group left to the
-    garbage collector can hang in its destructor once its peer has exited."""
+    """Ends trackers and takes the process group down (`end_training`) while every process is still there. The
+    prepared model and optimiser are released first (callers drop their own references too): a DDP model holds the
+    gloo group, and a group whose last reference goes after its peer has exited can hang in its destructor."""
+    accelerator.free_memory()
+    gc.collect()
     accelerator.wait_for_everyone()
     accelerator.end_training()
-    accelerator.state.destroy_process_group()
-
-
-def guarded_update(accelerator: Accelerator, model, optimizer, scheduler, loss, max_grad_norm: float, step: int,
-                   output_dir: str) -> None:
-    """backward, clip, step, zero_grad; a non-finite loss or gradient stops the run before the weights change, so
-    the last checkpoint stays good."""
-    stop = f"The last good checkpoint is intact in {output_dir}/checkpoints (resume with --resume after lowering --lr)."
-    if not torch.isfinite(loss):
-        raise FloatingPointError(f"Loss is {loss.item()} at step {step}; stopping. {stop}")
-    accelerator.backward(loss)
-    if accelerator.sync_gradients:
-        grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)
-        # fp16's loss scaler skips overflowing steps itself; elsewhere a bad gradient would poison the weights
-        if accelerator.mixed_precision != "fp16" and not torch.isfinite(grad_norm):
-            raise FloatingPointError(f"Gradient norm is {grad_norm.item()} at step {step}; stopping before the update. {stop}")
-    optimizer.step()
-    scheduler.step()
-    optimizer.zero_grad()

@@ -1,21 +1,28 @@
-"""Images for distillation: a `datasets` source, a decode-safe augmentation in plain PIL/torch, and a collate.
+"""Images for distillation: a `datasets` source split between processes, a decode-safe augmentation in plain
+PIL/torch, and the batches of one epoch.
 
 Labels are never used. The training scripts import this as `from data import ...` (they run from `training/`).
 
-Crops are reproducible: every sample draws its crop and flip from `random.Random(f"{seed}/{epoch}/{index}")`,
-so a resumed run (same seed, `dataset.set_epoch(epoch)`, `skip_first_batches`) sees the same crops as the first one.
+Crops and order are reproducible: every sample draws its crop and flip from `random.Random(f"{seed}/{epoch}/{index}")`
+and a map-style epoch's order is a permutation drawn from (seed, epoch), so a resumed run (`epoch_batches` with the
+epoch and the batches already used) sees the same crops in the same order as an uninterrupted one.
 """
 
 import functools
+import itertools
+import logging
 import math
 import random
 from pathlib import Path
 
+import numpy as np
 import torch
-from datasets import Image, IterableDataset, load_dataset
+from datasets import Dataset, DatasetDict, Features, Image, IterableDataset, load_dataset, load_from_disk
+from datasets.distributed import split_dataset_by_node
 from datasets.packaged_modules.imagefolder.imagefolder import ImageFolder
 from PIL import Image as PILImage
 
+logger = logging.getLogger(__name__)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 ASPECT_RATIO = (3 / 4, 4 / 3)
@@ -34,6 +41,7 @@ class DataStats:
 
     def __init__(self):
         self.counts = torch.zeros(self.max_workers + 1, len(self.names), dtype=torch.long).share_memory_()
+        self.left_out = 0  # files never listed (names that are not UTF-8), the same on every process
 
     def add(self, unreadable: bool = False, non_rgb: bool = False, small: bool = False) -> None:
         """Counts one image."""
@@ -48,9 +56,9 @@ class DataStats:
     def summary(self, counts: torch.Tensor | None = None) -> str:
         """One line for the end of a run, of `counts` (e.g. reduced over processes) or else of this process's."""
         images, unreadable, non_rgb, small = (self.as_tensor() if counts is None else counts).tolist()
-        return (
-            f"{images} images: skipped {unreadable} unreadable, converted {non_rgb} non-RGB, {small} smaller than crop"
-        )
+        line = (f"{images} images: skipped {unreadable} unreadable, converted {non_rgb} non-RGB, {small} smaller than "
+                "crop")
+        return line + (f"; left out {self.left_out} files whose names are not UTF-8" if self.left_out else "")
 
 
 def random_resized_crop(image: PILImage.Image, size: int, scale: tuple, rng: random.Random) -> PILImage.Image:
@@ -137,6 +145,9 @@ class ImageTransform:
             return {"pixel_values": None, "index": index}
         non_rgb = image.mode != "RGB"
         self.stats.add(non_rgb=non_rgb, small=min(image.size) < self.image_size)
+        if image.mode.startswith("I;16") or image.mode == "I":  # 16-bit gray: convert("RGB") would clip it at 255
+            gray = (np.asarray(image, dtype=np.float64) / 257).round().clip(0, 255)
+            image = PILImage.fromarray(gray.astype(np.uint8))
         return {"pixel_values": self(image.convert("RGB") if non_rgb else image, index), "index": index}
 
     def batch(self, batch: dict) -> dict:
@@ -151,13 +162,32 @@ def set_stream_epoch(dataset: IterableDataset, transform: ImageTransform, epoch:
     transform.set_epoch(epoch)
 
 
-def check_image_folder(path: Path) -> None:
-    """Raises before training starts when `path` is not a folder holding at least one image file."""
+def image_files(path: Path, split: str) -> tuple[list[str], list[Path]]:
+    """The image files of an image folder, sorted: those under `path/split/` when that sub-folder exists (train/ next
+    to val/), else all of them at any depth (no other sub-folder is read as a split). Returns (files, left_out):
+    files whose names are not valid UTF-8 cannot be held by `datasets` and are left out. Raises before training
+    starts when `path` is not a folder holding at least one usable image file."""
     if not path.is_dir():
         raise FileNotFoundError(f"Image folder {path} does not exist (expected a directory of images, any nesting).")
     extensions = {ext.lower() for ext in ImageFolder.EXTENSIONS}
-    if not any(file.suffix.lower() in extensions for file in path.rglob("*") if file.is_file()):
-        raise ValueError(f"Image folder {path} holds no image files (looked for {', '.join(sorted(extensions))}).")
+    root = path / split if (path / split).is_dir() else path
+    files, left_out = [], []
+    for file in sorted(root.rglob("*")):
+        if file.suffix.lower() in extensions and file.is_file():
+            try:
+                str(file).encode("utf-8")
+            except UnicodeEncodeError:  # a name with bytes that are not UTF-8 (surrogate-escaped by Python)
+                left_out.append(file)
+                continue
+            files.append(str(file))
+    if not files:
+        found = f" ({len(left_out)} with names that are not UTF-8: rename them)" if left_out else ""
+        raise ValueError(
+            f"Image folder {root} holds no image files{found} (looked for {', '.join(sorted(extensions))})."
+        )
+    if left_out:
+        logger.warning(f"left out {len(left_out)} files of {root} whose names are not UTF-8, e.g. {left_out[0]!r}")
+    return files, left_out
 
 
 def is_local(source: str) -> bool:
@@ -165,6 +195,31 @@ def is_local(source: str) -> bool:
     path = Path(source).expanduser()
     slashes = source.count("/")
     return path.exists() or source.startswith(("/", ".", "~")) or slashes > 1 or (slashes == 1 and path.parent.is_dir())
+
+
+def is_saved_dataset(path: Path) -> bool:
+    """A folder written by `Dataset.save_to_disk` / `DatasetDict.save_to_disk`."""
+    return (path / "state.json").is_file() or (path / "dataset_dict.json").is_file()
+
+
+def load_local(path: Path, split: str, streaming: bool) -> tuple:
+    """A `save_to_disk` folder, a folder of parquet files, or an image folder (`image_files`; labels never read).
+    Returns (dataset, number of files left out for their names)."""
+    if is_saved_dataset(path):
+        dataset = load_from_disk(str(path))
+        if isinstance(dataset, DatasetDict):
+            if split not in dataset:
+                raise ValueError(f"{path} holds the splits {', '.join(dataset)}, not {split!r}.")
+            dataset = dataset[split]
+        left_out = 0
+    elif path.is_dir() and any(path.rglob("*.parquet")):
+        return load_dataset("parquet", data_dir=str(path), split=split, streaming=streaming), 0
+    else:
+        files, unnamed = image_files(path, split)
+        dataset = Dataset.from_dict({"image": files}, features=Features({"image": Image(decode=False)}))
+        left_out = len(unnamed)
+    # a stream of contiguous shards, so that processes (and workers) read disjoint shards
+    return (dataset.to_iterable_dataset(num_shards=min(len(dataset), 1024)) if streaming else dataset), left_out
 
 
 def build_dataset(
@@ -176,37 +231,63 @@ def build_dataset(
     seed: int = 0,
     train: bool = True,
     image_column: str = "image",
+    process_index: int = 0,
+    num_processes: int = 1,
 ) -> tuple:
-    """Images from a local folder (any nesting; train/ validation/ test/ sub-folders become splits; labels dropped)
-    or a `datasets` hub name, transformed by an `ImageTransform`. A missing or image-less folder raises here.
+    """This process's part of the images of a local folder (see `load_local`) or a `datasets` hub name, transformed by
+    an `ImageTransform`. A missing or image-less folder raises here.
 
     Returns (dataset, stats): a map-style `Dataset` (`with_transform`) or, with `streaming=True`, an
-    `IterableDataset` (`.map`), whose examples are {"pixel_values": (3, S, S) tensor, or None when unreadable}, to be
-    batched with `collate`; and the `DataStats` its transform fills. Call `dataset.set_epoch(epoch)` at the start of
-    every epoch, also on resume: crops are drawn from (seed, epoch, index). Accelerate's `dataloader.set_epoch` does
-    not always reach the dataset (not under DDP for a map-style one).
-    Streaming under DDP: shard with `datasets.distributed.split_dataset_by_node`; a sample's index is then its
-    position in its process's and DataLoader worker's stream, so crops repeat for the same seed, epoch, world size and
-    number of workers.
+    `IterableDataset` (`.map`), whose examples are {"pixel_values": (3, S, S) tensor, or None when unreadable,
+    "index"}; and the `DataStats` its transform fills. Read it with `epoch_batches`.
+    Processes get disjoint parts (`datasets.distributed.split_dataset_by_node`). Map-style: equal contiguous parts
+    (the last len % num_processes images are left out), indices are positions in the whole dataset. Streamed: whole
+    shards per process when the shard count is a multiple of `num_processes` (otherwise each process reads every
+    example and keeps one in `num_processes`); an index is then a position in the process's (and DataLoader worker's)
+    stream, so crops repeat for the same seed, epoch, world size and number of workers.
     """
+    left_out = 0
     if is_local(source):
-        path = Path(source).expanduser()
-        check_image_folder(path)
-        dataset = load_dataset("imagefolder", data_dir=str(path), split=split, streaming=streaming, drop_labels=True)
+        dataset, left_out = load_local(Path(source).expanduser(), split, streaming)
     else:
         dataset = load_dataset(source, split=split, streaming=streaming)
+    if dataset.column_names is not None and image_column not in dataset.column_names:
+        raise ValueError(f"{source} has no {image_column!r} column (columns: {', '.join(dataset.column_names)}).")
     # undecoded, so that a corrupt file reaches our try/except instead of failing inside datasets
     dataset = dataset.select_columns([image_column]).cast_column(image_column, Image(decode=False))
     if image_column != "image":
         dataset = dataset.rename_column(image_column, "image")
     transform = ImageTransform(image_size, scale, seed, train)
+    transform.stats.left_out = left_out
     if streaming:
+        dataset = split_dataset_by_node(dataset, rank=process_index, world_size=num_processes)
         dataset = dataset.map(transform.example, with_indices=True, remove_columns=["image"])
         dataset.set_epoch = functools.partial(set_stream_epoch, dataset, transform)
     else:
-        dataset = dataset.add_column("index", range(len(dataset))).with_transform(transform.batch)
+        dataset = dataset.add_column("index", range(len(dataset)))
+        if num_processes > 1:
+            dataset = dataset.select(range(len(dataset) // num_processes * num_processes))  # equal parts
+            dataset = split_dataset_by_node(dataset, rank=process_index, world_size=num_processes)
+        dataset = dataset.with_transform(transform.batch)
         dataset.set_epoch = transform.set_epoch  # a map-style Dataset has no epoch of its own
     return dataset, transform.stats
+
+
+def epoch_batches(dataset, batch_size: int, epoch: int, seed: int, skip: int = 0, num_workers: int = 0):
+    """The batches of one epoch of `dataset` (from `build_dataset`), each from `collate`, leaving out the first
+    `skip` (already used before a resume). Only full batches: drop_last. A map-style epoch is a permutation drawn
+    from (seed, epoch), skipped without reading the skipped images; a stream is read through the skipped ones."""
+    dataset.set_epoch(epoch)
+    if isinstance(dataset, IterableDataset):
+        loader = torch.utils.data.DataLoader(
+            dataset, batch_size=batch_size, collate_fn=collate, num_workers=num_workers, drop_last=True
+        )
+        return itertools.islice(loader, skip, None)
+    order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
+    return torch.utils.data.DataLoader(
+        dataset, batch_size=batch_size, sampler=order[skip * batch_size :].tolist(), collate_fn=collate,
+        num_workers=num_workers, drop_last=True,
+    )
 
 
 def collate(batch: list) -> dict:

@@ -1,4 +1,5 @@
-"""Distillation losses. Each returns the total and its named terms (for logging)."""
+"""Distillation losses. Each returns the total loss and the named quantities it is made of, for logging under names
+that say what they hold (a cosine similarity as `*_cosine`, a mean squared error as `*_mse`, a KL as `*_kl`)."""
 
 import torch
 import torch.nn.functional as F
@@ -12,12 +13,13 @@ def veca_loss(
     dense_weight: float = 1.0,
     mse_weight: float = 1.0,
 ) -> tuple[torch.Tensor, dict]:
-    """(1 - cos) on CLS (B, D) + dense_weight * [(1 - cos) + mse_weight * MSE] on patches (B, N, D)."""
-    cls_cos = 1 - F.cosine_similarity(student_cls.float(), teacher_cls, dim=-1).mean()
-    patch_cos = 1 - F.cosine_similarity(student_patches.float(), teacher_patches, dim=-1).mean()
+    """(1 - cos) on CLS (B, D) + dense_weight * [(1 - cos) + mse_weight * MSE] on patches (B, N, D). Terms: the mean
+    CLS and patch cosine similarities (1 is perfect agreement) and the patch MSE."""
+    cls_cosine = F.cosine_similarity(student_cls.float(), teacher_cls, dim=-1).mean()
+    patch_cosine = F.cosine_similarity(student_patches.float(), teacher_patches, dim=-1).mean()
     patch_mse = F.mse_loss(student_patches.float(), teacher_patches)
-    total = cls_cos + dense_weight * (patch_cos + mse_weight * patch_mse)
-    return total, {"cls_cos": cls_cos, "patch_cos": patch_cos, "patch_mse": patch_mse}
+    total = (1 - cls_cosine) + dense_weight * ((1 - patch_cosine) + mse_weight * patch_mse)
+    return total, {"cls_cosine": cls_cosine, "patch_cosine": patch_cosine, "patch_mse": patch_mse}
 
 
 def lookwhere_loss(

@@ -6,7 +6,9 @@ import torch
 
 
 def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
-    """Multiplier of the peak learning rate: linear warm-up, then cosine down to min_ratio."""
+    """Multiplier of the peak learning rate at optimisation step `step` (0 = the first update): linear warm-up, then
+    cosine down to min_ratio at `total_steps`. A function of the step alone, so the same for any number of processes
+    and any gradient accumulation."""
     if step < warmup_steps:
         return (step + 1) / warmup_steps
     progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
@@ -27,8 +29,8 @@ def draw_int(low: int, high: int, seed: int, step: int) -> int:
     return int(torch.randint(low, high + 1, (1,), generator=generator).item())
 
 
-def reseed_for_step(seed: int, step: int, process_index: int) -> None:
-    """Seeds torch's global RNG from (seed, step, process) before each step, so that the model's own randomness
-    (coordinate augmentation, dropout) does not depend on what else drew from it (DataLoader iterators do): a resumed
-    run then repeats an uninterrupted one exactly."""
-    torch.manual_seed((seed * 1_000_003 + step) * 4096 + process_index)
+def reseed_for_step(seed: int, step: int, process_index: int, micro_batch: int = 0) -> None:
+    """Seeds torch's global RNG from (seed, step, process, micro-batch) before each micro-batch, so that the model's
+    own randomness (coordinate augmentation, dropout) does not depend on what else drew from it (DataLoader iterators
+    do): a resumed run then repeats an uninterrupted one exactly."""
+    torch.manual_seed((((seed * 1_000_003 + step) * 4096 + process_index) * 256 + micro_batch) % 2**63)

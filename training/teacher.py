@@ -56,10 +56,12 @@ def teacher_targets(teacher, pixel_values: torch.Tensor, grid: tuple[int, int]) 
 
 
 @torch.no_grad()
-def teacher_attention_map(teacher, pixel_values: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
-    """The teacher's last-layer pre-softmax attention logits q.k / sqrt(d), averaged over heads and over all patch
-    queries, keys restricted to the patch tokens: (B, Hp * Wp). Read with a forward hook on the last attention
-    module (the teacher's code is untouched); the mean over queries is taken before the product, which is the same."""
+def teacher_targets_and_map(teacher, pixel_values: torch.Tensor, grid: tuple[int, int]) -> tuple:
+    """One teacher forward for what-where distillation: CLS (B, D) and patch tokens (B, Hp * Wp, D) as in
+    `teacher_targets`, and the last-layer pre-softmax attention logits q.k / sqrt(d), averaged over heads and over all
+    patch queries, keys restricted to the patch tokens: (B, Hp * Wp). The logits are computed from the last attention's
+    input, caught by a forward pre-hook (the teacher's code is untouched); the mean over queries is taken before the
+    product, which is the same."""
     if not teacher.config.model_type.startswith("dinov2"):
         raise ValueError(
             f"The attention-map target needs a DINOv2 teacher (learned positions); got {teacher.config.model_type}, "
@@ -73,15 +75,15 @@ def teacher_attention_map(teacher, pixel_values: torch.Tensor, grid: tuple[int, 
 
     hook = attention.register_forward_pre_hook(capture, with_kwargs=True)
     try:
-        teacher(pixel_values)
+        cls, patches = teacher_targets(teacher, pixel_values, grid)
     finally:
         hook.remove()
-    patches = captured["hidden"].float()[:, -grid[0] * grid[1] :]  # the normalised input of the last attention
+    normed = captured["hidden"].float()[:, -grid[0] * grid[1] :]  # the normalised input of the last attention
     heads = teacher.config.num_attention_heads
-    head_dim = patches.shape[-1] // heads
-    query = F.linear(patches.mean(1, keepdim=True), attention.q_proj.weight.float(), attention.q_proj.bias.float())
-    key = F.linear(patches, attention.k_proj.weight.float(), attention.k_proj.bias.float())
+    head_dim = normed.shape[-1] // heads
+    query = F.linear(normed.mean(1, keepdim=True), attention.q_proj.weight.float(), attention.q_proj.bias.float())
+    key = F.linear(normed, attention.k_proj.weight.float(), attention.k_proj.bias.float())
     query = query.view(-1, 1, heads, head_dim).transpose(1, 2)  # (B, H, 1, d)
     key = key.view(key.shape[0], -1, heads, head_dim).transpose(1, 2)  # (B, H, N, d)
     logits = (query @ key.transpose(-1, -2)).squeeze(2) / math.sqrt(head_dim)  # (B, H, N)
-    return logits.mean(1)
+    return cls, patches, logits.mean(1)

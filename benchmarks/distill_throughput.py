@@ -1,0 +1,148 @@
+"""Distillation throughput on this machine: both training scripts, one and two processes, as a user runs them.
+
+    python benchmarks/distill_throughput.py               # a few minutes on 2 CPU cores
+    python benchmarks/distill_throughput.py --steps 3     # a quicker look
+
+Each configuration runs the real script (`python training/distill_*.py`, or `accelerate launch --config_file
+training/configs/cpu_2proc.yaml` for two processes, the CPU threads split between them) for --steps optimisation
+steps at batch 8 per process, from the offline DINOv2-S/14 teacher (`corevision_hf.teachers`, converted once to
+outputs/teachers/dinov2-small), on copies of the shipped photos:
+- VECA-S/14 (32-core bank, random init) at 224 px, `training/distill_veca.py`;
+- LookWhere-S from the teacher at 518 px (selector 154 px, k in [16, 128]), `training/distill_lookwhere.py`.
+Read from each run's metrics.jsonl, leaving out the first --warmup steps: median seconds per step, images per second
+(all processes), the teacher's and the data's share of a step, and process 0's peak resident memory. Also the time
+`--help` takes. Prints a table and writes benchmarks/results/distill_throughput.json. Other jobs on the machine slow
+every figure; the shares and memory are less affected.
+"""
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PHOTOS = ROOT / "assets" / "photos"
+VECA_S = '{"patch_size": 14, "num_cores": 32, "image_size": 224}'
+CONFIGS = {
+    "VECA-S 224 px": ["training/distill_veca.py", "--preset", "small", "--config-overrides", VECA_S, "--image-size", "224"],
+    "LookWhere-S 518 px": ["training/distill_lookwhere.py", "--image-size", "518"],
+}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=4, help="optimisation steps per configuration")
+    parser.add_argument("--warmup", type=int, default=1, help="first steps left out of the figures")
+    parser.add_argument("--batch-size", type=int, default=8, help="per process")
+    parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--scratch-dir", type=Path, default=ROOT / "outputs" / "distill_throughput")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "distill_throughput.json")
+    args = parser.parse_args(argv)
+    if args.steps <= args.warmup or args.warmup < 0:
+        parser.error(f"--steps ({args.steps}) must exceed --warmup ({args.warmup}), which must be 0 or more.")
+    return args
+
+
+def prepare(scratch: Path, copies: int) -> tuple[Path, Path]:
+    """A fresh scratch folder with `copies` copies of every shipped photo and the converted teacher."""
+    marker = scratch / ".distill-throughput"
+    if scratch.exists():
+        if not marker.exists():
+            raise SystemExit(f"error: {scratch} exists and was not made by this benchmark; choose another --scratch-dir.")
+        shutil.rmtree(scratch)
+    photos = scratch / "photos"
+    photos.mkdir(parents=True)
+    marker.touch()
+    for photo in sorted(PHOTOS.glob("*.jpg")):
+        for copy in range(copies):
+            shutil.copy(photo, photos / f"{photo.stem}_{copy}.jpg")
+    sys.path.insert(0, str(ROOT / "src"))
+    from corevision_hf.teachers import load_dinov2_small_teacher
+
+    teacher_dir = ROOT / "outputs" / "teachers" / "dinov2-small"
+    _, source = load_dinov2_small_teacher(cache_dir=str(teacher_dir))
+    print(f"teacher: {source}")
+    return photos, teacher_dir
+
+
+def run(name: str, processes: int, photos: Path, teacher: Path, args) -> dict:
+    """One configuration through its script; the figures from its metrics.jsonl."""
+    output_dir = args.scratch_dir / f"{name.split()[0]}_{processes}proc"
+    script, *method_args = CONFIGS[name]
+    threads = max(1, (os.cpu_count() or 1) // processes)
+    launcher = [sys.executable]
+    if processes == 2:
+        launcher += ["-m", "accelerate.commands.launch", "--config_file", "training/configs/cpu_2proc.yaml"]
+    elif processes != 1:
+        raise SystemExit("error: --processes takes 1 and 2 on the CPU (training/configs/cpu_2proc.yaml).")
+    command = [
+        *launcher, script, *method_args, "--teacher", str(teacher), "--data", str(photos), "--output-dir",
+        str(output_dir), "--batch-size", str(args.batch_size), "--max-steps", str(args.steps), "--log-with", "none",
+        "--checkpoint-every", str(10 * args.steps),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT / "src"), "ACCELERATE_USE_CPU": "1"}
+    start = time.perf_counter()
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    if result.returncode:
+        raise SystemExit(f"error: {name} on {processes} process(es) failed:\n{result.stderr[-3000:]}")
+    wall = time.perf_counter() - start
+    metrics = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()][args.warmup :]
+    shutil.rmtree(output_dir)  # checkpoints and export of a throwaway run
+    return {
+        "model": name, "processes": processes, "threads_per_process": threads, "batch_per_process": args.batch_size,
+        "s_per_step": statistics.median(m["step_time_s"] for m in metrics),
+        "images_per_s": statistics.median(m["images_per_s"] for m in metrics),
+        "teacher_share": statistics.median(m["teacher_time_share"] for m in metrics),
+        "data_share": statistics.median(m["data_time_share"] for m in metrics),
+        "peak_memory_mib_process0": max(m["peak_memory_mib"] for m in metrics),
+        "measured_steps": len(metrics), "wall_s": wall,
+    }
+
+
+def relative(path: Path) -> str:
+    """`path` relative to the repository when it lies inside it: results carry no local paths."""
+    return str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else str(path)
+
+
+def help_seconds(script: str) -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, script, "--help"], cwd=ROOT, check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    # enough copies for two processes' batches
+    photos, teacher = prepare(args.scratch_dir, copies=max(1, -(-2 * args.batch_size // len(list(PHOTOS.glob("*.jpg"))))))
+    rows = []
+    for name in CONFIGS:
+        for processes in args.processes:
+            row = run(name, processes, photos, teacher, args)
+            rows.append(row)
+            print(f"  {name:<20} {processes} proc  {row['s_per_step']:6.2f} s/step  {row['images_per_s']:6.2f} images/s  "
+                  f"teacher {row['teacher_share']:4.0%}  data {row['data_share']:4.0%}  "
+                  f"peak {row['peak_memory_mib_process0']:6.0f} MiB (process 0)", flush=True)
+    helps = {script: help_seconds(script) for script in ("training/distill_veca.py", "training/distill_lookwhere.py")}
+    print("  --help: " + ", ".join(f"{script} {seconds:.2f} s" for script, seconds in helps.items()))
+    shutil.rmtree(args.scratch_dir)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    result = {
+        "command": " ".join(["python", "benchmarks/distill_throughput.py", *(sys.argv[1:] if argv is None else argv)]),
+        "args": {key: relative(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
+        "environment": {"cpu_count": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
+                        "note": "a shared machine: other jobs may have slowed these figures"},
+        "rows": rows,
+        "help_seconds": helps,
+    }
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"  wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

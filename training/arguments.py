@@ -1,0 +1,70 @@
+"""The command-line arguments both distillation scripts share, and how their errors reach the user.
+
+Deliberately light (argparse only): the scripts parse their arguments before importing torch, so `--help` answers
+at once.
+"""
+
+import argparse
+import os
+import sys
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The module docstring as written, and every argument's default."""
+
+
+def training_parser(description: str, lr: float, min_lr: float, weight_decay: float) -> argparse.ArgumentParser:
+    """A parser holding the arguments of the shared loop (data, optimisation, checkpoints, logging), with the
+    method's own optimiser defaults. Each script adds its method's arguments to it."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=HelpFormatter)
+    parser.add_argument("--teacher", required=True, help="hub id, save_pretrained folder, or offline-dinov2-small")
+    parser.add_argument("--data", required=True,
+                        help="an image folder (labels ignored), a save_to_disk or parquet folder, or a datasets name")
+    parser.add_argument("--streaming", action="store_true",
+                        help="stream the data instead of reading it whole; each process reads its own part")
+    parser.add_argument("--output-dir", required=True, help="a new folder, or the folder of the run to --resume")
+    parser.add_argument("--batch-size", type=int, default=32, help="images per process per micro-batch")
+    parser.add_argument("--max-steps", type=int, required=True, help="optimisation steps")
+    parser.add_argument("--lr", type=float, default=lr, help="peak learning rate")
+    parser.add_argument("--min-lr", type=float, default=min_lr, help="learning rate at the end of the cosine")
+    parser.add_argument("--warmup-steps", type=int, default=0, help="linear warm-up, in optimisation steps")
+    parser.add_argument("--weight-decay", type=float, default=weight_decay)
+    parser.add_argument("--gradient-accumulation-steps", type=int, default=1)
+    parser.add_argument("--max-grad-norm", type=float, default=1.0)
+    parser.add_argument("--mixed-precision", default="no", choices=["no", "bf16", "fp16"])
+    parser.add_argument("--checkpoint-every", type=int, default=1000, help="optimisation steps between checkpoints")
+    parser.add_argument("--keep-checkpoints", type=int, default=3, help="newest checkpoints kept")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --output-dir from its last checkpoint")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="delete the run already in --output-dir (only what a run writes there) and start anew")
+    parser.add_argument("--log-with", default="auto",
+                        help='tracker: "auto" (tensorboard when installed), "none", or any accelerate tracker name')
+    parser.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes per process")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stop-at-step", type=int, default=None, help=argparse.SUPPRESS)  # simulates a crash (tests)
+    return parser
+
+
+def check_positive(args: argparse.Namespace, *names: str) -> None:
+    """Raises ValueError naming the first of `names` (argument attributes) that is not a positive number."""
+    for name in names:
+        if getattr(args, name) <= 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}.")
+
+
+def run_cli(main) -> None:
+    """Runs `main()`; a user error (ValueError, FileNotFoundError) becomes one line on stderr and exit status 2, a
+    stopped run (FloatingPointError) one line and status 1. Under `accelerate launch` only process 0 prints, and the
+    process leaves at once (no destructors): a process group torn down by the garbage collector can hang."""
+    try:
+        main()
+    except (ValueError, FileNotFoundError, FloatingPointError) as error:
+        if os.environ.get("RANK", "0") == "0":
+            print(f"error: {error}", file=sys.stderr)
+        code = 1 if isinstance(error, FloatingPointError) else 2
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        sys.exit(code)

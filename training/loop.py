@@ -1,0 +1,244 @@
+"""The distillation loop that training/distill_veca.py, training/distill_lookwhere.py and
+benchmarks/distill_quality.py share. Each brings its teacher, student, per-step draws and loss; this does the rest.
+
+Per optimisation step: the step's draws (core budget, k, resolution: functions of (seed, step) alone), checked equal
+on every process; --gradient-accumulation-steps micro-batches, each process reading its own part of the data (a
+micro-batch with no readable image on some process is skipped by all); an update that a non-finite loss or gradient
+stops before the weights change; the learning rate set by hand to `lr * warmup_cosine(step)`, so that it is a
+function of the step alone (Accelerate's prepared scheduler advances once per process per step); a line of
+`metrics.jsonl`; a checkpoint every --checkpoint-every steps. Then the hub-ready export.
+"""
+
+import importlib.util
+import json
+import os
+import resource
+import time
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import ProjectConfiguration, gather_object, set_seed
+from arguments import check_positive
+from checkpointing import (
+    check_output_dir, clear_run, export, finish, load_checkpoint, run_record, save_checkpoint, write_json,
+)
+from data import epoch_batches
+from schedule import reseed_for_step, warmup_cosine
+from tqdm.auto import tqdm
+
+
+def check_processes_agree(arguments: list[dict]) -> None:
+    """Raises ValueError naming the first argument on which the processes' `vars(args)` (one dict per process)
+    differ: every process of a run must be started with the same command."""
+    for name, value in arguments[0].items():
+        values = [process_args.get(name) for process_args in arguments]
+        if any(v != value for v in values):
+            raise ValueError(
+                f"The {len(arguments)} processes of this run were started with different arguments: "
+                f"--{name.replace('_', '-')} is {values} on processes 0..{len(arguments) - 1}. Start every process "
+                "with the same command (one accelerate launch)."
+            )
+
+
+def start(args, script: str) -> Accelerator:
+    """The run's Accelerator, once its arguments are known to be usable: positive sizes and rates, the same on every
+    process, and an output folder that is new (or, with --resume, holds a run of `script` with the same arguments;
+    with --overwrite, the run it held is deleted here). Nothing is written yet."""
+    check_positive(args, "batch_size", "max_steps", "lr", "gradient_accumulation_steps", "checkpoint_every",
+                   "keep_checkpoints", "max_grad_norm")
+    if not 0 <= args.min_lr <= args.lr:
+        raise ValueError(f"Need 0 <= --min-lr <= --lr, got --min-lr {args.min_lr} and --lr {args.lr}.")
+    if args.warmup_steps < 0:
+        raise ValueError(f"--warmup-steps must be 0 or more, got {args.warmup_steps}.")
+    trackers = {"none": None, "auto": "tensorboard" if importlib.util.find_spec("tensorboard") else None}
+    accelerator = Accelerator(
+        mixed_precision=args.mixed_precision,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        log_with=trackers.get(args.log_with, args.log_with),
+        project_config=ProjectConfiguration(project_dir=args.output_dir, logging_dir=f"{args.output_dir}/logs"),
+    )
+    check_processes_agree(gather_object([vars(args)]))
+    check_output_dir(args.output_dir, run_record(script, args, accelerator.num_processes))
+    if args.overwrite and accelerator.is_main_process:
+        clear_run(args.output_dir)
+    accelerator.wait_for_everyone()
+    set_seed(args.seed)
+    return accelerator
+
+
+class TeacherClock:
+    """Seconds spent in the teacher's forward passes since `reset`, measured by forward hooks (the device is
+    synchronised around each pass, so that GPU time is counted where it is spent)."""
+
+    def __init__(self, teacher: torch.nn.Module, device: torch.device):
+        self.seconds, self.calls, self._start = 0.0, 0, 0.0
+        self._sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        self._handles = [teacher.register_forward_pre_hook(self._begin), teacher.register_forward_hook(self._end)]
+
+    def _begin(self, module, args):
+        self._sync()
+        self._start = time.perf_counter()
+
+    def _end(self, module, args, output):
+        self._sync()
+        self.seconds += time.perf_counter() - self._start
+        self.calls += 1
+
+    def reset(self) -> None:
+        self.seconds = 0.0
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+
+def peak_memory_mib(device: torch.device) -> float:
+    """This process's peak memory so far: allocated GPU memory on CUDA, resident memory on the CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def drop_partial_line(path: str) -> None:
+    """Cuts a last line that a killed run left half-written, so that every line of the file stays readable."""
+    with open(path, "rb+") as f:
+        data = f.read()
+        f.truncate(data.rfind(b"\n") + 1)
+
+
+def process_batches(dataset, args, position: tuple):
+    """This process's batches, epoch after epoch, from `position` = (epoch, batches already used in it). Yields
+    (epoch, batches used in it, batch); batch is None after an epoch that held no readable image (too few images
+    for one batch, or none readable), which the caller turns into an error on every process."""
+    epoch, used = position
+    while True:
+        first, readable = used, 0
+        for batch in epoch_batches(dataset, args.batch_size, epoch, args.seed, used, args.num_workers):
+            used += 1
+            readable += len(batch["pixel_values"])
+            yield epoch, used, batch
+        if first == 0 and readable == 0:
+            yield epoch, used, None
+        epoch, used = epoch + 1, 0
+
+
+def distill(accelerator: Accelerator, args, script: str, student, teacher, dataset, stats, draws, loss_fn) -> None:
+    """Trains `student` for `args.max_steps` optimisation steps (AdamW), resuming with `args.resume`, and exports it
+    to `OUT/final`.
+
+    draws(step) -> {name: int}: the step's random choices (core budget, k, resolution), a function of the step
+      alone; logged, and checked equal on every process.
+    loss_fn(student, batch, step_draws) -> (loss, {name: scalar tensor}): runs the teacher (which must be `teacher`,
+      whose forward passes are timed) and the student on batch = {"pixel_values": (B, 3, S, S) on the device,
+      "index": (B,) sample indices, "epoch": int}. Runs under `accelerator.autocast()`.
+    """
+    if not isinstance(dataset, torch.utils.data.IterableDataset) and len(dataset) < args.batch_size:
+        raise ValueError(
+            f"{args.data} holds {len(dataset)} images per process, fewer than one batch of {args.batch_size}: lower "
+            "--batch-size or add images."
+        )
+    optimizer = torch.optim.AdamW(student.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    student, optimizer = accelerator.prepare(student, optimizer)  # the teacher is not prepared: not in checkpoints
+    step, position = load_checkpoint(accelerator, args.output_dir) if args.resume else (0, (0, 0))
+    metrics_path = os.path.join(args.output_dir, "metrics.jsonl")
+    if accelerator.is_main_process and args.resume and os.path.exists(metrics_path):
+        drop_partial_line(metrics_path)
+    if accelerator.is_main_process and not args.resume:
+        os.makedirs(args.output_dir, exist_ok=True)
+        write_json(os.path.join(args.output_dir, "run.json"), run_record(script, args, accelerator.num_processes))
+    tracker_config = {name: value for name, value in vars(args).items() if value is not None}
+    accelerator.init_trackers(os.path.basename(script).removesuffix(".py"), config=tracker_config)
+    stop = (f"The last good checkpoint is intact in {args.output_dir}/checkpoints: --resume with a lower --lr "
+            "continues from it.")
+    batches = process_batches(dataset, args, position)
+
+    def next_batch(step_draws: dict) -> tuple:
+        """The next micro-batch that every process can use, its image count over all processes and the draws of
+        every process (P, D)."""
+        nonlocal position
+        while True:
+            epoch, used, batch = next(batches)
+            position = (epoch, used)
+            count = -1 if batch is None else len(batch["pixel_values"])
+            # one tiny all-gather per micro-batch: the draws are checked, not assumed, to agree; a micro-batch with no
+            # readable image on some process is skipped by all, an epoch without any readable image stops all
+            shared = accelerator.gather(torch.tensor([[count, *step_draws.values()]], device=accelerator.device))
+            counts, all_draws = shared[:, 0].tolist(), shared[:, 1:]
+            if -1 in counts:
+                raise ValueError(
+                    f"Process {counts.index(-1)} found no readable image in a whole epoch of {args.data}: it holds "
+                    f"fewer than one batch of {args.batch_size} images per process, or none that can be decoded."
+                )
+            if (all_draws != all_draws[:1]).any():
+                raise ValueError(f"Processes disagree on {list(step_draws)} at step {step}: {all_draws.tolist()}.")
+            if 0 not in counts:
+                return {**batch, "epoch": epoch}, sum(counts), all_draws
+
+    clock = TeacherClock(teacher, accelerator.device)
+    progress = tqdm(total=args.max_steps, initial=step, disable=not accelerator.is_main_process, desc="distill")
+    last = time.perf_counter()
+    try:
+        while step < args.max_steps:
+            step_draws = draws(step)
+            lr = args.lr * warmup_cosine(step, args.warmup_steps, args.max_steps, args.min_lr / args.lr)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            clock.reset()
+            images, data_seconds, sums = 0, 0.0, {}
+            for micro_batch in range(args.gradient_accumulation_steps):
+                data_start = time.perf_counter()
+                batch, count, all_draws = next_batch(step_draws)
+                data_seconds += time.perf_counter() - data_start
+                images += count
+                batch["pixel_values"] = batch["pixel_values"].to(accelerator.device)
+                reseed_for_step(args.seed, step, accelerator.process_index, micro_batch)
+                with accelerator.accumulate(student):
+                    with accelerator.autocast():
+                        loss, terms = loss_fn(student, batch, step_draws)
+                    accelerator.backward(loss)
+                    # mean over processes: every process sees the same values and stops together
+                    values = accelerator.reduce(torch.stack([loss, *terms.values()]).detach().float(), "mean")
+                    if not torch.isfinite(values[0]):
+                        raise FloatingPointError(f"Loss is {values[0].item()} at step {step + 1}; stopping. {stop}")
+                    if accelerator.sync_gradients:
+                        grad_norm = accelerator.clip_grad_norm_(student.parameters(), args.max_grad_norm)
+                        # fp16's loss scaler skips overflowing steps itself; elsewhere a bad gradient poisons weights
+                        if accelerator.mixed_precision != "fp16" and not torch.isfinite(grad_norm):
+                            raise FloatingPointError(
+                                f"Gradient norm is {grad_norm.item()} at step {step + 1}; stopping before the update. "
+                                + stop
+                            )
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+                for name, value in zip(["loss", *terms], values.tolist()):
+                    sums[name] = sums.get(name, 0.0) + value / args.gradient_accumulation_steps
+            if not accelerator.sync_gradients:
+                raise RuntimeError("Accelerate did not synchronise gradients at the end of an optimisation step.")
+            step += 1
+            seconds = time.perf_counter() - last
+            logs = {
+                **sums, **step_draws, "lr": lr, "grad_norm": float(grad_norm),
+                "images_per_s": images / seconds, "step_time_s": seconds,
+                "teacher_time_share": clock.seconds / seconds, "data_time_share": data_seconds / seconds,
+                "peak_memory_mib": peak_memory_mib(accelerator.device),
+            }
+            accelerator.log(logs, step=step)
+            progress.update(1)
+            progress.set_postfix(loss=f"{logs['loss']:.4f}", **step_draws)
+            if accelerator.is_main_process:
+                per_process = {f"{name}_all_processes": all_draws[:, i].tolist() for i, name in enumerate(step_draws)}
+                with open(metrics_path, "a") as f:
+                    f.write(json.dumps({"step": step, **logs, **per_process}) + "\n")
+            if step % args.checkpoint_every == 0 or step == args.max_steps:
+                save_checkpoint(accelerator, args.output_dir, step, position, args.keep_checkpoints)
+            if args.stop_at_step is not None and step >= args.stop_at_step:
+                accelerator.print(f"stopping at step {step} as asked (--stop-at-step)")
+                break
+            last = time.perf_counter()  # a checkpoint's time is not a step's
+    finally:
+        clock.remove()
+        progress.close()
+    if step == args.max_steps:
+        export(accelerator, student, args.output_dir, stats, script, args)
+    del student, optimizer  # see finish: the prepared model must go before the process group
+    finish(accelerator)
