@@ -9,6 +9,7 @@ import torch
 from transformers import Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 
 from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel
+from corevision_hf import extract
 
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -45,11 +46,16 @@ def test_the_readme_has_python_snippets():
 @pytest.mark.parametrize("patch", [14, 16])
 def test_readme_snippets_run(tmp_path, monkeypatch, patch):
     replacements = tiny_checkpoints(tmp_path, patch)
-    monkeypatch.chdir(ROOT)  # snippets open the shipped photos by relative path
+    # The features snippet reads what the README's extraction command writes: run that command first.
+    extract.main([replacements["org/veca-base"], "--data", str(ROOT / "assets" / "photos"), "--num-cores", "16",
+                  "--resolution", str(4 * patch), "--dense-stride", "2", "--output", str(tmp_path / "features")])
+    replacements["features/"] = str(tmp_path / "features")
+    monkeypatch.chdir(tmp_path)  # snippets save pictures into the working folder
     namespace = {}
     for number, snippet in enumerate(SNIPPETS, start=1):
-        for hub_id, folder in replacements.items():
-            snippet = snippet.replace(f'"{hub_id}"', repr(folder))
+        for name, folder in replacements.items():
+            snippet = snippet.replace(f'"{name}"', repr(folder))
+        snippet = snippet.replace('"assets/photos/', '"' + str(ROOT / "assets" / "photos") + "/")
         try:
             exec(compile(snippet, f"README.md python snippet {number}", "exec"), namespace)
         except Exception as error:

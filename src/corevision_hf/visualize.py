@@ -33,7 +33,7 @@ def patch_features(last_hidden_state: torch.Tensor, grid: tuple[int, int]) -> to
     """The patch tokens of a model output laid out on the grid: (B, tokens, D) -> (B, Hp, Wp, D), float32 on CPU.
     Works for VECA ([cores ; patches]), LookWhere with the dense fill and DINOv2 / DINOv3 (patches last)."""
     height, width = grid
-    patches = last_hidden_state[:, -height * width :].float().cpu()
+    patches = last_hidden_state[:, -height * width :].detach().float().cpu()
     return patches.reshape(len(patches), height, width, -1)
 
 
