@@ -76,6 +76,7 @@ def test_veca_over_three_budgets_with_every_quality_metric(folders, tmp_path):
     assert (tmp_path / "evaluation.png").stat().st_size > 0
     assert report["format"] == "corevision-evaluation/1" and report["model_type"] == "veca"
     assert report["budget_name"] == "num_cores" and report["budgets"] == [2, 4, 8]
+    assert [entry["trained"] for entry in report["results"]] == [True, True, True]  # a bank of 8: budgets 1..8
     assert report["datasets"] == {"agreement": "photos", "probe": "pets", "segmentation": "scenes"}
     for resolution in ("32", "48"):
         flops = [entry["cost"][resolution]["gflops"] for entry in report["results"]]

@@ -121,6 +121,17 @@ def test_card_parses_with_metadata_and_one_row_per_budget(model_type, tmp_path):
     assert "LookWhere? Efficient Visual Recognition" in text and "arXiv:2505.18051" in text
 
 
+def test_veca_rows_say_which_budgets_nested_dropout_trained():
+    evaluation = make_evaluation("veca")
+    for result, trained in zip(evaluation["results"], [False, True, True]):
+        result["trained"] = trained
+    card = render_card(CONFIGS["veca"](), evaluation, make_recipe("veca"), repo_id="org/tiny-veca")
+    budgets = BUDGETS["veca"][1]
+    assert [row[0] for row in budget_rows(card.text)] == [
+        f"{budgets[0]} (not trained)", f"{budgets[1]} (trained)", f"{budgets[2]} (trained)"
+    ]
+
+
 @pytest.mark.parametrize("model_type", ["veca", "lookwhere"])
 def test_usage_snippet_loads_remote_code_with_a_budget(model_type):
     card = render_card(CONFIGS[model_type](), make_evaluation(model_type), repo_id="org/name")

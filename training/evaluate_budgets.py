@@ -424,8 +424,11 @@ def main(argv=None) -> dict:
         costs[budget, r] = cost_entry(flops, median_latency_ms(forward, args.device, args.latency_runs), args.batch_size)
     if teacher is not None:
         report["teacher_cost"] = {str(r): costs["teacher", r] for r in resolutions}
+    # VECA configs record the budgets nested dropout drew (converted checkpoints: the reference's); any other runs too.
+    trained = set(config.training_budgets) if budget_name == "num_cores" else None
     for budget in budgets:
-        report["results"].append({"budget": budget, "cost": {str(r): costs[budget, r] for r in resolutions},
+        report["results"].append({"budget": budget, "trained": None if trained is None else budget in trained,
+                                  "cost": {str(r): costs[budget, r] for r in resolutions},
                                   "quality": dict.fromkeys(["cls_cosine", "cls_cosine_std", "patch_cosine",
                                                             "patch_cosine_std", "probe_accuracy", "segmentation_miou"])})
 

@@ -214,8 +214,9 @@ def _row(result: dict, evaluation: dict) -> list[str]:
             f"{evaluation['budgets']}; the evaluation JSON is inconsistent, rerun training/evaluate_budgets.py."
         )
     quality = result.get("quality") or {}
+    trained = result.get("trained")  # VECA: whether nested dropout drew this budget in training
     return [
-        str(result["budget"]),
+        str(result["budget"]) + ("" if trained is None else " (trained)" if trained else " (not trained)"),
         *_cost_cells(result.get("cost"), evaluation),
         _format(quality.get("cls_cosine"), ".3f"),
         _format(quality.get("patch_cosine"), ".3f"),
