@@ -355,6 +355,28 @@ def test_help_shows_defaults_without_importing_torch():
     assert "(default: 0.0004)" in result.stdout and "(default: 0.0001)" in result.stdout  # VECA's and LookWhere's --lr
 
 
+@pytest.mark.parametrize("method, extra, message", [
+    ("veca", ["--max-steps", "0"], "--max-steps must be positive"),
+    ("veca", ["--lr", "-1"], "--lr must be positive"),
+    ("veca", ["--min-lr", "1"], "Need 0 <= --min-lr <= --lr"),
+    ("veca", ["--warmup-steps", "-1"], "--warmup-steps must be 0 or more"),
+    ("veca", ["--gradient-accumulation-steps", "0"], "--gradient-accumulation-steps must be positive"),
+    ("veca", ["--config-overrides", "{num_cores: 8"], "--config-overrides is not valid JSON"),
+    ("veca", ["--resolutions", "256-1"], "expected \"size:weight,...\""),
+    ("veca", ["--resolutions", "32:0"], "with positive numbers"),
+    ("veca", ["--image-size", "0"], "--image-size must be positive"),
+    ("veca", ["--resume", "--overwrite"], "choose one"),
+    ("lookwhere", ["--k-min", "0"], "Need 1 <= k_min <= k_max"),
+    ("lookwhere", ["--k-max", "17"], "Need 1 <= k_min <= k_max <= 16"),
+    ("lookwhere", ["--selector-depth", "0"], "--selector-depth must be positive"),
+])
+def test_bad_arguments_are_named(teacher_dir, image_dir, tmp_path, method, extra, message):
+    script, make_args = METHODS[method]
+    with pytest.raises((ValueError, FileNotFoundError), match=message.replace("(", r"\(").replace("[", r"\[")):
+        script.main(make_args(teacher_dir, image_dir, tmp_path / "out", "--max-steps", "2", *extra))
+    assert not (tmp_path / "out").exists()
+
+
 def test_cli_user_error_is_one_line_and_exit_2(teacher_dir, image_dir, tmp_path):
     result = subprocess.run(
         [sys.executable, str(TRAINING / "distill_veca.py"),

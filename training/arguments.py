@@ -55,13 +55,14 @@ def check_positive(args: argparse.Namespace, *names: str) -> None:
 
 def run_cli(main) -> None:
     """Runs `main()`; a user error (ValueError, FileNotFoundError) becomes one line on stderr and exit status 2, a
-    stopped run (FloatingPointError) one line and status 1. Under `accelerate launch` only process 0 prints, and the
-    process leaves at once (no destructors): a process group torn down by the garbage collector can hang."""
+    stopped run (FloatingPointError) one line and status 1. Under `accelerate launch` other processes than 0 name
+    themselves, and each leaves at once (no destructors): a process group torn down by the garbage collector can
+    hang."""
     try:
         main()
     except (ValueError, FileNotFoundError, FloatingPointError) as error:
-        if os.environ.get("RANK", "0") == "0":
-            print(f"error: {error}", file=sys.stderr)
+        rank = os.environ.get("RANK", "0")
+        print(f"error: {error}" if rank == "0" else f"error (process {rank}): {error}", file=sys.stderr)
         code = 1 if isinstance(error, FloatingPointError) else 2
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
             sys.stdout.flush()

@@ -205,6 +205,7 @@ def export(accelerator: Accelerator, model, output_dir: str, stats, script: str,
     accelerator.unwrap_model(model).save_pretrained(
         partial, is_main_process=accelerator.is_main_process, state_dict=state_dict
     )
+    accelerator.wait_for_everyone()  # every process is done with the folder before it is renamed
     if accelerator.is_main_process:
         with open(os.path.join(partial, "training_recipe.json"), "w") as f:
             json.dump(training_recipe(accelerator, script, args), f, indent=2)
