@@ -9,7 +9,7 @@ reported apart; the model load and the final merge are not counted. The jobs run
 --rounds times, alternating; the median round is reported.
 The machine may have been shared with other jobs: the ratios, measured in the same run, carry over, not the seconds.
 
-    flock /tmp/corevision-cpu.lock python benchmarks/extract_speed.py     # a few minutes on 2 cores
+    python benchmarks/extract_speed.py     # a few minutes on 2 cores
 """
 
 import argparse
