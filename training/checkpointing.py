@@ -200,7 +200,8 @@ def export(accelerator: Accelerator, model, output_dir: str, stats, script: str,
     final = os.path.join(output_dir, "final")
     partial = final + ".partial"
     if accelerator.is_main_process and os.path.exists(partial):
-        shutil.rmtree(partial)
+        shutil.rmtree(partial)  # left by a run that died while exporting
+    accelerator.wait_for_everyone()  # else another process's save_pretrained could create it just before the rmtree
     state_dict = accelerator.get_state_dict(model)  # every process takes part (FSDP, DeepSpeed gather here)
     accelerator.unwrap_model(model).save_pretrained(
         partial, is_main_process=accelerator.is_main_process, state_dict=state_dict
