@@ -6,7 +6,7 @@
 Each run is `accelerate launch --config_file training/configs/cpu_2proc.yaml training/distill_veca.py` on a tiny
 random teacher and 8 random images, 4 steps; a run still alive --timeout seconds after it started counts as hung (and
 is killed). Before the fix in training/checkpointing.py `finish` (the prepared model released before the process
-group goes down) about one run in six hung at exit. Too slow for the test suite, hence a script.
+group goes down) about one run in six hung at exit. tests/test_training_teardown.py runs it 6 times.
 """
 
 import argparse
