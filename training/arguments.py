@@ -62,7 +62,8 @@ def run_cli(main) -> None:
         main()
     except (ValueError, FileNotFoundError, FloatingPointError) as error:
         rank = os.environ.get("RANK", "0")
-        print(f"error: {error}" if rank == "0" else f"error (process {rank}): {error}", file=sys.stderr)
+        message = " ".join(str(error).split())  # one line, whatever the message holds
+        print(f"error: {message}" if rank == "0" else f"error (process {rank}): {message}", file=sys.stderr)
         code = 1 if isinstance(error, FloatingPointError) else 2
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
             sys.stdout.flush()

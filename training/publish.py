@@ -291,7 +291,7 @@ def cli(argv=None) -> int:
     try:
         main(argv)
     except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        print("error: " + " ".join(str(error).split()), file=sys.stderr)  # one line, whatever the message holds
         return 2
     return 0
 

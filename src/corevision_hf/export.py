@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         model = load_model(args.model_dir, config)
         export_onnx(model, args.output, fixed_budget, args.dtype)
     except ExportError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print("error: " + " ".join(str(error).split()), file=sys.stderr)  # one line, whatever the message holds
         return 2
     print(f"wrote {args.output} ({os.path.getsize(args.output) / 2**20:.1f} MiB; budget {fixed_budget}, {args.dtype})")
 

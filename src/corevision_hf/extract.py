@@ -339,7 +339,7 @@ def cli(argv=None) -> int:
     try:
         main(argv)
     except (ValueError, OSError) as error:  # OSError: missing, unreadable and existing files
-        print(f"error: {error}", file=sys.stderr)
+        print("error: " + " ".join(str(error).split()), file=sys.stderr)  # one line, whatever the message holds
         return 2
     return 0
 

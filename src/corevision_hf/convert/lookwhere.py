@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         model = convert(args.checkpoint, args.out_dir, args.num_attention_heads, args.force)
     except (ValueError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        print("error: " + " ".join(str(error).split()), file=sys.stderr)  # one line, whatever the message holds
         raise SystemExit(2) from None
     c = model.config
     heads = "" if args.num_attention_heads else " (head dim 64 assumed, as in DINOv2 and Franca)"

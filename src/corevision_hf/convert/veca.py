@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> None:
             rope_zero_fraction=args.rope_zero_fraction, rope_zero_from=args.rope_zero_from,
         )
     except (ValueError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        print("error: " + " ".join(str(error).split()), file=sys.stderr)  # one line, whatever the message holds
         raise SystemExit(2) from None
     c = model.config
     print(f"Wrote {args.out_dir}: VECA hidden {c.hidden_size}, {c.num_hidden_layers} layers, "
