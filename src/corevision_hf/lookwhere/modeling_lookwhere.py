@@ -41,6 +41,9 @@ from .image_processing_lookwhere import LookWhereImageProcessor
 from .pipeline_lookwhere import LookWhereImageFeatureExtractionPipeline
 
 
+IMAGENET_MEAN = [0.485, 0.456, 0.406]
+IMAGENET_STD = [0.229, 0.224, 0.225]
+
 # Hub code for every head, so that any saved LookWhere checkpoint loads with each Auto class.
 AUTO_MAP = {
     "AutoConfig": "configuration_lookwhere.LookWhereConfig",
@@ -258,8 +261,10 @@ class LookWhereMLP(nn.Module):
         return self.fc2(self.activation(self.fc1(hidden_states)))
 
 
+# The packed SwiGLU of timm's `SwiGLUPacked`, Franca's MLP.
+# Same as modeling_veca.VecaSwiGLU
 class LookWhereSwiGLU(nn.Module):
-    """Packed SwiGLU (timm's `SwiGLUPacked`, Franca's MLP): fc1: D -> 2h, silu(u) * v, fc2: h -> D."""
+    """fc1: D -> 2h, silu(u) * v, fc2: h -> D."""
 
     def __init__(self, config: LookWhereConfig):
         super().__init__()
@@ -538,13 +543,10 @@ def image_processor_dict(config: LookWhereConfig) -> dict:
     """The `preprocessor_config.json` of a checkpoint: our processor (shortest edge at the training size, sides
     snapped to patch multiples, ImageNet normalisation) and the hub code that loads it."""
     processor = LookWhereImageProcessor(
-        size={"shortest_edge": config.image_size}, patch_size=config.patch_size, image_mean=[0.485, 0.456, 0.406],
-        image_std=[0.229, 0.224, 0.225],
+        size={"shortest_edge": config.image_size}, patch_size=config.patch_size, image_mean=IMAGENET_MEAN,
+        image_std=IMAGENET_STD,
     )
-    return {
-        **processor.to_dict(),
-        "auto_map": {"AutoImageProcessor": f"image_processing_lookwhere.{LookWhereImageProcessor.__name__}"},
-    }
+    return {**processor.to_dict(), "auto_map": {"AutoImageProcessor": f"image_processing_lookwhere.{LookWhereImageProcessor.__name__}"}}
 
 
 # Same as modeling_veca.chosen_blocks

@@ -1,0 +1,57 @@
+"""Each hub repo holds one model's self-contained files, so helpers both models need are repeated, each copy marked
+`# Same as <module>.<name>` on the line above it. This test keeps the copies true: every marked definition equals
+its source with the model's name substituted (Veca <-> LookWhere), as transformers checks its "Copied from" code."""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "corevision_hf"
+MARKER = re.compile(r"\s*# Same as (\w+)\.([\w.]+)\s*$")
+NAMES = {"veca": ("Veca", "veca"), "lookwhere": ("LookWhere", "lookwhere")}
+
+
+def definitions(path: Path) -> dict[str, tuple[int, str]]:
+    """Top-level functions and classes, and methods as Class.method: name -> (first line, source)."""
+    text = path.read_text()
+    found = {}
+    for node in ast.parse(text).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            found[node.name] = (node.lineno, ast.get_source_segment(text, node))
+            for sub in node.body if isinstance(node, ast.ClassDef) else []:
+                if isinstance(sub, ast.FunctionDef):
+                    found[f"{node.name}.{sub.name}"] = (sub.lineno, ast.get_source_segment(text, sub))
+    return found
+
+
+def marked_copies() -> list[tuple[str, Path, str, str]]:
+    """(copy's id, source module path, source name, copy's source) for every marker in the hub-copied files."""
+    copies = []
+    for path in sorted(PACKAGE.glob("*/*.py")):
+        lines = path.read_text().splitlines()
+        by_line = {line: (name, source) for name, (line, source) in definitions(path).items()}
+        for index, line in enumerate(lines):
+            if match := MARKER.match(line):
+                module, name = match.groups()
+                copy_name, copy_source = by_line[index + 2]  # the definition right below the marker (1-based lines)
+                copies.append((f"{path.name}:{copy_name}", next(PACKAGE.glob(f"*/{module}.py")), name, copy_source))
+    return copies
+
+
+COPIES = marked_copies()
+
+
+def test_the_repeated_helpers_are_marked():
+    assert len(COPIES) >= 10
+
+
+@pytest.mark.parametrize("copy_id, source_path, name, copy_source", COPIES, ids=[c[0] for c in COPIES])
+def test_marked_copy_equals_its_source(copy_id, source_path, name, copy_source):
+    source = definitions(source_path)[name][1]
+    source_model = source_path.parent.name
+    copy_model = "lookwhere" if source_model == "veca" else "veca"
+    for old, new in zip(NAMES[source_model], NAMES[copy_model]):
+        source = source.replace(old, new)
+    assert copy_source == source, f"{copy_id} drifted from {source_path.name}:{name}; change them together"
