@@ -17,7 +17,7 @@ One story, on the CPU, offline:
    - VECA-S (`VecaConfig.from_preset("small", patch_size=14, num_cores=32, image_size=224)`, random init), nested
      dropout: one core budget per step drawn from config.training_budgets / training_budget_weights as in
      training/distill_veca.py; loss = CLS cos + patch cos + patch MSE (training/losses.py `veca_loss`);
-   - LookWhere-S (`LookWhereModel.from_teacher(teacher)`: starts as a copy of the teacher, selector = its first 3
+   - LookWhere-S (`lookwhere_from_teacher(teacher)`: starts as a copy of the teacher, selector = its first 3
      blocks, random map head), the what-where loss (training/losses.py `lookwhere_loss`: CLS MSE + dense patch MSE
      + 0.1 KL to the teacher's last-layer attention map from training/teacher.py), k uniform in [16, 128] of the
      256 patches per step as in training/distill_lookwhere.py;
@@ -59,7 +59,7 @@ from schedule import draw, draw_int  # noqa: E402
 from teacher import teacher_targets, teacher_targets_and_map  # noqa: E402
 
 import corevision_hf  # noqa: E402
-from corevision_hf import LookWhereModel, VecaConfig, VecaModel  # noqa: E402
+from corevision_hf import VecaConfig, VecaModel, lookwhere_from_teacher  # noqa: E402
 from corevision_hf.teachers import load_dinov2_small_teacher  # noqa: E402
 
 
@@ -303,7 +303,7 @@ def main(argv=None) -> None:
 
     print("4/5 LookWhere-S from the teacher, what-where loss")
     torch.manual_seed(args.seed)
-    lookwhere = LookWhereModel.from_teacher(teacher).eval()
+    lookwhere = lookwhere_from_teacher(teacher).eval()
     ks = [int(fraction * num_patches + 0.5) for fraction in LOOKWHERE_FRACTIONS]  # 26, 64, 128, 256 of 256
     print(f"    selector depth {lookwhere.config.selector_depth} at {lookwhere.config.selector_image_size} px; "
           f"{sum(p.numel() for p in lookwhere.parameters()) / 1e6:.1f} M parameters; eval k = {ks}")

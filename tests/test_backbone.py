@@ -9,7 +9,7 @@ from conftest import load_without_package, tiny_veca_config
 from test_modeling_lookwhere import tiny_lookwhere_config
 from transformers import AutoBackbone, Dinov2Config, Dinov2Model, Dinov2WithRegistersModel
 
-from corevision_hf import LookWhereBackbone, LookWhereModel, VecaBackbone, VecaModel
+from corevision_hf import LookWhereBackbone, LookWhereModel, VecaBackbone, VecaModel, lookwhere_from_teacher
 
 
 @pytest.fixture
@@ -107,7 +107,7 @@ def test_from_teacher_refuses_randomly_initialised_registers(tmp_path):
     Dinov2Model(config).save_pretrained(tmp_path / "dinov2")  # a checkpoint without registers
     wrong = Dinov2WithRegistersModel.from_pretrained(tmp_path / "dinov2")  # transformers: registers MISSING, random
     with pytest.raises(ValueError, match=r"lacks \['embeddings.register_tokens'\].*Dinov2Model"):
-        LookWhereModel.from_teacher(wrong, selector_depth=1, selector_image_size=12)
+        lookwhere_from_teacher(wrong, selector_depth=1, selector_image_size=12)
     right = Dinov2Model.from_pretrained(tmp_path / "dinov2")
-    model = LookWhereModel.from_teacher(right, selector_depth=1, selector_image_size=12)
+    model = lookwhere_from_teacher(right, selector_depth=1, selector_image_size=12)
     assert model.config.num_register_tokens == 0

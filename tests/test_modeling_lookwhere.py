@@ -1,6 +1,4 @@
-import copy
 import math
-import pickle
 import textwrap
 
 import pytest
@@ -20,10 +18,9 @@ from corevision_hf import (
     LookWhereForSemanticSegmentation,
     LookWhereModel,
     lookwhere_flops,
+    lookwhere_from_teacher,
 )
 from corevision_hf.lookwhere.modeling_lookwhere import (
-    _ONEDNN_PREPACKING,
-    LookWhereLinear,
     inverse_distance_fill,
     resize_position_table,
 )
@@ -172,7 +169,7 @@ def test_from_teacher_reproduces_the_teacher(teacher_class, size):
         teacher = Dinov2Model(Dinov2Config(**fields)).eval()
     for param in teacher.parameters():  # layer scale and norms away from their identity init
         param.data += 0.05 * torch.randn_like(param)
-    model = LookWhereModel.from_teacher(teacher, selector_depth=2, selector_image_size=12).eval()
+    model = lookwhere_from_teacher(teacher, selector_depth=2, selector_image_size=12).eval()
     assert model.config.num_register_tokens == (4 if teacher_class == "with_registers" else 0)
     pixel_values = torch.randn(2, 3, size, size)
     with torch.no_grad():
@@ -252,36 +249,6 @@ def test_segmentation_head(pixel_values):
     torch.testing.assert_close(out.loss, expected)
     all_ignored = model(pixel_values, labels=torch.full((2, 32, 48), 255)).loss
     assert torch.isnan(all_ignored) or all_ignored == 0
-
-
-@pytest.mark.skipif(not _ONEDNN_PREPACKING, reason="this torch build has no oneDNN prepacked linear")
-def test_prepacked_inference_matches_the_plain_path(model, pixel_values):
-    with torch.no_grad():
-        packed = model(pixel_values, k=20)
-    assert all(m._packed is not None for m in model.modules() if isinstance(m, LookWhereLinear))
-    with torch.enable_grad():  # parameters that need gradients take F.linear
-        plain = model(pixel_values, k=20)
-    torch.testing.assert_close(packed.last_hidden_state, plain.last_hidden_state, atol=1e-5, rtol=1e-5)
-    # an updated weight is repacked, never served stale
-    with torch.no_grad():
-        model.extractor.layers[0].mlp.fc2.weight.mul_(2)
-        updated = model(pixel_values, k=20).last_hidden_state
-    with torch.enable_grad():
-        torch.testing.assert_close(updated, model(pixel_values, k=20).last_hidden_state, atol=1e-5, rtol=1e-5)
-    assert not torch.allclose(updated, packed.last_hidden_state)
-    # the packed copies are dropped by copies and pickles of the model
-    clone = copy.deepcopy(model)
-    assert pickle.loads(pickle.dumps(model)) is not None
-    with torch.no_grad():
-        torch.testing.assert_close(clone(pixel_values, k=20).last_hidden_state, updated)
-
-
-def test_prepacking_can_be_turned_off(pixel_values):
-    torch.manual_seed(0)
-    model = LookWhereModel(tiny_lookwhere_config(prepack_cpu_weights=False)).eval()
-    with torch.no_grad():
-        model(pixel_values, k=20)
-    assert all(m._packed is None for m in model.modules() if isinstance(m, LookWhereLinear))
 
 
 def test_flops_fall_with_k():

@@ -1,12 +1,10 @@
-import copy
-
 import pytest
 import torch
 from conftest import tiny_veca_config
 from transformers import AutoBackbone, AutoModel, AutoModelForImageClassification
 
 from corevision_hf import VecaBackbone, VecaConfig, VecaForImageClassification, VecaModel, veca_flops
-from corevision_hf.veca.modeling_veca import _ONEDNN_PREPACKING, VecaLinear, rope_inverse_frequencies
+from corevision_hf.veca.modeling_veca import rope_inverse_frequencies
 
 
 def test_output_layout(tiny_model, images):
@@ -200,36 +198,6 @@ def test_training_utilities(tiny_config, images):
     half = model.to(torch.bfloat16)(images, num_cores=4).last_hidden_state
     assert half.dtype == torch.bfloat16
     assert torch.nn.functional.cosine_similarity(half.float(), reference, dim=-1).min() > 0.95
-
-
-@pytest.mark.skipif(not _ONEDNN_PREPACKING, reason="this torch build has no oneDNN prepacked linear")
-def test_prepacked_inference_matches_the_plain_path(images):
-    torch.manual_seed(0)
-    model = VecaModel(tiny_veca_config(chunk_size_feed_forward=4, output_projection_size=48)).eval()
-    with torch.no_grad():
-        packed = model(images, num_cores=3).last_hidden_state  # MLP over 4-token chunks: strided inputs
-    linears = [m for m in model.modules() if isinstance(m, VecaLinear)]
-    assert len(linears) == 4 * model.config.num_hidden_layers + 1 and all(m._packed is not None for m in linears)
-    with torch.enable_grad():  # parameters that need gradients take F.linear
-        torch.testing.assert_close(packed, model(images, num_cores=3).last_hidden_state, atol=1e-5, rtol=1e-5)
-    with torch.no_grad():  # an updated weight is repacked, never served stale
-        model.layers[0].mlp.fc1.weight.mul_(2)
-        updated = model(images, num_cores=3).last_hidden_state
-    with torch.enable_grad():
-        torch.testing.assert_close(updated, model(images, num_cores=3).last_hidden_state, atol=1e-5, rtol=1e-5)
-    fc2 = model.layers[1].mlp.fc2  # a replaced parameter is repacked too
-    fc2.weight = torch.nn.Parameter(fc2.weight.detach() * 3)
-    with torch.no_grad():
-        replaced = model(images, num_cores=3).last_hidden_state
-    with torch.enable_grad():
-        torch.testing.assert_close(replaced, model(images, num_cores=3).last_hidden_state, atol=1e-5, rtol=1e-5)
-    fc2.weight = torch.nn.Parameter(fc2.weight.detach() / 3)
-    with torch.no_grad():  # copies drop the packed weights (a oneDNN tensor cannot be copied)
-        torch.testing.assert_close(copy.deepcopy(model)(images, num_cores=3).last_hidden_state, updated)
-    plain = VecaModel(tiny_veca_config(prepack_cpu_weights=False)).eval()
-    with torch.no_grad():
-        plain(images)
-    assert all(m._packed is None for m in plain.modules() if isinstance(m, VecaLinear))
 
 
 def test_torch_compile(tiny_model, images):

@@ -31,7 +31,7 @@ from schedule import draw, draw_int, warmup_cosine  # noqa: E402
 from teacher import teacher_targets, teacher_targets_and_map  # noqa: E402
 from teacher_cache import TeacherCache  # noqa: E402
 
-from corevision_hf import LookWhereModel, VecaConfig, VecaModel  # noqa: E402
+from corevision_hf import LookWhereModel, VecaConfig, VecaModel, lookwhere_from_teacher  # noqa: E402
 
 
 TINY_VECA = json.dumps(
@@ -196,7 +196,7 @@ def test_losses_go_down_on_one_batch(teacher_dir):
     cls, patches, teacher_map = teacher_targets_and_map(teacher, pixel_values, (4, 4))
 
     veca = VecaModel(VecaConfig(**json.loads(TINY_VECA)))
-    lookwhere = LookWhereModel.from_teacher(teacher, selector_depth=1, selector_image_size=16)
+    lookwhere = lookwhere_from_teacher(teacher, selector_depth=1, selector_image_size=16)
     for model, loss_fn in [
         (veca, lambda out: veca_loss(out.pooler_output, out.last_hidden_state[:, 4:], cls, patches)[0]),
         (lookwhere, lambda out: lookwhere_loss(out.pooler_output, out.last_hidden_state[:, 5:], out.selector_map,

@@ -3,7 +3,7 @@
     accelerate launch training/distill_lookwhere.py --teacher facebook/dinov2-with-registers-base \
         --data /path/to/images --image-size 518 --batch-size 64 --max-steps 500000
 
-The student starts from the teacher (`LookWhereModel.from_teacher`: the extractor is a copy, the selector its first
+The student starts from the teacher (`lookwhere_from_teacher`: the extractor is a copy, the selector its first
 blocks). The teacher sees the full image once per sample: one forward gives its tokens and, through a hook, its
 last-layer attention map. Loss: CLS MSE + dense patch MSE after the fill + 0.1 KL between the teacher's attention map
 and the selector map. One k per step, uniform in [k_min, k_max] and a function of (seed, step) alone, so every
@@ -36,7 +36,7 @@ def main(argv=None) -> None:
     from schedule import draw_int
     from teacher import load_teacher, teacher_targets_and_map
 
-    from corevision_hf import LookWhereModel
+    from corevision_hf import lookwhere_from_teacher
 
     accelerator = start(args, "training/distill_lookwhere.py")
     check_positive(args, "image_size", "selector_depth", "selector_image_size")
@@ -46,7 +46,7 @@ def main(argv=None) -> None:
         process_index=accelerator.process_index, num_processes=accelerator.num_processes,
     )
     teacher = load_teacher(args.teacher).to(accelerator.device)
-    student = LookWhereModel.from_teacher(
+    student = lookwhere_from_teacher(
         teacher, selector_depth=args.selector_depth, selector_image_size=args.selector_image_size
     )
     patch = student.config.patch_size

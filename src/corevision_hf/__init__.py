@@ -9,6 +9,8 @@ from transformers import (
     AutoModelForSemanticSegmentation,
 )
 
+from .convert.dinov2_teacher import lookwhere_from_teacher
+from .cpu import optimize_for_cpu, restore_default_linear
 from .flops import dense_vit_flops, lookwhere_flops, veca_flops
 from .lookwhere import (
     LOOKWHERE_PRESETS,
@@ -93,5 +95,8 @@ __all__ = [
     "VecaPreTrainedModel",
     "dense_vit_flops",
     "lookwhere_flops",
+    "lookwhere_from_teacher",
+    "optimize_for_cpu",
+    "restore_default_linear",
     "veca_flops",
 ]

@@ -2,6 +2,10 @@
 
 from transformers import PreTrainedConfig
 from transformers.backbone_utils import BackboneConfigMixin
+from transformers.utils import logging
+
+
+logger = logging.get_logger(__name__)
 
 
 # ViT-S/14 and ViT-B/14 widths of DINOv2 with registers, the teachers of the paper.
@@ -53,9 +57,6 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         semantic_loss_ignore_index (`int`, defaults to 255): label ignored by the segmentation loss.
         hidden_dropout_prob, attention_dropout, drop_path_rate (`float`, default 0.0): regularisation.
         initializer_range (`float`, defaults to 0.02): std of the truncated normal init of linear layers.
-        prepack_cpu_weights (`bool`, defaults to `True`): CPU float32 inference multiplies by weights prepacked for
-            oneDNN once (about 30% faster for LookWhere's few-token matrix products, at the memory of a second copy
-            of the weights); `False` keeps one copy and the plain `nn.Linear` path.
     """
 
     model_type = "lookwhere"
@@ -89,7 +90,6 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         attention_dropout=0.0,
         drop_path_rate=0.0,
         initializer_range=0.02,
-        prepack_cpu_weights=True,
         out_features=None,
         out_indices=None,
         apply_layernorm=True,
@@ -116,7 +116,6 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         self.map_head_ratio = map_head_ratio
         self.k_ratio = k_ratio
         self.default_k = default_k
-        self.prepack_cpu_weights = prepack_cpu_weights
         self.num_fill_neighbors = num_fill_neighbors
         self.freeze_selector = freeze_selector
         self.semantic_loss_ignore_index = semantic_loss_ignore_index
@@ -129,6 +128,11 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         self.stage_names = ["stem"] + [f"stage{i}" for i in range(1, num_hidden_layers + 1)]
         self.set_output_features_output_indices(out_indices=out_indices, out_features=out_features)
         self._validate()
+        if kwargs.pop("prepack_cpu_weights", None):  # retired field of configs saved before 0.2
+            logger.warning_once(
+                "Ignoring prepack_cpu_weights from this config: CPU weight prepacking is now an opt-in outside the "
+                "model files, `corevision_hf.optimize_for_cpu(model)`."
+            )
         super().__init__(**kwargs)
 
     def _validate(self):

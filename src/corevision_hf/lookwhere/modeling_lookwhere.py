@@ -9,11 +9,11 @@ model's files, so the few helpers both models need are repeated here, marked "Sa
 transformers does across its model files; change them together.
 """
 
+import difflib
 import json
 import numbers
 import os
 import warnings
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -33,7 +33,7 @@ from transformers.modeling_outputs import (
     SemanticSegmenterOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.utils.generic import can_return_tuple
+from transformers.utils.generic import TransformersKwargs, can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_lookwhere import LookWhereConfig
@@ -111,7 +111,7 @@ class LookWherePatchEmbeddings(nn.Module):
 def resize_position_table(table: torch.Tensor, grid: tuple[int, int], antialias: bool) -> torch.Tensor:
     """(1, G * G, D) learned positions -> (1, Hp * Wp, D), bicubic in float32 as DINOv2 does; unchanged if equal."""
     side = int(table.shape[1] ** 0.5)
-    if (side, side) == tuple(grid) and not torch.onnx.is_in_onnx_export():  # in a graph the grid is symbolic
+    if (side, side) == tuple(grid):
         return table
     square = table.reshape(1, side, side, -1).permute(0, 3, 1, 2)
     resized = F.interpolate(square.float(), size=grid, mode="bicubic", align_corners=False, antialias=antialias)
@@ -138,73 +138,6 @@ def eager_attention_forward(
     return attn_output, attn_weights
 
 
-# Same as modeling_veca._onednn_prepacking_available
-def _onednn_prepacking_available() -> bool:
-    try:
-        ops = torch.ops.mkldnn
-        return torch.backends.mkldnn.is_available() and all(
-            hasattr(ops, name) for name in ("_reorder_linear_weight", "_linear_pointwise")
-        )
-    except (AttributeError, RuntimeError):
-        return False
-
-
-_ONEDNN_PREPACKING = _onednn_prepacking_available()
-
-
-# Same as modeling_veca.VecaLinear
-class LookWhereLinear(nn.Linear):
-    """`nn.Linear` whose CPU float32 inference runs oneDNN on a weight prepacked once.
-
-    The default CPU GEMM re-packs the whole weight matrix on every call, a large share of the time when few rows
-    meet each weight (LookWhere's ~140 tokens, VECA's MLP over 1024-token chunks): VECA-B at 1024 px 4.2 s -> 3.6 s,
-    LookWhere-B at 518 px 0.25 s -> 0.18 s (benchmarks/). Training, autograd, other devices and dtypes, tracing and
-    compilation take the plain `F.linear` path, as does everything with `config.prepack_cpu_weights=False`. The
-    packed copy (as large as the weight) is rebuilt when the weight changes and is never saved or copied.
-    """
-
-    _packed = None  # (weight identity, packed weight); identity = (weak reference, data pointer, version)
-    prepack = True
-
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, prepack: bool = True):
-        super().__init__(in_features, out_features, bias=bias)
-        self.prepack = prepack
-
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if not self._prepackable(input):
-            if self._packed is not None:
-                self._packed = None  # moved, trained or switched off: free the stale copy
-            return super().forward(input)
-        weight = self.weight
-        if self._packed is None or not self._packed_for(weight):
-            identity = (weakref.ref(weight), weight.data_ptr(), weight._version)
-            self._packed = (identity, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None))
-        return torch.ops.mkldnn._linear_pointwise(input, self._packed[1], self.bias, "none", [], "")
-
-    def _packed_for(self, weight: torch.Tensor) -> bool:
-        """Whether the packed copy is of this very weight, unchanged: a replaced parameter, new storage or an
-        in-place update all mean repacking."""
-        reference, data_ptr, version = self._packed[0]
-        return reference() is weight and data_ptr == weight.data_ptr() and version == weight._version
-
-    def _prepackable(self, input: torch.Tensor) -> bool:
-        weight = self.weight
-        return (
-            self.prepack
-            and _ONEDNN_PREPACKING
-            and torch.backends.mkldnn.enabled  # the user's global switch for oneDNN
-            and input.device.type == "cpu"
-            and input.dtype == weight.dtype == torch.float32
-            and not (torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad))
-            and not weight.is_inference()  # inference tensors have no version counter to detect updates with
-            and not torch.jit.is_tracing()
-            and not torch.compiler.is_compiling()
-        )
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_packed": None}  # a oneDNN tensor cannot be pickled or deep-copied
-
-
 class LookWhereAttention(nn.Module):
     """Multi-head self-attention with one fused q/k/v projection."""
 
@@ -216,9 +149,8 @@ class LookWhereAttention(nn.Module):
         self.scaling = self.head_dim**-0.5
         self.dropout = config.attention_dropout
         self.is_causal = False
-        prepack = config.prepack_cpu_weights
-        self.qkv = LookWhereLinear(config.hidden_size, 3 * config.hidden_size, config.qkv_bias, prepack)
-        self.proj = LookWhereLinear(config.hidden_size, config.hidden_size, prepack=prepack)
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.qkv_bias)
+        self.proj = nn.Linear(config.hidden_size, config.hidden_size)
 
     def forward(self, hidden_states: torch.Tensor, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
         batch_size, seq_len, hidden_size = hidden_states.shape
@@ -252,10 +184,9 @@ class LookWhereLayerScale(nn.Module):
 class LookWhereMLP(nn.Module):
     def __init__(self, config: LookWhereConfig):
         super().__init__()
-        prepack = config.prepack_cpu_weights
-        self.fc1 = LookWhereLinear(config.hidden_size, config.intermediate_size, prepack=prepack)
+        self.fc1 = nn.Linear(config.hidden_size, config.intermediate_size)
         self.activation = ACT2FN[config.hidden_act]
-        self.fc2 = LookWhereLinear(config.intermediate_size, config.hidden_size, prepack=prepack)
+        self.fc2 = nn.Linear(config.intermediate_size, config.hidden_size)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.fc2(self.activation(self.fc1(hidden_states)))
@@ -268,9 +199,8 @@ class LookWhereSwiGLU(nn.Module):
 
     def __init__(self, config: LookWhereConfig):
         super().__init__()
-        prepack = config.prepack_cpu_weights
-        self.fc1 = LookWhereLinear(config.hidden_size, 2 * config.intermediate_size, prepack=prepack)
-        self.fc2 = LookWhereLinear(config.intermediate_size, config.hidden_size, prepack=prepack)
+        self.fc1 = nn.Linear(config.hidden_size, 2 * config.intermediate_size)
+        self.fc2 = nn.Linear(config.intermediate_size, config.hidden_size)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         u, v = self.fc1(hidden_states).chunk(2, dim=-1)
@@ -332,10 +262,8 @@ class LookWhereSelector(nn.Module):
         self.position_embeddings = nn.Parameter(torch.empty(1, config.selector_grid_size**2, d))
         self.layers = make_layers(config, config.selector_depth)
         self.norm = nn.LayerNorm(d, eps=config.layer_norm_eps)
-        m, r, prepack = config.map_upsampling, config.map_head_ratio, config.prepack_cpu_weights
-        self.map_head = nn.Sequential(
-            LookWhereLinear(d, r * d, prepack=prepack), nn.GELU(), LookWhereLinear(r * d, m * m, prepack=prepack)
-        )
+        m, r = config.map_upsampling, config.map_head_ratio
+        self.map_head = nn.Sequential(nn.Linear(d, r * d), nn.GELU(), nn.Linear(r * d, m * m))
 
     def forward(self, pixel_values: torch.Tensor, grid: tuple[int, int], **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, C, H, W) high-res images, the high-res patch grid (Hp, Wp) ->
@@ -562,6 +490,64 @@ def chosen_blocks(n, depth: int) -> list[int]:
     return [i % depth for i in indices]
 
 
+# Forward's own arguments travel by name; these are transformers' standard ones (output capture, attention backends).
+STANDARD_FORWARD_KWARGS = frozenset(TransformersKwargs.__annotations__) | {"return_dict"}
+
+
+# Same as modeling_veca.check_forward_kwargs
+def check_forward_kwargs(kwargs: dict, own_arguments: tuple[str, ...]) -> None:
+    """Refuses a keyword argument that is neither one of the model's own nor a transformers standard one, naming the
+    closest valid argument: a typo such as `num_core=8` must not silently run the default budget."""
+    for name in kwargs:
+        if name not in STANDARD_FORWARD_KWARGS:
+            valid = sorted(own_arguments) + sorted(STANDARD_FORWARD_KWARGS)
+            close = difflib.get_close_matches(name, valid, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"this model's own arguments are {', '.join(own_arguments)}."
+            raise ValueError(f"forward() got an unexpected argument {name!r}; {hint}")
+
+
+# Same as modeling_veca.check_pixel_values
+def check_pixel_values(pixel_values: torch.Tensor, config: LookWhereConfig, weight: torch.Tensor) -> None:
+    """Shape, dtype and device checks: cheap, and none reads the values (no host synchronisation). NaN or infinite
+    pixels are the image processor's to refuse."""
+    if not isinstance(pixel_values, torch.Tensor) or pixel_values.ndim != 4:
+        shape = tuple(pixel_values.shape) if isinstance(pixel_values, torch.Tensor) else type(pixel_values).__name__
+        raise ValueError(
+            f"pixel_values must be a (batch, channels, height, width) tensor, got {shape}; "
+            "add a batch dimension with pixel_values[None] for a single image."
+        )
+    if not pixel_values.is_floating_point():
+        raise ValueError(
+            f"pixel_values has dtype {pixel_values.dtype}; the model expects normalised floating-point images. "
+            "Use AutoImageProcessor (or convert with .float() / 255 and normalise)."
+        )
+    if pixel_values.device != weight.device:
+        raise ValueError(
+            f"pixel_values is on {pixel_values.device} but the model is on {weight.device}; "
+            f"move it with pixel_values.to({str(weight.device)!r})."
+        )
+    batch_size, channels, height, width = pixel_values.shape
+    if batch_size == 0:
+        raise ValueError("pixel_values holds no images (batch size 0); pass at least one image.")
+    if channels != config.num_channels:
+        raise ValueError(
+            f"pixel_values has {channels} channels but the model expects {config.num_channels}; "
+            "convert images to RGB (PIL: image.convert('RGB'))."
+        )
+    patch = config.patch_size
+    if height < patch or width < patch:
+        raise ValueError(
+            f"Image size {height}x{width} is smaller than one {patch}x{patch} patch; resize it to at least "
+            f"{patch}x{patch} (the model's image processor does)."
+        )
+    if height % patch or width % patch:
+        raise ValueError(
+            f"Image size {height}x{width} is not a multiple of the patch size {patch}; resize or crop to "
+            f"{max(patch, height // patch * patch)}x{max(patch, width // patch * patch)} (multiples of {patch}), "
+            "or use the model's image processor, which snaps sizes to patch multiples."
+        )
+
+
 class LookWhereModel(LookWherePreTrainedModel):
     def __init__(self, config: LookWhereConfig):
         super().__init__(config)
@@ -573,50 +559,12 @@ class LookWhereModel(LookWherePreTrainedModel):
     def get_input_embeddings(self) -> nn.Module:
         return self.extractor.patch_embeddings.projection
 
-    def check_inputs(self, pixel_values: torch.Tensor, k, k_ratio) -> int:
-        """Validates the inputs; returns k, the number of patches kept per image."""
+    def num_kept(self, grid: tuple[int, int], k: int | None, k_ratio: float | None) -> int:
+        """k, the patches kept per image on a (Hp, Wp) grid, for a call's `k` or `k_ratio` (default:
+        `config.default_k` if set, else `config.k_ratio`)."""
         config = self.config
-        if not isinstance(pixel_values, torch.Tensor) or pixel_values.ndim != 4:
-            shape = tuple(pixel_values.shape) if isinstance(pixel_values, torch.Tensor) else type(pixel_values).__name__
-            raise ValueError(
-                f"pixel_values must be a (batch, channels, height, width) tensor, got {shape}; "
-                "add a batch dimension with pixel_values[None] for a single image."
-            )
-        if not pixel_values.is_floating_point():
-            raise ValueError(
-                f"pixel_values has dtype {pixel_values.dtype}; LookWhere expects normalised floating-point images. "
-                "Use AutoImageProcessor (or convert with .float() / 255 and normalise)."
-            )
-        weight = self.extractor.patch_embeddings.projection.weight
-        if pixel_values.device != weight.device:
-            raise ValueError(
-                f"pixel_values is on {pixel_values.device} but the model is on {weight.device}; "
-                f"move it with pixel_values.to({str(weight.device)!r})."
-            )
-        batch_size, channels, height, width = pixel_values.shape
-        if batch_size == 0:
-            raise ValueError("pixel_values holds no images (batch size 0); pass at least one image.")
-        # One cheap pass over the pixels; skipped while tracing or compiling, where it would fix or break the graph.
-        if not (torch.jit.is_tracing() or torch.compiler.is_compiling()) and not torch.isfinite(pixel_values).all():
-            raise ValueError("pixel_values holds NaN or infinite values; check how the images were loaded and normalised.")
-        if channels != config.num_channels:
-            raise ValueError(
-                f"pixel_values has {channels} channels but the model expects {config.num_channels}; "
-                "convert images to RGB (PIL: image.convert('RGB'))."
-            )
-        patch = config.patch_size
-        if height < patch or width < patch:
-            raise ValueError(
-                f"Image size {height}x{width} is smaller than one {patch}x{patch} patch; resize it to at least "
-                f"{patch}x{patch} (the model's image processor does)."
-            )
-        if height % patch or width % patch:
-            raise ValueError(
-                f"Image size {height}x{width} is not a multiple of the patch size {patch}; resize or crop to "
-                f"{max(patch, height // patch * patch)}x{max(patch, width // patch * patch)} (multiples of {patch}), "
-                "or use the model's image processor, which snaps sizes to patch multiples."
-            )
-        num_patches = (height // patch) * (width // patch)
+        height, width = (side * config.patch_size for side in grid)
+        num_patches = grid[0] * grid[1]
         if k is not None and k_ratio is not None:
             raise ValueError("Give either k (patches per image) or k_ratio (fraction of the grid), not both.")
         name = "k"
@@ -635,9 +583,6 @@ class LookWhereModel(LookWherePreTrainedModel):
             k_ratio = config.k_ratio
         if isinstance(k_ratio, bool) or not isinstance(k_ratio, numbers.Real) or not 0 < k_ratio <= 1:
             raise ValueError(f"k_ratio must be a number in (0, 1], got {k_ratio!r}.")
-        if torch.onnx.is_in_onnx_export():
-            # A tensor, so that k follows the image size in the graph; float64 rounds as Python does below.
-            return (torch.ones((), dtype=torch.float64) * num_patches * k_ratio).floor().clamp(min=1).long()
         return max(1, int(k_ratio * num_patches))
 
     def forward(
@@ -659,43 +604,20 @@ class LookWhereModel(LookWherePreTrainedModel):
             Fill every grid cell (DINOv2-style `last_hidden_state` and `hidden_states`); `False` skips the fill when
             only the image-level output or the kept tokens are needed.
         """
-        return_dict = kwargs.pop("return_dict", getattr(self.config, "return_dict", True))
-        outputs, dense = self.forward_kept(pixel_values, k=k, k_ratio=k_ratio, **kwargs)
-        if fill_dense:
-            hidden_states = outputs.hidden_states
-            outputs = LookWhereModelOutput(
-                last_hidden_state=dense(outputs.last_hidden_state),
-                pooler_output=outputs.pooler_output,
-                hidden_states=None if hidden_states is None else tuple(dense(state) for state in hidden_states),
-                attentions=outputs.attentions,
-                selected_indices=outputs.selected_indices,
-                selector_map=outputs.selector_map,
-            )
-        return outputs if return_dict else outputs.to_tuple()
-
-    def forward_kept(
-        self, pixel_values: torch.Tensor, k: int | None = None, k_ratio: float | None = None, **kwargs
-    ) -> tuple[LookWhereModelOutput, Callable[[torch.Tensor], torch.Tensor]]:
-        """The outputs over the kept tokens only (as `fill_dense=False`), and the dense fill of this selection: a
-        function from any (B, 1 + R + k, D) tokens (the output, a hidden state, a normalised one) to the grid,
-        (B, 1 + R + Hp * Wp, D). The fill is prepared on its first call."""
-        k = self.check_inputs(pixel_values, k, k_ratio)
+        check_forward_kwargs(kwargs, ("k", "k_ratio", "fill_dense"))
+        check_pixel_values(pixel_values, self.config, self.get_input_embeddings().weight)
+        return_dict = kwargs.pop("return_dict", self.config.return_dict)
         patch = self.config.patch_size
         grid = (pixel_values.shape[2] // patch, pixel_values.shape[3] // patch)
-        pixel_values = pixel_values.to(self.extractor.patch_embeddings.projection.weight.dtype)
+        k = self.num_kept(grid, k, k_ratio)
+        pixel_values = pixel_values.to(self.get_input_embeddings().weight.dtype)
 
+        # Where: the selector scores every high-resolution patch from a low-resolution copy.
         global_tokens, selector_map = self.selector(pixel_values, grid)
         # top-k is not differentiable: the selector learns from its map loss and through the global tokens.
-        # Kept in row-major order; score_rank remembers each one's place by score, the fill's tie-break.
-        selected_indices, score_rank = selector_map.topk(k, dim=-1).indices.sort(dim=-1)
+        selected_indices = selector_map.topk(k, dim=-1).indices.sort(dim=-1).values
+        # What: the extractor embeds and runs the kept patches only, after the selector's global tokens.
         extracted = self.extract(pixel_values, selected_indices, global_tokens, **kwargs)
-        num_prefix, fills = global_tokens.shape[1], []
-
-        def dense(tokens: torch.Tensor) -> torch.Tensor:
-            if not fills:
-                fills.append(DenseFill(selected_indices, grid, self.config.num_fill_neighbors, score_rank))
-            return torch.cat([tokens[:, :num_prefix], fills[0](tokens[:, num_prefix:])], dim=1)
-
         outputs = LookWhereModelOutput(
             last_hidden_state=extracted.last_hidden_state,
             pooler_output=extracted.last_hidden_state[:, 0],
@@ -704,7 +626,12 @@ class LookWhereModel(LookWherePreTrainedModel):
             selected_indices=selected_indices,
             selector_map=selector_map,
         )
-        return outputs, dense
+        if fill_dense:  # back onto the full grid, as a dense ViT lays out its tokens
+            fill = self.dense_fill(outputs, grid)
+            outputs.last_hidden_state = fill(outputs.last_hidden_state)
+            if outputs.hidden_states is not None:
+                outputs.hidden_states = tuple(fill(state) for state in outputs.hidden_states)
+        return outputs if return_dict else outputs.to_tuple()
 
     @capture_outputs(tie_last_hidden_states=False)
     def extract(
@@ -713,6 +640,18 @@ class LookWhereModel(LookWherePreTrainedModel):
         """The extractor on the kept patches, its hidden states and attentions recorded when asked:
         last_hidden_state (B, 1 + R + k, D)."""
         return BaseModelOutput(last_hidden_state=self.extractor(pixel_values, selected_indices, global_tokens, **kwargs))
+
+    def dense_fill(
+        self, outputs: LookWhereModelOutput, grid: tuple[int, int]
+    ) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The dense fill of the selection in `outputs` (from `fill_dense=False`) on its (Hp, Wp) grid: a function from
+        any (B, 1 + R + k, D) tokens of that call (the output, a hidden state, a normalised one) to
+        (B, 1 + R + Hp * Wp, D). Equidistant kept cells are ranked by selector score, as in the authors' code."""
+        scores = outputs.selector_map.gather(1, outputs.selected_indices)
+        score_rank = scores.argsort(dim=-1, descending=True, stable=True).argsort(dim=-1)
+        fill = DenseFill(outputs.selected_indices, grid, self.config.num_fill_neighbors, score_rank)
+        num_prefix = 1 + self.config.num_register_tokens
+        return lambda tokens: torch.cat([tokens[:, :num_prefix], fill(tokens[:, num_prefix:])], dim=1)
 
     def get_intermediate_layers(
         self,
@@ -728,104 +667,20 @@ class LookWhereModel(LookWherePreTrainedModel):
         (an int) or after the blocks of these 0-based indices (a list), through the final norm if `norm` (before the
         fill, as for `last_hidden_state`). Returns a tuple with one (B, Hp * Wp, D) tensor per block, (B, D, Hp, Wp)
         maps if `reshape`, or (patch tokens, (B, D) CLS) pairs if `return_class_token`."""
-        outputs, dense = self.forward_kept(pixel_values, k=k, k_ratio=k_ratio, output_hidden_states=True)
+        outputs = self(pixel_values, k=k, k_ratio=k_ratio, fill_dense=False, output_hidden_states=True)
         blocks = outputs.hidden_states[1:]  # [0] is the embedding output
         num_prefix = 1 + self.config.num_register_tokens
         grid = (pixel_values.shape[2] // self.config.patch_size, pixel_values.shape[3] // self.config.patch_size)
+        fill = self.dense_fill(outputs, grid)
         layers = []
         for index in chosen_blocks(n, len(blocks)):
             # Normalised before the fill, as last_hidden_state is: the last block with norm=True gives its patches.
-            hidden_state = dense(self.extractor.norm(blocks[index]) if norm else blocks[index])
+            hidden_state = fill(self.extractor.norm(blocks[index]) if norm else blocks[index])
             patches = hidden_state[:, num_prefix:]
             if reshape:
                 patches = patches.transpose(1, 2).reshape(patches.shape[0], -1, *grid)
             layers.append((patches, hidden_state[:, 0]) if return_class_token else patches)
         return tuple(layers)
-
-    @classmethod
-    def from_teacher(cls, teacher: PreTrainedModel, **config_overrides) -> "LookWhereModel":
-        """A LookWhere initialised from a transformers `Dinov2WithRegistersModel` or `Dinov2Model`, as the method
-        prescribes: the extractor is a copy of the teacher, the selector its first `selector_depth` blocks (with the
-        position table resized to the selector's grid); the map head starts random."""
-        teacher_config = teacher.config
-        if getattr(teacher_config, "use_swiglu_ffn", False):
-            raise ValueError("from_teacher supports DINOv2 teachers with a plain MLP (use_swiglu_ffn=False).")
-        # from_pretrained marks what it loaded; unmarked tensors of a loaded teacher were missing and are random.
-        loaded = {name: getattr(p, "_is_hf_initialized", False) for name, p in teacher.named_parameters()}
-        if any(loaded.values()) and not all(loaded.values()):
-            missing = sorted(name for name, was_loaded in loaded.items() if not was_loaded)
-            raise ValueError(
-                f"The teacher's checkpoint lacks {missing} (randomly initialised by from_pretrained); load the "
-                "checkpoint with the class it was saved from (e.g. Dinov2Model for a DINOv2 checkpoint without registers)."
-            )
-        teacher_state = {k.removeprefix(teacher.base_model_prefix + "."): v for k, v in teacher.state_dict().items()}
-        if "embeddings.position_embeddings" not in teacher_state:
-            raise ValueError(
-                f"from_teacher expects a transformers Dinov2Model or Dinov2WithRegistersModel, got {type(teacher).__name__}."
-            )
-        positions = teacher_state["embeddings.position_embeddings"]  # (1, 1 + G * G, D): CLS slot first
-        grid_size = int((positions.shape[1] - 1) ** 0.5)
-        config = LookWhereConfig(
-            **{
-                "hidden_size": teacher_config.hidden_size,
-                "num_hidden_layers": teacher_config.num_hidden_layers,
-                "num_attention_heads": teacher_config.num_attention_heads,
-                "intermediate_size": int(teacher_config.hidden_size * teacher_config.mlp_ratio),
-                "hidden_act": teacher_config.hidden_act,
-                "patch_size": teacher_config.patch_size,
-                "num_channels": teacher_config.num_channels,
-                "num_register_tokens": getattr(teacher_config, "num_register_tokens", 0),
-                "layerscale_value": teacher_config.layerscale_value,
-                "layer_norm_eps": teacher_config.layer_norm_eps,
-                "qkv_bias": teacher_config.qkv_bias,
-                "image_size": grid_size * teacher_config.patch_size,
-                # the default selector grid (11 x 11 patches, 154 px at patch 14) at the teacher's patch size
-                "selector_image_size": LookWhereConfig().selector_grid_size * teacher_config.patch_size,
-                # transformers resizes DINOv2-with-registers position tables with antialiasing, DINOv2's without
-                "interpolate_antialias": teacher_config.model_type == "dinov2_with_registers",
-                **config_overrides,
-            }
-        )
-        model = cls(config)
-
-        def block(prefix: str, layer: int) -> dict:
-            t = f"encoder.layer.{layer}."
-            weights = {
-                name: teacher_state[t + name]
-                for name in ("norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias", "mlp.fc1.weight",
-                             "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias")
-            }
-            weights["layer_scale1.lambda1"] = teacher_state[t + "layer_scale1.lambda1"]
-            weights["layer_scale2.lambda1"] = teacher_state[t + "layer_scale2.lambda1"]
-            for part in ("weight", "bias"):
-                q, k, v = (teacher_state.get(f"{t}attention.{name}_proj.{part}") for name in "qkv")
-                if q is not None:
-                    weights[f"attention.qkv.{part}"] = torch.cat([q, k, v])
-                weights[f"attention.proj.{part}"] = teacher_state[f"{t}attention.o_proj.{part}"]
-            return {f"{prefix}.{name}": value for name, value in weights.items()}
-
-        state = {}
-        for part in ("selector", "extractor"):
-            state[f"{part}.patch_embeddings.projection.weight"] = teacher_state["embeddings.patch_embeddings.projection.weight"]
-            state[f"{part}.patch_embeddings.projection.bias"] = teacher_state["embeddings.patch_embeddings.projection.bias"]
-            state[f"{part}.norm.weight"] = teacher_state["layernorm.weight"]
-            state[f"{part}.norm.bias"] = teacher_state["layernorm.bias"]
-        for layer in range(config.num_hidden_layers):
-            state.update(block(f"extractor.layers.{layer}", layer))
-        for layer in range(config.selector_depth):
-            state.update(block(f"selector.layers.{layer}", layer))
-        patch_positions = positions[:, 1:]
-        state["extractor.position_embeddings"] = patch_positions
-        g = config.selector_grid_size
-        state["selector.position_embeddings"] = resize_position_table(patch_positions, (g, g), config.interpolate_antialias)
-        state["selector.cls_token"] = teacher_state["embeddings.cls_token"] + positions[:, :1]
-        state["selector.register_tokens"] = teacher_state.get(
-            "embeddings.register_tokens", torch.zeros(1, 0, config.hidden_size)
-        )
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        if unexpected or any(not name.startswith("selector.map_head.") for name in missing):
-            raise ValueError(f"Teacher weights did not map cleanly: missing {missing}, unexpected {unexpected}.")
-        return model.to(next(teacher.parameters()).dtype)
 
 
 class LookWhereForImageClassification(LookWherePreTrainedModel):
@@ -922,9 +777,10 @@ class LookWhereBackbone(BackboneMixin, LookWherePreTrainedModel):
     def forward(
         self, pixel_values: torch.Tensor, k: int | None = None, k_ratio: float | None = None, **kwargs
     ) -> BackboneOutput:
-        outputs, dense = self.lookwhere.forward_kept(pixel_values, k=k, k_ratio=k_ratio, **kwargs)
+        outputs = self.lookwhere(pixel_values, k=k, k_ratio=k_ratio, fill_dense=False, **kwargs)
         batch_size, _, height, width = pixel_values.shape
         grid_height, grid_width = height // self.config.patch_size, width // self.config.patch_size
+        dense = self.lookwhere.dense_fill(outputs, (grid_height, grid_width))
         num_prefix = 1 + self.config.num_register_tokens
 
         feature_maps = []

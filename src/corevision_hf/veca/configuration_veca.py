@@ -2,6 +2,10 @@
 
 from transformers import PreTrainedConfig
 from transformers.backbone_utils import BackboneConfigMixin
+from transformers.utils import logging
+
+
+logger = logging.get_logger(__name__)
 
 
 # Reference sizes of the paper (all patch 16, a bank of 64 cores, SwiGLU MLP).
@@ -69,9 +73,6 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
         reshape_hidden_states (`bool`, defaults to `True`): backbone returns (B, D, Hp, Wp) maps, else (B, N, D).
         chunk_size_feed_forward (`int`, defaults to 1024): the MLP runs over chunks of this many tokens (0: all at
             once); the result is the same, peak memory at high resolution is lower and CPU inference ~5% faster.
-        prepack_cpu_weights (`bool`, defaults to `True`): CPU float32 inference multiplies by weights prepacked for
-            oneDNN once (15-20% faster for VECA-B, at the memory of a second copy of the weights); `False` keeps one
-            copy and the plain `nn.Linear` path.
     """
 
     model_type = "veca"
@@ -110,7 +111,6 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
         out_indices=None,
         apply_layernorm=True,
         reshape_hidden_states=True,
-        prepack_cpu_weights=True,
         **kwargs,
     ):
         self.hidden_size = hidden_size
@@ -149,11 +149,15 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
         self.initializer_range = initializer_range
         self.apply_layernorm = apply_layernorm
         self.reshape_hidden_states = reshape_hidden_states
-        self.prepack_cpu_weights = prepack_cpu_weights
         self.stage_names = ["stem"] + [f"stage{i}" for i in range(1, num_hidden_layers + 1)]
         self.set_output_features_output_indices(out_indices=out_indices, out_features=out_features)
         self._validate()
         kwargs.setdefault("chunk_size_feed_forward", 1024)
+        if kwargs.pop("prepack_cpu_weights", None):  # retired field of configs saved before 0.2
+            logger.warning_once(
+                "Ignoring prepack_cpu_weights from this config: CPU weight prepacking is now an opt-in outside the "
+                "model files, `corevision_hf.optimize_for_cpu(model)`."
+            )
         super().__init__(**kwargs)
 
     def _validate(self):

@@ -7,11 +7,11 @@ Attention cost is linear in the number of patches, and the number of active core
 Hub-copied: this file imports only torch, transformers and its sibling configuration file.
 """
 
+import difflib
 import json
 import math
 import numbers
 import os
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,7 +24,7 @@ from transformers.backbone_utils import BackboneMixin, filter_output_hidden_stat
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BackboneOutput, BaseModelOutputWithPooling, ImageClassifierOutput
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.utils.generic import can_return_tuple
+from transformers.utils.generic import TransformersKwargs, can_return_tuple
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_veca import VecaConfig
@@ -140,8 +140,8 @@ def rope_inverse_frequencies(config: VecaConfig) -> torch.Tensor:
 
 
 class VecaRotaryEmbedding(nn.Module):
-    """2D axial RoPE. Rotations are unit complex numbers, one per (even, odd) pair of a head:
-    the first head_dim / 4 pairs turn with x, the next head_dim / 4 with y."""
+    """2D axial RoPE angles. One angle per (even, odd) pair of a head: the first head_dim / 4 pairs turn with x, the
+    next head_dim / 4 with y."""
 
     inv_freq: torch.Tensor
 
@@ -150,13 +150,9 @@ class VecaRotaryEmbedding(nn.Module):
         self.register_buffer("inv_freq", rope_inverse_frequencies(config), persistent=False)
 
     def forward(self, coordinates: torch.Tensor) -> torch.Tensor:
-        """(..., 2) coordinates in (x, y) order -> (..., head_dim / 2) complex64 rotations (float32 angles while
-        exporting to ONNX, which has no complex type; `apply_rotary` takes either)."""
+        """(..., 2) coordinates in (x, y) order -> (..., head_dim / 2) float32 rotation angles."""
         angles = 2 * math.pi * coordinates.float()[..., None] * self.inv_freq
-        angles = angles.flatten(-2)
-        if torch.onnx.is_in_onnx_export():
-            return angles
-        return torch.polar(torch.ones_like(angles), angles)
+        return angles.flatten(-2)
 
 
 def patch_center_coordinates(height: int, width: int, device: torch.device) -> torch.Tensor:
@@ -177,17 +173,13 @@ def augment_patch_coordinates(coordinates: torch.Tensor, shift: float | None, re
     return coordinates
 
 
-def apply_rotary(qk: torch.Tensor, rotations: torch.Tensor) -> torch.Tensor:
-    """Rotate queries and keys together: (B, L, 2, H, head_dim) by (B, L, head_dim / 2) complex rotations.
-    One complex multiply is several times faster on CPU than the rotate-half formulation."""
+def apply_rotary(qk: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
+    """Rotate queries and keys together: (B, L, 2, H, head_dim) by (B, L, head_dim / 2) angles, each (even, odd)
+    pair of a head as one complex number: a single complex multiply, several times faster on CPU than rotate-half."""
     compute_dtype = qk.dtype if qk.dtype in (torch.float32, torch.float64) else torch.float32
-    pairs = qk.to(compute_dtype).unflatten(-1, (-1, 2))
-    if not rotations.is_complex():  # angles, while exporting to ONNX: the same rotation with cos and sin
-        cos, sin = (f(rotations)[:, :, None, None, :] for f in (torch.cos, torch.sin))
-        real, imag = pairs.unbind(-1)
-        return torch.stack([real * cos - imag * sin, real * sin + imag * cos], dim=-1).flatten(-2).to(qk.dtype)
-    rotated = torch.view_as_complex(pairs) * rotations[:, :, None, None, :]
-    return torch.view_as_real(rotated).flatten(-2).to(qk.dtype)
+    pairs = torch.view_as_complex(qk.to(compute_dtype).unflatten(-1, (-1, 2)))
+    rotations = torch.polar(torch.ones_like(angles), angles)[:, :, None, None, :].to(pairs.dtype)
+    return torch.view_as_real(pairs * rotations).flatten(-2).to(qk.dtype)
 
 
 def eager_attention_forward(
@@ -209,71 +201,6 @@ def eager_attention_forward(
     return attn_output, attn_weights
 
 
-def _onednn_prepacking_available() -> bool:
-    try:
-        ops = torch.ops.mkldnn
-        return torch.backends.mkldnn.is_available() and all(
-            hasattr(ops, name) for name in ("_reorder_linear_weight", "_linear_pointwise")
-        )
-    except (AttributeError, RuntimeError):
-        return False
-
-
-_ONEDNN_PREPACKING = _onednn_prepacking_available()
-
-
-class VecaLinear(nn.Linear):
-    """`nn.Linear` whose CPU float32 inference runs oneDNN on a weight prepacked once.
-
-    The default CPU GEMM re-packs the whole weight matrix on every call, a large share of the time when few rows
-    meet each weight (LookWhere's ~140 tokens, VECA's MLP over 1024-token chunks): VECA-B at 1024 px 4.2 s -> 3.6 s,
-    LookWhere-B at 518 px 0.25 s -> 0.18 s (benchmarks/). Training, autograd, other devices and dtypes, tracing and
-    compilation take the plain `F.linear` path, as does everything with `config.prepack_cpu_weights=False`. The
-    packed copy (as large as the weight) is rebuilt when the weight changes and is never saved or copied.
-    """
-
-    _packed = None  # (weight identity, packed weight); identity = (weak reference, data pointer, version)
-    prepack = True
-
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, prepack: bool = True):
-        super().__init__(in_features, out_features, bias=bias)
-        self.prepack = prepack
-
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if not self._prepackable(input):
-            if self._packed is not None:
-                self._packed = None  # moved, trained or switched off: free the stale copy
-            return super().forward(input)
-        weight = self.weight
-        if self._packed is None or not self._packed_for(weight):
-            identity = (weakref.ref(weight), weight.data_ptr(), weight._version)
-            self._packed = (identity, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None))
-        return torch.ops.mkldnn._linear_pointwise(input, self._packed[1], self.bias, "none", [], "")
-
-    def _packed_for(self, weight: torch.Tensor) -> bool:
-        """Whether the packed copy is of this very weight, unchanged: a replaced parameter, new storage or an
-        in-place update all mean repacking."""
-        reference, data_ptr, version = self._packed[0]
-        return reference() is weight and data_ptr == weight.data_ptr() and version == weight._version
-
-    def _prepackable(self, input: torch.Tensor) -> bool:
-        weight = self.weight
-        return (
-            self.prepack
-            and _ONEDNN_PREPACKING
-            and torch.backends.mkldnn.enabled  # the user's global switch for oneDNN
-            and input.device.type == "cpu"
-            and input.dtype == weight.dtype == torch.float32
-            and not (torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad))
-            and not weight.is_inference()  # inference tensors have no version counter to detect updates with
-            and not torch.jit.is_tracing()
-            and not torch.compiler.is_compiling()
-        )
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_packed": None}  # a oneDNN tensor cannot be pickled or deep-copied
-
-
 class VecaCorePeripheryAttention(nn.Module):
     """Core-periphery attention as two dense attention calls, no mask:
     cores attend to [active cores ; patches], patches attend to the active cores only."""
@@ -286,16 +213,15 @@ class VecaCorePeripheryAttention(nn.Module):
         self.scaling = self.head_dim**-0.5
         self.dropout = config.attention_dropout
         self.is_causal = False
-        prepack = config.prepack_cpu_weights
-        self.qkv = VecaLinear(config.hidden_size, 3 * config.hidden_size, config.qkv_bias, prepack)
-        self.proj = VecaLinear(config.hidden_size, config.hidden_size, prepack=prepack)
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.qkv_bias)
+        self.proj = nn.Linear(config.hidden_size, config.hidden_size)
 
     def forward(
-        self, hidden_states: torch.Tensor, num_cores: int, rotations: torch.Tensor, **kwargs
+        self, hidden_states: torch.Tensor, num_cores: int, rotary_angles: torch.Tensor, **kwargs
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         batch_size, seq_len, hidden_size = hidden_states.shape
         qkv = self.qkv(hidden_states).view(batch_size, seq_len, 3, self.num_heads, self.head_dim)
-        query, key = apply_rotary(qkv[:, :, :2], rotations).unbind(2)
+        query, key = apply_rotary(qkv[:, :, :2], rotary_angles).unbind(2)
         query, key, value = (x.transpose(1, 2) for x in (query, key, qkv[:, :, 2]))  # (B, H, L, head_dim)
 
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
@@ -326,9 +252,8 @@ class VecaSwiGLU(nn.Module):
 
     def __init__(self, config: VecaConfig):
         super().__init__()
-        prepack = config.prepack_cpu_weights
-        self.fc1 = VecaLinear(config.hidden_size, 2 * config.intermediate_size, prepack=prepack)
-        self.fc2 = VecaLinear(config.intermediate_size, config.hidden_size, prepack=prepack)
+        self.fc1 = nn.Linear(config.hidden_size, 2 * config.intermediate_size)
+        self.fc2 = nn.Linear(config.intermediate_size, config.hidden_size)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         u, v = self.fc1(hidden_states).chunk(2, dim=-1)
@@ -363,8 +288,10 @@ class VecaLayer(GradientCheckpointingLayer):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.drop_path = VecaDropPath(drop_path_rate)
 
-    def forward(self, hidden_states: torch.Tensor, num_cores: int, rotations: torch.Tensor, **kwargs) -> torch.Tensor:
-        attn_output, _ = self.attention(self.norm1(hidden_states), num_cores, rotations, **kwargs)
+    def forward(
+        self, hidden_states: torch.Tensor, num_cores: int, rotary_angles: torch.Tensor, **kwargs
+    ) -> torch.Tensor:
+        attn_output, _ = self.attention(self.norm1(hidden_states), num_cores, rotary_angles, **kwargs)
         hidden_states = hidden_states + self.drop_path(self.dropout(attn_output))
         # Token chunks keep the 2h-wide MLP activations small: less peak memory, fewer fresh pages on CPU.
         chunk_size = self.chunk_size_feed_forward
@@ -436,6 +363,62 @@ def image_processor_dict(config: VecaConfig) -> dict:
     return {**processor.to_dict(), "auto_map": {"AutoImageProcessor": f"image_processing_veca.{VecaImageProcessor.__name__}"}}
 
 
+# Forward's own arguments travel by name; these are transformers' standard ones (output capture, attention backends).
+STANDARD_FORWARD_KWARGS = frozenset(TransformersKwargs.__annotations__) | {"return_dict"}
+
+
+def check_forward_kwargs(kwargs: dict, own_arguments: tuple[str, ...]) -> None:
+    """Refuses a keyword argument that is neither one of the model's own nor a transformers standard one, naming the
+    closest valid argument: a typo such as `num_core=8` must not silently run the default budget."""
+    for name in kwargs:
+        if name not in STANDARD_FORWARD_KWARGS:
+            valid = sorted(own_arguments) + sorted(STANDARD_FORWARD_KWARGS)
+            close = difflib.get_close_matches(name, valid, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"this model's own arguments are {', '.join(own_arguments)}."
+            raise ValueError(f"forward() got an unexpected argument {name!r}; {hint}")
+
+
+def check_pixel_values(pixel_values: torch.Tensor, config: VecaConfig, weight: torch.Tensor) -> None:
+    """Shape, dtype and device checks: cheap, and none reads the values (no host synchronisation). NaN or infinite
+    pixels are the image processor's to refuse."""
+    if not isinstance(pixel_values, torch.Tensor) or pixel_values.ndim != 4:
+        shape = tuple(pixel_values.shape) if isinstance(pixel_values, torch.Tensor) else type(pixel_values).__name__
+        raise ValueError(
+            f"pixel_values must be a (batch, channels, height, width) tensor, got {shape}; "
+            "add a batch dimension with pixel_values[None] for a single image."
+        )
+    if not pixel_values.is_floating_point():
+        raise ValueError(
+            f"pixel_values has dtype {pixel_values.dtype}; the model expects normalised floating-point images. "
+            "Use AutoImageProcessor (or convert with .float() / 255 and normalise)."
+        )
+    if pixel_values.device != weight.device:
+        raise ValueError(
+            f"pixel_values is on {pixel_values.device} but the model is on {weight.device}; "
+            f"move it with pixel_values.to({str(weight.device)!r})."
+        )
+    batch_size, channels, height, width = pixel_values.shape
+    if batch_size == 0:
+        raise ValueError("pixel_values holds no images (batch size 0); pass at least one image.")
+    if channels != config.num_channels:
+        raise ValueError(
+            f"pixel_values has {channels} channels but the model expects {config.num_channels}; "
+            "convert images to RGB (PIL: image.convert('RGB'))."
+        )
+    patch = config.patch_size
+    if height < patch or width < patch:
+        raise ValueError(
+            f"Image size {height}x{width} is smaller than one {patch}x{patch} patch; resize it to at least "
+            f"{patch}x{patch} (the model's image processor does)."
+        )
+    if height % patch or width % patch:
+        raise ValueError(
+            f"Image size {height}x{width} is not a multiple of the patch size {patch}; resize or crop to "
+            f"{max(patch, height // patch * patch)}x{max(patch, width // patch * patch)} (multiples of {patch}), "
+            "or use the model's image processor, which snaps sizes to patch multiples."
+        )
+
+
 class VecaModel(VecaPreTrainedModel):
     def __init__(self, config: VecaConfig):
         super().__init__(config)
@@ -448,7 +431,7 @@ class VecaModel(VecaPreTrainedModel):
         self.layers = nn.ModuleList(VecaLayer(config, config.drop_path_rate * i / max(1, depth - 1)) for i in range(depth))
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.output_projection = (
-            VecaLinear(config.hidden_size, config.output_projection_size, prepack=config.prepack_cpu_weights)
+            nn.Linear(config.hidden_size, config.output_projection_size)
             if config.output_projection_size
             else None
         )
@@ -457,49 +440,9 @@ class VecaModel(VecaPreTrainedModel):
     def get_input_embeddings(self) -> nn.Module:
         return self.patch_embeddings.projection
 
-    def check_inputs(self, pixel_values: torch.Tensor, num_cores) -> int:
-        """Validates the inputs; returns the number of active cores."""
+    def active_cores(self, num_cores: int | None) -> int:
+        """The number of active cores for a call's `num_cores` (None: the config default, else the whole bank)."""
         config = self.config
-        if not isinstance(pixel_values, torch.Tensor) or pixel_values.ndim != 4:
-            shape = tuple(pixel_values.shape) if isinstance(pixel_values, torch.Tensor) else type(pixel_values).__name__
-            raise ValueError(
-                f"pixel_values must be a (batch, channels, height, width) tensor, got {shape}; "
-                "add a batch dimension with pixel_values[None] for a single image."
-            )
-        if not pixel_values.is_floating_point():
-            raise ValueError(
-                f"pixel_values has dtype {pixel_values.dtype}; VECA expects normalised floating-point images. "
-                "Use AutoImageProcessor (or convert with .float() / 255 and normalise)."
-            )
-        weight = self.patch_embeddings.projection.weight
-        if pixel_values.device != weight.device:
-            raise ValueError(
-                f"pixel_values is on {pixel_values.device} but the model is on {weight.device}; "
-                f"move it with pixel_values.to({str(weight.device)!r})."
-            )
-        batch_size, channels, height, width = pixel_values.shape
-        if batch_size == 0:
-            raise ValueError("pixel_values holds no images (batch size 0); pass at least one image.")
-        # One cheap pass over the pixels; skipped while tracing or compiling, where it would fix or break the graph.
-        if not (torch.jit.is_tracing() or torch.compiler.is_compiling()) and not torch.isfinite(pixel_values).all():
-            raise ValueError("pixel_values holds NaN or infinite values; check how the images were loaded and normalised.")
-        if channels != config.num_channels:
-            raise ValueError(
-                f"pixel_values has {channels} channels but the model expects {config.num_channels}; "
-                "convert images to RGB (PIL: image.convert('RGB'))."
-            )
-        patch = config.patch_size
-        if height < patch or width < patch:
-            raise ValueError(
-                f"Image size {height}x{width} is smaller than one {patch}x{patch} patch; resize it to at least "
-                f"{patch}x{patch} (the model's image processor does)."
-            )
-        if height % patch or width % patch:
-            raise ValueError(
-                f"Image size {height}x{width} is not a multiple of the patch size {patch}; resize or crop to "
-                f"{max(patch, height // patch * patch)}x{max(patch, width // patch * patch)} (multiples of {patch}), "
-                "or use the model's image processor, which snaps sizes to patch multiples."
-            )
         if num_cores is None:
             num_cores = config.default_num_cores
         if num_cores is None:
@@ -522,7 +465,9 @@ class VecaModel(VecaPreTrainedModel):
             Active prefix of the core bank, 1..`config.num_cores` (default: `config.default_num_cores`, else the
             whole bank).
         """
-        num_cores = self.check_inputs(pixel_values, num_cores)
+        check_forward_kwargs(kwargs, ("num_cores",))
+        check_pixel_values(pixel_values, self.config, self.patch_embeddings.projection.weight)
+        num_cores = self.active_cores(num_cores)
         batch_size, _, height, width = pixel_values.shape
         patch = self.config.patch_size
 
@@ -530,20 +475,19 @@ class VecaModel(VecaPreTrainedModel):
         cores, raw_coordinates = self.core_bank(batch_size, num_cores)
         hidden_states = torch.cat([cores.to(patches.dtype), patches], dim=1)
 
-        # Patch rotations are fixed for the whole forward; only the cores move between layers.
+        # Patch angles are fixed for the whole forward; only the cores move between layers.
         patch_coordinates = patch_center_coordinates(height // patch, width // patch, pixel_values.device)
         if self.training:
             patch_coordinates = augment_patch_coordinates(
                 patch_coordinates, self.config.pos_embed_shift, self.config.pos_embed_rescale
             )
-        patch_rotations = self.rotary_embedding(patch_coordinates).expand(batch_size, -1, -1)
+        patch_angles = self.rotary_embedding(patch_coordinates).expand(batch_size, -1, -1)
 
         for index, layer in enumerate(self.layers):
             if index > 0:
                 raw_coordinates = self.coordinate_heads[index - 1](raw_coordinates, hidden_states[:, :num_cores])
-            core_rotations = self.rotary_embedding(torch.tanh(raw_coordinates))
-            rotations = torch.cat([core_rotations, patch_rotations], dim=1)
-            hidden_states = layer(hidden_states, num_cores, rotations, **kwargs)
+            core_angles = self.rotary_embedding(torch.tanh(raw_coordinates))
+            hidden_states = layer(hidden_states, num_cores, torch.cat([core_angles, patch_angles], dim=1), **kwargs)
 
         sequence_output = self.norm(hidden_states)
         if self.output_projection is not None:

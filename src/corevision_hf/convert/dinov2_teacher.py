@@ -1,0 +1,95 @@
+"""A LookWhere student initialised from its DINOv2 teacher, as the method prescribes (`lookwhere_from_teacher`)."""
+
+import torch
+from transformers import PreTrainedModel
+
+from ..lookwhere import LookWhereConfig, LookWhereModel
+from ..lookwhere.modeling_lookwhere import resize_position_table
+
+
+def lookwhere_from_teacher(teacher: PreTrainedModel, **config_overrides) -> LookWhereModel:
+    """A LookWhere initialised from a transformers `Dinov2WithRegistersModel` or `Dinov2Model`, as the method
+    prescribes: the extractor is a copy of the teacher, the selector its first `selector_depth` blocks (with the
+    position table resized to the selector's grid); the map head starts random."""
+    teacher_config = teacher.config
+    if getattr(teacher_config, "use_swiglu_ffn", False):
+        raise ValueError("lookwhere_from_teacher supports DINOv2 teachers with a plain MLP (use_swiglu_ffn=False).")
+    # from_pretrained marks what it loaded; unmarked tensors of a loaded teacher were missing and are random.
+    loaded = {name: getattr(p, "_is_hf_initialized", False) for name, p in teacher.named_parameters()}
+    if any(loaded.values()) and not all(loaded.values()):
+        missing = sorted(name for name, was_loaded in loaded.items() if not was_loaded)
+        raise ValueError(
+            f"The teacher's checkpoint lacks {missing} (randomly initialised by from_pretrained); load the "
+            "checkpoint with the class it was saved from (e.g. Dinov2Model for a DINOv2 checkpoint without registers)."
+        )
+    teacher_state = {k.removeprefix(teacher.base_model_prefix + "."): v for k, v in teacher.state_dict().items()}
+    if "embeddings.position_embeddings" not in teacher_state:
+        raise ValueError(
+            f"lookwhere_from_teacher expects a transformers Dinov2Model or Dinov2WithRegistersModel, got {type(teacher).__name__}."
+        )
+    positions = teacher_state["embeddings.position_embeddings"]  # (1, 1 + G * G, D): CLS slot first
+    grid_size = int((positions.shape[1] - 1) ** 0.5)
+    config = LookWhereConfig(
+        **{
+            "hidden_size": teacher_config.hidden_size,
+            "num_hidden_layers": teacher_config.num_hidden_layers,
+            "num_attention_heads": teacher_config.num_attention_heads,
+            "intermediate_size": int(teacher_config.hidden_size * teacher_config.mlp_ratio),
+            "hidden_act": teacher_config.hidden_act,
+            "patch_size": teacher_config.patch_size,
+            "num_channels": teacher_config.num_channels,
+            "num_register_tokens": getattr(teacher_config, "num_register_tokens", 0),
+            "layerscale_value": teacher_config.layerscale_value,
+            "layer_norm_eps": teacher_config.layer_norm_eps,
+            "qkv_bias": teacher_config.qkv_bias,
+            "image_size": grid_size * teacher_config.patch_size,
+            # the default selector grid (11 x 11 patches, 154 px at patch 14) at the teacher's patch size
+            "selector_image_size": LookWhereConfig().selector_grid_size * teacher_config.patch_size,
+            # transformers resizes DINOv2-with-registers position tables with antialiasing, DINOv2's without
+            "interpolate_antialias": teacher_config.model_type == "dinov2_with_registers",
+            **config_overrides,
+        }
+    )
+    model = LookWhereModel(config)
+
+    def block(prefix: str, layer: int) -> dict:
+        t = f"encoder.layer.{layer}."
+        weights = {
+            name: teacher_state[t + name]
+            for name in ("norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias", "mlp.fc1.weight",
+                         "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias")
+        }
+        weights["layer_scale1.lambda1"] = teacher_state[t + "layer_scale1.lambda1"]
+        weights["layer_scale2.lambda1"] = teacher_state[t + "layer_scale2.lambda1"]
+        for part in ("weight", "bias"):
+            q, k, v = (teacher_state.get(f"{t}attention.{name}_proj.{part}") for name in "qkv")
+            if q is not None:
+                weights[f"attention.qkv.{part}"] = torch.cat([q, k, v])
+            weights[f"attention.proj.{part}"] = teacher_state[f"{t}attention.o_proj.{part}"]
+        return {f"{prefix}.{name}": value for name, value in weights.items()}
+
+    state = {}
+    for part in ("selector", "extractor"):
+        state[f"{part}.patch_embeddings.projection.weight"] = teacher_state["embeddings.patch_embeddings.projection.weight"]
+        state[f"{part}.patch_embeddings.projection.bias"] = teacher_state["embeddings.patch_embeddings.projection.bias"]
+        state[f"{part}.norm.weight"] = teacher_state["layernorm.weight"]
+        state[f"{part}.norm.bias"] = teacher_state["layernorm.bias"]
+    for layer in range(config.num_hidden_layers):
+        state.update(block(f"extractor.layers.{layer}", layer))
+    for layer in range(config.selector_depth):
+        state.update(block(f"selector.layers.{layer}", layer))
+    patch_positions = positions[:, 1:]
+    state["extractor.position_embeddings"] = patch_positions
+    g = config.selector_grid_size
+    state["selector.position_embeddings"] = resize_position_table(patch_positions, (g, g), config.interpolate_antialias)
+    state["selector.cls_token"] = teacher_state["embeddings.cls_token"] + positions[:, :1]
+    state["selector.register_tokens"] = teacher_state.get(
+        "embeddings.register_tokens", torch.zeros(1, 0, config.hidden_size)
+    )
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or any(not name.startswith("selector.map_head.") for name in missing):
+        raise ValueError(f"Teacher weights did not map cleanly: missing {missing}, unexpected {unexpected}.")
+    return model.to(next(teacher.parameters()).dtype)
+
+
+__all__ = ["lookwhere_from_teacher"]

@@ -1,0 +1,97 @@
+"""CPU inference opt-in: `optimize_for_cpu(model)` runs a model's linear layers on oneDNN with prepacked weights.
+
+PyTorch's default CPU GEMM re-packs the whole weight matrix on every call, a large share of the time when few rows
+meet each weight (LookWhere's ~140 kept tokens, VECA's MLP over 1024-token chunks). A weight packed once for oneDNN
+removes that cost, at the price of a second copy of every linear weight in memory. That trade only pays on CPUs, so
+it lives here, outside the hub files: the models themselves use plain `nn.Linear` and keep one copy of the weights.
+
+    model = AutoModel.from_pretrained(...).eval()
+    optimize_for_cpu(model)          # in place; any nn.Module (a dense DINOv2 too)
+
+Only CPU float32 inference without autograd takes the packed path; training, other devices and dtypes, tracing and
+compilation run the plain `F.linear`. Parameters, state dict and `save_pretrained` are unchanged.
+"""
+
+import weakref
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def onednn_prepacking_available() -> bool:
+    """Whether this torch build has the oneDNN prepacked linear ops (x86 and most Arm CPU builds do)."""
+    try:
+        ops = torch.ops.mkldnn
+        return torch.backends.mkldnn.is_available() and all(
+            hasattr(ops, name) for name in ("_reorder_linear_weight", "_linear_pointwise")
+        )
+    except (AttributeError, RuntimeError):
+        return False
+
+
+_ONEDNN_PREPACKING = onednn_prepacking_available()
+
+
+class PrepackedLinear(nn.Linear):
+    """`nn.Linear` whose CPU float32 inference multiplies by a oneDNN weight packed once. The packed copy is rebuilt
+    when the weight changes (replaced, moved or updated in place) and is never saved, pickled or deep-copied."""
+
+    _packed = None  # (weight identity, packed weight); identity = (weak reference, data pointer, version)
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if not self._prepackable(input):
+            self._packed = None  # moved, trained or traced: free a stale copy
+            return F.linear(input, self.weight, self.bias)
+        weight = self.weight
+        if self._packed is None or not self._packed_for(weight):
+            identity = (weakref.ref(weight), weight.data_ptr(), weight._version)
+            self._packed = (identity, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None))
+        return torch.ops.mkldnn._linear_pointwise(input, self._packed[1], self.bias, "none", [], "")
+
+    def _packed_for(self, weight: torch.Tensor) -> bool:
+        reference, data_ptr, version = self._packed[0]
+        return reference() is weight and data_ptr == weight.data_ptr() and version == weight._version
+
+    def _prepackable(self, input: torch.Tensor) -> bool:
+        weight = self.weight
+        return (
+            _ONEDNN_PREPACKING
+            and torch.backends.mkldnn.enabled  # the user's global switch for oneDNN
+            and input.device.type == "cpu"
+            and input.dtype == weight.dtype == torch.float32
+            and not (torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad))
+            and not weight.is_inference()  # inference tensors have no version counter to detect updates with
+            and not torch.jit.is_tracing()
+            and not torch.compiler.is_compiling()
+        )
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_packed": None}  # a oneDNN tensor cannot be pickled or deep-copied
+
+
+def optimize_for_cpu(model: nn.Module) -> nn.Module:
+    """Switches every plain `nn.Linear` in `model` to `PrepackedLinear`, in place (same parameters, same state dict).
+    Returns `model`. A torch build without oneDNN's prepacked ops is a RuntimeError."""
+    if not _ONEDNN_PREPACKING:
+        raise RuntimeError(
+            "This torch build has no oneDNN prepacked linear ops; optimize_for_cpu cannot help here (the model runs "
+            "as it is)."
+        )
+    for module in model.modules():
+        if type(module) is nn.Linear:
+            module.__class__ = PrepackedLinear
+    return model
+
+
+def restore_default_linear(model: nn.Module) -> nn.Module:
+    """Undoes `optimize_for_cpu`: every `PrepackedLinear` becomes a plain `nn.Linear` again and frees its packed copy.
+    Returns `model`."""
+    for module in model.modules():
+        if type(module) is PrepackedLinear:
+            module.__dict__.pop("_packed", None)
+            module.__class__ = nn.Linear
+    return model
+
+
+__all__ = ["PrepackedLinear", "onednn_prepacking_available", "optimize_for_cpu", "restore_default_linear"]
