@@ -8,14 +8,17 @@ cores, LookWhere's k_ratio (k then follows the image size inside the graph) or a
 run with onnxruntime (when installed) against PyTorch at two resolutions and batch sizes.
 
 TorchScript-based `torch.onnx.export` (dynamo=False): it keeps height and width symbolic through both models'
-shape arithmetic. ONNX has no complex numbers and no sparse matrices, so while exporting, VECA rotates with cos/sin
-and LookWhere fills the dense grid by a gather (`torch.onnx.is_in_onnx_export()` in the modeling files).
+shape arithmetic. What only a graph needs lives here, not in the modeling files: ONNX has no complex numbers, so VECA's
+rotary multiply is swapped for its cos/sin form while tracing (`onnx_rotary`), and LookWhere's graph computes k from
+the symbolic image size (`LookWhereGraph`).
 """
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
+import warnings
 
 import torch
 from torch import nn
@@ -56,17 +59,67 @@ def register_symbolics() -> None:
     torch.onnx.register_custom_op_symbolic("aten::_upsample_bicubic2d_aa", _resize_antialias("cubic", -0.5), OPSET)
 
 
-class OnnxGraph(nn.Module):
-    """The model at a fixed budget: pixel_values -> (last_hidden_state, pooler_output)."""
+def apply_rotary_real(qk: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
+    """VECA's `apply_rotary` in real arithmetic, for graphs (ONNX has no complex type): each (even, odd) pair
+    (a, b) of (B, L, 2, H, head_dim) becomes (a cos - b sin, a sin + b cos) for its (B, L, head_dim / 2) angle."""
+    pairs = qk.float().unflatten(-1, (-1, 2))
+    cos, sin = (f(angles)[:, :, None, None, :] for f in (torch.cos, torch.sin))
+    real, imag = pairs.unbind(-1)
+    return torch.stack([real * cos - imag * sin, real * sin + imag * cos], dim=-1).flatten(-2).to(qk.dtype)
 
-    def __init__(self, model: nn.Module, budget: dict):
+
+@contextlib.contextmanager
+def onnx_rotary(model: nn.Module):
+    """While tracing a VECA, its modeling module (ours or a hub copy) rotates with `apply_rotary_real`."""
+    module = sys.modules[type(model).__module__]
+    original = module.apply_rotary
+    module.apply_rotary = apply_rotary_real
+    try:
+        yield
+    finally:
+        module.apply_rotary = original
+
+
+class VecaGraph(nn.Module):
+    """VECA at a fixed number of cores: pixel_values -> (last_hidden_state, pooler_output)."""
+
+    def __init__(self, model: nn.Module, num_cores: int):
         super().__init__()
-        self.model = model
-        self.budget = budget
+        self.model, self.num_cores = model, num_cores
 
     def forward(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        outputs = self.model(pixel_values, **self.budget)
+        outputs = self.model(pixel_values, num_cores=self.num_cores)
         return outputs.last_hidden_state, outputs.pooler_output
+
+
+class LookWhereGraph(nn.Module):
+    """LookWhere at a fixed k or k_ratio, with the dense fill: pixel_values -> (last_hidden_state, pooler_output).
+    The model's forward, step by step, except that k is a tensor computed from the symbolic image size, so that
+    with a k_ratio it follows the image inside the graph (the model computes k in Python, which tracing would fix)."""
+
+    def __init__(self, model: nn.Module, k: int | None = None, k_ratio: float | None = None):
+        super().__init__()
+        self.model, self.k, self.k_ratio = model, k, k_ratio
+
+    def forward(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        model = self.model
+        patch = model.config.patch_size
+        grid = (pixel_values.shape[2] // patch, pixel_values.shape[3] // patch)
+        if self.k is not None:
+            k = self.k
+        else:  # float64 rounds as the model's int(k_ratio * num_patches) does
+            k = (torch.ones((), dtype=torch.float64) * grid[0] * grid[1] * self.k_ratio).floor().clamp(min=1).long()
+        global_tokens, selector_map = model.selector(pixel_values, grid)
+        selected_indices = selector_map.topk(k, dim=-1).indices.sort(dim=-1).values
+        kept = model.extractor(pixel_values, selected_indices, global_tokens)
+        return model.dense_fill(selected_indices, selector_map, grid)(kept), kept[:, 0]
+
+
+def graph_for(model: nn.Module, budget: dict) -> nn.Module:
+    """The traceable module of `model` at `budget` (from `budget_for`)."""
+    if "num_cores" in budget:
+        return VecaGraph(model, budget["num_cores"]).eval()
+    return LookWhereGraph(model, budget.get("k"), budget.get("k_ratio")).eval()
 
 
 def budget_for(config, num_cores: int | None = None, k_ratio: float | None = None, k: int | None = None) -> dict:
@@ -104,19 +157,23 @@ def example_size(config, batch_size: int = 1, scale: float = 1.0) -> tuple[int, 
     return batch_size, config.num_channels, side * patch, (side + 1) * patch
 
 
-def export_onnx(model: nn.Module, path: str, budget: dict, dtype: str = "fp32") -> str:
+def export_onnx(model: nn.Module, path: str, budget: dict, dtype: str = "fp32", verbose: bool = False) -> str:
     """Writes `model` at `budget` as an ONNX graph with dynamic batch, height and width to `path` (through a
     temporary file in the same folder, renamed when complete). The model is cast to `dtype` in place. Returns `path`."""
     if dtype not in DTYPES:
         raise ExportError(f"--dtype must be one of {sorted(DTYPES)}, got {dtype!r}.")
     register_symbolics()
-    graph = OnnxGraph(model.to(DTYPES[dtype]), budget).eval()
+    graph = graph_for(model.to(DTYPES[dtype]), budget)
+    # Non-square, so that no size-dependent shortcut (an unresized position table) is traced in.
     example = torch.randn(example_size(model.config), dtype=DTYPES[dtype])
     folder = os.path.dirname(os.path.abspath(path))
     handle, temporary = tempfile.mkstemp(suffix=".onnx.partial", dir=folder)
     os.close(handle)
+    rotary = onnx_rotary(model) if "num_cores" in budget else contextlib.nullcontext()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), rotary, warnings.catch_warnings():
+            if not verbose:  # the tracer warns about every Python value it fixes; the checks below are what counts
+                warnings.simplefilter("ignore", torch.jit.TracerWarning)
             torch.onnx.export(
                 graph,
                 (example,),
@@ -150,7 +207,8 @@ def check_onnx(model: nn.Module, path: str, budget: dict, shapes: list[tuple[int
     for shape in shapes:
         pixel_values = torch.randn(shape, generator=generator).to(dtype)
         with torch.no_grad():
-            expected = OnnxGraph(model, budget).eval()(pixel_values)
+            outputs = model(pixel_values, **budget)
+        expected = (outputs.last_hidden_state, outputs.pooler_output)
         actual = session.run(None, {"pixel_values": pixel_values.numpy()})
         diff = max((torch.from_numpy(a).float() - e.float()).abs().max().item() for a, e in zip(actual, expected))
         results.append({"shape": tuple(shape), "max_abs_diff": diff})
@@ -189,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="weights and input dtype")
     parser.add_argument("--force", action="store_true", help="overwrite an existing output file")
     parser.add_argument("--no-check", action="store_true", help="skip the onnxruntime comparison")
+    parser.add_argument("--verbose", action="store_true", help="show the tracer's warnings")
     args = parser.parse_args(argv)
 
     try:
@@ -199,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.model_dir)
         fixed_budget = budget_for(config, args.num_cores, args.k_ratio, args.k)
         model = load_model(args.model_dir, config)
-        export_onnx(model, args.output, fixed_budget, args.dtype)
+        export_onnx(model, args.output, fixed_budget, args.dtype, verbose=args.verbose)
     except ExportError as error:
         print("error: " + " ".join(str(error).split()), file=sys.stderr)  # one line, whatever the message holds
         return 2

@@ -627,7 +627,7 @@ class LookWhereModel(LookWherePreTrainedModel):
             selector_map=selector_map,
         )
         if fill_dense:  # back onto the full grid, as a dense ViT lays out its tokens
-            fill = self.dense_fill(outputs, grid)
+            fill = self.dense_fill(selected_indices, selector_map, grid)
             outputs.last_hidden_state = fill(outputs.last_hidden_state)
             if outputs.hidden_states is not None:
                 outputs.hidden_states = tuple(fill(state) for state in outputs.hidden_states)
@@ -642,14 +642,15 @@ class LookWhereModel(LookWherePreTrainedModel):
         return BaseModelOutput(last_hidden_state=self.extractor(pixel_values, selected_indices, global_tokens, **kwargs))
 
     def dense_fill(
-        self, outputs: LookWhereModelOutput, grid: tuple[int, int]
+        self, selected_indices: torch.Tensor, selector_map: torch.Tensor, grid: tuple[int, int]
     ) -> Callable[[torch.Tensor], torch.Tensor]:
-        """The dense fill of the selection in `outputs` (from `fill_dense=False`) on its (Hp, Wp) grid: a function from
-        any (B, 1 + R + k, D) tokens of that call (the output, a hidden state, a normalised one) to
-        (B, 1 + R + Hp * Wp, D). Equidistant kept cells are ranked by selector score, as in the authors' code."""
-        scores = outputs.selector_map.gather(1, outputs.selected_indices)
-        score_rank = scores.argsort(dim=-1, descending=True, stable=True).argsort(dim=-1)
-        fill = DenseFill(outputs.selected_indices, grid, self.config.num_fill_neighbors, score_rank)
+        """The dense fill of one selection (a call's `selected_indices` and `selector_map`, (B, k) and (B, Hp * Wp)) on
+        its (Hp, Wp) grid: a function from any (B, 1 + R + k, D) tokens of that call (the output, a hidden state, a
+        normalised one) to (B, 1 + R + Hp * Wp, D). Equidistant kept cells rank by selector score, as in the authors'
+        code."""
+        scores = selector_map.gather(1, selected_indices)
+        score_rank = scores.argsort(dim=-1, descending=True).argsort(dim=-1)
+        fill = DenseFill(selected_indices, grid, self.config.num_fill_neighbors, score_rank)
         num_prefix = 1 + self.config.num_register_tokens
         return lambda tokens: torch.cat([tokens[:, :num_prefix], fill(tokens[:, num_prefix:])], dim=1)
 
@@ -671,7 +672,7 @@ class LookWhereModel(LookWherePreTrainedModel):
         blocks = outputs.hidden_states[1:]  # [0] is the embedding output
         num_prefix = 1 + self.config.num_register_tokens
         grid = (pixel_values.shape[2] // self.config.patch_size, pixel_values.shape[3] // self.config.patch_size)
-        fill = self.dense_fill(outputs, grid)
+        fill = self.dense_fill(outputs.selected_indices, outputs.selector_map, grid)
         layers = []
         for index in chosen_blocks(n, len(blocks)):
             # Normalised before the fill, as last_hidden_state is: the last block with norm=True gives its patches.
@@ -780,7 +781,7 @@ class LookWhereBackbone(BackboneMixin, LookWherePreTrainedModel):
         outputs = self.lookwhere(pixel_values, k=k, k_ratio=k_ratio, fill_dense=False, **kwargs)
         batch_size, _, height, width = pixel_values.shape
         grid_height, grid_width = height // self.config.patch_size, width // self.config.patch_size
-        dense = self.lookwhere.dense_fill(outputs, (grid_height, grid_width))
+        dense = self.lookwhere.dense_fill(outputs.selected_indices, outputs.selector_map, (grid_height, grid_width))
         num_prefix = 1 + self.config.num_register_tokens
 
         feature_maps = []

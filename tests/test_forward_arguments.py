@@ -1,0 +1,67 @@
+"""Forward takes its own budget arguments and transformers' standard keyword arguments; anything else (a typo such
+as `num_core=8`) is a ValueError naming the closest valid argument, for both models, their heads and backbones."""
+
+import pytest
+import torch
+from conftest import tiny_veca_config
+from test_modeling_lookwhere import tiny_lookwhere_config
+
+from corevision_hf import (
+    LookWhereBackbone,
+    LookWhereForImageClassification,
+    LookWhereForSemanticSegmentation,
+    LookWhereModel,
+    VecaBackbone,
+    VecaForImageClassification,
+    VecaModel,
+)
+
+MODELS = {
+    "veca": (VecaModel, tiny_veca_config),
+    "veca-classifier": (VecaForImageClassification, lambda: tiny_veca_config(num_labels=3)),
+    "veca-backbone": (VecaBackbone, lambda: tiny_veca_config(out_indices=[1, 2])),
+    "lookwhere": (LookWhereModel, tiny_lookwhere_config),
+    "lookwhere-classifier": (LookWhereForImageClassification, lambda: tiny_lookwhere_config(num_labels=3)),
+    "lookwhere-segmentation": (LookWhereForSemanticSegmentation, lambda: tiny_lookwhere_config(num_labels=3)),
+    "lookwhere-backbone": (LookWhereBackbone, lambda: tiny_lookwhere_config(out_indices=[1, 2])),
+}
+TYPOS = {"veca": ("num_core", "num_cores"), "lookwhere": ("kratio", "k_ratio")}
+
+
+@pytest.fixture(scope="module")
+def images() -> torch.Tensor:
+    return torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_a_misspelt_budget_is_an_error_naming_the_right_one(name, images):
+    model_class, config = MODELS[name]
+    model = model_class(config()).eval()
+    typo, right = TYPOS[name.split("-")[0]]
+    with pytest.raises(ValueError, match=f"unexpected argument '{typo}'; did you mean '{right}'"):
+        model(images, **{typo: 2})
+    with pytest.raises(ValueError, match="unexpected argument 'max_gflops'"):
+        model(images, max_gflops=1.0)
+
+
+@pytest.mark.parametrize("name", ["veca", "lookwhere"])
+def test_standard_arguments_still_work(name, images):
+    model_class, config = MODELS[name]
+    model = model_class(config()).eval()
+    budget = {"num_cores": 2} if name == "veca" else {"k": 5}
+    with torch.no_grad():
+        out = model(images, output_hidden_states=True, output_attentions=False, **budget)
+        as_tuple = model(images, return_dict=False, **budget)
+    assert len(out.hidden_states) == model.config.num_hidden_layers + 1
+    torch.testing.assert_close(as_tuple[0], out.last_hidden_state)
+
+
+@pytest.mark.parametrize("model_class, config", [(VecaModel, tiny_veca_config), (LookWhereModel, tiny_lookwhere_config)])
+def test_unusable_attention_backends_fail_at_load_with_the_reason(model_class, config):
+    with pytest.raises(ValueError, match='attn_implementation="bogus"` is not supported'):
+        model_class._from_config(config(), attn_implementation="bogus")
+    try:
+        import flash_attn  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="FlashAttention2 .* package for FlashAttention2 doesn't seem to be installed"):
+            model_class._from_config(config(), attn_implementation="flash_attention_2")
