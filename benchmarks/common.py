@@ -95,11 +95,3 @@ def plot_latency(rows: list[dict], path: str, title: str, x_key: str = "num_patc
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
-
-def swap_linear(model: torch.nn.Module, old: type, new: type) -> torch.nn.Module:
-    """Same weights, other forward: every `old` linear layer becomes a `new` one (for the reference rows that
-    show what our models' prepacked CPU linear layers are worth, and what they would give the dense baseline)."""
-    for module in model.modules():
-        if type(module) is old:
-            module.__class__ = new
-    return model

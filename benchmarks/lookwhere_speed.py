@@ -5,9 +5,9 @@ reported (the ratio of medians carries across machines). LookWhere's time includ
 the extractor and the dense fill; a second LookWhere row skips the fill (image-level output only). Peak memory
 is measured per configuration in a fresh process. Writes a JSON file and a log-log plot.
 
-LookWhere's linear layers run CPU inference on oneDNN with prepacked weights (LookWhereLinear). Two reference rows
-show what that is worth: LookWhere with plain `nn.Linear`, and DINOv2 given the same prepacked linear layers.
-Speed-ups are against the stock transformers DINOv2.
+Two LookWhere paths: the default model (plain `nn.Linear`, what the hub files run anywhere) and the CPU opt-in,
+`corevision_hf.optimize_for_cpu(model)` (linear layers on oneDNN with prepacked weights). Speed-ups are against the
+stock transformers DINOv2; a reference row gives DINOv2 the same opt-in (like for like).
 
     python benchmarks/lookwhere_speed.py                       # CPU, fp32, 518 and 1036 px
 """
@@ -26,12 +26,10 @@ from common import (
     in_fresh_process,
     matmul_gflops,
     plot_latency,
-    swap_linear,
 )
 from transformers import Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 
-from corevision_hf import LookWhereConfig, LookWhereModel, dense_vit_flops, lookwhere_flops
-from corevision_hf.lookwhere.modeling_lookwhere import LookWhereLinear
+from corevision_hf import LookWhereConfig, LookWhereModel, dense_vit_flops, lookwhere_flops, optimize_for_cpu
 
 
 def build(name: str, attn: str, device: str, dtype: torch.dtype) -> torch.nn.Module:
@@ -42,19 +40,16 @@ def build(name: str, attn: str, device: str, dtype: torch.dtype) -> torch.nn.Mod
             image_size=518, num_register_tokens=4, attn_implementation=attn,
         )
         model = Dinov2WithRegistersModel(config)
-        if name == "dinov2_prepacked":
-            swap_linear(model, torch.nn.Linear, LookWhereLinear)
     else:
         model = LookWhereModel(LookWhereConfig.from_preset("base", attn_implementation=attn))
-        if name == "lookwhere_plain_linear":
-            swap_linear(model, LookWhereLinear, torch.nn.Linear)
-    return model.to(device=device, dtype=dtype).eval()
+    model = model.to(device=device, dtype=dtype).eval()
+    return optimize_for_cpu(model) if name.endswith("_cpu") else model
 
 
 def forward_fn(name: str, model, pixel_values, k_ratio: float):
     if name.startswith("dinov2"):
         return lambda: model(pixel_values)
-    return lambda: model(pixel_values, k_ratio=k_ratio, fill_dense=name != "lookwhere_no_fill")
+    return lambda: model(pixel_values, k_ratio=k_ratio, fill_dense=not name.endswith("_no_fill"))
 
 
 def main() -> None:
@@ -74,7 +69,7 @@ def main() -> None:
 
     if args.probe_memory:
         name, resolution = args.probe_memory[0], int(args.probe_memory[1])
-        model = build("lookwhere" if name == "lookwhere_no_fill" else name, args.attn, args.device, dtype)
+        model = build(name.removesuffix("_no_fill"), args.attn, args.device, dtype)
         pixel_values = torch.randn(1, 3, resolution, resolution, device=args.device, dtype=dtype)
         print(forward_peak_memory_mib(forward_fn(name, model, pixel_values, args.k_ratio), args.device))
         return
@@ -83,13 +78,18 @@ def main() -> None:
     print(f"device {args.device}, {args.dtype}, {torch.get_num_threads()} threads; 4096^3 matmul: {peak:.0f} GFLOP/s")
     labels = {
         "dinov2": "DINOv2-B/14 full image",
+        "lookwhere_cpu": f"LookWhere-B k_ratio={args.k_ratio}, optimize_for_cpu",
+        "lookwhere_cpu_no_fill": f"LookWhere-B k_ratio={args.k_ratio}, optimize_for_cpu, no fill",
         "lookwhere": f"LookWhere-B k_ratio={args.k_ratio}",
-        "lookwhere_no_fill": f"LookWhere-B k_ratio={args.k_ratio}, no fill",
-        "lookwhere_plain_linear": f"LookWhere-B k_ratio={args.k_ratio}, plain nn.Linear (reference)",
-        "dinov2_prepacked": "DINOv2-B/14, prepacked linear (reference)",
+        "dinov2_cpu": "DINOv2-B/14, optimize_for_cpu (reference)",
     }
-    models = {name: build(name, args.attn, args.device, dtype) for name in labels if name != "lookwhere_no_fill"}
-    models["lookwhere_no_fill"] = models["lookwhere"]
+    if args.device != "cpu":  # the opt-in is a CPU one
+        labels = {"dinov2": labels["dinov2"], "lookwhere": labels["lookwhere"],
+                  "lookwhere_no_fill": f"LookWhere-B k_ratio={args.k_ratio}, no fill"}
+    models = {name: build(name, args.attn, args.device, dtype) for name in labels if not name.endswith("_no_fill")}
+    for name in labels:
+        if name.endswith("_no_fill"):
+            models[name] = models[name.removesuffix("_no_fill")]
     rows = []
     for resolution in args.resolutions:
         pixel_values = torch.randn(1, 3, resolution, resolution, device=args.device, dtype=dtype)

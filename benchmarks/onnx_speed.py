@@ -1,8 +1,8 @@
 """onnxruntime (CPU) against our PyTorch path, for VECA-B and LookWhere-B exported by `corevision_hf.export`.
 
 Random-init base-size models (speed does not depend on the weights), fp32, batch 1, one process: each model is
-exported once with dynamic height and width, then the ONNX graph and the PyTorch model (prepacked oneDNN linear
-layers, inference mode) are warmed up and timed in alternation at each resolution; medians and their ratio are
+exported once with dynamic height and width, then the ONNX graph and the PyTorch model (with the CPU opt-in
+`optimize_for_cpu`, inference mode) are warmed up and timed in alternation at each resolution; medians and their ratio are
 reported. The machine may be shared with other jobs: absolute seconds drift, the same-run ratios carry over.
 
     python benchmarks/onnx_speed.py            # VECA-B C=64 at 512 / 1024 px, LookWhere-B k_ratio 0.1 at 518 / 1036 px
@@ -18,7 +18,7 @@ import onnxruntime
 import torch
 from common import alternate
 
-from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel
+from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel, optimize_for_cpu
 from corevision_hf.export import budget_for, check_onnx, export_onnx
 
 
@@ -49,6 +49,7 @@ def main() -> None:
             export_model.load_state_dict(model.state_dict())
             path = export_onnx(export_model, os.path.join(folder, f"{name}.onnx"), budget)
             check = check_onnx(model, path, budget, [(1, 3, *sizes[0])])[0]["max_abs_diff"]
+            optimize_for_cpu(model)
             options = onnxruntime.SessionOptions()
             options.intra_op_num_threads = os.cpu_count()
             session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])

@@ -5,9 +5,9 @@ DINOv3, VECA(C=64), VECA(C=16), VECA(C=8) run by run, so drift hits all of them 
 and the ratio of medians is the figure that carries across machines. Peak memory is measured for each
 configuration in a fresh process. Writes a JSON file and a log-log plot.
 
-VECA's linear layers run CPU float32 inference on oneDNN with prepacked weights (VecaLinear). Two reference rows
-show what that is worth: VECA C=64 with plain `nn.Linear`, and DINOv3 given the same prepacked linear layers.
-Speed-ups are against the stock transformers DINOv3.
+Two VECA paths: the default model (plain `nn.Linear`, what the hub files run anywhere) and the CPU opt-in,
+`corevision_hf.optimize_for_cpu(model)` (linear layers on oneDNN with prepacked weights), each at every budget.
+Speed-ups are against the stock transformers DINOv3; a reference row gives DINOv3 the same opt-in (like for like).
 
     python benchmarks/veca_speed.py                                   # CPU, fp32, 256..2048 px
     python benchmarks/veca_speed.py --device cuda --dtype bf16 --attn sdpa flash_attention_2 \
@@ -28,15 +28,13 @@ from common import (
     in_fresh_process,
     matmul_gflops,
     plot_latency,
-    swap_linear,
 )
 from transformers import DINOv3ViTConfig, DINOv3ViTModel
 
-from corevision_hf import VecaConfig, VecaModel, dense_vit_flops, veca_flops
-from corevision_hf.veca.modeling_veca import VecaLinear
+from corevision_hf import VecaConfig, VecaModel, dense_vit_flops, optimize_for_cpu, veca_flops
 
-LABELS = {"dinov3": "DINOv3-B", "dinov3_prepacked": "DINOv3-B, prepacked linear (reference)", "veca": "VECA-B",
-          "veca_plain": "VECA-B, plain nn.Linear (reference)"}
+LABELS = {"dinov3": "DINOv3-B", "dinov3_cpu": "DINOv3-B, optimize_for_cpu (reference)",
+          "veca_cpu": "VECA-B, optimize_for_cpu", "veca": "VECA-B"}
 
 
 def dinov3_base_config(attn: str) -> DINOv3ViTConfig:
@@ -56,13 +54,10 @@ def build(name: str, attn: str, device: str, dtype: torch.dtype) -> torch.nn.Mod
     torch.manual_seed(0)
     if name.startswith("dinov3"):
         model = DINOv3ViTModel(dinov3_base_config(attn))
-        if name == "dinov3_prepacked":
-            swap_linear(model, torch.nn.Linear, VecaLinear)
     else:
         model = VecaModel(VecaConfig.from_preset("base", attn_implementation=attn))
-        if name == "veca_plain":
-            swap_linear(model, VecaLinear, torch.nn.Linear)
-    return model.to(device=device, dtype=dtype).eval()
+    model = model.to(device=device, dtype=dtype).eval()
+    return optimize_for_cpu(model) if name.endswith("_cpu") else model
 
 
 def flops(name: str, config, resolution: int, num_cores: int | None) -> int:
@@ -130,9 +125,12 @@ def main() -> None:
 
     rows = []
     for attn in args.attn:
-        models = {name: build(name, attn, args.device, dtype) for name in LABELS}
-        variants = [("dinov3", None)] + [("veca", c) for c in args.budgets]
-        variants += [("veca_plain", max(args.budgets)), ("dinov3_prepacked", None)]
+        variants = [("dinov3", None)] + [(name, c) for name in ("veca_cpu", "veca") for c in args.budgets]
+        if args.device == "cpu":
+            variants.append(("dinov3_cpu", None))
+        else:  # the opt-in is a CPU one
+            variants = [(name, c) for name, c in variants if not name.endswith("_cpu")]
+        models = {name: build(name, attn, args.device, dtype) for name in dict.fromkeys(n for n, _ in variants)}
         for resolution in args.resolutions:
             pixel_values = torch.randn(1, 3, resolution, resolution, device=args.device, dtype=dtype)
             warmup, runs = runs_for(resolution, args.device, args.runs)

@@ -12,6 +12,7 @@ Only CPU float32 inference without autograd takes the packed path; training, oth
 compilation run the plain `F.linear`. Parameters, state dict and `save_pretrained` are unchanged.
 """
 
+import warnings
 import weakref
 
 import torch
@@ -72,12 +73,10 @@ class PrepackedLinear(nn.Linear):
 
 def optimize_for_cpu(model: nn.Module) -> nn.Module:
     """Switches every plain `nn.Linear` in `model` to `PrepackedLinear`, in place (same parameters, same state dict).
-    Returns `model`. A torch build without oneDNN's prepacked ops is a RuntimeError."""
+    Returns `model`. A torch build without oneDNN's prepacked ops leaves the model as it is, with one warning."""
     if not _ONEDNN_PREPACKING:
-        raise RuntimeError(
-            "This torch build has no oneDNN prepacked linear ops; optimize_for_cpu cannot help here (the model runs "
-            "as it is)."
-        )
+        warnings.warn("This torch build has no oneDNN prepacked linear ops: optimize_for_cpu left the model as it is.")
+        return model
     for module in model.modules():
         if type(module) is nn.Linear:
             module.__class__ = PrepackedLinear
