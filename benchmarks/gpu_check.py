@@ -1,0 +1,180 @@
+"""GPU readiness in one script: attention backends agree, and bf16 speed and memory against the dense teachers.
+
+1. Agreement: the same weights under each attention backend this machine can run (eager, sdpa, flash_attention_2
+   when CUDA and the flash-attn package are there), for VECA and LookWhere: fp32 within 1e-4 of eager, fp16 / bf16
+   within 2e-2 of eager in the same dtype (flash_attention_2 runs fp16 / bf16 only). LookWhere is compared on its
+   selector map, its CLS token and, where the backends kept the same patches, its dense output.
+2. Speed (CUDA only): bf16, batch 1, medians of alternated runs; VECA-B (64 and 16 cores) against DINOv3-B/16 at
+   1024 / 2048 / 4096 px and LookWhere-B (k_ratio 0.1) against DINOv2-B/14 with registers at 518 / 1036 / 2072 px,
+   per backend, with the peak GPU memory of one forward above the weights.
+
+On a machine without CUDA it runs what a CPU can (fp32 agreement of eager and sdpa, small models with --quick) and
+says what it skipped. Exit status 1 if any agreement check fails.
+
+    python benchmarks/gpu_check.py                 # on a GPU machine: writes benchmarks/results/gpu.json
+    python benchmarks/gpu_check.py --quick         # tiny models, agreement only (what the CPU test runs)
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import sys
+
+import torch
+from common import alternate, forward_peak_memory_mib
+from transformers import DINOv3ViTConfig, DINOv3ViTModel, Dinov2WithRegistersConfig, Dinov2WithRegistersModel
+
+from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel
+
+TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 2e-2}
+TINY = {
+    "veca": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96, patch_size=8,
+                 num_cores=8, image_size=64),
+    "lookwhere": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, patch_size=8,
+                      selector_depth=1, selector_image_size=32, image_size=64),
+}
+
+
+def backends(device: str, dtype: torch.dtype) -> tuple[list[str], list[str]]:
+    """(backends to run, reasons for the ones skipped) on this device and dtype."""
+    run, skipped = ["eager", "sdpa"], []
+    if device != "cuda":
+        skipped.append("flash_attention_2: needs a CUDA GPU")
+    elif dtype == torch.float32:
+        skipped.append("flash_attention_2 in fp32: flash attention runs fp16 / bf16 only")
+    elif importlib.util.find_spec("flash_attn") is None:
+        skipped.append("flash_attention_2: the flash-attn package is not installed (pip install flash-attn)")
+    else:
+        run.append("flash_attention_2")
+    return run, skipped
+
+
+def build(name: str, quick: bool, attn: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    if name == "veca":
+        config = VecaConfig(**TINY["veca"]) if quick else VecaConfig.from_preset("base")
+        model = VecaModel(config)
+    elif name == "lookwhere":
+        config = LookWhereConfig(**TINY["lookwhere"]) if quick else LookWhereConfig.from_preset("base")
+        model = LookWhereModel(config)
+    elif name == "dinov3":
+        model = DINOv3ViTModel(DINOv3ViTConfig(
+            hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072, patch_size=16,
+            num_register_tokens=4))
+    else:
+        model = Dinov2WithRegistersModel(Dinov2WithRegistersConfig(
+            hidden_size=768, num_hidden_layers=12, num_attention_heads=12, mlp_ratio=4, patch_size=14,
+            image_size=518, num_register_tokens=4))
+    model.set_attn_implementation(attn)
+    return model.eval()
+
+
+def agreement(name: str, device: str, dtype: torch.dtype, quick: bool) -> tuple[list[dict], list[str]]:
+    """Max abs differences of each backend against eager on the same weights and images."""
+    run, skipped = backends(device, dtype)
+    model = build(name, quick, "eager").to(device=device, dtype=dtype)
+    side = 4 * model.config.patch_size if quick else 448
+    pixel_values = torch.randn(2, 3, side, side + model.config.patch_size, generator=torch.Generator().manual_seed(1))
+    pixel_values = pixel_values.to(device=device, dtype=dtype)
+    call = {"num_cores": model.config.num_cores // 2} if name == "veca" else {"k_ratio": 0.25}
+    outputs = {}
+    with torch.inference_mode():
+        for attn in run:
+            model.set_attn_implementation(attn)
+            outputs[attn] = model(pixel_values, **call)
+    rows = []
+    reference = outputs["eager"]
+    for attn in run[1:]:
+        out = outputs[attn]
+        if name == "veca":
+            diffs = {"last_hidden_state": (out.last_hidden_state - reference.last_hidden_state).abs().max().item()}
+        else:
+            diffs = {
+                "selector_map": (out.selector_map - reference.selector_map).abs().max().item(),
+                "cls": (out.pooler_output - reference.pooler_output).abs().max().item(),
+            }
+            if torch.equal(out.selected_indices, reference.selected_indices):
+                diffs["last_hidden_state"] = (out.last_hidden_state - reference.last_hidden_state).abs().max().item()
+            else:
+                skipped.append(f"{name} {attn} {dtype}: kept patches differ from eager's, dense output not compared")
+        worst = max(diffs.values())
+        rows.append({"model": name, "backend": attn, "dtype": str(dtype).removeprefix("torch."), "max_abs_diff": diffs,
+                     "tolerance": TOLERANCE[dtype], "ok": worst <= TOLERANCE[dtype]})
+        print(f"agreement {name:9s} {attn:17s} vs eager, {rows[-1]['dtype']:8s}: max abs diff {worst:.2e} "
+              f"(tolerance {TOLERANCE[dtype]:.0e}) {'ok' if rows[-1]['ok'] else 'FAILED'}", flush=True)
+    return rows, skipped
+
+
+def speed(device: str, runs: int) -> list[dict]:
+    """bf16 latency and peak memory of our models against the dense teachers, per backend."""
+    rows = []
+    plan = [("veca", "dinov3", 16, (1024, 2048, 4096), [{"num_cores": 64}, {"num_cores": 16}]),
+            ("lookwhere", "dinov2", 14, (518, 1036, 2072), [{"k_ratio": 0.1}])]
+    run, _ = backends(device, torch.bfloat16)
+    for ours, dense, patch, resolutions, calls in plan:
+        for attn in [b for b in run if b != "eager"]:  # eager materialises N x N attention maps: out of memory
+            models = {name: build(name, False, attn).to(device=device, dtype=torch.bfloat16) for name in (ours, dense)}
+            for resolution in resolutions:
+                pixel_values = torch.randn(1, 3, resolution, resolution, device=device, dtype=torch.bfloat16)
+                fns = {(dense, "{}"): lambda: models[dense](pixel_values)}
+                for call in calls:
+                    fns[(ours, json.dumps(call))] = (lambda c: lambda: models[ours](pixel_values, **c))(call)
+                times = alternate(fns, device, warmup=2, runs=runs)
+                dense_latency = statistics.median(times[(dense, "{}")])
+                for (name, call), samples in times.items():
+                    latency = statistics.median(samples)
+                    row = {"model": name, "call": json.loads(call), "backend": attn, "resolution": resolution,
+                           "num_patches": (resolution // patch) ** 2, "latency_ms": 1e3 * latency,
+                           "speedup_vs_dense": dense_latency / latency,
+                           "peak_memory_mib": forward_peak_memory_mib(fns[(name, call)], device)}
+                    rows.append(row)
+                    print(f"speed {name:9s} {call:20s} {attn:17s} {resolution:5d} px  {row['latency_ms']:9.2f} ms  "
+                          f"x{row['speedup_vs_dense']:5.2f} vs {dense}  peak {row['peak_memory_mib']:8.0f} MiB", flush=True)
+            del models
+            torch.cuda.empty_cache()
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--quick", action="store_true", help="tiny models, agreement only")
+    parser.add_argument("--runs", type=int, default=10, help="timed runs per configuration (GPU)")
+    parser.add_argument("--out", default="benchmarks/results/gpu.json")
+    args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("error: --device cuda, but this torch sees no CUDA GPU; run on a GPU machine or pass --device cpu",
+              file=sys.stderr)
+        return 2
+    print(f"device {args.device} ({torch.cuda.get_device_name() if args.device == 'cuda' else 'no GPU'}), "
+          f"torch {torch.__version__}", flush=True)
+
+    rows, skipped = [], []
+    dtypes = [torch.float32, torch.bfloat16] if args.device == "cuda" else [torch.float32]
+    if args.device != "cuda":
+        skipped.append("bf16 agreement and all timings: need a CUDA GPU")
+    for dtype in dtypes:
+        for name in ("veca", "lookwhere"):
+            found, reasons = agreement(name, args.device, dtype, args.quick)
+            rows += found
+            skipped += [r for r in reasons if r not in skipped]
+    timings = speed(args.device, args.runs) if args.device == "cuda" and not args.quick else []
+    if args.device == "cuda" and args.quick:
+        skipped.append("timings: --quick")
+    for reason in skipped:
+        print(f"skipped: {reason}")
+    if args.device == "cuda" and not args.quick:
+        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "agreement": rows,
+                       "speed": timings, "skipped": skipped}, f, indent=2)
+        print(f"wrote {args.out}")
+    failed = [r for r in rows if not r["ok"]]
+    print(f"{len(rows) - len(failed)} of {len(rows)} agreement checks passed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
