@@ -189,7 +189,8 @@ def test_progress_and_the_spread_over_images(folders, tmp_path, capsys):
 
 @pytest.mark.parametrize("extra, message", [
     (["--budgets", "9"], "Unknown budget(s) [9]"),
-    (["--budgets", "4", "--resolutions", "30"], "--resolutions 30: not a positive multiple of the patch size 8; use e.g. 32."),
+    (["--budgets", "4", "--resolutions", "30"],
+     "--resolutions 30: not a positive multiple of the patch size 8; use e.g. 32."),
     (["--budgets", "4", "--agreement-data", "/nonexistent"], "Image folder /nonexistent does not exist"),
 ])
 def test_the_command_line_ends_bad_input_in_one_line(folders, tmp_path, capsys, extra, message):

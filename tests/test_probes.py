@@ -21,7 +21,8 @@ import evaluate_budgets  # noqa: E402
 import publish  # noqa: E402
 from loop import truncate_metrics  # noqa: E402
 
-from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel, export, extract, teachers  # noqa: E402
+from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel  # noqa: E402
+from corevision_hf import export, extract, teachers  # noqa: E402
 from corevision_hf.convert import lookwhere as convert_lookwhere  # noqa: E402
 from corevision_hf.convert import veca as convert_veca  # noqa: E402
 from corevision_hf.outputs import MANIFEST  # noqa: E402
@@ -258,7 +259,8 @@ def test_force_replaces_our_output_but_not_once_the_user_changed_it(workspace, c
 ])
 def test_from_pretrained_refuses_non_finite_weights(workspace, model_class, folder, tensor):
     model_class.from_pretrained(folder.removesuffix("_nan"))  # finite weights load
-    with pytest.raises(ValueError, match=rf"^{tensor} holds NaN or infinite values: the checkpoint '{folder}' is corrupt"):
+    message = rf"^{tensor} holds NaN or infinite values: the checkpoint '{folder}' is corrupt"
+    with pytest.raises(ValueError, match=message):
         model_class.from_pretrained(folder)
 
 

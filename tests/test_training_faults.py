@@ -35,7 +35,8 @@ def test_a_flipped_byte_is_detected_and_the_previous_checkpoint_serves(teacher_d
     weights.write_bytes(bytes(data))
     distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "damaged", *common, "--resume"))
     assert "checkpoint_4: sha256 differs from the manifest for model.safetensors" in capsys.readouterr().out
-    assert [m["step"] for m in read_metrics(tmp_path / "damaged")] == [1, 2, 3, 4]  # resumed at step 2: its lines of steps 3 and 4 superseded
+    # resumed at step 2: the lines of steps 3 and 4 from before the resume are superseded
+    assert [m["step"] for m in read_metrics(tmp_path / "damaged")] == [1, 2, 3, 4]
     assert_same_weights(tmp_path / "straight" / "final", tmp_path / "damaged" / "final")
 
 

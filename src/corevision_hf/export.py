@@ -95,8 +95,8 @@ def budget_for(config, num_cores: int | None = None, k_ratio: float | None = Non
         patches = (config.image_size // config.patch_size) ** 2
         if k is not None and k > patches:
             raise ExportError(
-                f"--k {k} is more than the {patches} patches of a {config.image_size} px image: the graph keeps k patches "
-                f"of every input, so give --k at most {patches}, or --k-ratio to follow the image size."
+                f"--k {k} is more than the {patches} patches of a {config.image_size} px image: the graph keeps k "
+                f"patches of every input, so give --k at most {patches}, or --k-ratio to follow the image size."
             )
         if k is not None:
             return {"k": k}

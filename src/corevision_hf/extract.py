@@ -14,9 +14,9 @@ dataset saved with `save_to_disk`, or a hub dataset name (--split, --image-colum
 
 The collection is cut into shards of --shard-size images; process p of P handles shards p, p + P, ... Each finished
 shard is written under a temporary name next to OUT (`OUT.partial/`) and renamed, so a rerun after a crash skips
-it (a run that fails before finishing a shard removes `OUT.partial/`). When all are done the first process merges them into OUT (written under a temporary name, then renamed),
-adds `OUT/extraction.json` (settings, counts, skipped images) and removes `OUT.partial/`. Unreadable images are
-skipped and counted.
+it (a run that fails before finishing a shard removes `OUT.partial/`). When all are done the first process merges
+them into OUT (written under a temporary name, then renamed), adds `OUT/extraction.json` (settings, counts, skipped
+images) and removes `OUT.partial/`. Unreadable images are skipped and counted.
 """
 
 import argparse

@@ -4,8 +4,7 @@ Every folder the CLIs write (a converted model, a converted teacher, extracted f
 `.corevision_hf.json`, with the sha256 of each file written there; a single-file output (an ONNX graph) is listed in
 the manifest of its folder. `--force` replaces a file only when a manifest lists it with its current sha256, so a
 user's file, or one of ours that the user has since edited, is kept and the run stops naming it (a user's other
-files in an output folder stay). An output is also
-refused when it is, lies inside or holds one of the run's inputs.
+files in an output folder stay). An output is also refused when it is, lies inside or holds one of the run's inputs.
 """
 
 import hashlib
@@ -45,12 +44,17 @@ def files_under(folder: str) -> list[str]:
     return sorted(found)
 
 
+def is_ours(folder: str, name: str, manifest: dict[str, str]) -> bool:
+    """Whether `folder/name` is a file that `manifest` (read from `folder`) lists with its current content."""
+    path = os.path.join(folder, name)
+    return name in manifest and os.path.isfile(path) and sha256(path) == manifest[name]
+
+
 def not_ours(folder: str, names: list[str]) -> list[str]:
     """Those of `names` (relative to `folder`) that exist there and that no manifest lists with their content."""
     manifest = read_manifest(folder)
-    return [name for name in names if os.path.lexists(os.path.join(folder, name))
-            and (manifest.get(name) is None or not os.path.isfile(os.path.join(folder, name))
-                 or sha256(os.path.join(folder, name)) != manifest[name])]
+    return [name for name in names
+            if os.path.lexists(os.path.join(folder, name)) and not is_ours(folder, name, manifest)]
 
 
 def record(folder: str, names: list[str], keep: bool = False) -> None:
@@ -87,9 +91,9 @@ def check_file_output(path: str, force: bool) -> None:
                               "another path.")
     folder, name = os.path.split(os.path.abspath(path))
     if not_ours(folder, [name]):
-        raise ValueError(f"{path} was not written by corevision_hf (or was changed since): {os.path.join(folder, MANIFEST)} "
-                         "does not list it with its content, so --force will not replace it. Move it or choose another "
-                         "path.")
+        raise ValueError(f"{path} was not written by corevision_hf (or was changed since): "
+                         f"{os.path.join(folder, MANIFEST)} does not list it with its content, so --force will not "
+                         "replace it. Move it or choose another path.")
 
 
 def record_file(path: str) -> None:

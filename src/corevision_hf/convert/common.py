@@ -7,7 +7,15 @@ import tempfile
 import torch
 from transformers import initialization as init
 
-from corevision_hf.outputs import MANIFEST, check_folder_output, files_under, not_ours, read_manifest, record, refuse_overlap
+from corevision_hf.outputs import (
+    MANIFEST,
+    check_folder_output,
+    files_under,
+    is_ours,
+    read_manifest,
+    record,
+    refuse_overlap,
+)
 
 WRAPPER_PREFIXES = ("module.", "_orig_mod.")  # added by DDP / torch.compile
 
@@ -69,9 +77,9 @@ def write_folder_atomically(out_dir: str, write) -> None:
             os.rename(staging, out_dir)
             return
         check_folder_output(out_dir, True, replaced=names)
-        stale = [name for name in read_manifest(out_dir) if name not in names]
-        for name in stale:
-            if not not_ours(out_dir, [name]) and os.path.isfile(os.path.join(out_dir, name)):
+        manifest = read_manifest(out_dir)
+        for name in manifest:
+            if name not in names and is_ours(out_dir, name, manifest):  # ours from before that this write lacks
                 os.remove(os.path.join(out_dir, name))
         for name in [*names, MANIFEST]:
             os.makedirs(os.path.dirname(os.path.join(out_dir, name)), exist_ok=True)

@@ -422,8 +422,8 @@ class VecaPreTrainedModel(PreTrainedModel):
             if tensor.is_floating_point() and tensor.device.type != "meta" and not torch.isfinite(tensor).all():
                 source = kwargs.get("pretrained_model_name_or_path", args[0] if args else "")
                 raise ValueError(
-                    f"{name} holds NaN or infinite values: the checkpoint {str(source)!r} is corrupt (or was saved after "
-                    "training diverged). Load an earlier checkpoint whose weights are finite."
+                    f"{name} holds NaN or infinite values: the checkpoint {str(source)!r} is corrupt (or was saved "
+                    "after training diverged). Load an earlier checkpoint whose weights are finite."
                 )
         return loaded
 
