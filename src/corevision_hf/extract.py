@@ -252,7 +252,7 @@ def main(argv=None) -> datasets.Dataset | None:
     for name in ("batch_size", "shard_size"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}.")
-    refuse_overlap(args.output, args.model, args.data)
+    refuse_overlap(args.output, args.model)
     check_folder_output(args.output, args.force)  # with --force, OUT must hold only files an extraction wrote
     if partial.exists() and not (partial / SETTINGS_FILE).is_file():
         raise FileExistsError(f"{partial} exists but is no unfinished extraction (it holds no {SETTINGS_FILE}): move "
