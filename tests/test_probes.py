@@ -198,7 +198,7 @@ def test_probe(workspace, capsys, cli, args, code, words, may_write):
     status, out, err = run_cli(cli, args, capsys)
     assert status == code, err
     if code == 2:
-        errors = [line.split("\r")[-1] for line in err.splitlines() if line.split("\r")[-1].startswith("error: ")]
+        errors = [line for line in err.splitlines() if line.startswith("error: ")]  # splitlines also cuts tqdm's \r
         assert len(errors) == 1 and "Traceback" not in err, err
         text = errors[0]
     else:
