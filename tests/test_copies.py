@@ -21,8 +21,9 @@ def definitions(path: Path) -> dict[str, tuple[int, str]]:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             found[node.name] = (node.lineno, ast.get_source_segment(text, node))
             for sub in node.body if isinstance(node, ast.ClassDef) else []:
-                if isinstance(sub, ast.FunctionDef):
-                    found[f"{node.name}.{sub.name}"] = (sub.lineno, ast.get_source_segment(text, sub))
+                if isinstance(sub, ast.FunctionDef):  # a decorated method starts at its first decorator
+                    first = sub.decorator_list[0].lineno if sub.decorator_list else sub.lineno
+                    found[f"{node.name}.{sub.name}"] = (first, ast.get_source_segment(text, sub))
     return found
 
 

@@ -157,7 +157,7 @@ def test_probe_folder_without_labels(folders, tmp_path, monkeypatch):
 
 def test_other_bad_inputs_fail_before_any_work(folders, tmp_path, monkeypatch):
     monkeypatch.setattr(evaluate_budgets.AutoModel, "from_pretrained", pytest.fail)
-    with pytest.raises(ValueError, match="not positive multiples of the patch size 8"):
+    with pytest.raises(ValueError, match="--resolutions 30: not a positive multiple of the patch size 8; use e.g. 32"):
         run(folders, tmp_path, "veca", "--budgets", "4", "--resolutions", "30")
     with pytest.raises(ValueError, match="needs --teacher"):
         run(folders, tmp_path, "veca", "--budgets", "4", "--agreement-data", folders["photos"])
@@ -189,7 +189,8 @@ def test_progress_and_the_spread_over_images(folders, tmp_path, capsys):
 
 @pytest.mark.parametrize("extra, message", [
     (["--budgets", "9"], "Unknown budget(s) [9]"),
-    (["--budgets", "4", "--resolutions", "30"], "not positive multiples of the patch size 8"),
+    (["--budgets", "4", "--resolutions", "30"],
+     "--resolutions 30: not a positive multiple of the patch size 8; use e.g. 32."),
     (["--budgets", "4", "--agreement-data", "/nonexistent"], "Image folder /nonexistent does not exist"),
 ])
 def test_the_command_line_ends_bad_input_in_one_line(folders, tmp_path, capsys, extra, message):

@@ -126,10 +126,16 @@ def parse_budgets(config, budgets: list[str], resolutions: list[int]) -> tuple[s
     return name, sorted(values)
 
 
-def check_resolutions(config, resolutions: list[int]) -> None:
-    bad = [r for r in resolutions if r <= 0 or r % config.patch_size]
-    if bad:
-        raise ValueError(f"Resolutions {bad} are not positive multiples of the patch size {config.patch_size}.")
+def check_resolutions(config, sizes: dict[str, list[int]]) -> None:
+    """Every size of each option ({"--resolutions": [...], ...}) is a positive multiple of the patch size; the
+    error names the first option with one that is not, and the nearest sizes that are."""
+    patch = config.patch_size
+    for option, values in sizes.items():
+        bad = sorted({r for r in values if r <= 0 or r % patch})
+        if bad:
+            nearest = sorted({max(patch, round(r / patch) * patch) for r in bad})
+            raise ValueError(f"{option} {' '.join(map(str, bad))}: not a positive multiple of the patch size {patch}; "
+                             f"use e.g. {' '.join(map(str, nearest))}.")
 
 
 def output_width(config) -> int:
@@ -352,7 +358,8 @@ def main(argv=None) -> dict:
     resolutions = sorted(set(args.resolutions))
     quality_resolution = args.quality_resolution or args.resolutions[0]
     picture_resolution = args.picture_resolution or max(resolutions)
-    check_resolutions(config, [*resolutions, quality_resolution, picture_resolution])
+    check_resolutions(config, {"--resolutions": resolutions, "--quality-resolution": [quality_resolution],
+                               "--picture-resolution": [picture_resolution]})
     budget_name, budgets = parse_budgets(config, args.budgets, [*resolutions, quality_resolution])
     agreement_files = image_files(args.agreement_data) if args.agreement_data else None
     probe_splits, classes = classification_folder(args.probe_data) if args.probe_data else (None, None)

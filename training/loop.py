@@ -99,11 +99,22 @@ def peak_memory_mib(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def drop_partial_line(path: str) -> None:
-    """Cuts a last line that a killed run left half-written, so that every line of the file stays readable."""
+def truncate_metrics(path: str, step: int) -> None:
+    """Keeps the lines of steps up to `step`, the checkpoint a resume starts from: the lines of later steps (which
+    the resumed run computes again) and a last line that a killed run left half-written go, so the file stays one
+    readable line per step."""
     with open(path, "rb+") as f:
-        data = f.read()
-        f.truncate(data.rfind(b"\n") + 1)
+        lines = f.read().split(b"\n")
+        kept = []
+        for line in lines[:-1]:  # the last piece has no newline: empty, or cut off by a kill
+            try:
+                if json.loads(line)["step"] <= step:
+                    kept.append(line + b"\n")
+            except (ValueError, KeyError, TypeError):
+                break  # an unreadable line can only come from a kill, and nothing after it is kept
+        f.seek(0)
+        f.write(b"".join(kept))
+        f.truncate()
 
 
 def process_batches(dataset, args, position: tuple):
@@ -142,7 +153,7 @@ def distill(accelerator: Accelerator, args, script: str, student, teacher, datas
     step, position = load_checkpoint(accelerator, args.output_dir) if args.resume else (0, (0, 0))
     metrics_path = os.path.join(args.output_dir, "metrics.jsonl")
     if accelerator.is_main_process and args.resume and os.path.exists(metrics_path):
-        drop_partial_line(metrics_path)
+        truncate_metrics(metrics_path, step)
     if accelerator.is_main_process and not args.resume:
         os.makedirs(args.output_dir, exist_ok=True)
         write_json(os.path.join(args.output_dir, "run.json"), run_record(script, args, accelerator.num_processes))

@@ -36,6 +36,7 @@ from model_card import (
 from transformers import AutoConfig, AutoModel
 
 import corevision_hf
+from corevision_hf.outputs import refuse_overlap
 
 
 MODEL_TYPES = ("veca", "lookwhere")
@@ -79,6 +80,8 @@ def check_inputs(args: argparse.Namespace) -> tuple:
             f"--staging-dir {args.staging_dir} is not empty and everything in it would be uploaded: give a new or "
             "empty folder."
         )
+    if args.staging_dir:
+        refuse_overlap(args.staging_dir, args.checkpoint, args.evaluation)
 
     checkpoint = args.checkpoint
     check_export(checkpoint)

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from .lookwhere import LookWhereConfig, LookWhereModel
+from .outputs import check_file_output, record_file, refuse_overlap
 from .veca import VecaConfig, VecaModel
 
 
@@ -144,6 +145,12 @@ def budget_for(config, num_cores: int | None = None, k_ratio: float | None = Non
                 f"--k must be at least num_fill_neighbors ({config.num_fill_neighbors}): the graph's dense fill averages "
                 f"that many kept patches per cell; got {k}."
             )
+        patches = (config.image_size // config.patch_size) ** 2
+        if k is not None and k > patches:
+            raise ExportError(
+                f"--k {k} is more than the {patches} patches of a {config.image_size} px image: the graph keeps k "
+                f"patches of every input, so give --k at most {patches}, or --k-ratio to follow the image size."
+            )
         if k is not None:
             return {"k": k}
         return {"k_ratio": k_ratio if k_ratio is not None else config.k_ratio}
@@ -245,21 +252,22 @@ def main(argv: list[str] | None = None) -> int:
     budget.add_argument("--k-ratio", type=float, help="LookWhere: fraction of the grid kept (default: config.k_ratio)")
     budget.add_argument("--k", type=int, help="LookWhere: a fixed number of kept patches, whatever the image size")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="weights and input dtype")
-    parser.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    parser.add_argument("--force", action="store_true", help="replace an existing output file that this package wrote")
     parser.add_argument("--no-check", action="store_true", help="skip the onnxruntime comparison")
     parser.add_argument("--verbose", action="store_true", help="show the tracer's warnings")
     args = parser.parse_args(argv)
 
     try:
-        if os.path.exists(args.output) and not args.force:
-            raise ExportError(f"{args.output} exists; pass --force to overwrite it or choose another path.")
+        refuse_overlap(args.output, args.model_dir)
+        check_file_output(args.output, args.force)
         if not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
             raise ExportError(f"The folder of {args.output} does not exist; create it first.")
         config = load_config(args.model_dir)
         fixed_budget = budget_for(config, args.num_cores, args.k_ratio, args.k)
         model = load_model(args.model_dir, config)
         export_onnx(model, args.output, fixed_budget, args.dtype, verbose=args.verbose)
-    except ExportError as error:
+        record_file(args.output)
+    except (ValueError, OSError) as error:  # ExportError, a corrupt model folder, an existing or unwritable output
         print("error: " + " ".join(str(error).split()), file=sys.stderr)  # one line, whatever the message holds
         return 2
     print(f"wrote {args.output} ({os.path.getsize(args.output) / 2**20:.1f} MiB; budget {fixed_budget}, {args.dtype})")

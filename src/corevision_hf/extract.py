@@ -14,9 +14,9 @@ dataset saved with `save_to_disk`, or a hub dataset name (--split, --image-colum
 
 The collection is cut into shards of --shard-size images; process p of P handles shards p, p + P, ... Each finished
 shard is written under a temporary name next to OUT (`OUT.partial/`) and renamed, so a rerun after a crash skips
-it. When all are done the first process merges them into OUT (written under a temporary name, then renamed),
-adds `OUT/extraction.json` (settings, counts, skipped images) and removes `OUT.partial/`. Unreadable images are
-skipped and counted.
+it (a run that fails before finishing a shard removes `OUT.partial/`). When all are done the first process merges
+them into OUT (written under a temporary name, then renamed), adds `OUT/extraction.json` (settings, counts, skipped
+images) and removes `OUT.partial/`. Unreadable images are skipped and counted.
 """
 
 import argparse
@@ -26,6 +26,7 @@ import math
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import datasets
@@ -42,6 +43,7 @@ import corevision_hf  # noqa: F401  (registers VECA and LookWhere with the Auto 
 
 from .cpu import optimize_for_cpu
 from .images import to_pixel_values
+from .outputs import check_folder_output, files_under, record, refuse_overlap
 
 
 INFO_FILE = "extraction.json"
@@ -105,7 +107,9 @@ class ImageSource:
     def load(self, index: int) -> tuple[str, Image.Image | None]:
         if self.folder:
             path = self.files[index]
-            image_id = path.relative_to(self.folder).as_posix()
+            # A file name that is not UTF-8 (read with surrogate escapes) keeps its odd bytes as \xNN in the id.
+            image_id = path.relative_to(self.folder).as_posix().encode("utf-8", "surrogateescape")
+            image_id = image_id.decode("utf-8", "backslashreplace")
             return image_id, _decode(lambda: Image.open(path))
         row = self.dataset[index]
         image_id = str(row[self.ids]) if self.ids else str(index)
@@ -249,15 +253,19 @@ def main(argv=None) -> datasets.Dataset | None:
     for name in ("batch_size", "shard_size"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}.")
-    if output.exists() and not args.force:
-        raise FileExistsError(f"{output} exists; pass --force to replace it, or choose another --output.")
+    refuse_overlap(args.output, args.model)
+    check_folder_output(args.output, args.force)  # with --force, OUT must hold only files an extraction wrote
+    if partial.exists() and not (partial / SETTINGS_FILE).is_file():
+        raise FileExistsError(f"{partial} exists but is no unfinished extraction (it holds no {SETTINGS_FILE}): move "
+                              "it, or choose another --output.")
     try:
         config = AutoConfig.from_pretrained(args.model)
     except (OSError, ValueError) as error:
         raise ValueError(f"Could not read a model config from {args.model!r}: {error}") from None
     budget = check_budget(config, args)
     patch = patch_size(config)
-    args.resolution = args.resolution or config.image_size
+    if args.resolution is None:
+        args.resolution = config.image_size
     if args.resolution <= 0 or args.resolution % patch:
         raise ValueError(f"--resolution {args.resolution} is not a positive multiple of the patch size {patch}.")
     grid = args.resolution // patch
@@ -267,6 +275,7 @@ def main(argv=None) -> datasets.Dataset | None:
                          f"{args.resolution} px: use one of {divisors}.")
     source = ImageSource(args.data, args.split, args.image_column)
     args.device = args.device or str(state.device)
+    check_device(args.device)
 
     settings = {
         "model": args.model, "data": args.data, "split": args.split, "image_column": args.image_column,
@@ -278,13 +287,34 @@ def main(argv=None) -> datasets.Dataset | None:
         raise ValueError(f"{partial} holds an unfinished extraction with other settings: delete it, or rerun with the "
                          "same arguments to resume it.")
     state.wait_for_everyone()  # every process has checked before the first one writes
+    started_here = not partial.exists()
     if state.is_main_process:
-        if output.exists():  # --force
-            shutil.rmtree(output)
         partial.mkdir(parents=True, exist_ok=True)
         settings_path.write_text(json.dumps(settings, indent=2))
     state.wait_for_everyone()
+    try:
+        return extract(args, state, config, source, budget, grid, partial, output, settings)
+    except BaseException:
+        # A run that fails before its first finished shard leaves nothing; one with finished shards leaves
+        # OUT.partial/ for the next run with the same arguments to resume.
+        if state.is_main_process and started_here and not any(partial.glob("shard-?????")):
+            shutil.rmtree(partial, ignore_errors=True)
+        raise
 
+
+def check_device(device: str) -> None:
+    """A ValueError, before anything is written, when `device` cannot hold a tensor in this torch."""
+    try:
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError, ValueError) as error:  # bad name, torch built without CUDA, no such GPU
+        usable = ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise ValueError(f"--device {device} is not usable here ({reason}): use one of {', '.join(usable)}, or leave "
+                         "--device out to use the process's accelerator.") from None
+
+
+def extract(args, state, config, source, budget: dict, grid: int, partial: Path, output: Path, settings: dict):
+    """The shards this process has not finished yet, then, on the first process, the merge."""
     model = AutoModel.from_pretrained(args.model).to(args.device).eval()
     if model.device.type == "cpu":  # the CPU opt-in: prepacked linear weights, faster for a second copy in memory
         optimize_for_cpu(model)
@@ -324,12 +354,21 @@ def merge(partial: Path, output: Path, num_shards: int, settings: dict) -> datas
         raise FileNotFoundError(f"Shards {missing[:5]} are missing after every process finished; rerun to complete them.")
     merged = datasets.concatenate_datasets([datasets.load_from_disk(str(s)) for s in shards])
     skipped = [image_id for s in shards for image_id in json.loads((s / "skipped.json").read_text())]
-    temporary = output.with_name(output.name + ".tmp")
-    shutil.rmtree(temporary, ignore_errors=True)
-    merged.save_to_disk(str(temporary))
-    info = {**settings, "num_extracted": len(merged), "num_skipped": len(skipped), "skipped": skipped}
-    (temporary / INFO_FILE).write_text(json.dumps(info, indent=2))
-    os.replace(temporary, output)
+    temporary = Path(tempfile.mkdtemp(prefix=f".{output.name}-", dir=output.parent))
+    try:
+        merged.save_to_disk(str(temporary))
+        info = {**settings, "num_extracted": len(merged), "num_skipped": len(skipped), "skipped": skipped}
+        (temporary / INFO_FILE).write_text(json.dumps(info, indent=2))
+        record(str(temporary), files_under(str(temporary)))
+        if output.exists():  # --force, checked to hold only our files: replaced only now that the new one is whole
+            old = Path(tempfile.mkdtemp(prefix=f".{output.name}-old-", dir=output.parent))
+            os.replace(output, old / output.name)
+            os.replace(temporary, output)
+            shutil.rmtree(old)
+        else:
+            os.replace(temporary, output)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
     shutil.rmtree(partial)
     print(f"wrote {output}: {len(merged)} images, {len(skipped)} unreadable skipped"
           + (f" ({', '.join(skipped[:3])}{', ...' if len(skipped) > 3 else ''})" if skipped else "")

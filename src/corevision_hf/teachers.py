@@ -620,7 +620,7 @@ def main(argv=None) -> int:
 def _convert_command(args) -> int:
     from corevision_hf.convert.common import check_out_dir
 
-    check_out_dir(args.out_dir, args.force)
+    check_out_dir(args.out_dir, args.force, args.onnx)
     if args.image_size <= 0 or args.image_size % 14:
         raise ValueError(f"--image-size must be a positive multiple of the patch size 14, got {args.image_size}.")
     if args.num_attention_heads is not None and args.num_attention_heads <= 0:

@@ -7,6 +7,16 @@ import tempfile
 import torch
 from transformers import initialization as init
 
+from corevision_hf.outputs import (
+    MANIFEST,
+    check_folder_output,
+    files_under,
+    is_ours,
+    read_manifest,
+    record,
+    refuse_overlap,
+)
+
 WRAPPER_PREFIXES = ("module.", "_orig_mod.")  # added by DDP / torch.compile
 
 
@@ -40,32 +50,56 @@ def strip_wrapper_prefixes(state_dict: dict, prefixes: tuple[str, ...] = WRAPPER
     return stripped
 
 
-def check_out_dir(out_dir: str, force: bool) -> None:
-    """A user's folder is never written into unasked: it must be new or empty, unless `force`."""
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise ValueError(f"{out_dir!r} exists and is not a folder; choose another output folder.")
-    if os.path.isdir(out_dir) and os.listdir(out_dir) and not force:
-        raise ValueError(f"{out_dir!r} exists and is not empty; choose a new folder or pass --force to write into it.")
+def check_out_dir(out_dir: str, force: bool, *inputs: str) -> None:
+    """A user's folder is never written into unasked: it must be new or empty, unless `force` (which then replaces
+    only files this package wrote: see `write_folder_atomically`), and it must not be, lie inside or hold one of
+    `inputs`."""
+    refuse_overlap(out_dir, *inputs)
+    check_folder_output(out_dir, force, replaced=[])
 
 
 def write_folder_atomically(out_dir: str, write) -> None:
     """Calls `write(folder)` on a temporary folder next to `out_dir` and moves the result into place only when it
-    is complete, so a failure leaves nothing behind. Into a non-empty `out_dir` (the caller's `--force`), files are
-    moved one by one: ours replace theirs of the same name, the user's other files stay."""
+    is complete, so a failure leaves nothing behind; the folder's manifest lists what was written. Into a non-empty
+    `out_dir` (the caller's `--force`), files are moved one by one and only replace files of ours (a user's file of
+    the same name stops the run before anything moves); ours that this write no longer makes are removed, the
+    user's other files stay."""
     parent = os.path.dirname(os.path.abspath(out_dir))
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".converting-", dir=parent)
     try:
         write(staging)
+        names = files_under(staging)
+        record(staging, names)
         if os.path.isdir(out_dir) and not os.listdir(out_dir):
             os.rmdir(out_dir)
         if not os.path.exists(out_dir):
             os.rename(staging, out_dir)
-        else:
-            for name in os.listdir(staging):
-                os.replace(os.path.join(staging, name), os.path.join(out_dir, name))
+            return
+        check_folder_output(out_dir, True, replaced=names)
+        manifest = read_manifest(out_dir)
+        for name in manifest:
+            if name not in names and is_ours(out_dir, name, manifest):  # ours from before that this write lacks
+                os.remove(os.path.join(out_dir, name))
+        for name in [*names, MANIFEST]:
+            os.makedirs(os.path.dirname(os.path.join(out_dir, name)), exist_ok=True)
+            os.replace(os.path.join(staging, name), os.path.join(out_dir, name))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def check_finite(checkpoint: dict, source: str, prefix: str = "") -> None:
+    """A ValueError naming the first tensor of `checkpoint` (a state dict, or nested dicts of them) that holds NaN
+    or infinity: such weights make every output NaN, so `source` is refused rather than converted."""
+    for name, value in checkpoint.items():
+        if isinstance(value, dict):
+            check_finite(value, source, f"{prefix}{name}.")
+        elif torch.is_tensor(value) and (value.is_floating_point() or value.is_complex()):
+            finite = torch.isfinite(value)
+            if not finite.all():
+                raise ValueError(f"{source!r} holds non-finite weights: {prefix}{name} has {(~finite).sum().item()} "
+                                 f"NaN or infinite values of {value.numel()}. The checkpoint is corrupt (or was saved "
+                                 "after training diverged); convert an earlier, finite one.")
 
 
 def save_converted(model_class, config, state_dict: dict, out_dir: str):

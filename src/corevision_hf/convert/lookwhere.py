@@ -22,6 +22,7 @@ import torch
 
 from corevision_hf import LookWhereConfig, LookWhereModel
 from corevision_hf.convert.common import (
+    check_finite,
     check_out_dir,
     describe_key_mismatch,
     expected_state_dict,
@@ -245,8 +246,10 @@ def convert(
     checkpoint: str, out_dir: str, num_attention_heads: int | None = None, force: bool = False
 ) -> LookWhereModel:
     """Converts `checkpoint` and saves the hub folder `out_dir` (other files already in it are left alone)."""
-    check_out_dir(out_dir, force)
-    config, state_dict = convert_reference_state_dict(load_lookwhere_checkpoint(checkpoint), num_attention_heads)
+    check_out_dir(out_dir, force, checkpoint)
+    reference = load_lookwhere_checkpoint(checkpoint)
+    check_finite(reference, checkpoint)
+    config, state_dict = convert_reference_state_dict(reference, num_attention_heads)
     return save_converted(LookWhereModel, config, state_dict, out_dir)
 
 

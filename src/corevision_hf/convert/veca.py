@@ -20,6 +20,7 @@ import torch
 from corevision_hf import VECA_PRESETS, VecaConfig, VecaModel
 from corevision_hf.convert.common import (
     WRAPPER_PREFIXES,
+    check_finite,
     check_out_dir,
     describe_key_mismatch,
     expected_state_dict,
@@ -256,12 +257,13 @@ def convert(
 ) -> tuple[VecaModel, list[str]]:
     """Converts `checkpoint` and saves the hub folder `out_dir`; `preset` and `patch_size` are checked against the
     weights. Returns the model and notes on what was not read from the checkpoint."""
-    check_out_dir(out_dir, force)
+    check_out_dir(out_dir, force, checkpoint)
     wanted = dict(VECA_PRESETS[preset]) if preset else {}
     preset_heads = wanted.pop("num_attention_heads", None)
     if patch_size:
         wanted["patch_size"] = patch_size
     state_dict, reference_config = load_reference_checkpoint(checkpoint)
+    check_finite(state_dict, checkpoint)
     if num_attention_heads is None and (reference_config is None or "num_heads" not in reference_config):
         num_attention_heads = preset_heads
     _, _, notes = reference_settings(reference_config, num_attention_heads=num_attention_heads, **settings)

@@ -125,10 +125,10 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         self.initializer_range = initializer_range
         self.apply_layernorm = apply_layernorm
         self.reshape_hidden_states = reshape_hidden_states
+        self._validate()  # before the stage names, whose errors would hide a bad num_hidden_layers
         self.stage_names = ["stem"] + [f"stage{i}" for i in range(1, num_hidden_layers + 1)]
         self.set_output_features_output_indices(out_indices=out_indices, out_features=out_features)
-        self._validate()
-        if kwargs.pop("prepack_cpu_weights", None):  # retired field of configs saved before 0.2
+        if kwargs.pop("prepack_cpu_weights", None):  # a retired field: CPU prepacking is an opt-in now
             logger.warning_once(
                 "Ignoring prepack_cpu_weights from this config: CPU weight prepacking is now an opt-in outside the "
                 "model files, `corevision_hf.optimize_for_cpu(model)`."

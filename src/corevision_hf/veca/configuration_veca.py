@@ -149,16 +149,20 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
         self.initializer_range = initializer_range
         self.apply_layernorm = apply_layernorm
         self.reshape_hidden_states = reshape_hidden_states
+        self._validate()  # before the stage names, whose errors would hide a bad num_hidden_layers
         self.stage_names = ["stem"] + [f"stage{i}" for i in range(1, num_hidden_layers + 1)]
         self.set_output_features_output_indices(out_indices=out_indices, out_features=out_features)
-        self._validate()
         kwargs.setdefault("chunk_size_feed_forward", 1024)
-        if kwargs.pop("prepack_cpu_weights", None):  # retired field of configs saved before 0.2
+        if kwargs.pop("prepack_cpu_weights", None):  # a retired field: CPU prepacking is an opt-in now
             logger.warning_once(
                 "Ignoring prepack_cpu_weights from this config: CPU weight prepacking is now an opt-in outside the "
                 "model files, `corevision_hf.optimize_for_cpu(model)`."
             )
         super().__init__(**kwargs)
+        chunk = self.chunk_size_feed_forward
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 0:
+            raise ValueError(f"chunk_size_feed_forward must be an int >= 0 (tokens per MLP chunk, 0: no chunks), got "
+                             f"{chunk!r}.")
 
     def _validate(self):
         check_fields(
@@ -196,14 +200,15 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
                 f"default_num_cores={default!r} is out of range: this model's core bank holds {self.num_cores} cores, "
                 f"so choose 1..{self.num_cores} (None uses all of them)."
             )
+        bad = [c for c in self.training_budgets if not 1 <= c <= self.num_cores]
+        if bad:
+            raise ValueError(f"training_budgets {bad} lie outside 1..num_cores={self.num_cores}: choose core counts the "
+                             "bank holds.")
         if len(self.training_budgets) != len(self.training_budget_weights):
             raise ValueError(
                 f"training_budgets ({len(self.training_budgets)} values) and training_budget_weights "
-                f"({len(self.training_budget_weights)} values) must have the same length."
+                f"({len(self.training_budget_weights)} values) must have the same length: give one weight per budget."
             )
-        bad = [c for c in self.training_budgets if not 1 <= c <= self.num_cores]
-        if bad:
-            raise ValueError(f"training_budgets {bad} lie outside 1..num_cores={self.num_cores}.")
 
     @classmethod
     def from_preset(cls, name: str, **kwargs) -> "VecaConfig":

@@ -339,6 +339,21 @@ class VecaPreTrainedModel(PreTrainedModel):
         elif isinstance(module, VecaRotaryEmbedding):
             init.copy_(module.inv_freq, rope_inverse_frequencies(config))
 
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """`PreTrainedModel.from_pretrained`, refusing weights that hold NaN or infinity (which make every output NaN):
+        one check of each parameter and buffer at load, naming the first such tensor."""
+        loaded = super().from_pretrained(*args, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded  # output_loading_info=True adds a dict
+        for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+            if tensor.is_floating_point() and tensor.device.type != "meta" and not torch.isfinite(tensor).all():
+                source = kwargs.get("pretrained_model_name_or_path", args[0] if args else "")
+                raise ValueError(
+                    f"{name} holds NaN or infinite values: the checkpoint {str(source)!r} is corrupt (or was saved "
+                    "after training diverged). Load an earlier checkpoint whose weights are finite."
+                )
+        return loaded
+
     def save_pretrained(self, save_directory, *args, **kwargs):
         """`PreTrainedModel.save_pretrained`, plus a `preprocessor_config.json` for our image processor (an existing
         one is kept). Models registered for hub code map every head and the budget-aware pipeline; the processor and
