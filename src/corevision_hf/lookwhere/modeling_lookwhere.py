@@ -443,17 +443,17 @@ class DenseFill:
         nearest, distances = nearest_kept_cells(indices, priority, grid, num_neighbors)  # (B, N, n)
         weights = 1.0 / (distances + FILL_EPSILON)
         self.weights = (weights / weights.sum(dim=-1, keepdim=True)).flatten(0, 1)  # (B * N, n)
-        # Neighbours as rows of the (B * k, D) kept tokens, so one gather serves the whole batch.
-        self.rows = (nearest + k * torch.arange(batch_size, device=indices.device)[:, None, None]).flatten(0, 1)
+        # Neighbours as rows of the (B * k, D) kept tokens, so one gather serves the whole batch: (B * N, n).
+        self.neighbours = (nearest + k * torch.arange(batch_size, device=indices.device)[:, None, None]).flatten(0, 1)
         self.indices = indices
 
     def __call__(self, kept: torch.Tensor) -> torch.Tensor:
         batch_size, k, dim = kept.shape
         tokens = kept.float().reshape(-1, dim)  # weighted sums in float32 whatever the tokens' dtype
         # One weighted gather per neighbour, accumulated in place: no (B, N, n, D) intermediate.
-        dense = tokens.new_zeros(self.rows.shape[0], dim)
-        for rows, weights in zip(self.rows.unbind(1), self.weights.unbind(1)):
-            dense.addcmul_(tokens.index_select(0, rows), weights[:, None])
+        dense = tokens.new_zeros(self.neighbours.shape[0], dim)
+        for neighbour, weight in zip(self.neighbours.unbind(1), self.weights.unbind(1)):
+            dense.addcmul_(tokens.index_select(0, neighbour), weight[:, None])
         dense = dense.view(batch_size, -1, dim).to(kept.dtype)
         return dense.scatter(1, self.indices[..., None].expand(-1, -1, dim), kept)
 
