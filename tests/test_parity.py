@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 from corevision_hf import LookWhereModel, VecaModel
 from corevision_hf.convert import lookwhere as convert_lookwhere
 from corevision_hf.convert import veca as convert_veca
+from corevision_hf.lookwhere.modeling_lookwhere import inverse_distance_fill
 
 from conftest import load_without_package
 
@@ -30,6 +31,7 @@ def fixture_index(family: str) -> tuple[dict, dict]:
 
 VECA_INDEX, VECA_OUTPUTS = fixture_index("veca")
 LOOKWHERE_INDEX, LOOKWHERE_OUTPUTS = fixture_index("lookwhere")
+FILL_INDEX, FILL_OUTPUTS = fixture_index("lookwhere_fill")  # the fill alone at full grid size
 
 
 @pytest.fixture(scope="module")
@@ -173,3 +175,33 @@ def test_hub_code_without_the_package_matches_reference(converted, tmp_path):
                          f"{key}/cls": cls, f"{key}/dense": hidden[:, -num_cells:]})
     assert len(ours) == 4 * len(VECA_INDEX) + 4 * len(LOOKWHERE_INDEX)
     assert_matches_reference(ours, {**VECA_OUTPUTS, **LOOKWHERE_OUTPUTS})
+
+
+def full_size_fill(setting: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Our fill of a lookwhere_fill fixture setting, called as the model calls it (kept cells in row-major order, their
+    score rank as the tie-break): (B, N, D), and its tie cells (B, N) bool: cells not kept whose 5th and 6th nearest
+    kept cells are equidistant, where the authors' unstable argsort decides which of them counts."""
+    indices, values = FILL_OUTPUTS[f"{setting}/indices"], FILL_OUTPUTS[f"{setting}/values"]  # by descending score
+    height, width = FILL_INDEX[setting]["grid"]
+    num_neighbors = LookWhereModel.config_class().num_fill_neighbors
+    row_major, rank = indices.sort(dim=-1)
+    ours = inverse_distance_fill(values.gather(1, rank[..., None].expand_as(values)), row_major, (height, width),
+                                 num_neighbors, rank)
+    cells = torch.arange(height * width)
+    rows, cols = (cells // width)[:, None], (cells % width)[:, None]
+    squared = (rows - indices[:, None] // width) ** 2 + (cols - indices[:, None] % width) ** 2  # (B, N, k)
+    nearest = squared.topk(num_neighbors + 1, dim=-1, largest=False).values  # (B, N, 6) squared distances
+    kept = torch.zeros(ours.shape[:2], dtype=torch.bool).scatter(1, indices, True)
+    return ours, (nearest[..., -2] == nearest[..., -1]) & ~kept
+
+
+@pytest.mark.parametrize("setting", sorted(FILL_INDEX))
+def test_full_size_fill_matches_reference(setting):
+    """On 37x37 and 74x74 grids (518 and 1036 px) with k from 50 to 20 % of the grid, the fill computes what the
+    authors' `upsample_grid_nn` computes wherever a cell's 5 nearest kept cells are unique, and what it computes
+    with a stable sort everywhere: an equidistant tie goes to the higher-scored patch."""
+    ours, ties = full_size_fill(setting)
+    assert ties.sum(dim=-1).tolist() == FILL_INDEX[setting]["tie_cells"]  # 10-28 % of the grid
+    expected = FILL_OUTPUTS[f"{setting}/expected"]
+    torch.testing.assert_close(ours[~ties], expected[~ties], atol=TOLERANCE, rtol=0)
+    torch.testing.assert_close(ours, FILL_OUTPUTS[f"{setting}/expected_stable"], atol=TOLERANCE, rtol=0)

@@ -13,7 +13,6 @@ import difflib
 import json
 import numbers
 import os
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -328,42 +327,30 @@ class LookWhereExtractor(nn.Module):
         return self.norm(hidden_states)
 
 
+# Weights are 1 / (d + FILL_EPSILON), as the authors': finite at a kept cell's own distance 0.
+FILL_EPSILON = 1e-8
+
+
 def nearest_kept_cells(
     indices: torch.Tensor, priority: torch.Tensor, grid: tuple[int, int], num_nearest: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """For every cell of the grid, its `num_nearest` nearest kept cells: (B, N, n) positions in `indices` and their
-    (B, N, n) Euclidean distances in grid units. Equidistant kept cells are ordered by `priority`, lower first.
+    """For every cell of the grid, its n = min(`num_nearest`, k) nearest kept cells: (B, N, n) positions in `indices`
+    (B, k) and their (B, N, n) Euclidean distances in grid units, nearest first. Equidistant kept cells are ordered
+    by `priority` (B, k), a permutation of 0..k-1, lower first.
 
-    Each (cell, kept cell) pair gets the exact integer key `k * squared distance + priority`, all different, so the
-    result never depends on how topk breaks ties. The keys come from one small matrix product,
-    [r, c, r^2 + c^2, 1] . k [-2 r', -2 c', 1, r'^2 + c'^2 + priority / k], in a float type that holds every
-    partial sum exactly (float64 unless float32 provably does, on CPU at full matmul precision)."""
-    batch_size, k = indices.shape
+    Each (cell, kept cell) pair gets the integer key `k * squared distance + priority`, all different, so the result
+    never depends on how topk breaks ties. A squared distance is a row term plus a column term, so the (B, N, k)
+    int64 keys, the only large tensor, take one broadcast addition."""
+    k = indices.shape[1]
     height, width = grid
-    if torch.onnx.is_in_onnx_export():
-        dtype = torch.float64  # the grid and k are symbolic in a graph: take the type that is always exact
-    else:
-        exact_in_float32 = k * (4 * (height**2 + width**2) + 1) < 2**24
-        full_precision = indices.device.type == "cpu" and torch.get_float32_matmul_precision() == "highest"
-        dtype = torch.float32 if exact_in_float32 and full_precision else torch.float64
-    with torch.autocast(indices.device.type, enabled=False):
-        cell = torch.arange(height * width, device=indices.device)
-        rows, cols = (cell // width).to(dtype), (cell % width).to(dtype)
-        cells = torch.stack([rows, cols, rows * rows + cols * cols, torch.ones_like(rows)], dim=-1)  # (N, 4)
-        kept_rows, kept_cols = (indices // width).to(dtype), (indices % width).to(dtype)
-        kept = torch.stack(
-            [-2 * k * kept_rows, -2 * k * kept_cols, torch.full_like(kept_rows, k),
-             k * (kept_rows * kept_rows + kept_cols * kept_cols) + priority.to(dtype)],
-            dim=1,
-        )  # (B, 4, k)
-        nearest, squared = [], []
-        # Cells per block: the (cells x k) keys stay small. One block in a graph, where sizes are symbolic.
-        block = height * width if torch.onnx.is_in_onnx_export() else max(1, (1 << 22) // (batch_size * k))
-        for start in range(0, height * width, block):
-            keys, neighbours = (cells[start : start + block] @ kept).topk(num_nearest, dim=-1, largest=False)
-            nearest.append(neighbours)
-            squared.append(torch.div(keys, k, rounding_mode="floor"))
-    return torch.cat(nearest, dim=1), torch.cat(squared, dim=1).float().sqrt()
+    rows = torch.arange(height, device=indices.device)[None, :, None]
+    cols = torch.arange(width, device=indices.device)[None, :, None]
+    row_keys = k * (rows - (indices // width)[:, None]) ** 2 + priority[:, None]  # (B, Hp, k)
+    col_keys = k * (cols - (indices % width)[:, None]) ** 2  # (B, Wp, k)
+    keys = (row_keys[:, :, None] + col_keys[:, None]).flatten(1, 2)  # (B, Hp * Wp, k)
+    num_nearest = indices[:, :num_nearest].shape[1]  # min(num_nearest, k), as a size: symbolic in an exported graph
+    keys, nearest = keys.topk(num_nearest, dim=-1, largest=False)
+    return nearest, torch.div(keys, k, rounding_mode="floor").float().sqrt()
 
 
 def inverse_distance_fill(
@@ -377,10 +364,11 @@ def inverse_distance_fill(
     (1 / (d + 1e-8), normalised) of its `num_neighbors` nearest kept cells, distances in grid units.
     (B, k, D) tokens at (B, k) row-major indices -> (B, Hp * Wp, D); kept cells keep their own value.
 
-    Grid distances tie all the time (a cell often has several kept cells at the same distance), so which neighbours
-    count is decided exactly: by distance, then by `priority` (B, k), a permutation of 0..k-1, lower first. The
-    model passes the selector's score rank, so an equidistant tie goes to the higher-scored patch as in the authors'
-    code. Default priority: index order."""
+    Grid distances tie all the time (a cell's 5th and 6th nearest kept cells are often equidistant), so which
+    neighbours count is decided exactly: by distance, then by `priority` (B, k), a permutation of 0..k-1, lower
+    first. The model passes the selector's score rank, so an equidistant tie goes to the higher-scored patch: the
+    authors' `upsample_grid_nn` with a stable sort. Their own call sorts with an unstable `argsort`, whose choice
+    among equidistant cells follows the sort routine; everywhere else the two agree. Default priority: index order."""
     return DenseFill(indices, grid, num_neighbors, priority)(kept)
 
 
@@ -392,40 +380,22 @@ class DenseFill:
         batch_size, k = indices.shape
         if priority is None:
             priority = torch.arange(k, device=indices.device).expand(batch_size, -1)
-        # A graph holds k symbolically, so it cannot take min(num_neighbors, k): export needs k >= num_neighbors.
-        num_nearest = num_neighbors if torch.onnx.is_in_onnx_export() else min(num_neighbors, k)
-        self.indices, self.num_cells = indices, grid[0] * grid[1]
-        self.nearest, distances = nearest_kept_cells(indices, priority, grid, num_nearest)  # (B, N, n)
-        weights = 1.0 / (distances + 1e-8)
-        self.weights = weights / weights.sum(dim=-1, keepdim=True)
+        nearest, distances = nearest_kept_cells(indices, priority, grid, num_neighbors)  # (B, N, n)
+        weights = 1.0 / (distances + FILL_EPSILON)
+        self.weights = (weights / weights.sum(dim=-1, keepdim=True)).flatten(0, 1)  # (B * N, n)
+        # Neighbours as rows of the (B * k, D) kept tokens, so one gather serves the whole batch: (B * N, n).
+        self.neighbours = (nearest + k * torch.arange(batch_size, device=indices.device)[:, None, None]).flatten(0, 1)
+        self.indices = indices
 
     def __call__(self, kept: torch.Tensor) -> torch.Tensor:
         batch_size, k, dim = kept.shape
-        # Sparse kernels take float32 only, and autocast would hand them bf16 / fp16.
-        with torch.autocast(kept.device.type, enabled=False):
-            if torch.onnx.is_in_onnx_export():
-                # ONNX has no sparse matrices: gather each cell's n neighbours and weight them.
-                neighbours = kept.float().gather(1, self.nearest.flatten(1)[..., None].expand(-1, -1, dim))
-                dense = (neighbours.view(batch_size, self.num_cells, -1, dim) * self.weights[..., None]).sum(2)
-            else:
-                dense = self.sparse_product(kept.float())
-        return dense.to(kept.dtype).scatter(1, self.indices[..., None].expand(-1, -1, dim), kept)
-
-    def sparse_product(self, kept: torch.Tensor) -> torch.Tensor:
-        """The fill as a sparse (N x k) matrix with n weights per row, times the kept tokens: one pass over the
-        output with the small kept matrix in cache, ~30x faster than gathering (N, n, D) neighbour tokens."""
-        nearest, weights = self.nearest, self.weights
-        row_starts = torch.arange(0, nearest[0].numel() + 1, nearest.shape[-1], device=kept.device)
-        dense = []
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-            for image in range(kept.shape[0]):
-                fill = torch.sparse_csr_tensor(
-                    row_starts, nearest[image].flatten(), weights[image].flatten(), (self.num_cells, kept.shape[1]),
-                    check_invariants=False,
-                )
-                dense.append(fill @ kept[image])
-        return torch.stack(dense)
+        tokens = kept.float().reshape(-1, dim)  # weighted sums in float32 whatever the tokens' dtype
+        # One weighted gather per neighbour, accumulated in place: no (B, N, n, D) intermediate.
+        dense = tokens.new_zeros(self.neighbours.shape[0], dim)
+        for neighbour, weight in zip(self.neighbours.unbind(1), self.weights.unbind(1)):
+            dense.addcmul_(tokens.index_select(0, neighbour), weight[:, None])
+        dense = dense.view(batch_size, -1, dim).to(kept.dtype)
+        return dense.scatter(1, self.indices[..., None].expand(-1, -1, dim), kept)
 
 
 class LookWherePreTrainedModel(PreTrainedModel):
