@@ -38,7 +38,7 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         image_size (`int`, defaults to 518): high-resolution training size; the extractor's position table is
             (image_size / patch_size)^2 and is resized bicubically for other sizes.
         interpolate_antialias (`bool`, defaults to `False`): antialias that bicubic resize. transformers'
-            `Dinov2WithRegistersModel` does, `Dinov2Model` does not; `from_teacher` follows its teacher.
+            `Dinov2WithRegistersModel` does, `Dinov2Model` does not; `lookwhere_from_teacher` follows its teacher.
         selector_depth (`int`, defaults to 3): selector blocks (the teacher's first blocks).
         selector_image_size (`int`, defaults to 154): side of the low-resolution copy the selector sees.
         selector_antialias (`bool`, defaults to `True`): antialias the bilinear downsampling to that copy, as the

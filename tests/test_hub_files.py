@@ -1,0 +1,46 @@
+"""The hub files hold the models and nothing else: no branch for one machine, exporter or compiler, no private
+operators, no weight mapping from another model; and forward compiles as one graph (no data-dependent Python)."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import tiny_veca_config
+from test_modeling_lookwhere import tiny_lookwhere_config
+
+from corevision_hf import LookWhereModel, VecaModel
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "corevision_hf"
+HUB_FILES = sorted(PACKAGE.glob("veca/*_veca.py")) + sorted(PACKAGE.glob("lookwhere/*_lookwhere.py"))
+# What the model files used to hold and must not again: export / trace / compile branches, oneDNN prepacking,
+# version-counter tricks, a DINOv2 weight mapping (the configs may still name the retired prepack_cpu_weights field,
+# which they drop).
+FORBIDDEN = ["is_in_onnx_export", "is_tracing", "is_compiling", "torch.ops.mkldnn", "._version", "from_teacher("]
+
+
+def test_the_hub_files_are_found():
+    assert {path.name for path in HUB_FILES} >= {"modeling_veca.py", "modeling_lookwhere.py"}
+
+
+@pytest.mark.parametrize("path", HUB_FILES, ids=lambda path: path.name)
+def test_hub_file_holds_no_machine_or_exporter_branch(path):
+    text = path.read_text()
+    assert [word for word in FORBIDDEN if word in text] == []
+    if not path.name.startswith("configuration_"):
+        assert "prepack" not in text
+
+
+@pytest.mark.parametrize(
+    "build, call",
+    [
+        (lambda: VecaModel(tiny_veca_config()), {"num_cores": 3}),
+        (lambda: LookWhereModel(tiny_lookwhere_config()), {"k": 20}),
+        (lambda: LookWhereModel(tiny_lookwhere_config()), {"k_ratio": 0.3, "fill_dense": False}),
+    ],
+)
+def test_forward_compiles_as_one_graph(build, call):
+    model = build().eval()
+    pixel_values = torch.randn(2, 3, 32, 48, generator=torch.Generator().manual_seed(0))
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(pixel_values, **call).last_hidden_state, model(pixel_values, **call).last_hidden_state)
