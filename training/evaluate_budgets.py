@@ -51,6 +51,7 @@ import corevision_hf
 from corevision_hf import dense_vit_flops, lookwhere_flops, veca_flops
 from corevision_hf.metrics import ACCURACY, MEAN_IOU
 from corevision_hf.images import to_display
+from corevision_hf.offline import check_hub_reachable
 from corevision_hf.visualize import (
     patch_features,
     plot_cores,
@@ -91,6 +92,7 @@ def checkpoint_config(checkpoint: str):
     """The checkpoint's config; a local folder must also hold weights."""
     if Path(checkpoint).exists():
         check_export(checkpoint)
+    check_hub_reachable(checkpoint)
     try:
         config = AutoConfig.from_pretrained(checkpoint)
     except OSError as error:

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from .images import to_display
+from .offline import check_hub_reachable
 
 try:
     from matplotlib import colormaps, patheffects
@@ -424,6 +425,7 @@ def main(argv: list[str] | None = None) -> dict[str, str]:
     with Image.open(args.image) as opened:  # a missing or unreadable photo is an OSError before the model loads
         image = opened.convert("RGB")
     transformers_logging.disable_progress_bar()  # one model, loaded in a blink: its bar would only bury errors
+    check_hub_reachable(args.model)
     model = AutoModel.from_pretrained(args.model)
     model_type = model.config.model_type
     if (model_type == "veca" and args.k_ratio) or (model_type == "lookwhere" and args.num_cores):

@@ -1,0 +1,36 @@
+"""Fail fast without network: a hub id that cannot be reached is one line in about a second, not half a minute.
+
+huggingface_hub retries an unreachable hub five times with growing pauses (about 30 s) before transformers says it
+could not connect; the command lines call `check_hub_reachable` before loading a model by name.
+"""
+
+import os
+import socket
+from urllib.parse import urlparse
+
+from huggingface_hub import constants, is_offline_mode, try_to_load_from_cache
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
+
+
+def check_hub_reachable(name_or_path: str, timeout: float = 2.0) -> None:
+    """Returns at once for a local folder, in offline mode (HF_HUB_OFFLINE=1) or for a name that is no hub id (the
+    loader's own error is fast then); otherwise opens one connection to the hub (HF_ENDPOINT) and, if that fails
+    within `timeout` seconds, raises a ConnectionError saying how to work offline."""
+    if os.path.isdir(name_or_path) or is_offline_mode():
+        return
+    try:
+        validate_repo_id(name_or_path)
+    except HFValidationError:
+        return
+    endpoint = urlparse(constants.ENDPOINT)
+    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    try:
+        socket.create_connection((endpoint.hostname, port), timeout=timeout).close()
+    except OSError:
+        cached = isinstance(try_to_load_from_cache(name_or_path, "config.json"), str)
+        raise ConnectionError(
+            f"{constants.ENDPOINT} cannot be reached to load {name_or_path!r} (and there is no folder of that name "
+            "here). Offline, give a local model folder (e.g. outputs/demo/run/final from `make demo`), or set "
+            f"HF_HUB_OFFLINE=1 to use the hub cache, which {'holds' if cached else 'does not hold'} {name_or_path!r}."
+        ) from None
