@@ -204,4 +204,5 @@ def test_command_help_and_missing_matplotlib(tmp_path):
     script = ("import runpy, sys\nsys.modules['matplotlib'] = None\nsys.argv = ['visualize', 'model', 'photo.png', "
               "'--output', 'out.png']\nrunpy.run_module('corevision_hf.visualize', run_name='__main__')\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
-    assert done.returncode == 2 and "pip install matplotlib" in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert done.returncode == 2 and "pip install matplotlib" in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr

@@ -13,10 +13,11 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
 
-def check_hub_reachable(name_or_path: str, timeout: float = 2.0) -> None:
+def check_hub_reachable(name_or_path: str, filename: str = "config.json", timeout: float = 2.0) -> None:
     """Returns at once for a local folder, in offline mode (HF_HUB_OFFLINE=1) or for a name that is no hub id (the
     loader's own error is fast then); otherwise opens one connection to the hub (HF_ENDPOINT) and, if that fails
-    within `timeout` seconds, raises a ConnectionError saying how to work offline."""
+    within `timeout` seconds, raises a ConnectionError saying how to work offline (and whether the hub cache holds
+    `filename` of that repo)."""
     if os.path.isdir(name_or_path) or is_offline_mode():
         return
     try:
@@ -28,7 +29,7 @@ def check_hub_reachable(name_or_path: str, timeout: float = 2.0) -> None:
     try:
         socket.create_connection((endpoint.hostname, port), timeout=timeout).close()
     except OSError:
-        cached = isinstance(try_to_load_from_cache(name_or_path, "config.json"), str)
+        cached = isinstance(try_to_load_from_cache(name_or_path, filename), str)
         raise ConnectionError(
             f"{constants.ENDPOINT} cannot be reached to load {name_or_path!r} (and there is no folder of that name "
             "here). Offline, give a local model folder (e.g. outputs/demo/run/final from `make demo`), or set "

@@ -179,7 +179,8 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         if "k" in kwargs:
             raise ValueError(
                 f"k={kwargs['k']!r} is an argument of each call (model(pixel_values, k=...)), not of loading; to keep "
-                f"{kwargs['k']!r} patches by default pass default_k={kwargs['k']!r} instead (or k_ratio=... for a fraction)."
+                f"{kwargs['k']!r} patches by default pass default_k={kwargs['k']!r} instead (or k_ratio=... for a "
+                "fraction)."
             )
         return super().from_dict(config_dict, **kwargs)
 

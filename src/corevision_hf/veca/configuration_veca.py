@@ -209,9 +209,9 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
         saved, asked = config_dict.get("num_cores"), kwargs.get("num_cores")
         if saved is not None and asked is not None and asked != saved:
             raise ValueError(
-                f"num_cores={asked!r} would resize this checkpoint's trained bank of {saved} cores; to use {asked} cores by "
-                f"default pass default_num_cores={asked} instead (or num_cores={asked} per call: model(pixel_values, "
-                f"num_cores={asked}))."
+                f"num_cores={asked!r} would resize this checkpoint's trained bank of {saved} cores; to use {asked} "
+                f"cores by default pass default_num_cores={asked} instead (or num_cores={asked} per call: "
+                f"model(pixel_values, num_cores={asked}))."
             )
         return super().from_dict(config_dict, **kwargs)
 
