@@ -11,7 +11,8 @@ from matplotlib.patches import Rectangle
 from PIL import Image
 from test_modeling_lookwhere import tiny_lookwhere_config
 
-from corevision_hf import LookWhereImageProcessor, LookWhereModel, VecaImageProcessor, VecaModel
+from corevision_hf import LookWhereModel, VecaModel
+from corevision_hf.images import to_pixel_values
 from corevision_hf.visualize import (
     PCAColors,
     cli as visualize_cli,
@@ -139,7 +140,7 @@ def test_command_draws_the_cores_a_direct_call_computes(tmp_path, veca_folder):
 
     model = VecaModel.from_pretrained(veca_folder).eval()
     pictures = model_pictures(model, Image.open(photo), [{"num_cores": 8}, {"num_cores": 2}], resolution=24)
-    pixel_values = VecaImageProcessor(patch_size=8, size={"shortest_edge": 24})(Image.open(photo)).pixel_values
+    pixel_values = to_pixel_values(Image.open(photo), 24, patch_size=8)[None]
     assert pixel_values.shape[-2:] == (24, 32)  # 60 x 90 -> 24 x 36, 36 / 8 = 4.5 patches rounded (to even) to 4
     with torch.inference_mode():
         direct = {n: model(pixel_values, num_cores=n) for n in (8, 2)}
@@ -160,7 +161,7 @@ def test_command_draws_the_patches_a_direct_call_keeps(tmp_path, lookwhere_folde
                             "--output", str(tmp_path / "out.png")])
     assert set(paths) == {"features", "kept"} and paths["kept"] == str(tmp_path / "out-kept.png")
     model = LookWhereModel.from_pretrained(lookwhere_folder).eval()
-    pixel_values = LookWhereImageProcessor(patch_size=4, size={"shortest_edge": 32})(Image.open(photo)).pixel_values
+    pixel_values = to_pixel_values(Image.open(photo), 32, patch_size=4)[None]
     with torch.inference_mode():
         kept = model(pixel_values, k_ratio=0.25).selected_indices[0]
     grid = (pixel_values.shape[-2] // 4, pixel_values.shape[-1] // 4)  # 8 x 12

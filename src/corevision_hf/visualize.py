@@ -24,8 +24,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from PIL import Image
+from transformers import AutoModel  # the package's import registered VECA and LookWhere with it
+from transformers.utils import logging as transformers_logging
 
-from .images import to_display
+from .images import to_display, to_pixel_values
 from .offline import check_hub_reachable
 
 try:
@@ -324,23 +326,18 @@ def model_pictures(model, image: Image.Image, budgets: list[dict], resolution: i
 
     Args:
         model: a `VecaModel` or `LookWhereModel`.
-        image: a PIL image, resized as the model's image processor does: shorter side about `resolution`, aspect
-            ratio kept, both sides snapped to patch multiples.
+        image: a PIL image, resized as the models' image processor sizes it (`to_pixel_values` with the patch size):
+            shorter side about `resolution`, aspect ratio kept, both sides snapped to patch multiples.
         budgets: one call's budget arguments per panel, e.g. `[{"num_cores": 16}, {"num_cores": 4}]` or
             `[{"k_ratio": 0.1}]`; `[{}]` is the model's default. Colours are fitted on the first panel.
 
     Returns:
         {"features": the PCA picture, and "cores" (VECA) or "kept" (LookWhere): where the budget went}.
     """
-    from .lookwhere import LookWhereImageProcessor
-    from .veca import VecaImageProcessor
-
     config = model.config
-    processors = {"veca": VecaImageProcessor, "lookwhere": LookWhereImageProcessor}
-    if config.model_type not in processors:
+    if config.model_type not in MODEL_NAMES:
         raise ValueError(f"{config.model_type!r} models are not drawn here; give a VECA or LookWhere model.")
-    processor = processors[config.model_type](patch_size=config.patch_size, size={"shortest_edge": resolution})
-    pixel_values = processor(image).pixel_values.to(model.device, model.dtype)
+    pixel_values = to_pixel_values(image, resolution, config.patch_size)[None].to(model.device, model.dtype)
     grid = (pixel_values.shape[-2] // config.patch_size, pixel_values.shape[-1] // config.patch_size)
     photo = to_display(pixel_values[0])
     outputs = {}
@@ -393,9 +390,6 @@ def save_figures_atomically(figures: dict[str, Figure]) -> None:
 
 def main(argv: list[str] | None = None) -> dict[str, str]:
     """The command; returns {picture: path written}."""
-    from transformers import AutoModel  # (the package's import registered both models with the Auto classes)
-    from transformers.utils import logging as transformers_logging
-
     parser = argparse.ArgumentParser(
         prog="python -m corevision_hf.visualize",
         description="Draws one photo through a VECA or LookWhere model: its dense features as RGB (3 principal "

@@ -78,8 +78,8 @@ class LookWhereImageProcessor(BaseImageProcessor):
     def preprocess(self, images, return_tensors: str | None = "pt", **kwargs) -> BatchFeature:
         """One image or a list of them (PIL images, (H, W, C) or (C, H, W) arrays / tensors, or a (B, C, H, W)
         tensor) -> `BatchFeature` with `pixel_values` (B, C, H, W) float32, a torch tensor (`return_tensors="pt"`
-        or None) or a numpy array (`"np"`). Keyword arguments override the
-        processor's fields for this call (`size`, `do_pad`, ...)."""
+        or None) or a numpy array (`"np"`). Keyword arguments override the processor's fields for this call
+        (`size`, `do_pad`, ...)."""
         unknown = set(kwargs) - set(OPTIONS)
         if unknown:
             raise ValueError(f"Unknown image processor arguments {sorted(unknown)}; choose from {list(OPTIONS)}.")
