@@ -9,6 +9,7 @@ from conftest import make_offline_hub_cache
 from huggingface_hub import constants
 from PIL import Image
 
+from corevision_hf.extract import cli as extract_cli
 from corevision_hf.offline import check_hub_reachable
 from corevision_hf.visualize import cli as visualize_cli
 
@@ -62,3 +63,11 @@ def test_a_command_fails_in_a_second_with_one_line(no_network, tmp_path, capsys,
     assert time.perf_counter() - start < 2
     error = capsys.readouterr().err
     assert error.startswith("error: https://huggingface.co cannot be reached") and error.count("\n") == 1
+
+
+def test_extract_fails_in_a_second_with_one_line(no_network, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    start = time.perf_counter()
+    assert extract_cli(["org/veca-base", "--data", str(tmp_path), "--output", str(tmp_path / "features")]) == 2
+    assert time.perf_counter() - start < 2
+    assert "HF_HUB_OFFLINE=1" in capsys.readouterr().err

@@ -44,6 +44,7 @@ from transformers.utils import logging as transformers_logging
 import corevision_hf  # noqa: F401  (registers VECA and LookWhere with the Auto classes)
 
 from .images import to_pixel_values
+from .offline import check_hub_reachable
 
 
 INFO_FILE = "extraction.json"
@@ -273,6 +274,7 @@ def main(argv=None) -> datasets.Dataset | None:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}.")
     if output.exists() and not args.force:
         raise FileExistsError(f"{output} exists; pass --force to replace it, or choose another --output.")
+    check_hub_reachable(args.model)
     try:
         config = AutoConfig.from_pretrained(args.model)
     except (OSError, ValueError) as error:
