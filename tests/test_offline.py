@@ -25,6 +25,8 @@ def no_network(monkeypatch):
 
     monkeypatch.setattr(socket, "create_connection", refuse)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    for name in ("https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
     return asked
 
 
@@ -36,6 +38,14 @@ def test_an_unreachable_hub_is_one_line_naming_the_offline_ways(no_network, tmp_
     assert "\n" not in message and "HF_HUB_OFFLINE=1" in message and "local model folder" in message
     assert "does not hold 'org/veca-base'" in message
     assert no_network == [("huggingface.co", 443)]
+
+
+def test_behind_a_proxy_the_proxy_is_asked(no_network, tmp_path, monkeypatch):
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("https_proxy", "http://proxy.example:3128")
+    with pytest.raises(ConnectionError):
+        check_hub_reachable("org/veca-base")
+    assert no_network == [("proxy.example", 3128)]
 
 
 def test_the_message_says_when_the_cache_holds_the_model(no_network, tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ could not connect; the command lines call `check_hub_reachable` before loading a
 import os
 import socket
 from urllib.parse import urlparse
+from urllib.request import getproxies, proxy_bypass
 
 from huggingface_hub import constants, is_offline_mode, try_to_load_from_cache
 from huggingface_hub.errors import HFValidationError
@@ -15,9 +16,9 @@ from huggingface_hub.utils import validate_repo_id
 
 def check_hub_reachable(name_or_path: str, filename: str = "config.json", timeout: float = 2.0) -> None:
     """Returns at once for a local folder, in offline mode (HF_HUB_OFFLINE=1) or for a name that is no hub id (the
-    loader's own error is fast then); otherwise opens one connection to the hub (HF_ENDPOINT) and, if that fails
-    within `timeout` seconds, raises a ConnectionError saying how to work offline (and whether the hub cache holds
-    `filename` of that repo)."""
+    loader's own error is fast then); otherwise opens one connection to the hub (HF_ENDPOINT, or the proxy when one
+    is set) and, if that fails within `timeout` seconds, raises a ConnectionError saying how to work offline (and
+    whether the hub cache holds `filename` of that repo)."""
     if os.path.isdir(name_or_path) or is_offline_mode():
         return
     try:
@@ -25,6 +26,9 @@ def check_hub_reachable(name_or_path: str, filename: str = "config.json", timeou
     except HFValidationError:
         return
     endpoint = urlparse(constants.ENDPOINT)
+    proxy = getproxies().get(endpoint.scheme)
+    if proxy and not proxy_bypass(endpoint.hostname):  # behind a proxy, the proxy is what must answer
+        endpoint = urlparse(proxy if "://" in proxy else f"http://{proxy}")
     port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
     try:
         socket.create_connection((endpoint.hostname, port), timeout=timeout).close()
