@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from transformers import AutoModel
 
 from corevision_hf.evaluation import teacher_input, teacher_patch_size, teacher_targets  # noqa: F401  (shared)
+from corevision_hf.offline import check_hub_reachable
 
 
 def load_teacher(name_or_path: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
@@ -21,6 +22,7 @@ def load_teacher(name_or_path: str, dtype: torch.dtype = torch.float32) -> torch
         model, _ = load_dinov2_small_teacher()
     else:
         try:
+            check_hub_reachable(name_or_path)
             model = AutoModel.from_pretrained(name_or_path, dtype=dtype)
         except OSError as error:
             raise ValueError(
