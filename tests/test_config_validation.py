@@ -1,9 +1,11 @@
 """Issue #11, model side: every config value is checked on construction, with the field and its range named;
 NaN / infinite pixels, empty batches and images smaller than a patch are clear errors."""
 
+import textwrap
+
 import pytest
 import torch
-from conftest import tiny_veca_config
+from conftest import load_without_package, tiny_veca_config
 from test_modeling_lookwhere import tiny_lookwhere_config
 from transformers import AutoModel, pipeline
 
@@ -86,3 +88,30 @@ def test_lookwhere_k_at_load_time_points_to_default_k(tmp_path):
     model = AutoModel.from_pretrained(tmp_path, trust_remote_code=True, default_k=5).eval()
     with torch.inference_mode():
         assert model(torch.randn(1, 3, 32, 32)).selected_indices.shape == (1, 5)
+
+
+LOAD_TIME_BUDGETS_LOADER = textwrap.dedent(
+    """
+    import torch
+    from transformers import AutoModel
+
+    source, _, outputs_path = sys.argv[1:4]
+    errors = {}
+    for name, kwargs in [("veca", {"num_cores": 4}), ("lookwhere", {"k": 5})]:
+        try:
+            AutoModel.from_pretrained(f"{source}/{name}", trust_remote_code=True, **kwargs)
+        except ValueError as error:
+            errors[name] = str(error)
+    torch.save(errors, outputs_path)
+    """
+)
+
+
+def test_load_time_budget_errors_come_with_the_hub_code(tmp_path):
+    """The checks live in the configuration files, so a process that cannot import this package gives them too."""
+    torch.manual_seed(0)
+    VecaModel(tiny_veca_config()).save_pretrained(tmp_path / "models" / "veca")
+    LookWhereModel(tiny_lookwhere_config()).save_pretrained(tmp_path / "models" / "lookwhere")
+    errors = load_without_package(tmp_path, LOAD_TIME_BUDGETS_LOADER, str(tmp_path / "models"), torch.zeros(1))
+    assert "pass default_num_cores=4 instead" in errors["veca"]
+    assert "pass default_k=5 instead" in errors["lookwhere"]
