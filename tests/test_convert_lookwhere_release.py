@@ -22,7 +22,8 @@ FIXTURES = Path(__file__).parent / "fixtures" / "parity" / "lookwhere"
 def fake_hub(tmp_path, monkeypatch):
     """Serves the parity fixtures as hf_hub_download would: snapshots/<commit>/<file> linking to blobs/<sha256>.
     Returns the calls made; `fake_hub.blob_name` (sha256 by default) and `fake_hub.error` change what is served."""
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # no reachability probe: the download is the mock
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(lookwhere_release, "check_hub_reachable", lambda *args: None)  # the download is the mock
 
     class Hub:
         calls, blob_name, error = [], None, None
@@ -120,3 +121,11 @@ def test_offline_the_real_download_serves_the_hub_cache(tmp_path, monkeypatch, c
     convert_lookwhere.main(["--from-hub", "dinov2", str(tmp_path / "out")])
     assert f"sha256 checked against the hub's ETag ({blob.name[:12]}" in capsys.readouterr().out
     assert (tmp_path / "out" / "model.safetensors").is_file()
+
+
+def test_offline_without_the_file_in_the_cache(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    error = run_failing(["--from-hub", "franca", str(tmp_path / "out")], capsys)
+    assert "lookwhere_franca.pt of antofuller/lookwhere is not in the hub cache, and HF_HUB_OFFLINE=1" in error
+    assert not (tmp_path / "out").exists()

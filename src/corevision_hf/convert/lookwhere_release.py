@@ -15,7 +15,7 @@ import os
 import re
 import sys
 
-from huggingface_hub import hf_hub_download
+from huggingface_hub import hf_hub_download, is_offline_mode
 
 from corevision_hf.convert.common import check_out_dir
 from corevision_hf.convert.lookwhere import convert
@@ -43,6 +43,12 @@ def download_release(name: str) -> tuple[str, str]:
     try:
         path = hf_hub_download(REPO_ID, filename, revision=REVISION)
     except Exception as error:  # the network stack raises many types (httpx, OSError, hub errors)
+        if is_offline_mode():
+            raise ConnectionError(
+                f"{filename} of {REPO_ID} is not in the hub cache, and HF_HUB_OFFLINE=1 forbids downloading it: run "
+                "once with network, or download the file yourself and run: python -m corevision_hf.convert.lookwhere "
+                "FILE OUT_DIR."
+            ) from None
         first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise ConnectionError(
             f"Downloading {filename} from the hub repo {REPO_ID} failed ({first_line[:200]}); rerun the same command "
