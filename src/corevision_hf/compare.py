@@ -31,6 +31,7 @@ from .evaluation import (
     teacher_patch_size,
     teacher_targets,
 )
+from .cli import run
 from .extract import IMAGE_EXTENSIONS
 from .images import to_pixel_values
 from .offline import check_hub_reachable
@@ -120,7 +121,14 @@ def table(report: dict) -> str:
 def main(argv=None) -> dict:
     """Runs the comparison; prints the table, writes the plot and returns the report."""
     args = parse_args(argv)
-    from .visualize import plot_evaluation, save_figures_atomically  # matplotlib: checked before any work
+    try:  # before any work
+        from .visualize import plot_evaluation, save_figures_atomically
+    except ModuleNotFoundError as error:
+        if error.name != "matplotlib":
+            raise
+        raise ImportError(
+            "the plot needs matplotlib: pip install matplotlib (or pip install 'corevision-hf[demo]')"
+        ) from None
 
     if args.output.rsplit(".", 1)[-1].lower() not in ("png", "pdf", "svg"):
         raise ValueError(f"--output {args.output!r}: give a .png, .pdf or .svg file name.")
@@ -165,19 +173,8 @@ def main(argv=None) -> dict:
 
 
 def cli(argv=None) -> int:
-    """The command line: a bad input ends in one line on stderr and exit status 2."""
-    try:
-        main(argv)
-    except ModuleNotFoundError as error:
-        if error.name != "matplotlib":
-            raise
-        print("error: the plot needs matplotlib: pip install matplotlib (or pip install 'corevision-hf[demo]')",
-              file=sys.stderr)
-        return 2
-    except (ValueError, OSError) as error:  # OSError: missing files and models, an unreachable hub
-        print("error: " + " ".join(str(error).split()), file=sys.stderr)  # one line, whatever the message holds
-        return 2
-    return 0
+    """The command line: a bad input (or no matplotlib) ends in one line on stderr and exit status 2."""
+    return run(main, argv, errors=(ValueError, OSError, ImportError))
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from PIL import Image
 from transformers import AutoModel  # the package's import registered VECA and LookWhere with it
 from transformers.utils import logging as transformers_logging
 
+from .cli import run
 from .images import to_display, to_pixel_values
 from .offline import check_hub_reachable
 
@@ -440,12 +441,7 @@ def main(argv: list[str] | None = None) -> dict[str, str]:
 
 def cli(argv: list[str] | None = None) -> int:
     """The command line: a bad input ends in one line on stderr and exit status 2."""
-    try:
-        main(argv)
-    except (ValueError, OSError) as error:  # OSError: missing or unreadable files and models
-        print("error: " + " ".join(str(error).split()), file=sys.stderr)  # one line, whatever the message holds
-        return 2
-    return 0
+    return run(main, argv)
 
 
 __all__ = [

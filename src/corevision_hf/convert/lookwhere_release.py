@@ -13,10 +13,10 @@ import argparse
 import hashlib
 import os
 import re
-import sys
 
 from huggingface_hub import hf_hub_download, is_offline_mode
 
+from corevision_hf.cli import run
 from corevision_hf.convert.common import check_out_dir
 from corevision_hf.convert.lookwhere import convert
 from corevision_hf.offline import check_hub_reachable
@@ -89,6 +89,13 @@ def usage_lines(out_dir: str, name: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The command line (`convert.lookwhere --from-hub` hands over to it): a bad input is one line, exit status 2."""
+    status = run(convert_release, argv)
+    if status:
+        raise SystemExit(status)
+
+
+def convert_release(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m corevision_hf.convert.lookwhere --from-hub",
         description=f"Download the authors' released LookWhere weights from the hub repo {REPO_ID} and convert them.",
@@ -97,13 +104,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("out_dir", help="folder to write the hub model into")
     parser.add_argument("--force", action="store_true", help="write into OUT_DIR even if it is not empty")
     args = parser.parse_args(argv)
-    try:
-        check_out_dir(args.out_dir, args.force)  # before a download of hundreds of MB
-        path, note = download_release(args.from_hub)
-        convert(path, args.out_dir, force=args.force)
-    except (ValueError, OSError) as error:
-        print("error: " + " ".join(str(error).split()), file=sys.stderr)  # one line, whatever the message holds
-        raise SystemExit(2) from None
+    check_out_dir(args.out_dir, args.force)  # before a download of hundreds of MB
+    path, note = download_release(args.from_hub)
+    convert(path, args.out_dir, force=args.force)
     print(f"Wrote {args.out_dir} from {REPO_ID}/{RELEASES[args.from_hub]} (revision {REVISION}; {note}). Next:")
     for line in usage_lines(args.out_dir, args.from_hub):
         print("  " + line)
