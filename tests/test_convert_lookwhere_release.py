@@ -23,7 +23,7 @@ def fake_hub(tmp_path, monkeypatch):
     """Serves the parity fixtures as hf_hub_download would: snapshots/<commit>/<file> linking to blobs/<sha256>.
     Returns the calls made; `fake_hub.blob_name` (sha256 by default) and `fake_hub.error` change what is served."""
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(lookwhere_release, "check_hub_reachable", lambda *args: None)  # the download is the mock
+    monkeypatch.setattr(lookwhere_release, "check_hub_reachable", lambda *args, **kwargs: None)  # the mock downloads
 
     class Hub:
         calls, blob_name, error = [], None, None

@@ -9,6 +9,7 @@ from conftest import make_offline_hub_cache
 from huggingface_hub import constants
 from PIL import Image
 
+from corevision_hf.convert import lookwhere as convert_lookwhere
 from corevision_hf.extract import cli as extract_cli
 from corevision_hf.offline import check_hub_reachable
 from corevision_hf.visualize import cli as visualize_cli
@@ -36,7 +37,7 @@ def test_an_unreachable_hub_is_one_line_naming_the_offline_ways(no_network, tmp_
         check_hub_reachable("org/veca-base")
     message = str(error.value)
     assert "\n" not in message and "HF_HUB_OFFLINE=1" in message and "local model folder" in message
-    assert "does not hold 'org/veca-base'" in message
+    assert "load config.json of 'org/veca-base'" in message and "which does not hold it" in message
     assert no_network == [("huggingface.co", 443)]
 
 
@@ -53,7 +54,7 @@ def test_the_message_says_when_the_cache_holds_the_model(no_network, tmp_path, m
     (tmp_path / "model" / "config.json").write_text("{}")
     cache = make_offline_hub_cache(tmp_path, tmp_path / "model", "org/x")["HF_HUB_CACHE"]
     monkeypatch.setattr(constants, "HF_HUB_CACHE", cache)
-    with pytest.raises(ConnectionError, match="HF_HUB_OFFLINE=1 to use the hub cache, which holds 'org/x'"):
+    with pytest.raises(ConnectionError, match="HF_HUB_OFFLINE=1 to use the hub cache, which holds it"):
         check_hub_reachable("org/x")
 
 
@@ -81,3 +82,12 @@ def test_extract_fails_in_a_second_with_one_line(no_network, tmp_path, capsys, m
     assert extract_cli(["org/veca-base", "--data", str(tmp_path), "--output", str(tmp_path / "features")]) == 2
     assert time.perf_counter() - start < 2
     assert "HF_HUB_OFFLINE=1" in capsys.readouterr().err
+
+
+def test_the_release_download_says_how_to_work_without_the_hub(no_network, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    with pytest.raises(SystemExit):
+        convert_lookwhere.main(["--from-hub", "dinov2", str(tmp_path / "out")])
+    error = capsys.readouterr().err
+    assert "cannot be reached to load lookwhere_dinov2.pt of 'antofuller/lookwhere'" in error
+    assert "download lookwhere_dinov2.pt yourself and run: python -m corevision_hf.convert.lookwhere FILE" in error

@@ -14,11 +14,16 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
 
-def check_hub_reachable(name_or_path: str, filename: str = "config.json", timeout: float = 2.0) -> None:
+MODEL_ALTERNATIVE = "give a local model folder (e.g. outputs/demo/run/final from `make demo`)"
+
+
+def check_hub_reachable(
+    name_or_path: str, filename: str = "config.json", alternative: str = MODEL_ALTERNATIVE, timeout: float = 2.0
+) -> None:
     """Returns at once for a local folder, in offline mode (HF_HUB_OFFLINE=1) or for a name that is no hub id (the
     loader's own error is fast then); otherwise opens one connection to the hub (HF_ENDPOINT, or the proxy when one
     is set) and, if that fails within `timeout` seconds, raises a ConnectionError saying how to work offline (and
-    whether the hub cache holds `filename` of that repo)."""
+    whether the hub cache holds `filename` of that repo, and the `alternative` to the hub)."""
     if os.path.isdir(name_or_path) or is_offline_mode():
         return
     try:
@@ -35,7 +40,7 @@ def check_hub_reachable(name_or_path: str, filename: str = "config.json", timeou
     except OSError:
         cached = isinstance(try_to_load_from_cache(name_or_path, filename), str)
         raise ConnectionError(
-            f"{constants.ENDPOINT} cannot be reached to load {name_or_path!r} (and there is no folder of that name "
-            "here). Offline, give a local model folder (e.g. outputs/demo/run/final from `make demo`), or set "
-            f"HF_HUB_OFFLINE=1 to use the hub cache, which {'holds' if cached else 'does not hold'} {name_or_path!r}."
+            f"{constants.ENDPOINT} cannot be reached to load {filename} of {name_or_path!r} (and there is no folder "
+            f"of that name here). Offline, {alternative}, or set HF_HUB_OFFLINE=1 to use the hub cache, which "
+            f"{'holds' if cached else 'does not hold'} it."
         ) from None

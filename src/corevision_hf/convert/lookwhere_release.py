@@ -39,7 +39,8 @@ def download_release(name: str) -> tuple[str, str]:
     if name not in RELEASES:
         raise ValueError(f"Unknown LookWhere release {name!r}; choose one of {sorted(RELEASES)}.")
     filename = RELEASES[name]
-    check_hub_reachable(REPO_ID, filename)
+    check_hub_reachable(REPO_ID, filename, alternative=f"download {filename} yourself and run: python -m "
+                        "corevision_hf.convert.lookwhere FILE OUT_DIR")
     try:
         path = hf_hub_download(REPO_ID, filename, revision=REVISION)
     except Exception as error:  # the network stack raises many types (httpx, OSError, hub errors)
