@@ -1,10 +1,13 @@
 """Issue #11, model side: every config value is checked on construction, with the field and its range named;
 NaN / infinite pixels, empty batches and images smaller than a patch are clear errors."""
 
+import textwrap
+
 import pytest
 import torch
-from conftest import tiny_veca_config
+from conftest import load_without_package, tiny_veca_config
 from test_modeling_lookwhere import tiny_lookwhere_config
+from transformers import AutoModel, pipeline
 
 from corevision_hf import LookWhereModel, VecaModel
 
@@ -51,3 +54,60 @@ def test_empty_batches_and_images_smaller_than_a_patch_are_errors(build):
         model(torch.randn(0, 3, 32, 32))
     with pytest.raises(ValueError, match=r"Image size 3x40 is smaller than one (8x8|4x4) patch"):
         model(torch.randn(1, 3, 3, 40))
+
+
+def test_veca_bank_size_cannot_change_at_load_time(tmp_path):
+    """`num_cores` is the trained bank's size: at load time it is an error naming `default_num_cores`, the budget."""
+    torch.manual_seed(0)
+    VecaModel(tiny_veca_config()).save_pretrained(tmp_path)  # a bank of 8
+    for asked in (4, 16):
+        with pytest.raises(ValueError, match=f"pass default_num_cores={asked} instead") as error:
+            AutoModel.from_pretrained(tmp_path, trust_remote_code=True, num_cores=asked)
+        assert "\n" not in str(error.value)
+    with pytest.raises(ValueError, match="default_num_cores=4 instead"):
+        pipeline("image-feature-extraction", model=str(tmp_path), trust_remote_code=True, model_kwargs={"num_cores": 4})
+    assert AutoModel.from_pretrained(tmp_path, trust_remote_code=True, num_cores=8).config.num_cores == 8  # unchanged
+    model = AutoModel.from_pretrained(tmp_path, trust_remote_code=True, default_num_cores=4).eval()
+    pixel_values = torch.randn(1, 3, 24, 40)
+    with torch.inference_mode():
+        default, four = model(pixel_values), model(pixel_values, num_cores=4)
+    torch.testing.assert_close(default.last_hidden_state, four.last_hidden_state)
+    assert model.config.num_cores == 8
+
+
+def test_lookwhere_k_at_load_time_points_to_default_k(tmp_path):
+    torch.manual_seed(0)
+    LookWhereModel(tiny_lookwhere_config()).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="pass default_k=5 instead") as error:
+        AutoModel.from_pretrained(tmp_path, trust_remote_code=True, k=5)
+    assert "\n" not in str(error.value)
+    model = AutoModel.from_pretrained(tmp_path, trust_remote_code=True, default_k=5).eval()
+    with torch.inference_mode():
+        assert model(torch.randn(1, 3, 32, 32)).selected_indices.shape == (1, 5)
+
+
+LOAD_TIME_BUDGETS_LOADER = textwrap.dedent(
+    """
+    import torch
+    from transformers import AutoModel
+
+    source, _, outputs_path = sys.argv[1:4]
+    errors = {}
+    for name, kwargs in [("veca", {"num_cores": 4}), ("lookwhere", {"k": 5})]:
+        try:
+            AutoModel.from_pretrained(f"{source}/{name}", trust_remote_code=True, **kwargs)
+        except ValueError as error:
+            errors[name] = str(error)
+    torch.save(errors, outputs_path)
+    """
+)
+
+
+def test_load_time_budget_errors_come_with_the_hub_code(tmp_path):
+    """The checks live in the configuration files, so a process that cannot import this package gives them too."""
+    torch.manual_seed(0)
+    VecaModel(tiny_veca_config()).save_pretrained(tmp_path / "models" / "veca")
+    LookWhereModel(tiny_lookwhere_config()).save_pretrained(tmp_path / "models" / "lookwhere")
+    errors = load_without_package(tmp_path, LOAD_TIME_BUDGETS_LOADER, str(tmp_path / "models"), torch.zeros(1))
+    assert "pass default_num_cores=4 instead" in errors["veca"]
+    assert "pass default_k=5 instead" in errors["lookwhere"]

@@ -62,7 +62,7 @@ def direct(model_dir: str, images: list[Image.Image], resolution: int, **budget)
 def test_folder_features_equal_a_direct_model_call(models, photos, tmp_path):
     out = tmp_path / "features"
     extract.main([models["veca"], "--data", str(photos), "--num-cores", "4", "--resolution", "64", "--dense-stride",
-                  "2", "--batch-size", "3", "--shard-size", "4", "--output", str(out)])
+                  "2", "--batch-size", "3", "--shard-size", "4", "--square", "--output", str(out)])
     loaded = datasets.load_from_disk(str(out)).with_format("torch")[:]  # every column, as tensors
     names = sorted(p.name for p in PHOTOS.glob("*.jpg"))
     assert loaded["id"] == [f"nested/{name}" for name in names]  # the unreadable file is skipped, order kept
@@ -87,7 +87,7 @@ def test_saved_dataset_with_a_corrupt_row_and_lookwhere_budget(models, tmp_path)
         {"image_id": datasets.Value("string"), "image": datasets.Image()})).save_to_disk(str(source))
     out = tmp_path / "features"
     result = extract.main([models["lookwhere"], "--data", str(source), "--k-ratio", "0.25", "--resolution", "32",
-                           "--output", str(out)])
+                           "--square", "--output", str(out)])
     assert "dense" not in result.column_names
     result = result[:]
     assert result["id"] == ["a", "b", "c"]
@@ -129,7 +129,7 @@ def test_a_rerun_skips_finished_shards(models, photos, tmp_path, monkeypatch):
 def test_two_processes_write_disjoint_shards_and_one_merged_result(models, photos, tmp_path):
     out = tmp_path / "features"
     arguments = [models["veca"], "--data", str(photos), "--resolution", "32", "--num-cores", "2", "--shard-size", "2",
-                 "--dense-stride", "1"]
+                 "--dense-stride", "1", "--square"]
     command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
                str(ROOT / "training" / "configs" / "cpu_2proc.yaml"), "-m", "corevision_hf.extract", *arguments,
                "--output", str(out)]

@@ -2,10 +2,12 @@
 
 import pathlib
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
 
+from corevision_hf.lookwhere.image_processing_lookwhere import LookWhereImageProcessor
 from corevision_hf.veca.image_processing_veca import VecaImageProcessor, target_size
 
 
@@ -100,12 +102,21 @@ def test_bad_settings_are_one_clear_error(kwargs, message):
         (torch.zeros(2, 3, 4, 28, 28), {}, "must have 2 or 3 dimensions"),
         ("not an image", {}, "Cannot read an image"),
         (photo(28, 28), {"sizes": 3}, r"Unknown image processor arguments \['sizes'\]"),
-        (photo(28, 28), {"return_tensors": "np"}, "return_tensors='np' is not supported"),
+        (photo(28, 28), {"return_tensors": "tf"}, "return_tensors='tf' is not supported; use 'pt' .* or 'np'"),
     ],
 )
 def test_bad_inputs_are_one_clear_error(inputs, kwargs, message):
     with pytest.raises(ValueError, match=message):
         VecaImageProcessor(patch_size=14)(inputs, **kwargs)
+
+
+@pytest.mark.parametrize("processor_class", [VecaImageProcessor, LookWhereImageProcessor])
+def test_numpy_output_equals_torch_output(processor_class):
+    processor = processor_class(patch_size=8, size={"shortest_edge": 16})
+    images = [photo(64, 32, (10, 20, 30)), photo(32, 48, (90, 80, 70))]  # padded batch
+    as_numpy = processor(images, return_tensors="np").pixel_values
+    assert isinstance(as_numpy, np.ndarray) and as_numpy.dtype == np.float32
+    np.testing.assert_array_equal(as_numpy, processor(images, return_tensors="pt").pixel_values.numpy())
 
 
 def test_save_and_load_round_trip(tmp_path):

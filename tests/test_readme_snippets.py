@@ -34,6 +34,7 @@ def tiny_checkpoints(folder: pathlib.Path, patch: int) -> dict[str, str]:
     ).save_pretrained(folder / "dinov2")
     return {
         "org/veca-base": str(folder / "veca"),
+        "outputs/demo/run/final": str(folder / "veca"),
         "org/lookwhere-base": str(folder / "lookwhere"),
         "facebook/dinov2-with-registers-base": str(folder / "dinov2"),
     }

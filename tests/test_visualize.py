@@ -1,13 +1,24 @@
 """corevision_hf.visualize: what each picture draws is checked on the figure's own artists, not only that it saves."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_veca_config
 from matplotlib.patches import Rectangle
+from PIL import Image
+from test_modeling_lookwhere import tiny_lookwhere_config
 
+from corevision_hf import LookWhereModel, VecaModel
+from corevision_hf.images import to_pixel_values
 from corevision_hf.visualize import (
     PCAColors,
+    cli as visualize_cli,
     figure_to_image,
+    main as visualize_main,
+    model_pictures,
     patch_features,
     plot_cores,
     plot_evaluation,
@@ -93,3 +104,106 @@ def test_evaluation_plot_has_full_axes_the_teacher_and_error_bars():
     assert [t.get_text() for t in cls_axis.get_legend().get_texts()] == ["teacher", "4", "8", "32"]
     assert 90.0 in [line.get_ydata()[0] for line in latency_axis.lines]  # the teacher's latency as a line
     assert figure_to_image(figure).size[0] > 800
+
+
+# ---------------------------------------------------------------- python -m corevision_hf.visualize
+
+
+def saved_photo(path) -> str:
+    """A 60 x 90 (H x W) random photo: not square, so the pictures keep the aspect ratio."""
+    pixels = (np.random.default_rng(1).random((60, 90, 3)) * 255).astype(np.uint8)
+    Image.fromarray(pixels).save(path)
+    return str(path)
+
+
+@pytest.fixture
+def veca_folder(tmp_path):
+    torch.manual_seed(0)
+    VecaModel(tiny_veca_config()).save_pretrained(tmp_path / "models" / "veca")  # patch 8, a bank of 8 cores
+    return str(tmp_path / "models" / "veca")
+
+
+@pytest.fixture
+def lookwhere_folder(tmp_path):
+    torch.manual_seed(0)
+    LookWhereModel(tiny_lookwhere_config()).save_pretrained(tmp_path / "models" / "lookwhere")  # patch 4
+    return str(tmp_path / "models" / "lookwhere")
+
+
+def test_command_draws_the_cores_a_direct_call_computes(tmp_path, veca_folder):
+    photo = saved_photo(tmp_path / "photo.png")
+    paths = visualize_main([veca_folder, photo, "--num-cores", "2", "8", "--resolution", "24",
+                            "--output", str(tmp_path / "out.png")])
+    assert paths == {"features": str(tmp_path / "out.png"), "cores": str(tmp_path / "out-cores.png")}
+    assert Image.open(paths["features"]).format == "PNG" and Image.open(paths["cores"]).format == "PNG"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["models", "out-cores.png", "out.png", "photo.png"]
+
+    model = VecaModel.from_pretrained(veca_folder).eval()
+    pictures = model_pictures(model, Image.open(photo), [{"num_cores": 8}, {"num_cores": 2}], resolution=24)
+    pixel_values = to_pixel_values(Image.open(photo), 24, patch_size=8)[None]
+    assert pixel_values.shape[-2:] == (24, 32)  # 60 x 90 -> 24 x 36, 36 / 8 = 4.5 patches rounded (to even) to 4
+    with torch.inference_mode():
+        direct = {n: model(pixel_values, num_cores=n) for n in (8, 2)}
+    axes = pictures["cores"].axes
+    assert [a.get_title().split("\n")[0] for a in axes[:2]] == ["8 cores", "2 cores"]
+    for axis, n in zip(axes, (8, 2)):
+        xy = direct[n].core_coordinates[0]
+        expected = torch.stack([(xy[:, 0] + 1) / 2 * 32, (xy[:, 1] + 1) / 2 * 24], -1)
+        np.testing.assert_allclose(axis.collections[0].get_offsets(), expected.numpy(), atol=1e-4)
+    colours = PCAColors(patch_features(direct[8].last_hidden_state, (3, 4))[0])
+    np.testing.assert_allclose(pictures["features"].axes[2].images[0].get_array(),
+                               colours(patch_features(direct[2].last_hidden_state, (3, 4))[0]), atol=1e-6)
+
+
+def test_command_draws_the_patches_a_direct_call_keeps(tmp_path, lookwhere_folder):
+    photo = saved_photo(tmp_path / "photo.png")
+    paths = visualize_main([lookwhere_folder, photo, "--k-ratio", "0.25", "--resolution", "32",
+                            "--output", str(tmp_path / "out.png")])
+    assert set(paths) == {"features", "kept"} and paths["kept"] == str(tmp_path / "out-kept.png")
+    model = LookWhereModel.from_pretrained(lookwhere_folder).eval()
+    pixel_values = to_pixel_values(Image.open(photo), 32, patch_size=4)[None]
+    with torch.inference_mode():
+        kept = model(pixel_values, k_ratio=0.25).selected_indices[0]
+    grid = (pixel_values.shape[-2] // 4, pixel_values.shape[-1] // 4)  # 8 x 12
+    figure = model_pictures(model, Image.open(photo), [{"k_ratio": 0.25}], resolution=32)["kept"]
+    corners = sorted(p.get_xy() for p in figure.axes[1].patches if isinstance(p, Rectangle))
+    expected = sorted((float(i % grid[1] * 4), float(i // grid[1] * 4)) for i in kept.tolist())
+    assert len(kept) == 24 and corners == expected  # 25% of the 8 x 12 patches, where the model put them
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--num-cores", "9"], "num_cores"),  # the model's own range check: a bank of 8
+        (["--k-ratio", "0.1"], "--k-ratio does not apply to a veca model; use --num-cores"),
+        (["--resolution", "0"], "--resolution must be a positive number of pixels"),
+        (["--output", "{tmp}/out.txt"], "give a .png, .jpg, .pdf or .svg"),
+        (["--output", "{tmp}/nowhere/out.png"], "its folder does not exist"),
+        (["--image", "{tmp}/missing.png"], "missing.png"),
+    ],
+)
+def test_command_bad_input_is_one_line_and_keeps_what_was_there(tmp_path, veca_folder, capsys, arguments, message):
+    photo = saved_photo(tmp_path / "photo.png")
+    (tmp_path / "out.png").write_bytes(b"the user's earlier picture")
+    arguments = [a.format(tmp=tmp_path) for a in arguments]
+    if arguments[0] == "--image":
+        photo, arguments = arguments[1], []
+    if "--output" not in arguments:
+        arguments += ["--output", str(tmp_path / "out.png")]
+    assert visualize_cli([veca_folder, photo, *arguments]) == 2
+    error = capsys.readouterr().err
+    assert message in error and error.count("\n") == 1, error
+    assert (tmp_path / "out.png").read_bytes() == b"the user's earlier picture"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["models", "out.png", "photo.png"]  # no temp
+
+
+def test_command_help_and_missing_matplotlib(tmp_path):
+    command = [sys.executable, "-m", "corevision_hf.visualize"]
+    done = subprocess.run([*command, "--help"], capture_output=True, text=True)
+    assert done.returncode == 0 and "--num-cores" in done.stdout and "--k-ratio" in done.stdout
+    # without matplotlib: one line that says how to install it, exit 2
+    script = ("import runpy, sys\nsys.modules['matplotlib'] = None\nsys.argv = ['visualize', 'model', 'photo.png', "
+              "'--output', 'out.png']\nrunpy.run_module('corevision_hf.visualize', run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2 and "pip install matplotlib" in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr

@@ -23,7 +23,6 @@ import functools
 import json
 import os
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -44,13 +43,24 @@ from probes import (
     load_mask,
     segmentation_folder,
 )
-from teacher import load_teacher, teacher_input, teacher_patch_size, teacher_targets
+from teacher import load_teacher
 from transformers import AutoConfig, AutoModel
 
 import corevision_hf
-from corevision_hf import dense_vit_flops, lookwhere_flops, veca_flops
+from corevision_hf.evaluation import (
+    agreement,
+    cost_entry,
+    features,
+    median_latency_ms,
+    model_flops,
+    teacher_flops,
+    teacher_input,
+    teacher_patch_size,
+    teacher_targets,
+)
 from corevision_hf.metrics import ACCURACY, MEAN_IOU
 from corevision_hf.images import to_display
+from corevision_hf.offline import check_hub_reachable
 from corevision_hf.visualize import (
     patch_features,
     plot_cores,
@@ -91,6 +101,7 @@ def checkpoint_config(checkpoint: str):
     """The checkpoint's config; a local folder must also hold weights."""
     if Path(checkpoint).exists():
         check_export(checkpoint)
+    check_hub_reachable(checkpoint)
     try:
         config = AutoConfig.from_pretrained(checkpoint)
     except OSError as error:
@@ -145,29 +156,9 @@ def output_width(config) -> int:
 # ---------------------------------------------------------------- cost
 
 
-def synchronize(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
 def _rss_kib(field: str) -> int:
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
-
-
-@torch.inference_mode()
-def median_latency_ms(forward, device: str, runs: int) -> float:
-    """Median wall time of `forward()` over `runs` calls, after two warm-up calls."""
-    for _ in range(2):
-        forward()
-    times = []
-    for _ in range(runs):
-        synchronize(device)
-        start = time.perf_counter()
-        forward()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
 
 
 def glibc():
@@ -203,71 +194,7 @@ def peak_memory_mib(forward, device: str) -> float | None:
     return (_rss_kib("VmHWM") - base) / 1024
 
 
-def model_flops(config, resolution: int, budget_name: str, budget) -> int:
-    if config.model_type == "veca":
-        return veca_flops(config, resolution, num_cores=budget)
-    return lookwhere_flops(config, resolution, **{budget_name: budget})
-
-
-def teacher_flops(teacher, height: int, width: int) -> int:
-    """Dense-ViT FLOPs of the teacher: DINOv3 names its MLP width, DINOv2 gives a ratio (SwiGLU: 2/3 of it,
-    rounded up to a multiple of 8, as DINOv2 builds it)."""
-    teacher_config = teacher.config
-    gated = bool(getattr(teacher_config, "use_gated_mlp", False) or getattr(teacher_config, "use_swiglu_ffn", False))
-    mlp_width = getattr(teacher_config, "intermediate_size", None)
-    if mlp_width is None:
-        mlp_width = int(teacher_config.hidden_size * teacher_config.mlp_ratio)
-        if gated:
-            mlp_width = (mlp_width * 2 // 3 + 7) // 8 * 8
-    return dense_vit_flops(
-        height,
-        width,
-        hidden_size=teacher_config.hidden_size,
-        num_hidden_layers=teacher_config.num_hidden_layers,
-        intermediate_size=mlp_width,
-        patch_size=teacher_patch_size(teacher),
-        num_prefix_tokens=1 + getattr(teacher_config, "num_register_tokens", 0),
-        gated_mlp=gated,
-    )
-
-
-def cost_entry(flops: int, latency_ms: float, batch_size: int) -> dict:
-    return {
-        "gflops": flops / 1e9,
-        "latency_ms": latency_ms,
-        "throughput_images_per_s": 1e3 * batch_size / latency_ms,
-        "peak_memory_mib": None,
-    }
-
-
 # ---------------------------------------------------------------- quality
-
-
-@torch.inference_mode()
-def features(model, images: torch.Tensor, budget: dict, batch_size: int, device: str, dtype) -> tuple:
-    """Pooled output (N, D) and patch tokens (N, Hp * Wp, D) of a frozen model, in float32 on the CPU."""
-    grid = (images.shape[-2] // model.config.patch_size) * (images.shape[-1] // model.config.patch_size)
-    pooled, patches = [], []
-    for start in range(0, len(images), batch_size):
-        output = model(images[start : start + batch_size].to(device, dtype), **budget)
-        pooled.append(output.pooler_output.float().cpu())
-        patches.append(output.last_hidden_state[:, -grid:].float().cpu())  # VECA: [cores; patches], LookWhere: [prefix; patches]
-    return torch.cat(pooled), torch.cat(patches)
-
-
-def agreement(pooled: torch.Tensor, patches: torch.Tensor, targets: tuple) -> dict:
-    """Mean CLS and patch cosine to the teacher over the images, and their standard deviation over the images (a
-    patch cosine per image is its mean over patches; None with a single image)."""
-    teacher_cls, teacher_patches = targets
-    per_image = {
-        "cls_cosine": F.cosine_similarity(pooled, teacher_cls, dim=-1),
-        "patch_cosine": F.cosine_similarity(patches, teacher_patches, dim=-1).mean(-1),
-    }
-    result = {}
-    for name, values in per_image.items():
-        result[name] = values.mean().item()
-        result[name + "_std"] = values.std().item() if len(values) > 1 else None
-    return result
 
 
 def probe_accuracy(train: tuple, val: tuple, num_classes: int) -> float:

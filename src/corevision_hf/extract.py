@@ -9,8 +9,11 @@
 
 MODEL_OR_DIR: a VECA or LookWhere checkpoint (hub id or save_pretrained folder), or any transformers ViT whose
 patch tokens come last (DINOv2, DINOv3). --data: an image folder (any nesting; the id is the path inside it), a
-dataset saved with `save_to_disk`, or a hub dataset name (--split, --image-column). Every image is resized to
---resolution (no crop) and ImageNet-normalised, as `corevision_hf.images.to_pixel_values` does.
+dataset saved with `save_to_disk`, or a hub dataset name (--split, --image-column). Every image keeps its aspect
+ratio: its shorter side is resized to about --resolution and both sides are snapped to patch multiples, as the
+models' image processor does (--square: resized to --resolution x --resolution instead); no crop, ImageNet
+normalisation (`corevision_hf.images.to_pixel_values`). Images that resize to the same size are batched together
+(--batch-size per size), never padded or squashed, so each image's features are those of a call on it alone.
 
 The collection is cut into shards of --shard-size images; process p of P handles shards p, p + P, ... Each finished
 shard is written under a temporary name next to OUT (`OUT.partial/`) and renamed, so a rerun after a crash skips
@@ -43,11 +46,13 @@ import corevision_hf  # noqa: F401  (registers VECA and LookWhere with the Auto 
 
 from .cpu import optimize_for_cpu
 from .images import to_pixel_values
+from .offline import check_hub_reachable
 from .outputs import check_folder_output, files_under, record, refuse_overlap
 
 
 INFO_FILE = "extraction.json"
 SETTINGS_FILE = "settings.json"
+PENDING_BATCHES = 4  # images of other sizes wait for their batch up to this many batches' worth, then run
 IMAGE_EXTENSIONS = {ext for ext, name in Image.registered_extensions().items() if name in Image.OPEN}
 
 
@@ -62,7 +67,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--num-cores", type=int, default=None, help="VECA: active cores (default: the whole bank)")
     budget.add_argument("--k-ratio", type=float, default=None, help="LookWhere: fraction of patches kept")
-    parser.add_argument("--resolution", type=int, default=None, help="square input size (default: config.image_size)")
+    parser.add_argument("--resolution", type=int, default=None,
+                        help="shorter side in pixels, aspect ratio kept (default: config.image_size)")
+    parser.add_argument("--square", action="store_true", help="resize to --resolution x --resolution instead")
     parser.add_argument("--dense-stride", type=int, default=None,
                         help="also store the patch features average-pooled by this factor (1: the full grid)")
     parser.add_argument("--output", required=True, help="folder to write; must not exist unless --force")
@@ -191,8 +198,8 @@ def extract_batch(model, pixel_values: torch.Tensor, budget: dict, dense_stride:
         rows, columns = (s // patch_size(model.config) for s in pixel_values.shape[-2:])
         patches = output.last_hidden_state[:, -rows * columns :].float()
         grid = patches.transpose(1, 2).reshape(len(patches), -1, rows, columns)
-        if dense_stride > 1:
-            grid = F.avg_pool2d(grid, dense_stride)
+        if dense_stride > 1:  # a side the stride does not divide (aspect ratio kept) ends in a smaller block
+            grid = F.avg_pool2d(grid, dense_stride, ceil_mode=True)
         result["dense"] = grid.permute(0, 2, 3, 1).cpu().numpy()
     return result
 
@@ -202,7 +209,9 @@ def extract_batch(model, pixel_values: torch.Tensor, budget: dict, dense_stride:
 
 def shard_features(width: int, dense_shape: tuple | None) -> datasets.Features:
     features = {"id": datasets.Value("string"), "pooled": datasets.List(datasets.Value("float32"), length=width)}
-    if dense_shape:
+    if dense_shape and None in dense_shape:  # a grid per image, as its aspect ratio gives
+        features["dense"] = datasets.List(datasets.List(datasets.List(datasets.Value("float32"), length=width)))
+    elif dense_shape:
         features["dense"] = datasets.Array3D(shape=dense_shape, dtype="float32")
     return datasets.Features(features)
 
@@ -217,23 +226,38 @@ def write_shard(rows: dict, features: datasets.Features, folder: Path, skipped: 
 
 
 def run_shard(model, source: ImageSource, indices: range, args, budget: dict, features, folder: Path, progress) -> None:
+    """Extracts one shard. Images are batched by the size they resize to (a bucket runs when it holds --batch-size
+    images, or, the largest first, when more than PENDING_BATCHES batches' worth wait), then stored in order."""
+    results, buckets, skipped = {}, {}, []  # results: position in the shard -> (id, features)
+    patch = None if args.square else patch_size(model.config)
+
+    def run(size: tuple[int, int]) -> None:
+        waiting = buckets.pop(size)
+        batch = extract_batch(model, torch.stack([p for _, _, p in waiting]).to(args.device), budget, args.dense_stride)
+        for row, (position, image_id, _) in enumerate(waiting):
+            results[position] = (image_id, {name: values[row] for name, values in batch.items()})
+
+    for position, index in enumerate(indices):
+        image_id, image = source.load(index)
+        if image is None:
+            skipped.append(image_id)
+        else:
+            pixels = to_pixel_values(image, args.resolution, patch)
+            size = tuple(pixels.shape[-2:])
+            buckets.setdefault(size, []).append((position, image_id, pixels))
+            if len(buckets[size]) == args.batch_size:
+                run(size)
+            elif sum(map(len, buckets.values())) > PENDING_BATCHES * args.batch_size:  # bounded memory
+                run(max(buckets, key=lambda s: len(buckets[s])))
+        progress.update(1)
+    for size in list(buckets):
+        run(size)
     rows = {name: [] for name in features}
-    skipped = []
-    for start in range(indices.start, indices.stop, args.batch_size):
-        ids, pixels = [], []
-        for index in range(start, min(start + args.batch_size, indices.stop)):
-            image_id, image = source.load(index)
-            if image is None:
-                skipped.append(image_id)
-            else:
-                ids.append(image_id)
-                pixels.append(to_pixel_values(image, args.resolution))
-        if pixels:
-            batch = extract_batch(model, torch.stack(pixels).to(args.device), budget, args.dense_stride)
-            rows["id"].extend(ids)
-            for name, values in batch.items():
-                rows[name].extend(values)
-        progress.update(min(start + args.batch_size, indices.stop) - start)
+    for position in sorted(results):
+        image_id, values = results[position]
+        rows["id"].append(image_id)
+        for name, value in values.items():
+            rows[name].append(value)
     write_shard(rows, features, folder, skipped)
 
 
@@ -258,6 +282,7 @@ def main(argv=None) -> datasets.Dataset | None:
     if partial.exists() and not (partial / SETTINGS_FILE).is_file():
         raise FileExistsError(f"{partial} exists but is no unfinished extraction (it holds no {SETTINGS_FILE}): move "
                               "it, or choose another --output.")
+    check_hub_reachable(args.model)
     try:
         config = AutoConfig.from_pretrained(args.model)
     except (OSError, ValueError) as error:
@@ -279,7 +304,7 @@ def main(argv=None) -> datasets.Dataset | None:
 
     settings = {
         "model": args.model, "data": args.data, "split": args.split, "image_column": args.image_column,
-        "resolution": args.resolution, "budget": budget, "dense_stride": args.dense_stride,
+        "resolution": args.resolution, "square": args.square, "budget": budget, "dense_stride": args.dense_stride,
         "shard_size": args.shard_size, "num_images": len(source),
     }
     settings_path = partial / SETTINGS_FILE
@@ -319,7 +344,12 @@ def extract(args, state, config, source, budget: dict, grid: int, partial: Path,
     if model.device.type == "cpu":  # the CPU opt-in: prepacked linear weights, faster for a second copy in memory
         optimize_for_cpu(model)
     width = getattr(config, "output_projection_size", None) or config.hidden_size
-    dense_shape = (grid // args.dense_stride, grid // args.dense_stride, width) if args.dense_stride else None
+    if not args.dense_stride:
+        dense_shape = None
+    elif args.square:
+        dense_shape = (grid // args.dense_stride, grid // args.dense_stride, width)
+    else:
+        dense_shape = (None, None, width)  # each image's own grid
     features = shard_features(width, dense_shape)
 
     num_shards = math.ceil(len(source) / args.shard_size)

@@ -8,15 +8,24 @@ import numpy as np
 import torch
 from PIL import Image
 
+from .veca.image_processing_veca import target_size
+
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
-def to_pixel_values(image: Image.Image, resolution: int) -> torch.Tensor:
-    """A PIL image (any mode) resized to `resolution` x `resolution` (bicubic, no crop, so the whole photo is seen)
-    and ImageNet-normalised: a float32 tensor of shape (3, resolution, resolution)."""
-    image = image.convert("RGB").resize((resolution, resolution), Image.Resampling.BICUBIC)
+def to_pixel_values(image: Image.Image, resolution: int, patch_size: int | None = None) -> torch.Tensor:
+    """A PIL image (any mode) resized (bicubic, no crop, so the whole photo is seen) and ImageNet-normalised: a
+    float32 tensor (3, H, W). Without `patch_size`, H = W = `resolution`; with it, the aspect ratio is kept: the
+    shorter side becomes about `resolution` and both sides are snapped to multiples of `patch_size`, the size the
+    models' image processor picks for `size={"shortest_edge": resolution}`."""
+    image = image.convert("RGB")
+    if patch_size is None:
+        height = width = resolution
+    else:
+        height, width = target_size(image.height, image.width, {"shortest_edge": resolution}, patch_size)
+    image = image.resize((width, height), Image.Resampling.BICUBIC)
     pixels = torch.from_numpy(np.asarray(image, dtype=np.float32) / 255).permute(2, 0, 1)
     mean = torch.tensor(IMAGENET_MEAN).view(3, 1, 1)
     std = torch.tensor(IMAGENET_STD).view(3, 1, 1)

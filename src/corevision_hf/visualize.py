@@ -9,20 +9,42 @@
 
 Every function returns a `matplotlib.figure.Figure` (no pyplot state, so it is safe in a web server's threads);
 `save_figure` writes one, `figure_to_image` turns one into a PIL image.
+
+As a command, `python -m corevision_hf.visualize MODEL IMAGE --output OUT.png` draws one photo through a model
+(`--help` for the options).
 """
 
+import argparse
 import io
+import os
+import sys
+import tempfile
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from matplotlib import colormaps, patheffects
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.cm import ScalarMappable
-from matplotlib.colors import Normalize
-from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
 from PIL import Image
+from transformers import AutoModel  # the package's import registered VECA and LookWhere with it
+from transformers.utils import logging as transformers_logging
+
+from .cli import run
+from .images import to_display, to_pixel_values
+from .offline import check_hub_reachable
+
+try:
+    from matplotlib import colormaps, patheffects
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
+except ImportError:
+    if __name__ != "__main__":
+        raise
+    # the command line's one-line answer; an import by a program keeps the ImportError
+    print("error: corevision_hf.visualize draws with matplotlib: pip install matplotlib (or pip install "
+          "'corevision-hf[demo]')", file=sys.stderr)
+    sys.exit(2)
 
 
 TITLE_SIZE = 11
@@ -295,9 +317,137 @@ def _outline() -> list:
     return [patheffects.withStroke(linewidth=2, foreground="black")]
 
 
+# ---------------------------------------------------------------- one photo through a model, and the command line
+
+MODEL_NAMES = {"veca": "VECA", "lookwhere": "LookWhere"}
+
+
+def model_pictures(model, image: Image.Image, budgets: list[dict], resolution: int) -> dict[str, Figure]:
+    """Pictures of one photo through a VECA or LookWhere model, one panel per budget.
+
+    Args:
+        model: a `VecaModel` or `LookWhereModel`.
+        image: a PIL image, resized as the models' image processor sizes it (`to_pixel_values` with the patch size):
+            shorter side about `resolution`, aspect ratio kept, both sides snapped to patch multiples.
+        budgets: one call's budget arguments per panel, e.g. `[{"num_cores": 16}, {"num_cores": 4}]` or
+            `[{"k_ratio": 0.1}]`; `[{}]` is the model's default. Colours are fitted on the first panel.
+
+    Returns:
+        {"features": the PCA picture, and "cores" (VECA) or "kept" (LookWhere): where the budget went}.
+    """
+    config = model.config
+    if config.model_type not in MODEL_NAMES:
+        raise ValueError(f"{config.model_type!r} models are not drawn here; give a VECA or LookWhere model.")
+    pixel_values = to_pixel_values(image, resolution, config.patch_size)[None].to(model.device, model.dtype)
+    grid = (pixel_values.shape[-2] // config.patch_size, pixel_values.shape[-1] // config.patch_size)
+    photo = to_display(pixel_values[0])
+    outputs = {}
+    with torch.inference_mode():
+        for budget in budgets:
+            output = model.eval()(pixel_values, **budget)
+            if config.model_type == "veca":
+                label = f"{output.core_coordinates.shape[1]} cores"
+            else:
+                label = f"k = {output.selected_indices.shape[1]}"
+            outputs[label] = output
+    title = f"{MODEL_NAMES[config.model_type]} at {pixel_values.shape[-1]} x {pixel_values.shape[-2]} px"
+    features = {label: patch_features(out.last_hidden_state, grid)[0] for label, out in outputs.items()}
+    pictures = {"features": plot_feature_pca([(photo, features)], title=f"{title}: dense features")}
+    if config.model_type == "veca":
+        coordinates = {label: out.core_coordinates[0] for label, out in outputs.items()}
+        pictures["cores"] = plot_cores(photo, coordinates, title=f"{title}: where the cores sit")
+    else:
+        kept = {label: out.selected_indices[0] for label, out in outputs.items()}
+        first = next(iter(outputs.values()))
+        pictures["kept"] = plot_kept_patches(photo, first.selector_map[0], kept, grid, title=f"{title}: patches kept")
+    return pictures
+
+
+def picture_paths(output: str, names) -> dict[str, str]:
+    """OUT.png -> {"features": OUT.png, "cores": OUT-cores.png, ...}: the first picture takes the name given."""
+    stem, suffix = os.path.splitext(output)
+    names = list(names)
+    return {name: output if index == 0 else f"{stem}-{name}{suffix}" for index, name in enumerate(names)}
+
+
+def save_figures_atomically(figures: dict[str, Figure]) -> None:
+    """Writes {path: figure}: each to a temporary name next to its path, renamed only once all are drawn, so a
+    failure leaves the files that were there before untouched and no partial picture behind."""
+    written = {}
+    try:
+        for path, figure in figures.items():
+            folder, name = os.path.split(os.path.abspath(path))
+            handle, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+            os.close(handle)
+            written[path] = temporary
+            figure.savefig(temporary, dpi=110, format=os.path.splitext(path)[1][1:].lower())
+        for path, temporary in written.items():
+            os.replace(temporary, path)
+    finally:
+        for temporary in written.values():
+            if os.path.exists(temporary):
+                os.remove(temporary)
+
+
+def main(argv: list[str] | None = None) -> dict[str, str]:
+    """The command; returns {picture: path written}."""
+    parser = argparse.ArgumentParser(
+        prog="python -m corevision_hf.visualize",
+        description="Draws one photo through a VECA or LookWhere model: its dense features as RGB (3 principal "
+                    "components), and where its budget went (VECA's cores, LookWhere's kept patches), one panel "
+                    "per budget.",
+    )
+    parser.add_argument("model", help="model folder (or hub id)")
+    parser.add_argument("image", help="photo file")
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument("--num-cores", type=int, nargs="+", metavar="K",
+                        help="VECA: core budgets, one panel each (default: the model's default_num_cores)")
+    budget.add_argument("--k-ratio", type=float, nargs="+", metavar="R",
+                        help="LookWhere: fractions of the patches kept, one panel each (default: the model's)")
+    parser.add_argument("--resolution", type=int, metavar="S",
+                        help="shorter side in pixels, snapped to patch multiples (default: the model's image_size)")
+    parser.add_argument("--output", required=True, metavar="OUT.png",
+                        help="the features picture; the other is written next to it as OUT-cores.png / OUT-kept.png")
+    args = parser.parse_args(argv)
+
+    if args.resolution is not None and args.resolution < 1:
+        raise ValueError(f"--resolution must be a positive number of pixels, got {args.resolution}.")
+    extension = os.path.splitext(args.output)[1].lower()
+    if extension not in (".png", ".jpg", ".jpeg", ".pdf", ".svg"):
+        raise ValueError(f"--output {args.output!r}: give a .png, .jpg, .pdf or .svg file name.")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
+        raise FileNotFoundError(f"--output {args.output!r}: its folder does not exist.")
+    with Image.open(args.image) as opened:  # a missing or unreadable photo is an OSError before the model loads
+        image = opened.convert("RGB")
+    transformers_logging.disable_progress_bar()  # one model, loaded in a blink: its bar would only bury errors
+    check_hub_reachable(args.model)
+    model = AutoModel.from_pretrained(args.model)
+    model_type = model.config.model_type
+    if (model_type == "veca" and args.k_ratio) or (model_type == "lookwhere" and args.num_cores):
+        given, right = ("--k-ratio", "--num-cores") if args.k_ratio else ("--num-cores", "--k-ratio")
+        raise ValueError(f"{given} does not apply to a {model_type} model; use {right}.")
+    if args.num_cores:
+        budgets = [{"num_cores": n} for n in sorted(args.num_cores, reverse=True)]
+    elif args.k_ratio:
+        budgets = [{"k_ratio": r} for r in sorted(args.k_ratio, reverse=True)]
+    else:
+        budgets = [{}]
+    pictures = model_pictures(model, image, budgets, args.resolution or model.config.image_size)
+    paths = picture_paths(args.output, pictures)
+    save_figures_atomically({paths[name]: figure for name, figure in pictures.items()})
+    print("wrote " + ", ".join(paths.values()))
+    return paths
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """The command line: a bad input ends in one line on stderr and exit status 2."""
+    return run(main, argv)
+
+
 __all__ = [
     "PCAColors",
     "figure_to_image",
+    "model_pictures",
     "patch_features",
     "plot_cores",
     "plot_evaluation",
@@ -305,3 +455,7 @@ __all__ = [
     "plot_kept_patches",
     "save_figure",
 ]
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -2,6 +2,7 @@
 
     python -m corevision_hf.convert.lookwhere lookwhere_dinov2.pt OUT_DIR [--num-attention-heads N] [--force]
     python -m corevision_hf.convert.lookwhere lookwhere_franca.pt OUT_DIR
+    python -m corevision_hf.convert.lookwhere --from-hub dinov2 OUT_DIR   # downloads it first (lookwhere_release.py)
 
 The checkpoint is loaded with `weights_only=True` (never unpickled as code). Its layout is
 `{"selector": {"backbone": <timm ViT>, "head": {"w1.*", "w2.*"}}, "extractor": <timm ViT>}`, both ViTs in timm's
@@ -254,7 +255,15 @@ def convert(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Convert the reference LookWhere checkpoint into a hub folder.")
+    argv = sys.argv[1:] if argv is None else argv
+    if any(arg.split("=")[0] == "--from-hub" for arg in argv):  # the released weights, downloaded first
+        from corevision_hf.convert import lookwhere_release
+
+        return lookwhere_release.main(argv)
+    parser = argparse.ArgumentParser(
+        description="Convert the reference LookWhere checkpoint into a hub folder.",
+        epilog="Or: --from-hub {dinov2,franca} OUT_DIR downloads the authors' released file and converts it.",
+    )
     parser.add_argument("checkpoint", help="reference .pt file, e.g. lookwhere_dinov2.pt")
     parser.add_argument("out_dir", help="folder to write the hub model into")
     parser.add_argument("--num-attention-heads", type=int, help="heads (default: hidden_size // 64)")

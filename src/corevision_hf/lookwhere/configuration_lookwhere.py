@@ -177,6 +177,18 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         return -(-self.grid_size // self.selector_grid_size)
 
     @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs) -> "LookWhereConfig":
+        """As `PreTrainedConfig.from_dict` (which `from_pretrained` calls), refusing `k`: it is a per-call argument;
+        its load-time default is `default_k`."""
+        if "k" in kwargs:
+            raise ValueError(
+                f"k={kwargs['k']!r} is an argument of each call (model(pixel_values, k=...)), not of loading; to keep "
+                f"{kwargs['k']!r} patches by default pass default_k={kwargs['k']!r} instead (or k_ratio=... for a "
+                "fraction)."
+            )
+        return super().from_dict(config_dict, **kwargs)
+
+    @classmethod
     def from_preset(cls, name: str, **kwargs) -> "LookWhereConfig":
         """A reference width ("small" = ViT-S/14, "base" = ViT-B/14); keyword arguments override any field."""
         if name not in LOOKWHERE_PRESETS:

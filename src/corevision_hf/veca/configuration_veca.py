@@ -211,6 +211,20 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
             )
 
     @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs) -> "VecaConfig":
+        """As `PreTrainedConfig.from_dict` (which `from_pretrained` calls), refusing a `num_cores` that differs from
+        the saved one: it is the size of a trained bank, not a budget; the budget's load-time default is
+        `default_num_cores`."""
+        saved, asked = config_dict.get("num_cores"), kwargs.get("num_cores")
+        if saved is not None and asked is not None and asked != saved:
+            raise ValueError(
+                f"num_cores={asked!r} would resize this checkpoint's trained bank of {saved} cores; to use {asked} "
+                f"cores by default pass default_num_cores={asked} instead (or num_cores={asked} per call: "
+                f"model(pixel_values, num_cores={asked}))."
+            )
+        return super().from_dict(config_dict, **kwargs)
+
+    @classmethod
     def from_preset(cls, name: str, **kwargs) -> "VecaConfig":
         """A reference size ("small", "splus", "base", "large"); keyword arguments override any field."""
         if name not in VECA_PRESETS:

@@ -77,15 +77,18 @@ class VecaImageProcessor(BaseImageProcessor):
 
     def preprocess(self, images, return_tensors: str | None = "pt", **kwargs) -> BatchFeature:
         """One image or a list of them (PIL images, (H, W, C) or (C, H, W) arrays / tensors, or a (B, C, H, W)
-        tensor) -> `BatchFeature` with `pixel_values` (B, C, H, W) float32. Keyword arguments override the
-        processor's fields for this call (`size`, `do_pad`, ...)."""
+        tensor) -> `BatchFeature` with `pixel_values` (B, C, H, W) float32, a torch tensor (`return_tensors="pt"`
+        or None) or a numpy array (`"np"`). Keyword arguments override the processor's fields for this call
+        (`size`, `do_pad`, ...)."""
         unknown = set(kwargs) - set(OPTIONS)
         if unknown:
             raise ValueError(f"Unknown image processor arguments {sorted(unknown)}; choose from {list(OPTIONS)}.")
         options = {name: kwargs.get(name, getattr(self, name)) for name in OPTIONS}
         check_options(options["size"], options["patch_size"], options["resample"])
-        if return_tensors not in (None, "pt"):
-            raise ValueError(f"return_tensors={return_tensors!r} is not supported; use 'pt' (torch tensors).")
+        if return_tensors not in (None, "pt", "np"):
+            raise ValueError(
+                f"return_tensors={return_tensors!r} is not supported; use 'pt' (torch tensors) or 'np' (numpy arrays)."
+            )
 
         processed = [self.process_one(image, options) for image in to_image_list(images)]
         if not processed:
@@ -99,7 +102,10 @@ class VecaImageProcessor(BaseImageProcessor):
                 )
             height, width = max(s[0] for s in sizes), max(s[1] for s in sizes)
             processed = [F.pad(image, (0, width - image.shape[-1], 0, height - image.shape[-2])) for image in processed]
-        return BatchFeature(data={"pixel_values": torch.stack(processed)}, tensor_type=return_tensors)
+        pixel_values = torch.stack(processed)
+        if return_tensors == "np":
+            pixel_values = pixel_values.numpy()
+        return BatchFeature(data={"pixel_values": pixel_values}, tensor_type=return_tensors)
 
     def process_one(self, image, options: dict) -> torch.Tensor:
         """One image -> (C, H', W') float32 tensor, H' and W' multiples of the patch size."""

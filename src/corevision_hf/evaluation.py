@@ -1,0 +1,133 @@
+"""Cost and agreement with a dense teacher, per budget: the measurements `python -m corevision_hf.compare` prints
+and `training/evaluate_budgets.py` records.
+
+A teacher is any transformers ViT with the layout that covers DINOv2 and DINOv3: CLS = token 0, patches = the last
+Hp * Wp tokens. It sees the image resized so that its patch grid equals the model's (`teacher_input`).
+"""
+
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+from .flops import dense_vit_flops, lookwhere_flops, veca_flops
+
+
+# ---------------------------------------------------------------- the teacher
+
+
+def teacher_patch_size(teacher: torch.nn.Module) -> int:
+    patch = teacher.config.patch_size
+    return patch[0] if isinstance(patch, (tuple, list)) else patch
+
+
+def teacher_input(pixel_values: torch.Tensor, teacher_patch: int, student_patch: int) -> torch.Tensor:
+    """The image the teacher sees so that its patch grid equals the student's: resized by teacher / student patch
+    (bicubic), unchanged when the patch sizes agree."""
+    if teacher_patch == student_patch:
+        return pixel_values
+    height, width = (s // student_patch * teacher_patch for s in pixel_values.shape[-2:])
+    return F.interpolate(pixel_values, size=(height, width), mode="bicubic", align_corners=False, antialias=True)
+
+
+@torch.no_grad()
+def teacher_targets(teacher, pixel_values: torch.Tensor, grid: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """CLS (B, D) and patch tokens (B, Hp * Wp, D) of the teacher's final (normalised) output."""
+    hidden = teacher(pixel_values).last_hidden_state.float()
+    num_patches = grid[0] * grid[1]
+    if hidden.shape[1] < num_patches + 1:
+        raise ValueError(f"The teacher returned {hidden.shape[1]} tokens, fewer than CLS + {num_patches} patches.")
+    return hidden[:, 0], hidden[:, -num_patches:]
+
+
+# ---------------------------------------------------------------- cost
+
+
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+@torch.inference_mode()
+def median_latency_ms(forward, device: str, runs: int) -> float:
+    """Median wall time of `forward()` over `runs` calls, after two warm-up calls."""
+    for _ in range(2):
+        forward()
+    times = []
+    for _ in range(runs):
+        synchronize(device)
+        start = time.perf_counter()
+        forward()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def model_flops(config, resolution: int, budget_name: str, budget) -> int:
+    """Analytic FLOPs of one VECA or LookWhere forward on a `resolution` x `resolution` image at this budget."""
+    if config.model_type == "veca":
+        return veca_flops(config, resolution, num_cores=budget)
+    return lookwhere_flops(config, resolution, **{budget_name: budget})
+
+
+def teacher_flops(teacher, height: int, width: int) -> int:
+    """Dense-ViT FLOPs of the teacher: DINOv3 names its MLP width, DINOv2 gives a ratio (SwiGLU: 2/3 of it,
+    rounded up to a multiple of 8, as DINOv2 builds it)."""
+    teacher_config = teacher.config
+    gated = bool(getattr(teacher_config, "use_gated_mlp", False) or getattr(teacher_config, "use_swiglu_ffn", False))
+    mlp_width = getattr(teacher_config, "intermediate_size", None)
+    if mlp_width is None:
+        mlp_width = int(teacher_config.hidden_size * teacher_config.mlp_ratio)
+        if gated:
+            mlp_width = (mlp_width * 2 // 3 + 7) // 8 * 8
+    return dense_vit_flops(
+        height,
+        width,
+        hidden_size=teacher_config.hidden_size,
+        num_hidden_layers=teacher_config.num_hidden_layers,
+        intermediate_size=mlp_width,
+        patch_size=teacher_patch_size(teacher),
+        num_prefix_tokens=1 + getattr(teacher_config, "num_register_tokens", 0),
+        gated_mlp=gated,
+    )
+
+
+def cost_entry(flops: int, latency_ms: float, batch_size: int) -> dict:
+    return {
+        "gflops": flops / 1e9,
+        "latency_ms": latency_ms,
+        "throughput_images_per_s": 1e3 * batch_size / latency_ms,
+        "peak_memory_mib": None,
+    }
+
+
+# ---------------------------------------------------------------- agreement
+
+
+@torch.inference_mode()
+def features(model, images: torch.Tensor, budget: dict, batch_size: int, device: str, dtype) -> tuple:
+    """Pooled output (N, D) and patch tokens (N, Hp * Wp, D) of a frozen model, in float32 on the CPU."""
+    grid = (images.shape[-2] // model.config.patch_size) * (images.shape[-1] // model.config.patch_size)
+    pooled, patches = [], []
+    for start in range(0, len(images), batch_size):
+        output = model(images[start : start + batch_size].to(device, dtype), **budget)
+        pooled.append(output.pooler_output.float().cpu())
+        # patches last: VECA [cores; patches], LookWhere [prefix; patches]
+        patches.append(output.last_hidden_state[:, -grid:].float().cpu())
+    return torch.cat(pooled), torch.cat(patches)
+
+
+def agreement(pooled: torch.Tensor, patches: torch.Tensor, targets: tuple) -> dict:
+    """Mean CLS and patch cosine to the teacher over the images, and their standard deviation over the images (a
+    patch cosine per image is its mean over patches; None with a single image)."""
+    teacher_cls, teacher_patches = targets
+    per_image = {
+        "cls_cosine": F.cosine_similarity(pooled, teacher_cls, dim=-1),
+        "patch_cosine": F.cosine_similarity(patches, teacher_patches, dim=-1).mean(-1),
+    }
+    result = {}
+    for name, values in per_image.items():
+        result[name] = values.mean().item()
+        result[name + "_std"] = values.std().item() if len(values) > 1 else None
+    return result
