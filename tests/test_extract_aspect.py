@@ -67,10 +67,15 @@ def test_lookwhere_keeps_the_aspect_ratio_too(models, photos, tmp_path):
 
 
 def test_a_resumed_run_must_keep_the_resize_mode(models, photos, tmp_path, monkeypatch):
-    arguments = [models["veca"], "--data", str(photos), "--resolution", "32", "--output", str(tmp_path / "features")]
+    arguments = [models["veca"], "--data", str(photos), "--resolution", "32", "--shard-size", "2",
+                 "--output", str(tmp_path / "features")]
+    run_shard, calls = extract.run_shard, []
 
     def killed(*args, **kwargs):
-        raise KeyboardInterrupt  # as if the job were killed after writing its settings
+        calls.append(1)
+        if len(calls) > 1:  # as if the job were killed after its first shard (a run killed before keeps nothing)
+            raise KeyboardInterrupt
+        return run_shard(*args, **kwargs)
 
     monkeypatch.setattr(extract, "run_shard", killed)
     with pytest.raises(KeyboardInterrupt):
