@@ -111,3 +111,14 @@ def test_bad_paths_exit_2_and_nothing_is_overwritten(tmp_path, capsys):
     assert "Cannot read a model config" in capsys.readouterr().err
     assert main([folder, str(tmp_path / "no" / "such" / "dir.onnx")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, flags", [("veca", ["--num-cores", "3"]), ("lookwhere", ["--k-ratio", "0.2"])])
+def test_graph_refuses_a_size_that_is_not_a_patch_multiple(tmp_path, name, flags):
+    model, folder = saved(tmp_path, name)
+    out = str(tmp_path / f"{name}.onnx")
+    assert main([folder, out, *flags, "--no-check"]) == 0
+    patch = model.config.patch_size
+    onnx_outputs(out, torch.randn(1, 3, 6 * patch, 5 * patch))  # a multiple runs
+    with pytest.raises(onnxruntime.capi.onnxruntime_pybind11_state.Fail, match="cannot be reshaped"):
+        onnx_outputs(out, torch.randn(1, 3, 6 * patch + 1, 5 * patch))

@@ -81,6 +81,13 @@ def onnx_rotary(model: nn.Module):
         module.apply_rotary = original
 
 
+def require_patch_multiples(pixel_values: torch.Tensor, patch: int) -> torch.Tensor:
+    """`pixel_values`, unchanged, through a reshape into whole patches: a graph cannot raise the model's ValueError,
+    but onnxruntime refuses this reshape for a height or width that is not a multiple of the patch size."""
+    batch, channels, height, width = pixel_values.shape
+    return pixel_values.reshape(batch, channels, height // patch, patch, width // patch, patch).reshape(pixel_values.shape)
+
+
 class VecaGraph(nn.Module):
     """VECA at a fixed number of cores: pixel_values -> (last_hidden_state, pooler_output)."""
 
@@ -89,6 +96,7 @@ class VecaGraph(nn.Module):
         self.model, self.num_cores = model, num_cores
 
     def forward(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        pixel_values = require_patch_multiples(pixel_values, self.model.config.patch_size)
         outputs = self.model(pixel_values, num_cores=self.num_cores)
         return outputs.last_hidden_state, outputs.pooler_output
 
@@ -105,6 +113,7 @@ class LookWhereGraph(nn.Module):
     def forward(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         model = self.model
         patch = model.config.patch_size
+        pixel_values = require_patch_multiples(pixel_values, patch)
         grid = (pixel_values.shape[2] // patch, pixel_values.shape[3] // patch)
         if self.k is not None:
             k = self.k
