@@ -5,9 +5,8 @@ A shallow *selector* looks at a low-resolution copy of the image and scores ever
 full-resolution image is never processed: the extractor's cost follows k, not the image size.
 
 Hub-copied: this file imports only torch, transformers and its sibling files (configuration, budget, image
-processor, pipeline). A hub repo holds one
-model's files, so the few helpers both models need are repeated here, marked "Same as modeling_veca", as
-transformers does across its model files; change them together.
+processor, pipeline). A hub repo holds one model's files, so the few helpers both models need are repeated here,
+marked "Same as modeling_veca", as transformers does across its model files; change them together.
 """
 
 import difflib
