@@ -11,7 +11,15 @@ from PIL import Image
 from test_modeling_lookwhere import tiny_lookwhere_config
 from transformers import AutoModel, pipeline
 
-from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel, calibrate_latency, lookwhere_flops, veca_flops
+from corevision_hf import (
+    LookWhereConfig,
+    LookWhereModel,
+    VecaConfig,
+    VecaModel,
+    calibrate_latency,
+    lookwhere_flops,
+    veca_flops,
+)
 
 SIZES = [(32, 48), (64, 64)]
 
@@ -19,7 +27,8 @@ SIZES = [(32, 48), (64, 64)]
 @pytest.fixture(scope="module")
 def veca() -> VecaModel:
     torch.manual_seed(0)
-    return VecaModel(tiny_veca_config(num_cores=8, training_budgets=[1, 2, 4, 6, 8], training_budget_weights=[1] * 5)).eval()
+    config = tiny_veca_config(num_cores=8, training_budgets=[1, 2, 4, 6, 8], training_budget_weights=[1] * 5)
+    return VecaModel(config).eval()
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +84,8 @@ def test_max_gflops_runs_the_largest_budget_that_fits(name, height, width, reque
 def test_an_impossible_target_names_the_cheapest_budget_and_its_cost(name, cheapest, request):
     model = request.getfixturevalue(name)
     cost = gflops(model, 32, 48, 1)
-    with pytest.raises(ValueError, match=rf"max_gflops=0.0001 is below .* 32x48 px: {cheapest} costs {cost:.4g} GFLOPs"):
+    message = rf"max_gflops=0.0001 is below .* 32x48 px: {cheapest} costs {cost:.4g} GFLOPs"
+    with pytest.raises(ValueError, match=message):
         model(torch.randn(1, 3, 32, 48), max_gflops=1e-4)
 
 
@@ -166,7 +176,8 @@ def test_the_config_default_target(tmp_path):
     model = AutoModel.from_pretrained(tmp_path / "veca", default_max_gflops=target).eval()
     assert chosen_budget(model, torch.randn(1, 3, 32, 32))[0] == 5
     assert chosen_budget(model, torch.randn(1, 3, 32, 32), num_cores=8)[0] == 8  # a call's budget wins
-    lookwhere = LookWhereModel(tiny_lookwhere_config(default_max_gflops=lookwhere_flops(tiny_lookwhere_config(), 32, 32, k=7) / 1e9))
+    target = lookwhere_flops(tiny_lookwhere_config(), 32, 32, k=7) / 1e9
+    lookwhere = LookWhereModel(tiny_lookwhere_config(default_max_gflops=target))
     assert chosen_budget(lookwhere.eval(), torch.randn(1, 3, 32, 32))[0] == 7  # wins over k_ratio
 
 
@@ -174,7 +185,8 @@ def test_the_config_default_target(tmp_path):
     "config, fields, message",
     [
         (VecaConfig, dict(default_max_gflops=0), "default_max_gflops must be a finite number > 0"),
-        (VecaConfig, dict(default_max_gflops=1.0, default_num_cores=4), "default_num_cores=4 and default_max_gflops=1.0"),
+        (VecaConfig, dict(default_max_gflops=1.0, default_num_cores=4),
+         "default_num_cores=4 and default_max_gflops=1.0"),
         (LookWhereConfig, dict(default_max_gflops=1.0, default_k=4), "default_k=4 and default_max_gflops=1.0"),
         (LookWhereConfig, dict(latency_table={"sizes": []}), "latency_table must be None or"),
     ],

@@ -33,7 +33,9 @@ def dense_vit_flops(
     return num_hidden_layers * per_layer + 2 * num_patches * d * num_channels * patch_size**2
 
 
-def lookwhere_flops(config, height: int, width: int | None = None, k: int | None = None, k_ratio: float | None = None) -> int:
+def lookwhere_flops(
+    config, height: int, width: int | None = None, k: int | None = None, k_ratio: float | None = None
+) -> int:
     """FLOPs of one `LookWhereModel` forward: the selector (a `selector_depth`-block ViT on the low-resolution copy,
     plus its map head) and the extractor (a full-depth ViT on 1 + registers + k tokens). The dense fill is not
     counted (a few MFLOPs)."""

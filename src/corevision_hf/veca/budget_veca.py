@@ -14,7 +14,8 @@ import numbers
 def veca_flops(config, height: int, width: int | None = None, num_cores: int | None = None) -> int:
     """FLOPs of one `VecaModel` forward (a multiply-add counts 2) on one image of `height` x `width` (square if width
     is None) with `num_cores` active cores (default: the whole bank). Per layer, with L = N + C tokens: projections
-    8 L d^2, attention 4 d (C^2 + 2 N C), SwiGLU MLP 6 L d h. Norms, RoPE and softmax are not counted (a few percent)."""
+    8 L d^2, attention 4 d (C^2 + 2 N C), SwiGLU MLP 6 L d h. Norms, RoPE and softmax are not counted (a few
+    percent)."""
     d, h = config.hidden_size, config.intermediate_size
     num_patches = patch_count(height, width, config.patch_size)
     cores = config.num_cores if num_cores is None else num_cores

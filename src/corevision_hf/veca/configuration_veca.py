@@ -248,7 +248,9 @@ def check_target_fields(config, default_budget: str) -> None:
     """`default_max_gflops`: None or a finite number > 0, not together with the default budget field it would
     contradict; `latency_table`: None or what `corevision_hf.calibrate_latency` writes."""
     target = config.default_max_gflops
-    if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target < float("inf")):
+    if target is not None and (
+        isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target < float("inf")
+    ):
         raise ValueError(f"default_max_gflops must be a finite number > 0 (GFLOPs per image) or None, got {target!r}.")
     if target is not None and getattr(config, default_budget) is not None:
         raise ValueError(
