@@ -199,9 +199,14 @@ def test_bad_target_defaults_fail_at_load(config, fields, message):
 def test_pipelines_pass_targets_through(tmp_path):
     torch.manual_seed(0)
     VecaModel(tiny_veca_config()).save_pretrained(tmp_path / "veca")
-    pipe = pipeline("image-feature-extraction", model=str(tmp_path / "veca"), trust_remote_code=True)
+    LookWhereModel(tiny_lookwhere_config()).save_pretrained(tmp_path / "lookwhere")
     photo = Image.new("RGB", (32, 32), (120, 80, 40))
+    pipe = pipeline("image-feature-extraction", model=str(tmp_path / "veca"), trust_remote_code=True)
     target = veca_flops(pipe.model.config, 32, 32, num_cores=3) / 1e9
     assert pipe(photo, max_gflops=target, return_tensors=True).shape[1] == 3 + 16
     with pytest.raises(ValueError, match="below the cheapest budget"):
         pipe(photo, max_gflops=1e-6)
+    pipe = pipeline("image-feature-extraction", model=str(tmp_path / "lookwhere"), trust_remote_code=True)
+    pipe.model.config.latency_table = fake_table([0.25, 0.5, 1.0])
+    features = pipe(photo, max_ms=25.0, fill_dense=False, return_tensors=True)
+    assert features.shape[1] == 1 + 4 + 32  # CLS, 4 registers, k = 0.5 of the 8 x 8 grid

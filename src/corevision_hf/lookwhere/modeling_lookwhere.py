@@ -643,7 +643,8 @@ class LookWhereModel(LookWherePreTrainedModel):
             at this size fit; default `config.default_max_gflops` (after `config.default_k`, before `config.k_ratio`).
         max_ms (`float`, *optional*):
             Target latency instead of k: the largest calibrated k_ratio whose latency at this size, in
-            `config.latency_table` (`corevision_hf.calibrate_latency`), fits.
+            `config.latency_table` (`corevision_hf.calibrate_latency`, one forward at its batch size, 1 by default),
+            fits.
         fill_dense (`bool`, *optional*, defaults to `True`):
             Fill every grid cell (DINOv2-style `last_hidden_state` and `hidden_states`); `False` skips the fill when
             only the image-level output or the kept tokens are needed.

@@ -502,7 +502,8 @@ class VecaModel(VecaPreTrainedModel):
             image (`corevision_hf.veca_flops`) at this size fit.
         max_ms (`float`, *optional*):
             Target latency instead of `num_cores`: the largest calibrated budget whose latency at this size, in
-            `config.latency_table` (`corevision_hf.calibrate_latency`), fits.
+            `config.latency_table` (`corevision_hf.calibrate_latency`, one forward at its batch size, 1 by default),
+            fits.
         """
         check_forward_kwargs(kwargs, ("num_cores", "max_gflops", "max_ms"))
         check_pixel_values(pixel_values, self.config, self.patch_embeddings.projection.weight)
