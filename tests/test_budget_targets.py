@@ -133,6 +133,14 @@ def test_max_ms_picks_what_the_table_says(veca, lookwhere, monkeypatch):
     assert [pick(lookwhere, (32, 32), ms) for ms in (15, 25, 50)] == [16, 32, 64]
 
 
+def test_a_table_whose_sizes_share_no_budget_is_a_clear_error(veca, monkeypatch):
+    table = {"device": "cpu", "sizes": [{"height": 32, "width": 32, "ms": [[2, 10.0]]},
+                                        {"height": 64, "width": 64, "ms": [[4, 30.0]]}]}
+    monkeypatch.setattr(veca.config, "latency_table", table)
+    with pytest.raises(ValueError, match="share no budget"):
+        veca(torch.randn(1, 3, 48, 48), max_ms=100)
+
+
 def test_a_larger_budget_never_counts_as_faster(veca, monkeypatch):
     table = {"device": "cpu", "sizes": [{"height": 32, "width": 32, "ms": [[2, 10.0], [4, 30.0], [8, 25.0]]}]}
     monkeypatch.setattr(veca.config, "latency_table", table)

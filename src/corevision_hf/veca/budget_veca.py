@@ -93,6 +93,11 @@ def latency_at(table: dict | None, height: int, width: int, device_type: str) ->
     low_pixels, high_pixels = low["height"] * low["width"], high["height"] * high["width"]
     weight = 0.0 if high_pixels == low_pixels else (pixels - low_pixels) / (high_pixels - low_pixels)
     low_ms, high_ms = dict(map(tuple, low["ms"])), dict(map(tuple, high["ms"]))
+    if not set(low_ms) & set(high_ms):
+        raise ValueError(
+            f"max_ms at {height}x{width} px: the calibrated sizes around it share no budget. Run "
+            "corevision_hf.calibrate_latency(model, sizes=[...]) again with the same budgets for every size."
+        )
     latency, slowest = {}, 0.0
     for budget in sorted(set(low_ms) & set(high_ms)):
         # A larger budget never runs faster: a median that did is timing noise, raised to the one before.
