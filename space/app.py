@@ -4,7 +4,8 @@
     python space/app.py --model outputs/demo/run/final --model org/veca-base --port 7861
 
 Pick or upload a photo, a model (a random-init VECA-S or LookWhere-S, the checkpoint `make demo` distilled when
-it exists, or any folder / hub id given with --model), a resolution and a budget. The page shows the dense features
+it exists, or any folder / hub id given with --model), a resolution and a budget, or a target in GFLOPs that picks
+the largest budget that fits (`model(..., max_gflops=...)`). The page shows the dense features
 as RGB (PCA) next to the dense teacher's, where VECA's cores sit or which patches LookWhere kept, and latency and
 analytic GFLOPs against the teacher, measured on this machine in the same call.
 
@@ -109,8 +110,10 @@ def teacher_flops(teacher, resolution: int) -> int:
 
 
 @torch.inference_mode()
-def run(photo: Image.Image | None, model_name: str, resolution: int, num_cores: int, k_ratio: float):
-    """(PCA picture, cores / kept-patches picture, cost table in Markdown) for one photo."""
+def run(photo: Image.Image | None, model_name: str, resolution: int, num_cores: int, k_ratio: float,
+        target_gflops: float = 0.0):
+    """(PCA picture, cores / kept-patches picture, cost table in Markdown) for one photo; a `target_gflops` above 0
+    replaces the budget controls with the largest budget whose analytic cost fits it."""
     if photo is None:
         raise gr.Error("Pick or upload a photo first.")
     model = load_model(model_name)
@@ -121,13 +124,24 @@ def run(photo: Image.Image | None, model_name: str, resolution: int, num_cores: 
         raise gr.Error(f"{resolution} px is not a multiple of the patch size {config.patch_size}.")
     pixels = to_pixel_values(photo, resolution)[None]
     grid = (resolution // config.patch_size,) * 2
-    if config.model_type == "veca":
+    if target_gflops:
+        budget = {"max_gflops": float(target_gflops)}
+    elif config.model_type == "veca":
         budget = {"num_cores": min(int(num_cores), config.num_cores)}
-        label, flops = f"{budget['num_cores']} cores", veca_flops(config, resolution, num_cores=budget["num_cores"])
     else:
         budget = {"k_ratio": float(k_ratio)}
-        label, flops = f"k_ratio {k_ratio:g}", lookwhere_flops(config, resolution, k_ratio=budget["k_ratio"])
-    output = model(pixels, **budget)
+    try:
+        output = model(pixels, **budget)
+    except ValueError as error:  # a target below the cheapest budget says which budget that is and what it costs
+        raise gr.Error(str(error)) from error
+    if config.model_type == "veca":  # the budget that ran, read from the output (a target chose it)
+        cores = output.core_coordinates.shape[1]
+        label, flops = f"{cores} cores", veca_flops(config, resolution, num_cores=cores)
+    else:
+        k = output.selected_indices.shape[1]
+        label, flops = f"k {k} of {grid[0] * grid[1]}", lookwhere_flops(config, resolution, k=k)
+    if target_gflops:
+        label += f" (largest within {float(target_gflops):g} GFLOPs)"
     teacher_pixels = pixels if teacher.config.patch_size == config.patch_size else torch.nn.functional.interpolate(
         pixels, size=(grid[0] * teacher.config.patch_size,) * 2, mode="bicubic", align_corners=False)
     teacher_output = teacher(teacher_pixels)
@@ -164,7 +178,8 @@ def build(models: list[str], default_photo: str | None = None, default_resolutio
     with gr.Blocks(title="corevision_hf: VECA and LookWhere") as page:
         gr.Markdown("# VECA and LookWhere: what they see, what they cost\n"
                     "Efficient high-resolution ViTs from `corevision_hf`. Choose a photo, a model, a resolution and a "
-                    "budget (cores for VECA, the fraction of patches kept for LookWhere).")
+                    "budget (cores for VECA, the fraction of patches kept for LookWhere), or a target in GFLOPs that "
+                    "picks the largest budget that fits.")
         with gr.Row():
             with gr.Column(scale=1):
                 photo = gr.Image(value=default_photo, type="pil", label="photo", height=260)
@@ -175,13 +190,15 @@ def build(models: list[str], default_photo: str | None = None, default_resolutio
                 resolution = gr.Dropdown(RESOLUTIONS, value=default_resolution, label="resolution (px)")
                 num_cores = gr.Slider(1, 64, value=16, step=1, label="VECA: active cores (up to the bank's size)")
                 k_ratio = gr.Slider(0.01, 1.0, value=0.1, step=0.01, label="LookWhere: k_ratio (fraction of patches)")
+                target = gr.Slider(0, 200, value=0, step=0.1, label="or a target: GFLOPs per image (0: off)",
+                                   info="runs the largest budget whose analytic cost at this resolution fits")
                 button = gr.Button("Run", variant="primary")
             with gr.Column(scale=2):
                 cost = gr.Markdown(elem_id="cost")
                 # the figures carry their own titles
                 features = gr.Image(label="dense features (PCA as RGB)", show_label=False, elem_id="features")
                 where = gr.Image(label="cores / kept patches", show_label=False, elem_id="where")
-        inputs, outputs = [photo, model, resolution, num_cores, k_ratio], [features, where, cost]
+        inputs, outputs = [photo, model, resolution, num_cores, k_ratio, target], [features, where, cost]
         button.click(run, inputs, outputs)
         page.load(run, inputs, outputs)  # the page opens with results, not empty boxes
     return page

@@ -5,6 +5,7 @@ extra Python package is needed; the test is skipped, with the reason, where Chro
 """
 
 import base64
+import importlib.util
 import json
 import os
 import shutil
@@ -144,3 +145,24 @@ def test_the_page_renders_pictures_and_costs_in_chromium(tmp_path):
     row = next(line for line in cost.splitlines() if line.startswith("veca, 8 cores"))
     assert row.split("\t")[1].strip() == f"{veca_flops(config, 224, num_cores=8) / 1e9:.2f}"
     assert shot[:8] == b"\x89PNG\r\n\x1a\n" and len(shot) > 20_000
+
+
+def test_a_target_on_the_page_picks_the_largest_budget_that_fits(tmp_path):
+    gr = pytest.importorskip("gradio", reason="the demo page needs gradio: pip install -e '.[app]'")
+    from PIL import Image
+
+    spec = importlib.util.spec_from_file_location("demo_app", APP)
+    app = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(app)
+    torch.manual_seed(0)
+    model_dir = tmp_path / "tiny-veca"
+    VecaModel(VecaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=48,
+                         patch_size=14, num_cores=8, image_size=224)).save_pretrained(model_dir)
+    config = VecaConfig.from_pretrained(model_dir)
+    target = (veca_flops(config, 224, num_cores=4) + veca_flops(config, 224, num_cores=5)) / 2e9
+    photo = Image.open(ROOT / "assets" / "photos" / "chelsea.jpg")
+    _, _, cost = app.run(photo, str(model_dir), 224, 8, 0.1, target)
+    row = f"| veca, 4 cores (largest within {target:g} GFLOPs) | {veca_flops(config, 224, num_cores=4) / 1e9:.2f} |"
+    assert row in cost
+    with pytest.raises(gr.Error, match="below the cheapest budget at 224x224 px: num_cores=1 costs"):
+        app.run(photo, str(model_dir), 224, 8, 0.1, 1e-6)

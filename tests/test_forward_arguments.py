@@ -40,8 +40,8 @@ def test_a_misspelt_budget_is_an_error_naming_the_right_one(name, images):
     typo, right = TYPOS[name.split("-")[0]]
     with pytest.raises(ValueError, match=f"unexpected argument '{typo}'; did you mean '{right}'"):
         model(images, **{typo: 2})
-    with pytest.raises(ValueError, match="unexpected argument 'max_gflops'"):
-        model(images, max_gflops=1.0)
+    with pytest.raises(ValueError, match="unexpected argument 'max_flops'; did you mean 'max_gflops'"):
+        model(images, max_flops=1.0)
 
 
 @pytest.mark.parametrize("name", ["veca", "lookwhere"])

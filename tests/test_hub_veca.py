@@ -20,6 +20,7 @@ LOADER = textwrap.dedent(
     model = AutoModel.from_pretrained(source, trust_remote_code=True).eval()
     assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
     outputs = {c: model(inputs, num_cores=c).last_hidden_state for c in (1, 3, 8)}
+    outputs["target"] = model(inputs, max_gflops=0.003).core_coordinates.shape[1]  # budget_veca.py came along
     outputs["classifier"] = AutoModelForImageClassification.from_pretrained(source, trust_remote_code=True).eval()(
         inputs, num_cores=2).logits
     # AutoBackbone.from_pretrained asks the hub whether the repo exists (no offline path in transformers 5),
@@ -59,13 +60,14 @@ def check_outputs(actual: dict, model: VecaModel, inputs: torch.Tensor) -> None:
     for key, value in expected.items():
         torch.testing.assert_close(actual[key], value, atol=0, rtol=0, msg=f"output {key!r} differs")
     assert actual["classifier"].shape == (inputs.shape[0], 3)
+    assert actual["target"] == 3
     torch.testing.assert_close(actual["processor_mean"], torch.tensor([0.485, 0.456, 0.406]))
 
 
 def test_saved_folder_holds_hub_code(tmp_path):
     save_tiny_model(tmp_path / "veca")
     files = set(os.listdir(tmp_path / "veca"))
-    assert {"config.json", "model.safetensors", "configuration_veca.py", "modeling_veca.py"} <= files
+    assert {"config.json", "model.safetensors", "configuration_veca.py", "modeling_veca.py", "budget_veca.py"} <= files
     assert "preprocessor_config.json" in files
     auto_map = json.loads((tmp_path / "veca" / "config.json").read_text())["auto_map"]
     assert auto_map["AutoModel"] == "modeling_veca.VecaModel"

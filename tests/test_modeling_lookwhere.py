@@ -200,7 +200,7 @@ def test_attention_backends_agree(model, pixel_values, k):
         (dict(k=2.5), "must be an int"),
         (dict(k_ratio=0.0), r"in \(0, 1\]"),
         (dict(k_ratio=1.5), r"in \(0, 1\]"),
-        (dict(k=4, k_ratio=0.5), "not both"),
+        (dict(k=4, k_ratio=0.5), "k=4 and k_ratio=0.5 each choose the budget"),
     ],
 )
 def test_bad_budget_is_a_clear_error(model, pixel_values, kwargs, message):

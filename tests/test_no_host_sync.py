@@ -41,9 +41,11 @@ def test_the_recorder_sees_a_host_read():
     [
         (lambda: VecaModel(tiny_veca_config()), {"num_cores": 3}),
         (lambda: VecaModel(tiny_veca_config()), {"output_hidden_states": True}),
+        (lambda: VecaModel(tiny_veca_config()), {"max_gflops": 0.005}),
         (lambda: LookWhereModel(tiny_lookwhere_config()), {"k": 20}),
         (lambda: LookWhereModel(tiny_lookwhere_config()), {"k_ratio": 0.3, "fill_dense": False}),
         (lambda: LookWhereModel(tiny_lookwhere_config()), {"k": 20, "output_hidden_states": True}),
+        (lambda: LookWhereModel(tiny_lookwhere_config()), {"max_gflops": 0.002}),
     ],
 )
 def test_forward_reads_no_value_on_the_host(build, call):

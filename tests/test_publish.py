@@ -29,12 +29,13 @@ import publish  # noqa: E402
 REPO_ID = "org/veca-tiny"
 VECA_FILES = {
     "README.md", "config.json", "model.safetensors", "configuration_veca.py", "modeling_veca.py",
-    "image_processing_veca.py", "pipeline_veca.py", "preprocessor_config.json", "training_recipe.json",
-    "evaluation.json", "evaluation.png",
+    "image_processing_veca.py", "pipeline_veca.py", "budget_veca.py", "preprocessor_config.json",
+    "training_recipe.json", "evaluation.json", "evaluation.png",
 }  # fmt: skip
 LOOKWHERE_FILES = {
     "README.md", "config.json", "model.safetensors", "configuration_lookwhere.py", "modeling_lookwhere.py",
-    "image_processing_lookwhere.py", "pipeline_lookwhere.py", "preprocessor_config.json", "evaluation.json",
+    "image_processing_lookwhere.py", "pipeline_lookwhere.py", "budget_lookwhere.py", "preprocessor_config.json",
+    "evaluation.json",
 }  # fmt: skip
 # on the raw (quoted) path: a ref such as refs/pr/1 travels as one quoted segment
 API = re.compile(r"/api/models/(?P<repo>[^/]+/[^/]+)(?:/(?P<action>[a-z-]+)(?:/(?P<ref>[^/]+))?)?")

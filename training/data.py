@@ -162,11 +162,15 @@ def set_stream_epoch(dataset: IterableDataset, transform: ImageTransform, epoch:
     transform.set_epoch(epoch)
 
 
+# Photos kept for evaluation only: a training run that read them would make every held-out figure meaningless.
+HELDOUT_PHOTOS = Path(__file__).resolve().parents[1] / "assets" / "heldout"
+
+
 def image_files(path: Path, split: str) -> tuple[list[str], list[Path]]:
     """The image files of an image folder, sorted: those under `path/split/` when that sub-folder exists (train/ next
     to val/), else all of them at any depth (no other sub-folder is read as a split). Returns (files, left_out):
     files whose names are not valid UTF-8 cannot be held by `datasets` and are left out. Raises before training
-    starts when `path` is not a folder holding at least one usable image file."""
+    starts when `path` is not a folder holding at least one usable image file, or when it holds held-out photos."""
     if not path.is_dir():
         raise FileNotFoundError(f"Image folder {path} does not exist (expected a directory of images, any nesting).")
     extensions = {ext.lower() for ext in ImageFolder.EXTENSIONS}
@@ -180,6 +184,13 @@ def image_files(path: Path, split: str) -> tuple[list[str], list[Path]]:
                 left_out.append(file)
                 continue
             files.append(str(file))
+    held_out = [file for file in files if HELDOUT_PHOTOS in Path(file).resolve().parents]
+    if held_out:
+        raise ValueError(
+            f"Image folder {root} holds {len(held_out)} of the held-out photos of {HELDOUT_PHOTOS} (e.g. "
+            f"{Path(held_out[0]).name}), which are for evaluation only: train on a folder without them, such as "
+            "assets/photos."
+        )
     if not files:
         found = f" ({len(left_out)} with names that are not UTF-8: rename them)" if left_out else ""
         raise ValueError(

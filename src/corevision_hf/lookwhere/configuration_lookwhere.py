@@ -49,6 +49,10 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         default_k (`int`, *optional*): default number of patches kept per image, whatever its size; when set it wins
             over `k_ratio` for calls that give neither `k` nor `k_ratio`. Set either at load time:
             `from_pretrained(..., default_k=64)` or `pipeline(..., model_kwargs={"k_ratio": 0.2})`.
+        default_max_gflops (`float`, *optional*): a default target instead: calls that give no budget keep the largest k
+            whose analytic GFLOPs per image fit, at each call's size; wins over `k_ratio`, exclusive with `default_k`.
+        latency_table (`dict`, *optional*): milliseconds per k_ratio and image size measured on one machine by
+            `corevision_hf.calibrate_latency`, read by `model(..., max_ms=...)`; it travels in config.json.
         num_fill_neighbors (`int`, defaults to 5): kept cells averaged (inverse distance) for each unkept cell.
         freeze_selector (`bool`, defaults to `True`): task heads keep the selector frozen while fine-tuning.
         out_features / out_indices: stages returned by [`LookWhereBackbone`] ("stem", "stage1", ...), on the filled grid.
@@ -83,6 +87,8 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         map_head_ratio=4,
         k_ratio=0.1,
         default_k=None,
+        default_max_gflops=None,
+        latency_table=None,
         num_fill_neighbors=5,
         freeze_selector=True,
         semantic_loss_ignore_index=255,
@@ -116,6 +122,8 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         self.map_head_ratio = map_head_ratio
         self.k_ratio = k_ratio
         self.default_k = default_k
+        self.default_max_gflops = default_max_gflops
+        self.latency_table = latency_table
         self.num_fill_neighbors = num_fill_neighbors
         self.freeze_selector = freeze_selector
         self.semantic_loss_ignore_index = semantic_loss_ignore_index
@@ -160,6 +168,7 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
             raise ValueError(f"default_k must be a number of patches >= 1 (or None to use k_ratio), got {default!r}.")
         if not 1 <= self.selector_depth <= self.num_hidden_layers:
             raise ValueError(f"selector_depth must lie in 1..num_hidden_layers, got {self.selector_depth}.")
+        check_target_fields(self, "default_k")
 
     @property
     def grid_size(self) -> int:
@@ -211,6 +220,32 @@ def check_fields(config, positive_ints=(), positive_numbers=(), probabilities=()
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
             raise ValueError(f"{name} must lie in [0, 1), got {value!r}.")
+
+
+# Same as configuration_veca.check_target_fields
+def check_target_fields(config, default_budget: str) -> None:
+    """`default_max_gflops`: None or a finite number > 0, not together with the default budget field it would
+    contradict; `latency_table`: None or what `corevision_hf.calibrate_latency` writes."""
+    target = config.default_max_gflops
+    if target is not None and (
+        isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target < float("inf")
+    ):
+        raise ValueError(f"default_max_gflops must be a finite number > 0 (GFLOPs per image) or None, got {target!r}.")
+    if target is not None and getattr(config, default_budget) is not None:
+        raise ValueError(
+            f"{default_budget}={getattr(config, default_budget)!r} and default_max_gflops={target!r} are both set: "
+            "keep one default (a budget, or a target that picks it)."
+        )
+    table = config.latency_table
+    rows = table.get("sizes") if isinstance(table, dict) else None
+    if table is not None and not (
+        isinstance(table.get("device"), str) and isinstance(rows, list) and rows
+        and all(isinstance(row, dict) and {"height", "width", "ms"} <= set(row) for row in rows)
+    ):
+        raise ValueError(
+            "latency_table must be None or {'device': ..., 'sizes': [{'height': ..., 'width': ..., 'ms': [[budget, ms], "
+            "...]}, ...]} as corevision_hf.calibrate_latency(model, sizes=[...]) writes it; run that again."
+        )
 
 
 __all__ = ["LookWhereConfig", "LOOKWHERE_PRESETS"]

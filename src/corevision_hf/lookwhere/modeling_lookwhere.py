@@ -4,9 +4,9 @@ A shallow *selector* looks at a low-resolution copy of the image and scores ever
 *extractor* embeds and processes only the top-k patches, reusing the selector's CLS and register tokens. The
 full-resolution image is never processed: the extractor's cost follows k, not the image size.
 
-Hub-copied: this file imports only torch, transformers and its sibling configuration file. A hub repo holds one
-model's files, so the few helpers both models need are repeated here, marked "Same as modeling_veca", as
-transformers does across its model files; change them together.
+Hub-copied: this file imports only torch, transformers and its sibling files (configuration, budget, image
+processor, pipeline). A hub repo holds one model's files, so the few helpers both models need are repeated here,
+marked "Same as modeling_veca", as transformers does across its model files; change them together.
 """
 
 import difflib
@@ -35,6 +35,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
+from .budget_lookwhere import check_one_budget, kept_for_target
 from .configuration_lookwhere import LookWhereConfig
 from .image_processing_lookwhere import LookWhereImageProcessor
 from .pipeline_lookwhere import LookWhereImageFeatureExtractionPipeline
@@ -557,17 +558,24 @@ class LookWhereModel(LookWherePreTrainedModel):
     def get_input_embeddings(self) -> nn.Module:
         return self.extractor.patch_embeddings.projection
 
-    def num_kept(self, grid: tuple[int, int], k: int | None, k_ratio: float | None) -> int:
-        """k, the patches kept per image on a (Hp, Wp) grid, for a call's `k` or `k_ratio` (default:
-        `config.default_k` if set, else `config.k_ratio`)."""
+    def num_kept(
+        self, grid: tuple[int, int], k: int | None, k_ratio: float | None, max_gflops: float | None = None,
+        max_ms: float | None = None, device_type: str = "cpu",
+    ) -> int:
+        """k, the patches kept per image on a (Hp, Wp) grid, for a call's `k` or `k_ratio`, or the largest k that fits
+        its target (`max_gflops` or `max_ms`); default: `config.default_k` if set, else `config.default_max_gflops` if
+        set, else `config.k_ratio`."""
         config = self.config
         height, width = (side * config.patch_size for side in grid)
         num_patches = grid[0] * grid[1]
-        if k is not None and k_ratio is not None:
-            raise ValueError("Give either k (patches per image) or k_ratio (fraction of the grid), not both.")
+        check_one_budget(k=k, k_ratio=k_ratio, max_gflops=max_gflops, max_ms=max_ms)
         name = "k"
-        if k is None and k_ratio is None and config.default_k is not None:
-            k, name = config.default_k, "config.default_k"
+        if k is None and k_ratio is None and max_gflops is None and max_ms is None:
+            if config.default_k is not None:
+                k, name = config.default_k, "config.default_k"
+            max_gflops = config.default_max_gflops
+        if k is None and (max_gflops is not None or max_ms is not None):
+            return kept_for_target(config, height, width, device_type, max_gflops, max_ms)
         if k is not None:
             if isinstance(k, bool) or not isinstance(k, numbers.Integral):
                 raise ValueError(f"{name} must be an int in 1..{num_patches}, got {k!r}.")
@@ -589,6 +597,8 @@ class LookWhereModel(LookWherePreTrainedModel):
         k: int | None = None,
         k_ratio: float | None = None,
         fill_dense: bool = True,
+        max_gflops: float | None = None,
+        max_ms: float | None = None,
         **kwargs,
     ) -> LookWhereModelOutput:
         r"""
@@ -598,16 +608,23 @@ class LookWhereModel(LookWherePreTrainedModel):
             Patches kept per image, 1..Hp * Wp; default `config.default_k` if set.
         k_ratio (`float`, *optional*):
             Fraction of the high-resolution grid kept, in (0, 1]; default `config.k_ratio`. Give k or k_ratio.
+        max_gflops (`float`, *optional*):
+            Target cost instead of k: the largest k whose analytic GFLOPs per image (`corevision_hf.lookwhere_flops`)
+            at this size fit; default `config.default_max_gflops` (after `config.default_k`, before `config.k_ratio`).
+        max_ms (`float`, *optional*):
+            Target latency instead of k: the largest calibrated k_ratio whose latency at this size, in
+            `config.latency_table` (`corevision_hf.calibrate_latency`, one forward at its batch size, 1 by default),
+            fits.
         fill_dense (`bool`, *optional*, defaults to `True`):
             Fill every grid cell (DINOv2-style `last_hidden_state` and `hidden_states`); `False` skips the fill when
             only the image-level output or the kept tokens are needed.
         """
-        check_forward_kwargs(kwargs, ("k", "k_ratio", "fill_dense"))
+        check_forward_kwargs(kwargs, ("k", "k_ratio", "fill_dense", "max_gflops", "max_ms"))
         check_pixel_values(pixel_values, self.config, self.get_input_embeddings().weight)
         return_dict = kwargs.pop("return_dict", self.config.return_dict)
         patch = self.config.patch_size
         grid = (pixel_values.shape[2] // patch, pixel_values.shape[3] // patch)
-        k = self.num_kept(grid, k, k_ratio)
+        k = self.num_kept(grid, k, k_ratio, max_gflops, max_ms, pixel_values.device.type)
         pixel_values = pixel_values.to(self.get_input_embeddings().weight.dtype)
 
         # Where: the selector scores every high-resolution patch from a low-resolution copy.

@@ -41,6 +41,10 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
         default_num_cores (`int`, *optional*): the budget of a call that gives no `num_cores` (and of pipelines);
             1..`num_cores`, `None` for the whole bank. Set it at load time:
             `from_pretrained(..., default_num_cores=16)` or `pipeline(..., model_kwargs={"default_num_cores": 16})`.
+        default_max_gflops (`float`, *optional*): instead of `default_num_cores`, a default target: calls that give no
+            budget use the largest of `training_budgets` whose analytic GFLOPs per image fit, at each call's size.
+        latency_table (`dict`, *optional*): milliseconds per budget and image size measured on one machine by
+            `corevision_hf.calibrate_latency`, read by `model(..., max_ms=...)`; it travels in config.json.
         training_budgets (`list[int]`, *optional*): core budgets sampled by nested dropout during distillation;
             defaults to eight even steps up to `num_cores` ((8, 16, ..., 64) for a bank of 64).
         training_budget_weights (`list[float]`, *optional*): their relative sampling weights; defaults to
@@ -88,6 +92,8 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
         image_size=256,
         num_cores=64,
         default_num_cores=None,
+        default_max_gflops=None,
+        latency_table=None,
         training_budgets=None,
         training_budget_weights=None,
         rope_theta=100.0,
@@ -122,6 +128,8 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
         self.image_size = image_size
         self.num_cores = num_cores
         self.default_num_cores = default_num_cores
+        self.default_max_gflops = default_max_gflops
+        self.latency_table = latency_table
         if training_budgets is None:
             # The reference schedule, scaled to the bank: eight even steps, later (larger) budgets drawn more often.
             step = max(1, num_cores // 8)
@@ -209,6 +217,7 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
                 f"training_budgets ({len(self.training_budgets)} values) and training_budget_weights "
                 f"({len(self.training_budget_weights)} values) must have the same length: give one weight per budget."
             )
+        check_target_fields(self, "default_num_cores")
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs) -> "VecaConfig":
@@ -247,6 +256,31 @@ def check_fields(config, positive_ints=(), positive_numbers=(), probabilities=()
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
             raise ValueError(f"{name} must lie in [0, 1), got {value!r}.")
+
+
+def check_target_fields(config, default_budget: str) -> None:
+    """`default_max_gflops`: None or a finite number > 0, not together with the default budget field it would
+    contradict; `latency_table`: None or what `corevision_hf.calibrate_latency` writes."""
+    target = config.default_max_gflops
+    if target is not None and (
+        isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target < float("inf")
+    ):
+        raise ValueError(f"default_max_gflops must be a finite number > 0 (GFLOPs per image) or None, got {target!r}.")
+    if target is not None and getattr(config, default_budget) is not None:
+        raise ValueError(
+            f"{default_budget}={getattr(config, default_budget)!r} and default_max_gflops={target!r} are both set: "
+            "keep one default (a budget, or a target that picks it)."
+        )
+    table = config.latency_table
+    rows = table.get("sizes") if isinstance(table, dict) else None
+    if table is not None and not (
+        isinstance(table.get("device"), str) and isinstance(rows, list) and rows
+        and all(isinstance(row, dict) and {"height", "width", "ms"} <= set(row) for row in rows)
+    ):
+        raise ValueError(
+            "latency_table must be None or {'device': ..., 'sizes': [{'height': ..., 'width': ..., 'ms': [[budget, ms], "
+            "...]}, ...]} as corevision_hf.calibrate_latency(model, sizes=[...]) writes it; run that again."
+        )
 
 
 __all__ = ["VecaConfig", "VECA_PRESETS"]

@@ -4,7 +4,8 @@ A ViT whose patches never attend to each other. An ordered bank of learned core 
 between patches: cores attend to the active cores and all patches, patches attend to the active cores only.
 Attention cost is linear in the number of patches, and the number of active cores is chosen per call.
 
-Hub-copied: this file imports only torch, transformers and its sibling configuration file.
+Hub-copied: this file imports only torch, transformers and its sibling files (configuration, budget, image processor,
+pipeline).
 """
 
 import difflib
@@ -27,6 +28,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
 from transformers.utils.output_capturing import capture_outputs
 
+from .budget_veca import check_one_budget, cores_for_target
 from .configuration_veca import VecaConfig
 from .image_processing_veca import VecaImageProcessor
 from .pipeline_veca import VecaImageFeatureExtractionPipeline
@@ -455,11 +457,20 @@ class VecaModel(VecaPreTrainedModel):
     def get_input_embeddings(self) -> nn.Module:
         return self.patch_embeddings.projection
 
-    def active_cores(self, num_cores: int | None) -> int:
-        """The number of active cores for a call's `num_cores` (None: the config default, else the whole bank)."""
+    def active_cores(
+        self, num_cores: int | None, pixel_values: torch.Tensor, max_gflops: float | None = None,
+        max_ms: float | None = None,
+    ) -> int:
+        """The number of active cores for a call: its `num_cores`, else the largest of `config.training_budgets` that
+        fits its target (`max_gflops` or `max_ms`) at this image size, else the config's default
+        (`default_num_cores` or `default_max_gflops`), else the whole bank."""
         config = self.config
-        if num_cores is None:
-            num_cores = config.default_num_cores
+        check_one_budget(num_cores=num_cores, max_gflops=max_gflops, max_ms=max_ms)
+        if num_cores is None and max_gflops is None and max_ms is None:
+            num_cores, max_gflops = config.default_num_cores, config.default_max_gflops
+        if max_gflops is not None or max_ms is not None:
+            height, width = pixel_values.shape[-2:]
+            return cores_for_target(config, height, width, pixel_values.device.type, max_gflops, max_ms)
         if num_cores is None:
             return config.num_cores
         if isinstance(num_cores, bool) or not isinstance(num_cores, numbers.Integral):
@@ -472,17 +483,31 @@ class VecaModel(VecaPreTrainedModel):
         return int(num_cores)
 
     @capture_outputs(tie_last_hidden_states=False)
-    def forward(self, pixel_values: torch.Tensor, num_cores: int | None = None, **kwargs) -> VecaModelOutput:
+    def forward(
+        self,
+        pixel_values: torch.Tensor,
+        num_cores: int | None = None,
+        max_gflops: float | None = None,
+        max_ms: float | None = None,
+        **kwargs,
+    ) -> VecaModelOutput:
         r"""
         pixel_values (`torch.FloatTensor` of shape `(batch_size, num_channels, height, width)`):
             Normalised images; height and width any multiples of `patch_size`.
         num_cores (`int`, *optional*):
-            Active prefix of the core bank, 1..`config.num_cores` (default: `config.default_num_cores`, else the
-            whole bank).
+            Active prefix of the core bank, 1..`config.num_cores` (default: `config.default_num_cores`, else
+            `config.default_max_gflops`, else the whole bank).
+        max_gflops (`float`, *optional*):
+            Target cost instead of `num_cores`: the largest of `config.training_budgets` whose analytic GFLOPs per
+            image (`corevision_hf.veca_flops`) at this size fit.
+        max_ms (`float`, *optional*):
+            Target latency instead of `num_cores`: the largest calibrated budget whose latency at this size, in
+            `config.latency_table` (`corevision_hf.calibrate_latency`, one forward at its batch size, 1 by default),
+            fits.
         """
-        check_forward_kwargs(kwargs, ("num_cores",))
+        check_forward_kwargs(kwargs, ("num_cores", "max_gflops", "max_ms"))
         check_pixel_values(pixel_values, self.config, self.patch_embeddings.projection.weight)
-        num_cores = self.active_cores(num_cores)
+        num_cores = self.active_cores(num_cores, pixel_values, max_gflops, max_ms)
         batch_size, _, height, width = pixel_values.shape
         patch = self.config.patch_size
 

@@ -10,7 +10,7 @@ from transformers.pipelines.image_feature_extraction import ImageFeatureExtracti
 class VecaImageFeatureExtractionPipeline(ImageFeatureExtractionPipeline):
     """The stock image feature extraction pipeline, plus the model's budget arguments, forwarded to the model."""
 
-    budget_arguments = ("num_cores",)
+    budget_arguments = ("num_cores", "max_gflops", "max_ms")
     pipeline_arguments = ("image_processor_kwargs", "return_tensors", "pool", "timeout")
 
     def _sanitize_parameters(self, **kwargs):

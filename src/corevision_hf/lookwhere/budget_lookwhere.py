@@ -1,0 +1,165 @@
+"""What a LookWhere forward costs, and the largest k that fits a target: analytic GFLOPs (`max_gflops`) or the
+latency measured on this machine (`max_ms`, from the table `corevision_hf.calibrate_latency` stores in the config).
+
+Hub-copied: imported by modeling_lookwhere.py; standard library only. `corevision_hf.lookwhere_flops` and
+`corevision_hf.dense_vit_flops` are this file's functions, so cost tables and the budget a target picks use one
+formula. Choosing a budget is arithmetic on the image size: it reads no tensor.
+"""
+
+import bisect
+import math
+import numbers
+
+
+def dense_vit_flops(
+    height: int,
+    width: int | None = None,
+    *,
+    hidden_size: int,
+    num_hidden_layers: int,
+    intermediate_size: int,
+    patch_size: int,
+    num_prefix_tokens: int = 1,
+    gated_mlp: bool = False,
+    num_channels: int = 3,
+) -> int:
+    """FLOPs of a dense ViT forward (DINOv2 / DINOv3 style, every token attends to every token; a multiply-add counts
+    2). Per layer, with L = N + prefix tokens: projections 8 L d^2, attention 4 d L^2, MLP 4 L d h (6 L d h gated)."""
+    d = hidden_size
+    num_patches = patch_count(height, width, patch_size)
+    tokens = num_patches + num_prefix_tokens
+    mlp = (6 if gated_mlp else 4) * tokens * d * intermediate_size
+    per_layer = 8 * tokens * d * d + 4 * d * tokens * tokens + mlp
+    return num_hidden_layers * per_layer + 2 * num_patches * d * num_channels * patch_size**2
+
+
+def lookwhere_flops(
+    config, height: int, width: int | None = None, k: int | None = None, k_ratio: float | None = None
+) -> int:
+    """FLOPs of one `LookWhereModel` forward: the selector (a `selector_depth`-block ViT on the low-resolution copy,
+    plus its map head) and the extractor (a full-depth ViT on 1 + registers + k tokens). The dense fill is not
+    counted (a few MFLOPs)."""
+    num_patches = patch_count(height, width, config.patch_size)
+    if k is None:
+        k = max(1, int((config.k_ratio if k_ratio is None else k_ratio) * num_patches))
+    vit = dict(
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        patch_size=config.patch_size,
+        num_prefix_tokens=1 + config.num_register_tokens,
+        num_channels=config.num_channels,
+    )
+    selector = dense_vit_flops(config.selector_image_size, num_hidden_layers=config.selector_depth, **vit)
+    selector_patches = (config.selector_image_size // config.patch_size) ** 2
+    d, r, m = config.hidden_size, config.map_head_ratio, config.map_upsampling
+    map_head = 2 * selector_patches * (d * r * d + r * d * m * m)
+    # The extractor embeds only its k patches: a dense ViT over k "patches" costs exactly that.
+    tokens = k + 1 + config.num_register_tokens
+    d, h = config.hidden_size, config.intermediate_size
+    per_layer = 8 * tokens * d * d + 4 * d * tokens * tokens + 4 * tokens * d * h
+    extractor = config.num_hidden_layers * per_layer + 2 * k * d * config.num_channels * config.patch_size**2
+    return selector + map_head + extractor
+
+
+def kept_for_target(config, height: int, width: int, device_type: str, max_gflops=None, max_ms=None) -> int:
+    """k for a target: with `max_gflops`, the largest k in 1..Hp * Wp whose analytic GFLOPs at `height` x `width` fit;
+    with `max_ms`, k of the largest calibrated k_ratio whose latency there fits (k_ratio * Hp * Wp, at least 1)."""
+    check_target(max_gflops=max_gflops, max_ms=max_ms)
+    size = f"{height}x{width} px"
+    num_patches = patch_count(height, width, config.patch_size)
+    if max_ms is None:
+        return largest_fitting_budget(
+            range(1, num_patches + 1), lambda k: lookwhere_flops(config, height, width, k=k) / 1e9, max_gflops,
+            "max_gflops", "k", "GFLOPs", size,
+        )
+    latency = latency_at(config.latency_table, height, width, device_type)
+    k_ratio = largest_fitting_budget(sorted(latency), latency.get, max_ms, "max_ms", "k_ratio", "ms", size)
+    return max(1, int(k_ratio * num_patches))
+
+
+# Same as budget_veca.patch_count
+def patch_count(height: int, width: int | None, patch_size: int) -> int:
+    """Patches of a `height` x `width` image (square if width is None)."""
+    width = height if width is None else width
+    return (height // patch_size) * (width // patch_size)
+
+
+# Same as budget_veca.largest_fitting_budget
+def largest_fitting_budget(budgets, cost, target, target_name: str, budget_name: str, unit: str, size: str):
+    """The largest of `budgets` (ascending, with `cost(budget)` never decreasing along them) whose cost is at most
+    `target` (checked by `check_target`); a ValueError naming the cheapest budget and its cost when none fits."""
+    fitting = bisect.bisect_right(budgets, target, key=cost)
+    if fitting == 0:
+        cheapest = budgets[0]
+        raise ValueError(
+            f"{target_name}={target:g} is below the cheapest budget at {size}: {budget_name}={cheapest:g} costs "
+            f"{cost(cheapest):.4g} {unit}. Raise {target_name} to at least that, or use smaller images."
+        )
+    return budgets[fitting - 1]
+
+
+# Same as budget_veca.latency_at
+def latency_at(table: dict | None, height: int, width: int, device_type: str) -> dict:
+    """{budget: ms} at `height` x `width` from a latency table (`config.latency_table`): the measurement at that
+    size, else linear in pixel count between the two calibrated sizes around it. Sizes outside the calibrated range
+    and other device types are refused: their latency was not measured."""
+    if not table:
+        raise ValueError(
+            "max_ms needs this model's latency measured on this machine: run "
+            "corevision_hf.calibrate_latency(model, sizes=[...]) once (it stores the table in the config and in "
+            "config.json beside the weights), or give max_gflops, which needs no measurement."
+        )
+    if table["device"] != device_type:
+        raise ValueError(
+            f"The latency table was measured on {table['device']!r} but this call runs on {device_type!r}: run "
+            "corevision_hf.calibrate_latency(model, sizes=[...]) on this device."
+        )
+    rows = sorted(table["sizes"], key=lambda row: row["height"] * row["width"])
+    pixels = height * width
+    below = [row for row in rows if row["height"] * row["width"] <= pixels]
+    above = [row for row in rows if row["height"] * row["width"] >= pixels]
+    if not below or not above:
+        calibrated = ", ".join(f"{row['height']}x{row['width']}" for row in rows)
+        raise ValueError(
+            f"max_ms at {height}x{width} px: the latency table covers {calibrated} px only, and latency outside that "
+            f"range is not extrapolated. Run corevision_hf.calibrate_latency(model, sizes=[({height}, {width}), ...])."
+        )
+    low, high = below[-1], above[0]
+    exact = [row for row in rows if (row["height"], row["width"]) == (height, width)]
+    if exact:
+        low = high = exact[0]
+    low_pixels, high_pixels = low["height"] * low["width"], high["height"] * high["width"]
+    weight = 0.0 if high_pixels == low_pixels else (pixels - low_pixels) / (high_pixels - low_pixels)
+    low_ms, high_ms = dict(map(tuple, low["ms"])), dict(map(tuple, high["ms"]))
+    if not set(low_ms) & set(high_ms):
+        raise ValueError(
+            f"max_ms at {height}x{width} px: the calibrated sizes around it share no budget. Run "
+            "corevision_hf.calibrate_latency(model, sizes=[...]) again with the same budgets for every size."
+        )
+    latency, slowest = {}, 0.0
+    for budget in sorted(set(low_ms) & set(high_ms)):
+        # A larger budget never runs faster: a median that did is timing noise, raised to the one before.
+        slowest = max(slowest, (1 - weight) * low_ms[budget] + weight * high_ms[budget])
+        latency[budget] = slowest
+    return latency
+
+
+# Same as budget_veca.check_one_budget
+def check_one_budget(**arguments) -> None:
+    """Refuses a call that chooses its budget twice: a budget (num_cores, k, k_ratio) and a target (max_gflops,
+    max_ms), or both targets."""
+    given = [f"{name}={value!r}" for name, value in arguments.items() if value is not None]
+    if len(given) > 1:
+        raise ValueError(
+            f"{' and '.join(given)} each choose the budget: give one (a budget, or a target that picks the largest "
+            "budget that fits it)."
+        )
+
+
+# Same as budget_veca.check_target
+def check_target(**targets) -> None:
+    """Refuses a target that is not a finite number > 0."""
+    for name, target in targets.items():
+        if target is not None and (isinstance(target, bool) or not isinstance(target, numbers.Real)
+                                   or not 0 < target < math.inf):
+            raise ValueError(f"{name} must be a finite number > 0 (per image and forward), got {target!r}.")
