@@ -86,6 +86,7 @@ BACKBONE_LOADER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_backbones_load_from_a_folder_offline_without_the_package(tmp_path, pixel_values, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     torch.manual_seed(0)

@@ -126,6 +126,7 @@ def test_a_rerun_skips_finished_shards(models, photos, tmp_path, monkeypatch):
     np.testing.assert_allclose(np.array(resumed["pooled"]), np.array(fresh["pooled"]), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_two_processes_write_disjoint_shards_and_one_merged_result(models, photos, tmp_path):
     out = tmp_path / "features"
     arguments = [models["veca"], "--data", str(photos), "--resolution", "32", "--num-cores", "2", "--shard-size", "2",
@@ -168,6 +169,7 @@ def test_bad_input_is_one_line_and_exit_2(models, photos, tmp_path, extra, messa
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_the_command_line_prints_no_traceback(models, photos, tmp_path):
     command = [sys.executable, "-m", "corevision_hf.extract", models["lookwhere"], "--data", str(photos),
                "--num-cores", "4", "--output", str(tmp_path / "out")]

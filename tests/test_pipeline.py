@@ -97,6 +97,7 @@ PIPELINE_LOADER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_pipeline_and_processor_load_without_the_package(tmp_path, folders, photo):
     image = torch.frombuffer(bytearray(photo.tobytes()), dtype=torch.uint8).view(30, 45, 3)
     outputs = load_without_package(tmp_path, PIPELINE_LOADER, folders["veca"], image)
