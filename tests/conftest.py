@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 from transformers import Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 
-from corevision_hf import VecaConfig, VecaModel
+from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,6 +31,37 @@ def tiny_veca_config(**overrides) -> VecaConfig:
         image_size=32,
     )
     return VecaConfig(**{**fields, **overrides})
+
+
+def tiny_lookwhere_config(**overrides) -> LookWhereConfig:
+    """Width 32, 3 extractor blocks, 1 selector block, patch 4: a 32 px image is an 8 x 8 grid, the selector a 3 x 3."""
+    fields = dict(
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        intermediate_size=64,
+        patch_size=4,
+        image_size=32,
+        selector_depth=1,
+        selector_image_size=12,
+        k_ratio=0.25,
+    )
+    return LookWhereConfig(**{**fields, **overrides})
+
+
+# Width 32 at patch 8 (a 32 px image is a 4 x 4 grid): the checkpoints the command-line tests save and run.
+TINY_VECA_FIELDS = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=48, patch_size=8,
+                        num_cores=8)
+TINY_LOOKWHERE_FIELDS = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                             patch_size=8, image_size=32, selector_depth=1, selector_image_size=16)
+
+
+def save_tiny_checkpoints(root) -> dict[str, str]:
+    """Random (seed 0) patch-8 VECA and LookWhere saved as `root/veca` and `root/lookwhere`: {name: folder}."""
+    torch.manual_seed(0)
+    VecaModel(VecaConfig(**TINY_VECA_FIELDS, image_size=32)).save_pretrained(root / "veca")
+    LookWhereModel(LookWhereConfig(**TINY_LOOKWHERE_FIELDS)).save_pretrained(root / "lookwhere")
+    return {name: str(root / name) for name in ("veca", "lookwhere")}
 
 
 @pytest.fixture
@@ -106,9 +137,7 @@ def _forget_evaluate_modules():
 
 # ------------------------------------------------------------------------------------- distillation runs (tiny, CPU)
 
-TINY_VECA = json.dumps(
-    dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=48, patch_size=8, num_cores=8)
-)
+TINY_VECA = json.dumps(TINY_VECA_FIELDS)  # training.distill_veca's --config-overrides
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,7 @@ NaN / infinite pixels, empty batches and images smaller than a patch are clear e
 
 import pytest
 import torch
-from conftest import tiny_veca_config
-from test_modeling_lookwhere import tiny_lookwhere_config
+from conftest import tiny_lookwhere_config, tiny_veca_config
 
 from corevision_hf import LookWhereModel, VecaModel
 

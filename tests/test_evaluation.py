@@ -9,18 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import ROOT, make_offline_hub_cache, save_tiny_checkpoints
 from PIL import Image
 from transformers import Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 
-from conftest import ROOT, make_offline_hub_cache
-
-from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel
 from evaluation import evaluate_budgets
 
 pytestmark = pytest.mark.usefixtures("offline_evaluate")
 
-TINY_VECA = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=48, patch_size=8,
-                 num_cores=8, image_size=32)
 
 
 def save_image(path: Path, array: np.ndarray) -> None:
@@ -37,11 +33,7 @@ def folders(tmp_path_factory) -> dict:
     teacher = Dinov2WithRegistersConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, mlp_ratio=2,
                                         patch_size=8, image_size=32, num_register_tokens=4)
     Dinov2WithRegistersModel(teacher).save_pretrained(root / "teacher")
-    VecaModel(VecaConfig(**TINY_VECA)).save_pretrained(root / "veca")
-    LookWhereModel(LookWhereConfig(
-        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, patch_size=8, image_size=32,
-        selector_depth=1, selector_image_size=16,
-    )).save_pretrained(root / "lookwhere")
+    save_tiny_checkpoints(root)
     rng = np.random.default_rng(0)
     for i in range(3):
         save_image(root / "photos" / f"{i}.jpg", rng.integers(0, 255, (30 + 4 * i, 40, 3), dtype=np.uint8))

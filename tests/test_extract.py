@@ -12,9 +12,10 @@ import datasets
 import numpy as np
 import pytest
 import torch
+from conftest import save_tiny_checkpoints
 from PIL import Image
 
-from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel, extract
+from corevision_hf import LookWhereModel, VecaModel, extract
 from corevision_hf.images import to_pixel_values
 
 
@@ -24,14 +25,7 @@ PHOTOS = ROOT / "assets" / "photos"
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict:
-    root = tmp_path_factory.mktemp("models")
-    torch.manual_seed(0)
-    VecaModel(VecaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=48,
-                         patch_size=8, num_cores=8, image_size=32)).save_pretrained(root / "veca")
-    LookWhereModel(LookWhereConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                                   patch_size=8, image_size=32, selector_depth=1, selector_image_size=16)
-                   ).save_pretrained(root / "lookwhere")
-    return {name: str(root / name) for name in ("veca", "lookwhere")}
+    return save_tiny_checkpoints(tmp_path_factory.mktemp("models"))
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import load_without_package, make_offline_hub_cache
+from conftest import load_without_package, make_offline_hub_cache, tiny_lookwhere_config
 from transformers import (
     AutoModel,
     Dinov2Config,
@@ -24,22 +24,6 @@ from corevision_hf.lookwhere.modeling_lookwhere import (
     inverse_distance_fill,
     resize_position_table,
 )
-
-
-def tiny_lookwhere_config(**overrides) -> LookWhereConfig:
-    """Width 32, 3 extractor blocks, 1 selector block, patch 4: a 32 px image is an 8 x 8 grid, the selector a 3 x 3."""
-    fields = dict(
-        hidden_size=32,
-        num_hidden_layers=3,
-        num_attention_heads=2,
-        intermediate_size=64,
-        patch_size=4,
-        image_size=32,
-        selector_depth=1,
-        selector_image_size=12,
-        k_ratio=0.25,
-    )
-    return LookWhereConfig(**{**fields, **overrides})
 
 
 @pytest.fixture

