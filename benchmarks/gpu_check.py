@@ -132,7 +132,7 @@ def speed(device: str, runs: int) -> list[dict]:
                     rows.append(row)
                     print(f"speed {name:9s} {call:20s} {attn:17s} {resolution:5d} px  {row['latency_ms']:9.2f} ms  "
                           f"x{row['speedup_vs_dense']:5.2f} vs {dense}  peak {row['peak_memory_mib']:8.0f} MiB", flush=True)
-            del models
+            models.clear()
             torch.cuda.empty_cache()
     return rows
 

@@ -1,8 +1,8 @@
 """Linear probe on real labels: the teacher, a dense student and every budget of a VECA or LookWhere student, from
 frozen image-level features; accuracy with its standard error.
 
-    python benchmarks/linear_probe.py --model outputs/demo/run/final                  # the make-demo student
-    python benchmarks/linear_probe.py --model STUDENT --dense DENSE_VIT --budgets 32 16 8 4
+    python -m benchmarks.linear_probe --model outputs/demo/run/final                  # the make-demo student
+    python -m benchmarks.linear_probe --model STUDENT --dense DENSE_VIT --budgets 32 16 8 4
 
 1. Data: --data, train/<class>/ and val/<class>/ images (default assets/probe/fashion_mnist: Fashion-MNIST product
    photos, 10 classes, 30 train + 20 val each, MIT; see its LICENSE.md), each resized to --resolution (a multiple
@@ -22,20 +22,18 @@ import argparse
 import json
 import math
 import os
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
+from transformers import AutoModel
+
+import corevision_hf  # noqa: F401  (registers VECA and LookWhere with the Auto classes)
+from evaluation.probes import classification_folder, fit_linear_classifier, load_image
+from training.teacher import load_teacher
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "training"))
-
-from probes import classification_folder, fit_linear_classifier, load_image  # noqa: E402
-from teacher import load_teacher  # noqa: E402
-from transformers import AutoModel  # noqa: E402
-
-import corevision_hf  # noqa: E402, F401  (registers VECA and LookWhere with the Auto classes)
 
 LOOKWHERE_K_RATIOS = [0.1, 0.25, 0.5, 1.0]
 

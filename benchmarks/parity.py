@@ -10,33 +10,93 @@ tests/test_parity.py asserts the same comparisons (<= 1e-4).
 """
 
 import json
-import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import load_file
+
+from corevision_hf import LookWhereModel, VecaModel
+from corevision_hf.convert import lookwhere as convert_lookwhere
+from corevision_hf.convert import veca as convert_veca
+from corevision_hf.lookwhere.modeling_lookwhere import inverse_distance_fill
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+FIXTURES = ROOT / "tests" / "fixtures" / "parity"
+TOLERANCE = 1e-4  # as tests/test_parity.py: what counts as a differing fill cell
 
-from test_parity import (  # noqa: E402  (the test module owns the fixture reading)
-    FILL_INDEX,
-    FILL_OUTPUTS,
-    FIXTURES,
-    LOOKWHERE_INDEX,
-    LOOKWHERE_OUTPUTS,
-    TOLERANCE,
-    VECA_INDEX,
-    VECA_OUTPUTS,
-    full_size_fill,
-    lookwhere_outputs,
-    veca_outputs,
-)
 
-from corevision_hf import LookWhereModel, VecaModel  # noqa: E402
-from corevision_hf.convert import lookwhere as convert_lookwhere  # noqa: E402
-from corevision_hf.convert import veca as convert_veca  # noqa: E402
+# Same as tests/test_parity.py:fixture_index (checked there)
+def fixture_index(family: str) -> tuple[dict, dict]:
+    path = FIXTURES / family / "reference_outputs.safetensors"
+    with safe_open(path, "pt") as f:
+        index = json.loads(f.metadata()["fixtures"])
+    return index, load_file(path)
+
+
+VECA_INDEX, VECA_OUTPUTS = fixture_index("veca")
+LOOKWHERE_INDEX, LOOKWHERE_OUTPUTS = fixture_index("lookwhere")
+FILL_INDEX, FILL_OUTPUTS = fixture_index("lookwhere_fill")
+
+
+# Same as tests/test_parity.py:veca_outputs (checked there)
+def veca_outputs(model, name: str) -> dict[str, torch.Tensor]:
+    """Our outputs named as the fixture's keys: {name}/{H}x{W}/K{K}/{cores,patches,pooled,core_coordinates}."""
+    outputs = {}
+    for size in VECA_INDEX[name]["sizes"]:
+        pixel_values = VECA_OUTPUTS[f"{name}/{size}/pixel_values"]
+        for budget in VECA_INDEX[name]["budgets"]:
+            with torch.no_grad():
+                out = model(pixel_values, num_cores=budget)
+            key = f"{name}/{size}/K{budget}"
+            outputs[f"{key}/cores"] = out.last_hidden_state[:, :budget]
+            outputs[f"{key}/patches"] = out.last_hidden_state[:, budget:]
+            outputs[f"{key}/pooled"] = out.pooler_output
+            outputs[f"{key}/core_coordinates"] = out.core_coordinates
+    return outputs
+
+
+# Same as tests/test_parity.py:lookwhere_outputs (checked there)
+def lookwhere_outputs(model, name: str) -> dict[str, torch.Tensor]:
+    """Our outputs named as the fixture's keys; selected indices as sets (sorted), the reference's are by score."""
+    outputs = {}
+    for size, budgets in LOOKWHERE_INDEX[name]["sizes"].items():
+        images = LOOKWHERE_OUTPUTS[f"{name}/{size}/images_uint8"]
+        pixel_values = (images.float() / 255 - 0.5) / 0.25
+        num_prefix = 1 + model.config.num_register_tokens
+        grid = (pixel_values.shape[2] // model.config.patch_size,) * 2
+        with torch.no_grad():
+            prefix_tokens, _ = model.selector(pixel_values, grid)
+        outputs[f"{name}/{size}/prefix_tokens"] = prefix_tokens
+        for k in budgets:
+            with torch.no_grad():
+                out = model(pixel_values, k=k)
+            outputs[f"{name}/{size}/selector_map"] = out.selector_map
+            outputs[f"{name}/{size}/k{k}/selected_indices"] = out.selected_indices
+            outputs[f"{name}/{size}/k{k}/cls"] = out.pooler_output
+            outputs[f"{name}/{size}/k{k}/dense"] = out.last_hidden_state[:, num_prefix:]
+    return outputs
+
+
+# Same as tests/test_parity.py:full_size_fill (checked there)
+def full_size_fill(setting: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Our fill of a lookwhere_fill fixture setting, called as the model calls it (kept cells in row-major order, their
+    score rank as the tie-break): (B, N, D), and its tie cells (B, N) bool: cells not kept whose 5th and 6th nearest
+    kept cells are equidistant, where the authors' unstable argsort decides which of them counts."""
+    indices, values = FILL_OUTPUTS[f"{setting}/indices"], FILL_OUTPUTS[f"{setting}/values"]  # by descending score
+    height, width = FILL_INDEX[setting]["grid"]
+    num_neighbors = LookWhereModel.config_class().num_fill_neighbors
+    row_major, rank = indices.sort(dim=-1)
+    ours = inverse_distance_fill(values.gather(1, rank[..., None].expand_as(values)), row_major, (height, width),
+                                 num_neighbors, rank)
+    cells = torch.arange(height * width)
+    rows, cols = (cells // width)[:, None], (cells % width)[:, None]
+    squared = (rows - indices[:, None] // width) ** 2 + (cols - indices[:, None] % width) ** 2  # (B, N, k)
+    nearest = squared.topk(num_neighbors + 1, dim=-1, largest=False).values  # (B, N, 6) squared distances
+    kept = torch.zeros(ours.shape[:2], dtype=torch.bool).scatter(1, indices, True)
+    return ours, (nearest[..., -2] == nearest[..., -1]) & ~kept
 
 
 def differences(ours: dict, reference: dict) -> dict:

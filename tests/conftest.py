@@ -1,14 +1,22 @@
+import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import evaluate
+import numpy as np
 import pytest
 import torch
+from PIL import Image
+from transformers import Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 
-from corevision_hf import VecaConfig, VecaModel
+from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def tiny_veca_config(**overrides) -> VecaConfig:
@@ -23,6 +31,37 @@ def tiny_veca_config(**overrides) -> VecaConfig:
         image_size=32,
     )
     return VecaConfig(**{**fields, **overrides})
+
+
+def tiny_lookwhere_config(**overrides) -> LookWhereConfig:
+    """Width 32, 3 extractor blocks, 1 selector block, patch 4: a 32 px image is an 8 x 8 grid, the selector a 3 x 3."""
+    fields = dict(
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        intermediate_size=64,
+        patch_size=4,
+        image_size=32,
+        selector_depth=1,
+        selector_image_size=12,
+        k_ratio=0.25,
+    )
+    return LookWhereConfig(**{**fields, **overrides})
+
+
+# Width 32 at patch 8 (a 32 px image is a 4 x 4 grid): the checkpoints the command-line tests save and run.
+TINY_VECA_FIELDS = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=48, patch_size=8,
+                        num_cores=8)
+TINY_LOOKWHERE_FIELDS = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                             patch_size=8, image_size=32, selector_depth=1, selector_image_size=16)
+
+
+def save_tiny_checkpoints(root) -> dict[str, str]:
+    """Random (seed 0) patch-8 VECA and LookWhere saved as `root/veca` and `root/lookwhere`: {name: folder}."""
+    torch.manual_seed(0)
+    VecaModel(VecaConfig(**TINY_VECA_FIELDS, image_size=32)).save_pretrained(root / "veca")
+    LookWhereModel(LookWhereConfig(**TINY_LOOKWHERE_FIELDS)).save_pretrained(root / "lookwhere")
+    return {name: str(root / name) for name in ("veca", "lookwhere")}
 
 
 @pytest.fixture
@@ -94,3 +133,74 @@ def _forget_evaluate_modules():
     process's first load; forgetting it lets each test's own cache serve (and leaves none of ours behind)."""
     for name in [name for name in sys.modules if name.split(".")[0] == "evaluate_modules"]:
         del sys.modules[name]
+
+
+# ------------------------------------------------------------------------------------- distillation runs (tiny, CPU)
+
+TINY_VECA = json.dumps(TINY_VECA_FIELDS)  # training.distill_veca's --config-overrides
+
+
+@pytest.fixture(scope="module")
+def teacher_dir(tmp_path_factory) -> str:
+    """A tiny random DINOv2-with-registers teacher, patch 8, saved like a hub checkpoint."""
+    torch.manual_seed(0)
+    config = Dinov2WithRegistersConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2, patch_size=8, image_size=32,
+        num_register_tokens=4,
+    )
+    folder = tmp_path_factory.mktemp("teacher")
+    Dinov2WithRegistersModel(config).save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def image_dir(tmp_path_factory) -> str:
+    """8 random photos of two sizes in an ImageFolder layout (two classes; labels are never used)."""
+    folder = tmp_path_factory.mktemp("images")
+    rng = np.random.default_rng(0)
+    for i in range(8):
+        (folder / f"class{i % 2}").mkdir(exist_ok=True)
+        Image.fromarray(rng.integers(0, 255, (40 + 4 * i, 48, 3), dtype=np.uint8)).save(folder / f"class{i % 2}" / f"{i}.jpg")
+    return str(folder)
+
+
+def veca_args(teacher_dir, data, output_dir, *extra) -> list[str]:
+    """training.distill_veca's arguments for a tiny VECA at 32 px, batch 2 (later flags in `extra` win)."""
+    return [
+        "--teacher", teacher_dir, "--data", data, "--output-dir", str(output_dir), "--config-overrides", TINY_VECA,
+        "--image-size", "32", "--batch-size", "2", "--log-with", "none", "--seed", "3", *extra,
+    ]
+
+
+def lookwhere_args(teacher_dir, data, output_dir, *extra) -> list[str]:
+    """training.distill_lookwhere's arguments for a tiny LookWhere at 32 px, batch 2, k in [2, 8]."""
+    return [
+        "--teacher", teacher_dir, "--data", data, "--output-dir", str(output_dir), "--image-size", "32",
+        "--selector-depth", "1", "--selector-image-size", "16", "--k-min", "2", "--k-max", "8", "--batch-size", "2",
+        "--log-with", "none", "--seed", "3", *extra,
+    ]
+
+
+def read_metrics(output_dir) -> list[dict]:
+    return [json.loads(line) for line in Path(output_dir, "metrics.jsonl").read_text().splitlines()]
+
+
+def launch_two_processes(tmp_path, module: str, args: list[str]) -> None:
+    """`accelerate launch -m module` with training/configs/cpu_2proc.yaml (two gloo processes on the CPU), from the
+    repository root; every process left behind whose command line names `tmp_path` is killed afterwards."""
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", "--config_file", "training/configs/cpu_2proc.yaml",
+        "-m", module, *args,
+    ]
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen(command, cwd=ROOT, env=env)
+    try:
+        assert process.wait(timeout=300) == 0
+    finally:  # never leave a launcher or worker behind (torchrun starts workers in sessions of their own)
+        for pid in os.listdir("/proc"):
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except (OSError, ValueError):
+                continue
+            if pid.isdigit() and str(tmp_path).encode() in cmdline and int(pid) != os.getpid():
+                os.kill(int(pid), signal.SIGKILL)

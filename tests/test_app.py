@@ -89,6 +89,7 @@ def wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium here (Debian: apt-get install chromium; .ci/run does)")
 def test_the_page_renders_pictures_and_costs_in_chromium(tmp_path):
     pytest.importorskip("gradio", reason="the demo page needs gradio: pip install -e '.[app]'")

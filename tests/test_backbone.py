@@ -6,8 +6,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import load_without_package, tiny_veca_config
-from test_modeling_lookwhere import tiny_lookwhere_config
+from conftest import load_without_package, tiny_lookwhere_config, tiny_veca_config
 from transformers import AutoBackbone, Dinov2Config, Dinov2Model, Dinov2WithRegistersModel
 
 from corevision_hf import LookWhereBackbone, LookWhereModel, VecaBackbone, VecaModel, lookwhere_from_teacher
@@ -87,6 +86,7 @@ BACKBONE_LOADER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_backbones_load_from_a_folder_offline_without_the_package(tmp_path, pixel_values, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     torch.manual_seed(0)

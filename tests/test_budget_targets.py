@@ -6,9 +6,8 @@ import json
 
 import pytest
 import torch
-from conftest import tiny_veca_config
+from conftest import tiny_lookwhere_config, tiny_veca_config
 from PIL import Image
-from test_modeling_lookwhere import tiny_lookwhere_config
 from transformers import AutoModel, pipeline
 
 from corevision_hf import (

@@ -5,8 +5,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import load_without_package, tiny_veca_config
-from test_modeling_lookwhere import tiny_lookwhere_config
+from conftest import load_without_package, tiny_lookwhere_config, tiny_veca_config
 from transformers import AutoModel, pipeline
 
 from corevision_hf import LookWhereModel, VecaModel

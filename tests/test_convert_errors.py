@@ -117,6 +117,7 @@ def test_a_failed_save_leaves_nothing(tmp_path, monkeypatch, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_cli_error_has_no_traceback(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "corevision_hf.convert.veca", str(tmp_path / "missing.pt"), str(tmp_path / "out")],

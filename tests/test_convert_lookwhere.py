@@ -104,6 +104,7 @@ def test_extractor_tokens_are_optional():
     assert not any(name.startswith("extractor.") and "token" in name for name in state_dict)
 
 
+@pytest.mark.slow
 def test_cli_roundtrip_loads_with_remote_code(reference_checkpoint, tmp_path):
     model, path = reference_checkpoint
     out = tmp_path / "hub"

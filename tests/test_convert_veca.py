@@ -85,6 +85,7 @@ def test_convert_function_roundtrip():
     assert_same_outputs(model, converted)
 
 
+@pytest.mark.slow
 def test_cli_roundtrip_loads_with_remote_code(reference_checkpoint, tmp_path):
     model, path = reference_checkpoint
     out = tmp_path / "hub"

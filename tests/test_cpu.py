@@ -8,8 +8,7 @@ import pickle
 
 import pytest
 import torch
-from conftest import tiny_veca_config
-from test_modeling_lookwhere import tiny_lookwhere_config
+from conftest import tiny_lookwhere_config, tiny_veca_config
 from transformers import AutoModel
 
 from corevision_hf import LookWhereModel, VecaConfig, VecaModel, optimize_for_cpu, restore_default_linear

@@ -4,8 +4,7 @@ import copy
 
 import pytest
 import torch
-from conftest import tiny_veca_config
-from test_modeling_lookwhere import tiny_lookwhere_config
+from conftest import tiny_lookwhere_config, tiny_veca_config
 
 from corevision_hf import LookWhereModel, VecaModel
 from corevision_hf.lookwhere.modeling_lookwhere import inverse_distance_fill

@@ -1,4 +1,4 @@
-"""training/evaluate_budgets.py on tiny random models and tiny synthetic datasets (CPU, no network)."""
+"""evaluation.evaluate_budgets on tiny random models and tiny synthetic datasets (CPU, no network)."""
 
 import json
 import os
@@ -9,20 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import ROOT, make_offline_hub_cache, save_tiny_checkpoints
 from PIL import Image
 from transformers import Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
-
-import evaluate_budgets  # noqa: E402
-from conftest import make_offline_hub_cache  # noqa: E402
-
-from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel  # noqa: E402
+from evaluation import evaluate_budgets
 
 pytestmark = pytest.mark.usefixtures("offline_evaluate")
 
-TINY_VECA = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=48, patch_size=8,
-                 num_cores=8, image_size=32)
 
 
 def save_image(path: Path, array: np.ndarray) -> None:
@@ -39,11 +33,7 @@ def folders(tmp_path_factory) -> dict:
     teacher = Dinov2WithRegistersConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, mlp_ratio=2,
                                         patch_size=8, image_size=32, num_register_tokens=4)
     Dinov2WithRegistersModel(teacher).save_pretrained(root / "teacher")
-    VecaModel(VecaConfig(**TINY_VECA)).save_pretrained(root / "veca")
-    LookWhereModel(LookWhereConfig(
-        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, patch_size=8, image_size=32,
-        selector_depth=1, selector_image_size=16,
-    )).save_pretrained(root / "lookwhere")
+    save_tiny_checkpoints(root)
     rng = np.random.default_rng(0)
     for i in range(3):
         save_image(root / "photos" / f"{i}.jpg", rng.integers(0, 255, (30 + 4 * i, 40, 3), dtype=np.uint8))
@@ -109,13 +99,13 @@ def test_lookwhere_budgets_as_k_ratio_and_as_k(folders, tmp_path):
     assert report["budget_name"] == "k" and report["teacher"] is None and report["teacher_cost"] is None
 
 
+@pytest.mark.slow
 def test_a_hub_id_is_evaluated_from_the_hub_cache(folders, tmp_path):
     env = {**os.environ, **make_offline_hub_cache(tmp_path, folders["veca"], "org/veca-tiny")}
-    script = Path(evaluate_budgets.__file__)
     subprocess.run(
-        [sys.executable, str(script), "org/veca-tiny", "--budgets", "2", "8", "--resolutions", "32",
-         "--latency-runs", "1", "--output-dir", str(tmp_path / "out")],
-        check=True, env=env, cwd=tmp_path, capture_output=True,
+        [sys.executable, "-m", "evaluation.evaluate_budgets", "org/veca-tiny", "--budgets", "2", "8",
+         "--resolutions", "32", "--latency-runs", "1", "--output-dir", str(tmp_path / "out")],
+        check=True, env=env, cwd=ROOT, capture_output=True,
     )
     report = json.loads((tmp_path / "out" / "evaluation.json").read_text())
     assert report["checkpoint"] == "org/veca-tiny" and report["budgets"] == [2, 8]
@@ -199,14 +189,15 @@ def test_the_command_line_ends_bad_input_in_one_line(folders, tmp_path, capsys, 
     assert error.startswith("error: ") and error.count("\n") == 1 and message in error
 
 
+@pytest.mark.slow
 def test_mixed_budgets_and_an_existing_output_from_a_shell(folders, tmp_path):
-    script = [sys.executable, str(Path(evaluate_budgets.__file__))]
+    script = [sys.executable, "-m", "evaluation.evaluate_budgets"]
     mixed = subprocess.run([*script, folders["lookwhere"], "--budgets", "4", "0.5", "--output-dir", str(tmp_path)],
-                           capture_output=True, text=True)
+                           capture_output=True, text=True, cwd=ROOT)
     assert mixed.returncode == 2 and mixed.stderr.strip().splitlines() == [
         "error: Mixed budgets ['4', '0.5']: give all k as integers or all k_ratio as decimals."]
     (tmp_path / "evaluation.json").write_text("{}")
     existing = subprocess.run([*script, folders["veca"], "--budgets", "4", "--output-dir", str(tmp_path)],
-                              capture_output=True, text=True)
+                              capture_output=True, text=True, cwd=ROOT)
     assert existing.returncode == 2 and "--force" in existing.stderr and "Traceback" not in existing.stderr
     assert (tmp_path / "evaluation.json").read_text() == "{}"

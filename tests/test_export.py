@@ -6,8 +6,7 @@ import onnx
 import onnxruntime
 import pytest
 import torch
-from conftest import tiny_veca_config
-from test_modeling_lookwhere import tiny_lookwhere_config
+from conftest import tiny_lookwhere_config, tiny_veca_config
 
 from corevision_hf import LookWhereModel, VecaModel
 from corevision_hf.export import main

@@ -12,9 +12,10 @@ import datasets
 import numpy as np
 import pytest
 import torch
+from conftest import save_tiny_checkpoints
 from PIL import Image
 
-from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel, extract
+from corevision_hf import LookWhereModel, VecaModel, extract
 from corevision_hf.images import to_pixel_values
 
 
@@ -24,14 +25,7 @@ PHOTOS = ROOT / "assets" / "photos"
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict:
-    root = tmp_path_factory.mktemp("models")
-    torch.manual_seed(0)
-    VecaModel(VecaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=48,
-                         patch_size=8, num_cores=8, image_size=32)).save_pretrained(root / "veca")
-    LookWhereModel(LookWhereConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                                   patch_size=8, image_size=32, selector_depth=1, selector_image_size=16)
-                   ).save_pretrained(root / "lookwhere")
-    return {name: str(root / name) for name in ("veca", "lookwhere")}
+    return save_tiny_checkpoints(tmp_path_factory.mktemp("models"))
 
 
 @pytest.fixture
@@ -126,6 +120,7 @@ def test_a_rerun_skips_finished_shards(models, photos, tmp_path, monkeypatch):
     np.testing.assert_allclose(np.array(resumed["pooled"]), np.array(fresh["pooled"]), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_two_processes_write_disjoint_shards_and_one_merged_result(models, photos, tmp_path):
     out = tmp_path / "features"
     arguments = [models["veca"], "--data", str(photos), "--resolution", "32", "--num-cores", "2", "--shard-size", "2",
@@ -168,6 +163,7 @@ def test_bad_input_is_one_line_and_exit_2(models, photos, tmp_path, extra, messa
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_the_command_line_prints_no_traceback(models, photos, tmp_path):
     command = [sys.executable, "-m", "corevision_hf.extract", models["lookwhere"], "--data", str(photos),
                "--num-cores", "4", "--output", str(tmp_path / "out")]

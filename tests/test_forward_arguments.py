@@ -3,8 +3,7 @@ as `num_core=8`) is a ValueError naming the closest valid argument, for both mod
 
 import pytest
 import torch
-from conftest import tiny_veca_config
-from test_modeling_lookwhere import tiny_lookwhere_config
+from conftest import tiny_lookwhere_config, tiny_veca_config
 
 from corevision_hf import (
     LookWhereBackbone,

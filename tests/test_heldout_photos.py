@@ -3,15 +3,13 @@ open licence, small enough to ship, none of them a training photo, and refused b
 
 import hashlib
 import re
-import sys
 from pathlib import Path
 
 import datasets
 import pytest
 from PIL import Image
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "training"))
-from data import HELDOUT_PHOTOS, build_dataset  # noqa: E402
+from training.data import HELDOUT_PHOTOS, build_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 HELDOUT = ROOT / "assets" / "heldout"

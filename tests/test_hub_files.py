@@ -5,8 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_veca_config
-from test_modeling_lookwhere import tiny_lookwhere_config
+from conftest import tiny_lookwhere_config, tiny_veca_config
 
 from corevision_hf import LookWhereModel, VecaModel
 

@@ -4,6 +4,7 @@ import json
 import os
 import textwrap
 
+import pytest
 import torch
 from conftest import load_without_package, make_offline_hub_cache, tiny_veca_config
 
@@ -83,12 +84,14 @@ def test_existing_preprocessor_config_is_kept(tmp_path):
     assert json.loads((folder / "preprocessor_config.json").read_text()) == {"mine": True}
 
 
+@pytest.mark.slow
 def test_trust_remote_code_from_folder_without_package(tmp_path, images):
     model = save_tiny_model(tmp_path / "veca")
     outputs = load_without_package(tmp_path, LOADER, str(tmp_path / "veca"), images)
     check_outputs(outputs, model, images)
 
 
+@pytest.mark.slow
 def test_trust_remote_code_from_offline_hub_cache(tmp_path, images):
     """The real `from_pretrained("org/name")` path, served from a hub cache with HF_HUB_OFFLINE=1."""
     model = save_tiny_model(tmp_path / "veca")

@@ -1,18 +1,12 @@
 """Model cards rendered from a config and an evaluation JSON parse as hub model cards (offline, no weights)."""
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 from huggingface_hub import ModelCard
 
 from corevision_hf import LookWhereConfig, VecaConfig
-
-TRAINING = Path(__file__).resolve().parents[1] / "training"
-sys.path.insert(0, str(TRAINING))
-
-from model_card import main, render_card  # noqa: E402
+from publishing.model_card import existing_pictures, main, render_card
 
 
 CONFIGS = {
@@ -70,10 +64,10 @@ def make_evaluation(model_type: str) -> dict:
 
 
 def make_recipe(model_type: str) -> dict:
-    script = f"training/distill_{model_type}.py"
+    script = f"training.distill_{model_type}"
     return {
         "script": script, "method": model_type, "teacher": "offline-dinov2-small", "data": "org/images",
-        "command": f"python {script} --teacher offline-dinov2-small --data org/images --max-steps 5",
+        "command": f"python -m {script} --teacher offline-dinov2-small --data org/images --max-steps 5",
         "steps": 5, "num_processes": 1, "global_batch_size": 4, "mixed_precision": "no",
         "args": {"teacher": "offline-dinov2-small", "data": "org/images", "max_steps": 5, "lr": 0.001},
     }
@@ -116,7 +110,7 @@ def test_card_parses_with_metadata_and_one_row_per_budget(model_type, tmp_path):
 
     text = card.text
     assert "![Quality against cost for every budget](evaluation.png)" in text
-    assert "python training/distill_" in text and "<details>" in text and '"lr": 0.001' in text
+    assert "python -m training.distill_" in text and "<details>" in text and '"lr": 0.001' in text
     assert "Elastic Attention Cores for Scalable Vision Transformers" in text and "arXiv:2605.12491" in text
     assert "LookWhere? Efficient Visual Recognition" in text and "arXiv:2505.18051" in text
 
@@ -198,7 +192,7 @@ def test_no_local_path_reaches_the_card_and_a_converted_teacher_is_its_hub_model
     data, output = tmp_path / "my photos", tmp_path / "runs" / "demo"
     recipe = {
         **make_recipe("veca"), "teacher": str(teacher), "data": str(data),
-        "command": f"python training/distill_veca.py --teacher {teacher} --data '{data}' --output-dir {output}",
+        "command": f"python -m training.distill_veca --teacher {teacher} --data '{data}' --output-dir {output}",
         "args": {"teacher": str(teacher), "data": str(data), "output_dir": str(output), "lr": 0.001},
     }
     evaluation = {**make_evaluation("veca"), "teacher": str(teacher), "checkpoint": str(output / "final")}
@@ -213,8 +207,6 @@ def test_no_local_path_reaches_the_card_and_a_converted_teacher_is_its_hub_model
 
 
 def test_the_pictures_evaluate_budgets_drew_are_in_the_card(tmp_path):
-    from model_card import existing_pictures
-
     evaluation = {**make_evaluation("lookwhere"), "pictures": {"features": "features.png", "where": "where.png"}}
     (tmp_path / "evaluation.json").write_text(json.dumps(evaluation))
     (tmp_path / "features.png").write_bytes(b"png")  # where.png was not drawn

@@ -3,7 +3,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import load_without_package, make_offline_hub_cache
+from conftest import load_without_package, make_offline_hub_cache, tiny_lookwhere_config
 from transformers import (
     AutoModel,
     Dinov2Config,
@@ -24,22 +24,6 @@ from corevision_hf.lookwhere.modeling_lookwhere import (
     inverse_distance_fill,
     resize_position_table,
 )
-
-
-def tiny_lookwhere_config(**overrides) -> LookWhereConfig:
-    """Width 32, 3 extractor blocks, 1 selector block, patch 4: a 32 px image is an 8 x 8 grid, the selector a 3 x 3."""
-    fields = dict(
-        hidden_size=32,
-        num_hidden_layers=3,
-        num_attention_heads=2,
-        intermediate_size=64,
-        patch_size=4,
-        image_size=32,
-        selector_depth=1,
-        selector_image_size=12,
-        k_ratio=0.25,
-    )
-    return LookWhereConfig(**{**fields, **overrides})
 
 
 @pytest.fixture
@@ -239,16 +223,40 @@ def test_classification_head_freezes_the_selector(pixel_values):
     assert model.lookwhere.extractor.layers[-1].mlp.fc2.weight.grad is not None
 
 
+def bilinear_weights(size: int, grid: int) -> torch.Tensor:
+    """(size, grid): each output pixel's weights over the grid cells along one axis, for a bilinear resize with
+    half-pixel centres (align_corners=False): pixel i samples grid position (i + 0.5) * grid / size - 0.5, clamped."""
+    weights = torch.zeros(size, grid)
+    for i in range(size):
+        position = min(max((i + 0.5) * grid / size - 0.5, 0.0), grid - 1.0)
+        low = math.floor(position)
+        high = min(low + 1, grid - 1)
+        weights[i, low] += 1 - (position - low)
+        weights[i, high] += position - low
+    return weights
+
+
+@torch.no_grad()
 def test_segmentation_head(pixel_values):
-    model = LookWhereForSemanticSegmentation(tiny_lookwhere_config(num_labels=3))
+    """The logits are the per-patch logits of the filled grid, resized bilinearly to the image (recomputed by hand);
+    the loss is the mean cross-entropy over the pixels not ignored, finite."""
+    torch.manual_seed(0)
+    model = LookWhereForSemanticSegmentation(tiny_lookwhere_config(num_labels=3)).eval()
     labels = torch.randint(0, 3, (2, 32, 48))
     labels[:, :8] = 255  # ignored
     out = model(pixel_values, labels=labels)
     assert out.logits.shape == (2, 3, 32, 48)
-    expected = torch.nn.functional.cross_entropy(out.logits, labels, ignore_index=255)
-    torch.testing.assert_close(out.loss, expected)
-    all_ignored = model(pixel_values, labels=torch.full((2, 32, 48), 255)).loss
-    assert torch.isnan(all_ignored) or all_ignored == 0
+
+    filled = model.lookwhere(pixel_values, fill_dense=True).last_hidden_state[:, 1 + model.config.num_register_tokens:]
+    per_patch = model.classifier(filled).unflatten(1, (8, 12))  # (B, Hp, Wp, labels): 32 x 48 px at patch 4
+    expected = torch.einsum("yh,bhwc,xw->bcyx", bilinear_weights(32, 8), per_patch, bilinear_weights(48, 12))
+    torch.testing.assert_close(out.logits, expected, atol=1e-5, rtol=1e-5)
+
+    log_probs = expected.log_softmax(dim=1)
+    kept = labels != 255
+    picked = log_probs.gather(1, labels.clamp(max=2)[:, None])[:, 0]  # ignored pixels' values are left out below
+    assert torch.isfinite(out.loss)
+    torch.testing.assert_close(out.loss, -picked[kept].mean(), atol=1e-5, rtol=1e-5)
 
 
 def test_flops_fall_with_k():
@@ -279,6 +287,7 @@ LOADER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("via_hub_cache", [False, True])
 def test_trust_remote_code_without_package(tmp_path, model, pixel_values, via_hub_cache):
     model.config.num_labels = 3

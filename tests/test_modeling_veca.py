@@ -4,7 +4,7 @@ from conftest import tiny_veca_config
 from transformers import AutoBackbone, AutoModel, AutoModelForImageClassification
 
 from corevision_hf import VecaBackbone, VecaConfig, VecaForImageClassification, VecaModel, veca_flops
-from corevision_hf.veca.modeling_veca import rope_inverse_frequencies
+from corevision_hf.veca.modeling_veca import apply_rotary, rope_inverse_frequencies
 
 
 def test_output_layout(tiny_model, images):
@@ -45,21 +45,35 @@ def test_budget_equals_truncated_bank(tiny_model, images, num_cores):
     torch.testing.assert_close(actual.core_coordinates, expected.core_coordinates, atol=0, rtol=0)
 
 
+@torch.no_grad()
 def test_eager_attention_maps_follow_core_periphery_pattern(tiny_model, images):
+    """Every layer's attention, recomputed by hand from that layer's own input: a patch's row is the softmax of its
+    query against the active cores' keys alone (zero over the patches and the inactive cores), a core's row the
+    softmax against the active cores' and every patch's keys; the layer's output is those weights times the values."""
     tiny_model.set_attn_implementation("eager")
-    num_cores = 3
-    out = tiny_model(images, num_cores=num_cores, output_attentions=True)
+    num_cores, heads, head_dim = 3, 4, 16
+    calls = []  # (attention module, its positional inputs, its output), one per layer
+    hooks = [layer.attention.register_forward_hook(lambda module, args, output: calls.append((module, args, output)))
+             for layer in tiny_model.layers]
+    try:
+        out = tiny_model(images, num_cores=num_cores, output_attentions=True)
+    finally:
+        for hook in hooks:
+            hook.remove()
     seq_len = out.last_hidden_state.shape[1]
-    assert len(out.attentions) == tiny_model.config.num_hidden_layers
-    for attn in out.attentions:
-        assert attn.shape == (2, 4, seq_len, seq_len)
-        core_rows, patch_rows = attn[:, :, :num_cores], attn[:, :, num_cores:]
-        # Patch queries see the active cores only.
-        assert torch.all(patch_rows[..., num_cores:] == 0)
-        torch.testing.assert_close(patch_rows[..., :num_cores].sum(-1), torch.ones(patch_rows.shape[:-1]))
-        # Core queries see the active cores and every patch.
-        assert torch.all(core_rows > 0)
-        torch.testing.assert_close(core_rows.sum(-1), torch.ones(core_rows.shape[:-1]))
+    assert len(calls) == len(out.attentions) == tiny_model.config.num_hidden_layers
+    for (module, (hidden_states, cores, angles), (layer_output, _)), attn in zip(calls, out.attentions):
+        assert cores == num_cores and attn.shape == (2, heads, seq_len, seq_len)
+        qkv = module.qkv(hidden_states).view(2, seq_len, 3, heads, head_dim)
+        query, key = apply_rotary(qkv[:, :, :2], angles).unbind(2)
+        query, key, value = (x.transpose(1, 2) for x in (query, key, qkv[:, :, 2]))  # (B, H, L, head_dim)
+        scores = query @ key.transpose(-1, -2) / head_dim**0.5  # every query against every key
+        expected = torch.zeros_like(attn)
+        expected[:, :, :num_cores] = scores[:, :, :num_cores].softmax(-1)  # cores: active cores and all patches
+        expected[:, :, num_cores:, :num_cores] = scores[:, :, num_cores:, :num_cores].softmax(-1)  # patches: cores
+        torch.testing.assert_close(attn, expected, atol=1e-6, rtol=1e-5)
+        mixed = (expected @ value).transpose(1, 2).reshape(2, seq_len, heads * head_dim)
+        torch.testing.assert_close(layer_output, module.proj(mixed), atol=1e-5, rtol=1e-5)
 
 
 def test_gradients_reach_every_parameter(images):

@@ -2,7 +2,9 @@
 weights, with the outputs their code computes) convert with our CLIs and reproduce those outputs, in this package
 and through hub code in a process that cannot import it. See tests/fixtures/parity/README.md."""
 
+import ast
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -146,6 +148,7 @@ torch.save(outputs, outputs_path)
 """
 
 
+@pytest.mark.slow
 def test_hub_code_without_the_package_matches_reference(converted, tmp_path):
     """Each converted folder, loaded with trust_remote_code=True where `import corevision_hf` fails, reproduces the
     authors' outputs (one budget and size per model, the largest budget at the non-square size for VECA)."""
@@ -205,3 +208,19 @@ def test_full_size_fill_matches_reference(setting):
     expected = FILL_OUTPUTS[f"{setting}/expected"]
     torch.testing.assert_close(ours[~ties], expected[~ties], atol=TOLERANCE, rtol=0)
     torch.testing.assert_close(ours, FILL_OUTPUTS[f"{setting}/expected_stable"], atol=TOLERANCE, rtol=0)
+
+
+def test_the_parity_benchmark_reads_the_fixtures_as_these_tests_do():
+    """benchmarks/parity.py stands alone with copies of the fixture reading above, each marked `# Same as
+    tests/test_parity.py:<name>`: every copy equals its source here."""
+    def definitions(path: Path) -> dict[str, str]:
+        text = path.read_text()
+        return {node.name: ast.get_source_segment(text, node) for node in ast.parse(text).body
+                if isinstance(node, ast.FunctionDef)}
+
+    benchmark = Path(__file__).resolve().parents[1] / "benchmarks" / "parity.py"
+    copied = re.findall(r"^# Same as tests/test_parity.py:(\w+)", benchmark.read_text(), flags=re.M)
+    ours, theirs = definitions(Path(__file__)), definitions(benchmark)
+    assert sorted(copied) == ["fixture_index", "full_size_fill", "lookwhere_outputs", "veca_outputs"]
+    for name in copied:
+        assert theirs[name] == ours[name], f"benchmarks/parity.py:{name} drifted from tests/test_parity.py; change both"

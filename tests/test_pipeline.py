@@ -6,9 +6,8 @@ import textwrap
 
 import pytest
 import torch
-from conftest import load_without_package, tiny_veca_config
+from conftest import load_without_package, tiny_lookwhere_config, tiny_veca_config
 from PIL import Image
-from test_modeling_lookwhere import tiny_lookwhere_config
 from transformers import AutoImageProcessor, AutoModel, pipeline
 
 from corevision_hf import LookWhereModel, VecaImageFeatureExtractionPipeline, VecaModel
@@ -97,6 +96,7 @@ PIPELINE_LOADER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_pipeline_and_processor_load_without_the_package(tmp_path, folders, photo):
     image = torch.frombuffer(bytearray(photo.tobytes()), dtype=torch.uint8).view(30, 45, 3)
     outputs = load_without_package(tmp_path, PIPELINE_LOADER, folders["veca"], image)

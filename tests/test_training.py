@@ -3,66 +3,29 @@ network). Two-process runs are few and combined: they are the slowest tests of t
 
 import json
 import logging
-import os
 import shlex
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import datasets
-import numpy as np
 import pytest
 import torch
+from conftest import ROOT, TINY_VECA, launch_two_processes, lookwhere_args, read_metrics, veca_args
 from PIL import Image
 from safetensors.torch import load_file
-from transformers import AutoModel, Dinov2WithRegistersConfig, Dinov2WithRegistersModel
+from transformers import AutoModel
 
-TRAINING = Path(__file__).resolve().parents[1] / "training"
-sys.path.insert(0, str(TRAINING))
+from corevision_hf import LookWhereModel, VecaConfig, VecaModel, lookwhere_from_teacher
+from training import distill_lookwhere, distill_veca, losses
+from training import teacher as teacher_module
+from training.loop import check_processes_agree
+from training.losses import lookwhere_loss, veca_loss
+from training.schedule import draw, draw_int, warmup_cosine
+from training.teacher import teacher_targets, teacher_targets_and_map
+from training.teacher_cache import TeacherCache
 
-import distill_lookwhere  # noqa: E402
-import distill_veca  # noqa: E402
-import losses  # noqa: E402
-import teacher as teacher_module  # noqa: E402
-from loop import check_processes_agree  # noqa: E402
-from losses import lookwhere_loss, veca_loss  # noqa: E402
-from schedule import draw, draw_int, warmup_cosine  # noqa: E402
-from teacher import teacher_targets, teacher_targets_and_map  # noqa: E402
-from teacher_cache import TeacherCache  # noqa: E402
-
-from corevision_hf import LookWhereModel, VecaConfig, VecaModel, lookwhere_from_teacher  # noqa: E402
-
-
-TINY_VECA = json.dumps(
-    dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=48, patch_size=8, num_cores=8)
-)
 SCHEDULE = ["--max-steps", "4", "--warmup-steps", "2", "--lr", "1e-3", "--min-lr", "1e-4"]
-
-
-@pytest.fixture(scope="module")
-def teacher_dir(tmp_path_factory) -> str:
-    """A tiny random DINOv2-with-registers teacher, patch 8, saved like a hub checkpoint."""
-    torch.manual_seed(0)
-    config = Dinov2WithRegistersConfig(
-        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2, patch_size=8, image_size=32,
-        num_register_tokens=4,
-    )
-    folder = tmp_path_factory.mktemp("teacher")
-    Dinov2WithRegistersModel(config).save_pretrained(folder)
-    return str(folder)
-
-
-@pytest.fixture(scope="module")
-def image_dir(tmp_path_factory) -> str:
-    folder = tmp_path_factory.mktemp("images")
-    rng = np.random.default_rng(0)
-    for i in range(8):
-        (folder / f"class{i % 2}").mkdir(exist_ok=True)
-        Image.fromarray(rng.integers(0, 255, (40 + 4 * i, 48, 3), dtype=np.uint8)).save(folder / f"class{i % 2}" / f"{i}.jpg")
-    return str(folder)
-
-
 GRAYS = [16 * i + 8 for i in range(16)]  # one gray level per image: a crop's mean tells which image it came from
 
 
@@ -77,46 +40,7 @@ def saved_dataset(tmp_path_factory) -> str:
     return str(folder / "grays")
 
 
-def veca_args(teacher_dir, data, output_dir, *extra) -> list[str]:
-    return [
-        "--teacher", teacher_dir, "--data", data, "--output-dir", str(output_dir), "--config-overrides", TINY_VECA,
-        "--image-size", "32", "--batch-size", "2", "--log-with", "none", "--seed", "3", *extra,
-    ]
-
-
-def lookwhere_args(teacher_dir, data, output_dir, *extra) -> list[str]:
-    return [
-        "--teacher", teacher_dir, "--data", data, "--output-dir", str(output_dir), "--image-size", "32",
-        "--selector-depth", "1", "--selector-image-size", "16", "--k-min", "2", "--k-max", "8", "--batch-size", "2",
-        "--log-with", "none", "--seed", "3", *extra,
-    ]
-
-
 METHODS = {"veca": (distill_veca, veca_args), "lookwhere": (distill_lookwhere, lookwhere_args)}
-
-
-def read_metrics(output_dir) -> list[dict]:
-    return [json.loads(line) for line in Path(output_dir, "metrics.jsonl").read_text().splitlines()]
-
-
-def launch_two_processes(tmp_path, script: Path, args: list[str]) -> None:
-    """`accelerate launch` with training/configs/cpu_2proc.yaml (two gloo processes on the CPU), in tmp_path."""
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(TRAINING / "configs" / "cpu_2proc.yaml"),
-        str(script), *args,
-    ]
-    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen(command, cwd=tmp_path, env=env)
-    try:
-        assert process.wait(timeout=300) == 0
-    finally:  # never leave a launcher or worker behind (torchrun starts workers in sessions of their own)
-        for pid in os.listdir("/proc"):
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except (OSError, ValueError):
-                continue
-            if pid.isdigit() and str(tmp_path).encode() in cmdline and int(pid) != os.getpid():
-                os.kill(int(pid), signal.SIGKILL)
 
 
 def expected_lrs(steps=4, warmup=2, lr=1e-3, min_lr=1e-4) -> list[float]:
@@ -149,8 +73,9 @@ def test_veca_script_runs_and_exports(teacher_dir, image_dir, tmp_path, caplog):
     assert not list((tmp_path / "checkpoints" / "checkpoint_3").glob("*_1*"))  # the student alone, no teacher
     recipe = json.loads((tmp_path / "final" / "training_recipe.json").read_text())
     assert recipe["method"] == "veca" and recipe["steps"] == 3 and recipe["global_batch_size"] == 2
-    assert recipe["command"].startswith("python training/distill_veca.py --teacher ") and "--max-steps 3" in recipe["command"]
-    assert distill_veca.parse_args(shlex.split(recipe["command"])[2:]) == distill_veca.parse_args(args)
+    assert recipe["command"].startswith("python -m training.distill_veca --teacher ")
+    assert "--max-steps 3" in recipe["command"]
+    assert distill_veca.parse_args(shlex.split(recipe["command"])[3:]) == distill_veca.parse_args(args)
 
 
 def test_lookwhere_runs_the_teacher_once_per_step(teacher_dir, image_dir, tmp_path, monkeypatch):
@@ -316,7 +241,7 @@ def test_a_used_output_dir_takes_only_a_resume_of_the_same_run(teacher_dir, imag
     before = snapshot(tmp_path)
     refusals = [
         (distill_veca, veca_args, [], "already holds a run"),
-        (distill_lookwhere, lookwhere_args, ["--resume"], "holds a run of distill_veca.py"),
+        (distill_lookwhere, lookwhere_args, ["--resume"], "holds a run of training.distill_veca"),
         (distill_veca, veca_args, ["--resume", "--batch-size", "4"], "--batch-size was 2"),
         (distill_veca, veca_args, ["--resume", "--seed", "4"], "--seed was 3"),
         (distill_veca, veca_args, ["--resume", "--data", str(tmp_path / "other")], "--data was"),
@@ -338,10 +263,11 @@ def test_processes_must_agree_on_arguments():
         check_processes_agree([same, {**same, "seed": 1}])
 
 
+@pytest.mark.slow
 def test_help_shows_defaults_without_importing_torch():
     code = (
-        "import sys, io, contextlib; sys.path.insert(0, sys.argv[1])\n"
-        "import distill_veca, distill_lookwhere\n"
+        "import sys, io, contextlib\n"
+        "from training import distill_veca, distill_lookwhere\n"
         "for script in (distill_veca, distill_lookwhere):\n"
         "    out = io.StringIO()\n"
         "    with contextlib.redirect_stdout(out):\n"
@@ -350,7 +276,7 @@ def test_help_shows_defaults_without_importing_torch():
         "    print(out.getvalue())\n"
         "print('torch imported:', 'torch' in sys.modules)\n"
     )
-    result = subprocess.run([sys.executable, "-c", code, str(TRAINING)], capture_output=True, text=True, check=True)
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert "torch imported: False" in result.stdout
     assert "(default: 0.0004)" in result.stdout and "(default: 0.0001)" in result.stdout  # VECA's and LookWhere's --lr
 
@@ -377,25 +303,50 @@ def test_bad_arguments_are_named(teacher_dir, image_dir, tmp_path, method, extra
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_cli_user_error_is_one_line_and_exit_2(teacher_dir, image_dir, tmp_path):
     result = subprocess.run(
-        [sys.executable, str(TRAINING / "distill_veca.py"),
+        [sys.executable, "-m", "training.distill_veca",
          *veca_args(teacher_dir, image_dir, tmp_path / "out", "--max-steps", "2", "--batch-size", "0")],
-        capture_output=True, text=True,
+        cwd=ROOT, capture_output=True, text=True,
     )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == "error: --batch-size must be positive, got 0."
     assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("old, new", [
+    ("training/distill_veca.py", "python -m training.distill_veca --max-steps 2"),
+    ("training/distill_lookwhere.py", "python -m training.distill_lookwhere --max-steps 2"),
+    ("training/evaluate_budgets.py", "python -m evaluation.evaluate_budgets --max-steps 2"),
+    ("training/publish.py", "python -m publishing.publish --max-steps 2"),
+    ("training/model_card.py", "python -m publishing.model_card --max-steps 2"),
+])
+def test_an_old_script_path_names_the_new_command(old, new):
+    result = subprocess.run([sys.executable, old, "--max-steps", "2"], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 2 and new in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_run_recorded_by_file_name_resumes(teacher_dir, image_dir, tmp_path):
+    """run.json of a run started before training/ became a package names the script's file: it still resumes."""
+    args = veca_args(teacher_dir, image_dir, tmp_path, "--max-steps", "2", "--checkpoint-every", "1")
+    distill_veca.main([*args, "--stop-at-step", "1"])
+    record = json.loads((tmp_path / "run.json").read_text())
+    (tmp_path / "run.json").write_text(json.dumps({**record, "script": "distill_veca.py"}))
+    distill_veca.main([*args, "--resume"])
+    assert [m["step"] for m in read_metrics(tmp_path)] == [1, 2]
+
+
 # ---------------------------------------------------------------------------------------------- two processes
 
 
+@pytest.mark.slow
 def test_two_processes_veca_schedule_and_draws(teacher_dir, image_dir, tmp_path):
     """One launch: the learning rate is logged step by step as with one process (= warmup_cosine), and every draw
     (core budget, resolution) is the same on both processes."""
     args = veca_args(teacher_dir, image_dir, tmp_path / "two", *SCHEDULE, "--resolutions", "16:1,32:1")
-    launch_two_processes(tmp_path, TRAINING / "distill_veca.py", args)
+    launch_two_processes(tmp_path, "training.distill_veca", args)
     distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "one", *SCHEDULE, "--resolutions", "16:1,32:1"))
     two, one = read_metrics(tmp_path / "two"), read_metrics(tmp_path / "one")
     assert [m["lr"] for m in two] == [m["lr"] for m in one] == pytest.approx(expected_lrs(), rel=1e-12)
@@ -408,38 +359,13 @@ def test_two_processes_veca_schedule_and_draws(teacher_dir, image_dir, tmp_path)
     assert recipe["num_processes"] == 2 and recipe["global_batch_size"] == 4
 
 
-SPY = """
-import json, os, sys
-sys.path.insert(0, sys.argv[1])
-import data, distill_lookwhere
-
-rank, seen = os.environ["RANK"], []
-collate = data.collate
-
-def spy(examples):  # which image each example is a crop of: its gray level survives crop, flip and normalisation
-    seen.extend(float(e["pixel_values"][0].mean()) * 0.229 + 0.485 for e in examples)
-    return collate(examples)
-
-data.collate = spy
-try:  # the processes disagree: process 1 was given another seed
-    distill_lookwhere.main(sys.argv[2:] + ["--seed", str(3 + int(rank))])
-except ValueError as error:
-    open(f"refused_{rank}.txt", "w").write(str(error))
-assert not os.path.exists(sys.argv[sys.argv.index("--output-dir") + 1])
-seen.clear()
-distill_lookwhere.main(sys.argv[2:])
-json.dump(seen, open(f"seen_{rank}.json", "w"))
-"""
-
-
+@pytest.mark.slow
 def test_two_processes_lookwhere_streaming_schedule_and_disjoint_data(teacher_dir, saved_dataset, tmp_path):
     """One launch: processes started with different arguments are refused before anything is written; then a
     streamed save_to_disk dataset is split between the processes (disjoint parts that together cover it), the
     learning rate is logged as with one process, and k is the same on both processes."""
-    spy = tmp_path / "spy.py"
-    spy.write_text(SPY)
     args = lookwhere_args(teacher_dir, saved_dataset, tmp_path / "two", *SCHEDULE, "--streaming")
-    launch_two_processes(tmp_path, spy, [str(TRAINING), *args])
+    launch_two_processes(tmp_path, "tests.distill_hooks", ["spy-on-data", str(tmp_path), *args])
     for rank in (0, 1):
         assert "--seed is [3, 4] on processes 0..1" in (tmp_path / f"refused_{rank}.txt").read_text()
     seen = [{round(value * 255) for value in json.loads((tmp_path / f"seen_{rank}.json").read_text())} for rank in (0, 1)]

@@ -1,6 +1,5 @@
 import io
 import os
-import sys
 from pathlib import Path
 
 import datasets
@@ -10,8 +9,7 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "training"))
-from data import IMAGENET_MEAN, IMAGENET_STD, ImageTransform, build_dataset, collate, epoch_batches  # noqa: E402
+from training.data import IMAGENET_MEAN, IMAGENET_STD, ImageTransform, build_dataset, collate, epoch_batches
 
 SIZE = 32
 

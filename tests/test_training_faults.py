@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import ROOT, lookwhere_args, read_metrics, veca_args
 from safetensors.torch import load_file
-from test_training import TRAINING, image_dir, lookwhere_args, read_metrics, teacher_dir, veca_args  # noqa: F401
 
-import distill_lookwhere  # noqa: E402  (training/ is on sys.path through test_training)
-import distill_veca  # noqa: E402
+from training import distill_lookwhere, distill_veca
 
 
 def assert_same_weights(folder_a: Path, folder_b: Path) -> None:
@@ -40,30 +39,13 @@ def test_a_flipped_byte_is_detected_and_the_previous_checkpoint_serves(teacher_d
     assert_same_weights(tmp_path / "straight" / "final", tmp_path / "damaged" / "final")
 
 
-KILLED_INSIDE_A_SAVE = """
-import os, signal, sys
-sys.path.insert(0, sys.argv[1])
-import checkpointing, distill_veca
-
-write_json = checkpointing.write_json
-
-def dying(path, value):  # save_state and state.json are written; the manifest, the rename and the rotation are not
-    if path.endswith("checkpoint_4.partial/manifest.json"):
-        os.kill(os.getpid(), signal.SIGKILL)
-    write_json(path, value)
-
-checkpointing.write_json = dying
-distill_veca.main(sys.argv[2:])
-"""
-
-
+@pytest.mark.slow
 def test_kill_inside_a_save_keeps_the_previous_checkpoint(teacher_dir, image_dir, tmp_path):
     common = ["--max-steps", "6", "--checkpoint-every", "2", "--keep-checkpoints", "1"]
     distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "straight", *common))
-    script = tmp_path / "dying.py"
-    script.write_text(KILLED_INSIDE_A_SAVE)
     run = tmp_path / "killed"
-    result = subprocess.run([sys.executable, str(script), str(TRAINING), *veca_args(teacher_dir, image_dir, run, *common)])
+    result = subprocess.run([sys.executable, "-m", "tests.distill_hooks", "die-inside-a-save",
+                             *veca_args(teacher_dir, image_dir, run, *common)], cwd=ROOT)
     assert result.returncode == -signal.SIGKILL
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["checkpoint_2", "checkpoint_4.partial"]
     distill_veca.main(veca_args(teacher_dir, image_dir, run, *common, "--resume"))
@@ -76,6 +58,7 @@ def logged_steps(run: Path) -> int:
     return (run / "metrics.jsonl").read_bytes().count(b"\n") if (run / "metrics.jsonl").exists() else 0
 
 
+@pytest.mark.slow
 def test_kill_9_at_random_moments_then_resume(teacher_dir, image_dir, tmp_path):
     """Two runs killed at random moments (during a step, a save or a rotation), each resumed by the next."""
     common = ["--max-steps", "12", "--checkpoint-every", "1", "--keep-checkpoints", "2"]
@@ -83,9 +66,9 @@ def test_kill_9_at_random_moments_then_resume(teacher_dir, image_dir, tmp_path):
     run, rng = tmp_path / "killed", random.Random(os.getpid())
     for trial in range(2):
         resume = ["--resume"] * (run / "run.json").exists()
-        process = subprocess.Popen([sys.executable, str(TRAINING / "distill_veca.py"),
+        process = subprocess.Popen([sys.executable, "-m", "training.distill_veca",
                                     *veca_args(teacher_dir, image_dir, run, *common, *resume)],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                   cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         target = logged_steps(run) + rng.randint(2, 4)
         while process.poll() is None and logged_steps(run) < target:
             time.sleep(0.005)

@@ -1,16 +1,17 @@
 """A two-process CPU distillation always exits: the run that hung at exit in about one of six tries before the
-teardown fix (training/checkpointing.py `finish`) is repeated six times by benchmarks/distill_teardown.py."""
+teardown fix (training.checkpointing `finish`) is repeated six times by tests/distill_teardown.py."""
 
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import pytest
+from conftest import ROOT
 
 
+@pytest.mark.slow
 def test_two_process_runs_never_hang_at_exit(tmp_path):
     result = subprocess.run(
-        [sys.executable, "benchmarks/distill_teardown.py", "--runs", "6", "--timeout", "120",
+        [sys.executable, "-m", "tests.distill_teardown", "--runs", "6", "--timeout", "120",
          "--scratch-dir", str(tmp_path / "teardown")],
         cwd=ROOT, capture_output=True, text=True, timeout=1200,
     )

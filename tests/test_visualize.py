@@ -6,10 +6,9 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_veca_config
+from conftest import tiny_lookwhere_config, tiny_veca_config
 from matplotlib.patches import Rectangle
 from PIL import Image
-from test_modeling_lookwhere import tiny_lookwhere_config
 
 from corevision_hf import LookWhereModel, VecaModel
 from corevision_hf.images import to_pixel_values

@@ -28,9 +28,14 @@ def write_json(path: str, value) -> None:
     os.replace(path + ".tmp", path)
 
 
+# Runs started before training/ became a package recorded the script's file name; they resume under the module's.
+SCRIPT_FILES = {"distill_veca.py": "training.distill_veca", "distill_lookwhere.py": "training.distill_lookwhere"}
+
+
 def run_record(script: str, args, num_processes: int) -> dict:
-    """What `run.json` holds: the script's file name, every argument and the number of processes."""
-    return {"script": os.path.basename(script), "args": vars(args), "num_processes": num_processes}
+    """What `run.json` holds: the script's module (training.distill_veca), every argument and the number of
+    processes."""
+    return {"script": script, "args": vars(args), "num_processes": num_processes}
 
 
 def check_output_dir(output_dir: str, record: dict) -> None:
@@ -55,10 +60,11 @@ def check_output_dir(output_dir: str, record: dict) -> None:
         )
     with open(path) as f:
         previous = json.load(f)
-    if previous["script"] != script:
+    previous_script = SCRIPT_FILES.get(previous["script"], previous["script"])
+    if previous_script != script:
         raise ValueError(
-            f"--resume: {output_dir} holds a run of {previous['script']}, not {script}: resume it with "
-            f"training/{previous['script']}, or choose a new --output-dir."
+            f"--resume: {output_dir} holds a run of {previous_script}, not {script}: resume it with "
+            f"python -m {previous_script}, or choose a new --output-dir."
         )
     for name, value in args.items():
         if name not in RESUMABLE and previous["args"].get(name) != value:
@@ -234,7 +240,7 @@ def training_recipe(accelerator: Accelerator, script: str, args) -> dict:
     return {
         "script": script,
         "method": "veca" if "veca" in script else "lookwhere",
-        "command": " ".join([launcher, script, *flags]),
+        "command": " ".join([launcher, "-m", script, *flags]),
         "teacher": args.teacher,
         "data": args.data,
         "steps": args.max_steps,

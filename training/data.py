@@ -1,7 +1,7 @@
 """Images for distillation: a `datasets` source split between processes, a decode-safe augmentation in plain
 PIL/torch, and the batches of one epoch.
 
-Labels are never used. The training scripts import this as `from data import ...` (they run from `training/`).
+Labels are never used.
 
 Crops and order are reproducible: every sample draws its crop and flip from `random.Random(f"{seed}/{epoch}/{index}")`
 and a map-style epoch's order is a permutation drawn from (seed, epoch), so a resumed run (`epoch_batches` with the

@@ -1,6 +1,6 @@
 """What-where distillation of a LookWhere model from a frozen DINOv2 teacher, with Accelerate.
 
-    accelerate launch training/distill_lookwhere.py --teacher facebook/dinov2-with-registers-base \
+    accelerate launch -m training.distill_lookwhere --teacher facebook/dinov2-with-registers-base \
         --data /path/to/images --image-size 518 --batch-size 64 --max-steps 500000
 
 The student starts from the teacher (`lookwhere_from_teacher`: the extractor is a copy, the selector its first
@@ -8,12 +8,21 @@ blocks). The teacher sees the full image once per sample: one forward gives its 
 last-layer attention map. Loss: CLS MSE + dense patch MSE after the fill + 0.1 KL between the teacher's attention map
 and the selector map. One k per step, uniform in [k_min, k_max] and a function of (seed, step) alone, so every
 process agrees. The loop (data per process, schedule, guarded update, checkpoints, resume, export) is
-training/loop.py's. The final export is a hub-ready folder.
+training.loop's. The final export is a hub-ready folder.
 """
 
 import argparse
+import sys
 
-from arguments import check_positive, run_cli, training_parser
+if __package__ in (None, ""):  # run as a file (the command from before training/ became a package): say the new one
+    import shlex
+
+    print(f"error: training/ is a package; from the repository root run: python -m training.distill_lookwhere "
+          f"{shlex.join(sys.argv[1:])} (or: accelerate launch [options] -m training.distill_lookwhere ...)",
+          file=sys.stderr)
+    sys.exit(2)
+
+from .arguments import check_positive, run_cli, training_parser  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -30,15 +39,15 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> None:
     args = parse_args(argv)
     # heavy imports after parsing, so that --help answers at once
-    from data import build_dataset
-    from loop import distill, start
-    from losses import lookwhere_loss
-    from schedule import draw_int
-    from teacher import load_teacher, teacher_targets_and_map
+    from .data import build_dataset
+    from .loop import distill, start
+    from .losses import lookwhere_loss
+    from .schedule import draw_int
+    from .teacher import load_teacher, teacher_targets_and_map
 
     from corevision_hf import lookwhere_from_teacher
 
-    accelerator = start(args, "training/distill_lookwhere.py")
+    accelerator = start(args, "training.distill_lookwhere")
     check_positive(args, "image_size", "selector_depth", "selector_image_size")
 
     dataset, stats = build_dataset(
@@ -69,7 +78,7 @@ def main(argv=None) -> None:
             teacher_cls, teacher_patches, teacher_map, map_weight=args.map_weight,
         )
 
-    distill(accelerator, args, "training/distill_lookwhere.py", student, teacher, dataset, stats, draws, loss_fn)
+    distill(accelerator, args, "training.distill_lookwhere", student, teacher, dataset, stats, draws, loss_fn)
 
 
 if __name__ == "__main__":

@@ -1,20 +1,29 @@
 """Distill a budget-adjustable VECA from a frozen teacher, with Accelerate.
 
-    accelerate launch training/distill_veca.py --teacher facebook/dinov3-vitb16-pretrain-lvd1689m \
+    accelerate launch -m training.distill_veca --teacher facebook/dinov3-vitb16-pretrain-lvd1689m \
         --data /path/to/images --preset base --image-size 256 --batch-size 128 --max-steps 100000
 
 One core budget per optimisation step (nested dropout), drawn from the config's budgets and weights as a function
 of (seed, step) alone, so every process of a distributed run uses the same one. Loss: CLS cosine + patch cosine +
 patch MSE against the teacher's final tokens (CLS = token 0, patches = the last Hp * Wp). The loop (data per process,
-schedule, guarded update, checkpoints, resume, export) is training/loop.py's. DDP, FSDP and DeepSpeed are chosen by
+schedule, guarded update, checkpoints, resume, export) is training.loop's. DDP, FSDP and DeepSpeed are chosen by
 the `accelerate launch --config_file` alone (see training/configs/). The final export is a hub-ready folder:
 `AutoModel.from_pretrained(OUT/final, trust_remote_code=True)`.
 """
 
 import argparse
 import json
+import sys
 
-from arguments import check_positive, run_cli, training_parser
+if __package__ in (None, ""):  # run as a file (the command from before training/ became a package): say the new one
+    import shlex
+
+    print(f"error: training/ is a package; from the repository root run: python -m training.distill_veca "
+          f"{shlex.join(sys.argv[1:])} (or: accelerate launch [options] -m training.distill_veca ...)",
+          file=sys.stderr)
+    sys.exit(2)
+
+from .arguments import check_positive, run_cli, training_parser  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -51,16 +60,16 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     # heavy imports after parsing, so that --help answers at once
     import torch.nn.functional as F
-    from data import build_dataset
-    from loop import distill, start
-    from losses import veca_loss
-    from schedule import draw
-    from teacher import load_teacher, teacher_input, teacher_patch_size, teacher_targets
-    from teacher_cache import TeacherCache
+    from .data import build_dataset
+    from .loop import distill, start
+    from .losses import veca_loss
+    from .schedule import draw
+    from .teacher import load_teacher, teacher_input, teacher_patch_size, teacher_targets
+    from .teacher_cache import TeacherCache
 
     from corevision_hf import VecaConfig, VecaModel
 
-    accelerator = start(args, "training/distill_veca.py")
+    accelerator = start(args, "training.distill_veca")
     check_positive(args, "image_size")
     resolutions = parse_resolutions(args)
     try:
@@ -123,7 +132,7 @@ def main(argv=None) -> None:
             args.dense_weight, args.mse_weight,
         )
 
-    distill(accelerator, args, "training/distill_veca.py", student, teacher, dataset, stats, draws, loss_fn)
+    distill(accelerator, args, "training.distill_veca", student, teacher, dataset, stats, draws, loss_fn)
 
 
 if __name__ == "__main__":

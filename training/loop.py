@@ -1,4 +1,4 @@
-"""The distillation loop that training/distill_veca.py, training/distill_lookwhere.py and
+"""The distillation loop that training.distill_veca, training.distill_lookwhere and
 benchmarks/distill_quality.py share. Each brings its teacher, student, per-step draws and loss; this does the rest.
 
 Per optimisation step: the step's draws (core budget, k, resolution: functions of (seed, step) alone), checked equal
@@ -18,13 +18,14 @@ import time
 import torch
 from accelerate import Accelerator
 from accelerate.utils import ProjectConfiguration, gather_object, set_seed
-from arguments import check_positive
-from checkpointing import (
+from tqdm.auto import tqdm
+
+from .arguments import check_positive
+from .checkpointing import (
     check_output_dir, clear_run, export, finish, load_checkpoint, run_record, save_checkpoint, write_json,
 )
-from data import epoch_batches
-from schedule import reseed_for_step, warmup_cosine
-from tqdm.auto import tqdm
+from .data import epoch_batches
+from .schedule import reseed_for_step, warmup_cosine
 
 
 def check_processes_agree(arguments: list[dict]) -> None:
@@ -158,7 +159,7 @@ def distill(accelerator: Accelerator, args, script: str, student, teacher, datas
         os.makedirs(args.output_dir, exist_ok=True)
         write_json(os.path.join(args.output_dir, "run.json"), run_record(script, args, accelerator.num_processes))
     tracker_config = {name: value for name, value in vars(args).items() if value is not None}
-    accelerator.init_trackers(os.path.basename(script).removesuffix(".py"), config=tracker_config)
+    accelerator.init_trackers(script.rsplit(".", 1)[-1], config=tracker_config)
     stop = (f"The last good checkpoint is intact in {args.output_dir}/checkpoints: --resume with a lower --lr "
             "continues from it.")
     batches = process_batches(dataset, args, position)

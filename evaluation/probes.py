@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from data import to_normalized_tensor
 from datasets.packaged_modules.imagefolder.imagefolder import ImageFolder
 from PIL import Image
+
+from training.data import to_normalized_tensor
 
 IMAGE_EXTENSIONS = {ext.lower() for ext in ImageFolder.EXTENSIONS}
 IGNORE_INDEX = 255

