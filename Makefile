@@ -39,7 +39,9 @@ test: setup $(VENV)/.app
 test-fast: setup
 	$(PYTHON) -m pytest -m "not slow"
 
+# The figures of docs/speed.md (about 35 minutes on 2 cores; a GPU machine runs benchmarks/gpu_check.py instead).
 bench: setup
-	$(PYTHON) benchmarks/veca_speed.py
-	$(PYTHON) benchmarks/lookwhere_speed.py
+	$(PYTHON) benchmarks/veca_speed.py --resolutions 1024 2048 --budgets 64 16 --no-memory
+	$(PYTHON) benchmarks/lookwhere_speed.py --no-memory
+	$(PYTHON) benchmarks/memory.py
 	$(PYTHON) benchmarks/onnx_speed.py

@@ -1,5 +1,6 @@
-"""Every Python snippet in README.md runs, against local tiny checkpoints with patch 14 and patch 16 in place of
-the hub ids it names, so that the front door cannot rot."""
+"""Every Python snippet in README.md and docs/ runs, against local tiny checkpoints with patch 14 and patch 16 in
+place of the hub ids it names, so that neither the front door nor the handbook can rot. The pages run in reading
+order in one namespace: docs/usage.md continues the README's snippet."""
 
 import pathlib
 import re
@@ -13,7 +14,20 @@ from corevision_hf import extract
 
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SNIPPETS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.DOTALL)
+# Reading order: the README, then the pages whose snippets build on it.
+PAGES = ["README.md", *(f"docs/{name}.md" for name in (
+    "usage", "parity", "onnx", "training", "evaluation-and-publishing", "features", "pictures-and-demo-page",
+    "failure-modes", "speed", "demo", "development"))]
+SNIPPETS = [
+    (page, snippet)
+    for page in PAGES
+    for snippet in re.findall(r"```python\n(.*?)```", (ROOT / page).read_text(), flags=re.DOTALL)
+]
+
+
+def test_every_page_with_a_code_block_is_in_the_reading_order():
+    pages = {str(path.relative_to(ROOT)) for path in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]}
+    assert pages == set(PAGES)
 
 
 def tiny_checkpoints(folder: pathlib.Path, patch: int) -> dict[str, str]:
@@ -53,11 +67,11 @@ def test_readme_snippets_run(tmp_path, monkeypatch, patch):
     replacements["features/"] = str(tmp_path / "features")
     monkeypatch.chdir(tmp_path)  # snippets save pictures into the working folder
     namespace = {}
-    for number, snippet in enumerate(SNIPPETS, start=1):
+    for number, (page, snippet) in enumerate(SNIPPETS, start=1):
         for name, folder in replacements.items():
             snippet = snippet.replace(f'"{name}"', repr(folder))
         snippet = snippet.replace('"assets/photos/', '"' + str(ROOT / "assets" / "photos") + "/")
         try:
-            exec(compile(snippet, f"README.md python snippet {number}", "exec"), namespace)
+            exec(compile(snippet, f"{page} python snippet {number}", "exec"), namespace)
         except Exception as error:
-            raise AssertionError(f"README python snippet {number} failed with patch {patch}:\n{snippet}") from error
+            raise AssertionError(f"{page} python snippet {number} failed with patch {patch}:\n{snippet}") from error
