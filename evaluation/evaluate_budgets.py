@@ -34,6 +34,7 @@ import transformers
 from transformers import AutoConfig, AutoModel
 
 import corevision_hf
+from corevision_hf.cli import run
 from corevision_hf.evaluation import (
     agreement,
     cost_entry,
@@ -436,12 +437,7 @@ def main(argv=None) -> dict:
 
 def cli(argv=None) -> int:
     """The command line: a bad input ends in one line on stderr and exit status 2."""
-    try:
-        main(argv)
-    except (ValueError, OSError) as error:  # OSError: missing, unreadable and existing files
-        print("error: " + " ".join(str(error).split()), file=sys.stderr)  # one line, whatever the message holds
-        return 2
-    return 0
+    return run(main, argv)
 
 
 if __name__ == "__main__":

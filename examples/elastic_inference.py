@@ -33,6 +33,7 @@ import torch
 from PIL import Image
 
 from corevision_hf import VECA_PRESETS, VecaConfig, VecaModel, dense_vit_flops, veca_flops
+from corevision_hf.images import IMAGENET_MEAN, IMAGENET_STD
 
 try:
     from tqdm.auto import tqdm
@@ -41,8 +42,6 @@ except ImportError:  # tqdm is optional: no progress bar without it
 
 
 PHOTO_DIR = Path(__file__).resolve().parent.parent / "assets" / "photos"
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 # A few-second model for tests and smoke runs: 2 layers of width 64, a bank of 16 cores.
 TINY_CONFIG = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, num_cores=16)
 

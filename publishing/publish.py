@@ -26,6 +26,7 @@ from huggingface_hub.utils.sha import git_hash
 from transformers import AutoConfig, AutoModel
 
 import corevision_hf
+from corevision_hf.cli import run
 from corevision_hf.outputs import refuse_overlap
 from training.checkpointing import check_export
 
@@ -293,12 +294,7 @@ def upload(args, config, folder: str, files: dict, target: str, listing: str) ->
 
 def cli(argv=None) -> int:
     """The command line: a bad input or an unreachable hub ends in one line on stderr and exit status 2."""
-    try:
-        main(argv)
-    except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as error:
-        print("error: " + " ".join(str(error).split()), file=sys.stderr)  # one line, whatever the message holds
-        return 2
-    return 0
+    return run(main, argv, errors=(ValueError, FileNotFoundError, FileExistsError, RuntimeError))
 
 
 if __name__ == "__main__":

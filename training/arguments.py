@@ -61,9 +61,10 @@ def run_cli(main) -> None:
     try:
         main()
     except (ValueError, FileNotFoundError, FloatingPointError) as error:
+        from corevision_hf.cli import error_line  # here: `--help` stays free of torch
+
         rank = os.environ.get("RANK", "0")
-        message = " ".join(str(error).split())  # one line, whatever the message holds
-        print(f"error: {message}" if rank == "0" else f"error (process {rank}): {message}", file=sys.stderr)
+        print(error_line(error, "error" if rank == "0" else f"error (process {rank})"), file=sys.stderr)
         code = 1 if isinstance(error, FloatingPointError) else 2
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
             sys.stdout.flush()

@@ -22,9 +22,9 @@ from datasets.distributed import split_dataset_by_node
 from datasets.packaged_modules.imagefolder.imagefolder import ImageFolder
 from PIL import Image as PILImage
 
+from corevision_hf.images import IMAGENET_MEAN, IMAGENET_STD
+
 logger = logging.getLogger(__name__)
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 ASPECT_RATIO = (3 / 4, 4 / 3)
 EVAL_RESIZE_RATIO = 256 / 224  # the usual ImageNet evaluation: resize the shorter side to 256, centre-crop 224
 

@@ -23,6 +23,7 @@ import warnings
 import torch
 from torch import nn
 
+from .cli import run
 from .lookwhere import LookWhereConfig, LookWhereModel
 from .outputs import check_file_output, record_file, refuse_overlap
 from .veca import VecaConfig, VecaModel
@@ -253,6 +254,11 @@ def load_model(model_dir: str, config) -> nn.Module:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line; returns the exit status (2 and one line on stderr for a bad input)."""
+    return run(export_command, argv)
+
+
+def export_command(argv: list[str] | None) -> None:
     parser = argparse.ArgumentParser(prog="python -m corevision_hf.export", description=__doc__.split("\n\n")[0])
     parser.add_argument("model_dir", help="a saved VECA or LookWhere folder (or hub id)")
     parser.add_argument("output", help="the .onnx file to write")
@@ -266,32 +272,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true", help="show the tracer's warnings")
     args = parser.parse_args(argv)
 
-    try:
-        refuse_overlap(args.output, args.model_dir)
-        check_file_output(args.output, args.force)
-        if not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
-            raise ExportError(f"The folder of {args.output} does not exist; create it first.")
-        config = load_config(args.model_dir)
-        fixed_budget = budget_for(config, args.num_cores, args.k_ratio, args.k)
-        model = load_model(args.model_dir, config)
-        export_onnx(model, args.output, fixed_budget, args.dtype, verbose=args.verbose)
-        record_file(args.output)
-    except (ValueError, OSError) as error:  # ExportError, a corrupt model folder, an existing or unwritable output
-        print("error: " + " ".join(str(error).split()), file=sys.stderr)  # one line, whatever the message holds
-        return 2
+    refuse_overlap(args.output, args.model_dir)
+    check_file_output(args.output, args.force)
+    if not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
+        raise ExportError(f"The folder of {args.output} does not exist; create it first.")
+    config = load_config(args.model_dir)
+    fixed_budget = budget_for(config, args.num_cores, args.k_ratio, args.k)
+    model = load_model(args.model_dir, config)
+    export_onnx(model, args.output, fixed_budget, args.dtype, verbose=args.verbose)
+    record_file(args.output)
     print(f"wrote {args.output} ({os.path.getsize(args.output) / 2**20:.1f} MiB; budget {fixed_budget}, {args.dtype})")
 
     if args.no_check:
-        return 0
+        return
     try:
         import onnxruntime  # noqa: F401
     except ImportError:
         print("onnxruntime is not installed: skipped the comparison (pip install onnxruntime)")
-        return 0
+        return
     shapes = [example_size(model.config, 1), example_size(model.config, 2, scale=1.5)]
     for result in check_onnx(model, args.output, fixed_budget, shapes):
         print(f"onnxruntime vs PyTorch at {result['shape']}: max abs diff {result['max_abs_diff']:.2e}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ from transformers.utils import logging as transformers_logging
 
 import corevision_hf  # noqa: F401  (registers VECA and LookWhere with the Auto classes)
 
+from .cli import run
 from .cpu import optimize_for_cpu
 from .images import to_pixel_values
 from .offline import check_hub_reachable
@@ -408,12 +409,7 @@ def merge(partial: Path, output: Path, num_shards: int, settings: dict) -> datas
 
 def cli(argv=None) -> int:
     """The command line: a bad input ends in one line on stderr and exit status 2."""
-    try:
-        main(argv)
-    except (ValueError, OSError) as error:  # OSError: missing, unreadable and existing files
-        print("error: " + " ".join(str(error).split()), file=sys.stderr)  # one line, whatever the message holds
-        return 2
-    return 0
+    return run(main, argv)
 
 
 if __name__ == "__main__":

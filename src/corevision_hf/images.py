@@ -8,11 +8,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from .veca.image_processing_veca import target_size
-
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
+from .veca.image_processing_veca import IMAGENET_MEAN, IMAGENET_STD, target_size
 
 
 def to_pixel_values(image: Image.Image, resolution: int, patch_size: int | None = None) -> torch.Tensor:

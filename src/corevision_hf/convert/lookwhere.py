@@ -22,6 +22,7 @@ import sys
 import torch
 
 from corevision_hf import LookWhereConfig, LookWhereModel
+from corevision_hf.cli import one_line_errors
 from corevision_hf.convert.common import (
     check_finite,
     check_out_dir,
@@ -269,11 +270,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--num-attention-heads", type=int, help="heads (default: hidden_size // 64)")
     parser.add_argument("--force", action="store_true", help="write into OUT_DIR even if it is not empty")
     args = parser.parse_args(argv)
-    try:
+    with one_line_errors():
         model = convert(args.checkpoint, args.out_dir, args.num_attention_heads, args.force)
-    except (ValueError, OSError) as error:
-        print("error: " + " ".join(str(error).split()), file=sys.stderr)  # one line, whatever the message holds
-        raise SystemExit(2) from None
     c = model.config
     heads = "" if args.num_attention_heads else " (head dim 64 assumed, as in DINOv2 and Franca)"
     print(f"Wrote {args.out_dir}: LookWhere hidden {c.hidden_size}, {c.num_attention_heads} heads{heads}, extractor "

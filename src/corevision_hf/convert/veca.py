@@ -13,11 +13,11 @@ LayerNorm eps 1e-5, which the converted config records.
 
 import argparse
 import re
-import sys
 
 import torch
 
 from corevision_hf import VECA_PRESETS, VecaConfig, VecaModel
+from corevision_hf.cli import one_line_errors
 from corevision_hf.convert.common import (
     WRAPPER_PREFIXES,
     check_finite,
@@ -291,14 +291,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="which frequencies are zeroed, for a checkpoint without 'config' (reference: low)")
     parser.add_argument("--force", action="store_true", help="write into OUT_DIR even if it is not empty")
     args = parser.parse_args(argv)
-    try:
+    with one_line_errors():
         model, notes = convert(
             args.checkpoint, args.out_dir, args.preset, args.num_attention_heads, args.patch_size, args.force,
             rope_zero_fraction=args.rope_zero_fraction, rope_zero_from=args.rope_zero_from,
         )
-    except (ValueError, OSError) as error:
-        print("error: " + " ".join(str(error).split()), file=sys.stderr)  # one line, whatever the message holds
-        raise SystemExit(2) from None
     c = model.config
     print(f"Wrote {args.out_dir}: VECA hidden {c.hidden_size}, {c.num_hidden_layers} layers, "
           f"{c.num_attention_heads} heads, {c.num_cores} cores (trained budgets {c.training_budgets}), patch "

@@ -13,6 +13,9 @@ from transformers.image_processing_utils import BaseImageProcessor, BatchFeature
 from transformers.processing_utils import ImagesKwargs
 
 
+# The normalisation of every ImageNet-pretrained ViT (DINOv2, DINOv3): the one definition the package imports.
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
 # PIL resampling codes (what `preprocessor_config.json` files store) -> torch interpolation modes.
 RESAMPLE_MODES = {0: "nearest", 2: "bilinear", 3: "bicubic"}
 SIZE_KEYS = ({"shortest_edge"}, {"longest_edge"}, {"max_patches"}, {"height", "width"})
@@ -70,8 +73,8 @@ class LookWhereImageProcessor(BaseImageProcessor):
         self.do_rescale = do_rescale
         self.rescale_factor = rescale_factor
         self.do_normalize = do_normalize
-        self.image_mean = list(image_mean) if image_mean is not None else [0.485, 0.456, 0.406]
-        self.image_std = list(image_std) if image_std is not None else [0.229, 0.224, 0.225]
+        self.image_mean = list(image_mean if image_mean is not None else IMAGENET_MEAN)
+        self.image_std = list(image_std if image_std is not None else IMAGENET_STD)
         self.do_pad = do_pad
         check_options(self.size, self.patch_size, self.resample)
 

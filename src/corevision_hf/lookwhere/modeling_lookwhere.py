@@ -37,12 +37,10 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .budget_lookwhere import check_one_budget, kept_for_target
 from .configuration_lookwhere import LookWhereConfig
-from .image_processing_lookwhere import LookWhereImageProcessor
+from .image_processing_lookwhere import IMAGENET_MEAN, IMAGENET_STD, LookWhereImageProcessor
 from .pipeline_lookwhere import LookWhereImageFeatureExtractionPipeline
 
 
-IMAGENET_MEAN = [0.485, 0.456, 0.406]
-IMAGENET_STD = [0.229, 0.224, 0.225]
 
 # Hub code for every head, so that any saved LookWhere checkpoint loads with each Auto class.
 AUTO_MAP = {
@@ -470,8 +468,8 @@ def image_processor_dict(config: LookWhereConfig) -> dict:
     """The `preprocessor_config.json` of a checkpoint: our processor (shortest edge at the training size, sides
     snapped to patch multiples, ImageNet normalisation) and the hub code that loads it."""
     processor = LookWhereImageProcessor(
-        size={"shortest_edge": config.image_size}, patch_size=config.patch_size, image_mean=IMAGENET_MEAN,
-        image_std=IMAGENET_STD,
+        size={"shortest_edge": config.image_size}, patch_size=config.patch_size, image_mean=list(IMAGENET_MEAN),
+        image_std=list(IMAGENET_STD),
     )
     return {**processor.to_dict(), "auto_map": {"AutoImageProcessor": f"image_processing_lookwhere.{LookWhereImageProcessor.__name__}"}}
 

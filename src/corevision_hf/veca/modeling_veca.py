@@ -30,12 +30,10 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .budget_veca import check_one_budget, cores_for_target
 from .configuration_veca import VecaConfig
-from .image_processing_veca import VecaImageProcessor
+from .image_processing_veca import IMAGENET_MEAN, IMAGENET_STD, VecaImageProcessor
 from .pipeline_veca import VecaImageFeatureExtractionPipeline
 
 
-IMAGENET_MEAN = [0.485, 0.456, 0.406]
-IMAGENET_STD = [0.229, 0.224, 0.225]
 
 # Hub code for every head, so that any saved VECA checkpoint loads with each Auto class.
 AUTO_MAP = {
@@ -374,8 +372,8 @@ def image_processor_dict(config: VecaConfig) -> dict:
     """The `preprocessor_config.json` of a checkpoint: our processor (shortest edge at the training size, sides
     snapped to patch multiples, ImageNet normalisation) and the hub code that loads it."""
     processor = VecaImageProcessor(
-        size={"shortest_edge": config.image_size}, patch_size=config.patch_size, image_mean=IMAGENET_MEAN,
-        image_std=IMAGENET_STD,
+        size={"shortest_edge": config.image_size}, patch_size=config.patch_size, image_mean=list(IMAGENET_MEAN),
+        image_std=list(IMAGENET_STD),
     )
     return {**processor.to_dict(), "auto_map": {"AutoImageProcessor": f"image_processing_veca.{VecaImageProcessor.__name__}"}}
 
