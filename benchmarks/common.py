@@ -1,41 +1,16 @@
-"""Timing and memory helpers shared by the benchmark scripts (see ../shared/spec/measuring.md for the habits)."""
+"""What the benchmark scripts share beyond the harness in `corevision_hf.measure` (timing, alternation, memory): the
+matmul ceiling, fresh-process probes and the latency plot."""
 
 import statistics
 import subprocess
 import sys
-import time
 
 import torch
 
+from corevision_hf.measure import alternate, peak_memory_mib, rss_kib, timed  # noqa: F401  (the scripts' imports)
+
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def synchronize(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def timed(fn, device: str) -> float:
-    """Seconds one call of fn() takes, with the device synchronised around it."""
-    synchronize(device)
-    start = time.perf_counter()
-    fn()
-    synchronize(device)
-    return time.perf_counter() - start
-
-
-def alternate(fns: dict, device: str, warmup: int, runs: int) -> dict:
-    """Warm every fn up, then time them in turn, run by run, so that drift hits all alike. Returns name -> times."""
-    times = {name: [] for name in fns}
-    with torch.inference_mode():
-        for fn in fns.values():
-            for _ in range(warmup):
-                fn()
-        for _ in range(runs):
-            for name, fn in fns.items():
-                times[name].append(timed(fn, device))
-    return times
 
 
 def matmul_gflops(device: str, dtype: torch.dtype, runs: int = 5) -> float:
@@ -46,25 +21,10 @@ def matmul_gflops(device: str, dtype: torch.dtype, runs: int = 5) -> float:
     return 2 * 4096**3 / statistics.median(times[1:]) / 1e9
 
 
-def rss_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
-
-
 def forward_peak_memory_mib(fn, device: str) -> float:
-    """Peak memory of one call of fn() above what was resident before it (model weights excluded)."""
-    with torch.inference_mode():
-        if device == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-            base = torch.cuda.memory_allocated()
-            fn()
-            return (torch.cuda.max_memory_allocated() - base) / 2**20
-        # Reset the kernel's peak-RSS mark so that building the model does not count, then read it back.
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        base = rss_kib("VmRSS")
-        fn()
-        return (rss_kib("VmHWM") - base) / 1024
+    """Peak memory of a first call of fn() above what was resident before it (model weights excluded; one-time work
+    such as packed weights included, as a user's first call pays it)."""
+    return peak_memory_mib(fn, device, warm=False)
 
 
 def in_fresh_process(script: str, args: list[str]) -> float:

@@ -18,7 +18,6 @@ card, and OUT/evaluation.png (quality against cost).
 """
 
 import argparse
-import ctypes
 import functools
 import json
 import os
@@ -39,7 +38,6 @@ from corevision_hf.evaluation import (
     agreement,
     cost_entry,
     features,
-    median_latency_ms,
     model_flops,
     teacher_flops,
     teacher_input,
@@ -48,6 +46,7 @@ from corevision_hf.evaluation import (
 )
 from corevision_hf.images import to_display
 from corevision_hf.metrics import ACCURACY, MEAN_IOU
+from corevision_hf.measure import median_latency_ms, peak_memory_mib, return_freed_memory_to_the_os
 from corevision_hf.offline import check_hub_reachable
 from corevision_hf.visualize import (
     patch_features,
@@ -156,44 +155,6 @@ def output_width(config) -> int:
 
 
 # ---------------------------------------------------------------- cost
-
-
-def _rss_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
-
-
-def glibc():
-    try:
-        return ctypes.CDLL("libc.so.6")
-    except OSError:
-        return None
-
-
-def return_freed_memory_to_the_os() -> bool:
-    """Tells glibc to serve every new block over 64 kB with mmap, so that freeing it shrinks the resident set and
-    the kernel's peak-RSS mark tracks live tensors. It slows later allocations down: call it after all timing."""
-    libc = glibc()
-    m_mmap_threshold = -3
-    return libc is not None and bool(libc.mallopt(m_mmap_threshold, 64 * 1024))
-
-
-@torch.inference_mode()
-def peak_memory_mib(forward, device: str) -> float | None:
-    """Memory of one (warm) `forward()` above what was resident before it, in MiB: CUDA's allocator peak, or on
-    Linux the process's peak RSS after resetting the kernel's mark (see return_freed_memory_to_the_os)."""
-    forward()
-    if device.startswith("cuda"):
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        forward()
-        return (torch.cuda.max_memory_allocated() - base) / 2**20
-    glibc().malloc_trim(0)  # pages freed into the heap would be reused unseen by the RSS mark
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    base = _rss_kib("VmRSS")
-    forward()
-    return (_rss_kib("VmHWM") - base) / 1024
 
 
 # ---------------------------------------------------------------- quality

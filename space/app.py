@@ -18,7 +18,6 @@ to app.py (see the repository README, "The demo page").
 import argparse
 import json
 import os
-import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -39,6 +38,7 @@ from corevision_hf import (
     veca_flops,
 )
 from corevision_hf.images import to_display, to_pixel_values
+from corevision_hf.measure import median_latency_ms
 from corevision_hf.visualize import figure_to_image, patch_features, plot_cores, plot_feature_pca, plot_kept_patches
 
 
@@ -93,13 +93,8 @@ def load_teacher(name: str) -> tuple[torch.nn.Module, str]:
 
 
 def median_ms(forward) -> float:
-    forward()  # warm-up: the first call packs the weights (optimize_for_cpu) and builds oneDNN kernels
-    times = []
-    for _ in range(TIMED_RUNS):
-        start = time.perf_counter()
-        forward()
-        times.append(time.perf_counter() - start)
-    return 1e3 * sorted(times)[len(times) // 2]
+    # one warm-up: the first call packs the weights (optimize_for_cpu) and builds oneDNN kernels
+    return median_latency_ms(forward, "cpu", TIMED_RUNS, warmup=1)
 
 
 def teacher_flops(teacher, resolution: int) -> int:

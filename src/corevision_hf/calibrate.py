@@ -10,9 +10,10 @@ import json
 import os
 import platform
 import tempfile
-import time
 
 import torch
+
+from .measure import median_latency_ms
 
 
 # LookWhere's budgets for max_ms: fractions of the grid, so that one table serves every image size.
@@ -54,8 +55,11 @@ def calibrate_latency(
             height, width = (size, size) if isinstance(size, int) else size
             pixel_values = torch.randn(batch_size, config.num_channels, height, width, device=parameter.device,
                                        dtype=parameter.dtype)
-            times = [[budget, median_ms(lambda: model(pixel_values, **{argument: budget}), runs, parameter.device)]
-                     for budget in sorted(budgets)]
+            device = parameter.device.type
+            times = [
+                [budget, median_latency_ms(lambda: model(pixel_values, **{argument: budget}), device, runs, warmup=1)]
+                for budget in sorted(budgets)
+            ]
             rows.append({"height": height, "width": width, "ms": times})
     model.train(was_training)
     table = {
@@ -71,23 +75,6 @@ def calibrate_latency(
     if folder and os.path.isfile(os.path.join(folder, "config.json")):
         write_config_field(os.path.join(folder, "config.json"), "latency_table", table)
     return table
-
-
-def median_ms(forward, runs: int, device: torch.device) -> float:
-    """Median wall time of `runs` calls of `forward` after one warm-up, in milliseconds."""
-    def synchronize():
-        if device.type == "cuda":  # kernels run asynchronously: wait for them before reading the clock
-            torch.cuda.synchronize(device)
-
-    forward()
-    times = []
-    for _ in range(runs):
-        synchronize()
-        start = time.perf_counter()
-        forward()
-        synchronize()
-        times.append(time.perf_counter() - start)
-    return 1e3 * sorted(times)[len(times) // 2]
 
 
 def write_config_field(path: str, name: str, value) -> None:

@@ -20,11 +20,11 @@ from PIL import Image
 from transformers import AutoModel
 from transformers.utils import logging as transformers_logging
 
+from .measure import median_latency_ms
 from .evaluation import (
     agreement,
     cost_entry,
     features,
-    median_latency_ms,
     model_flops,
     teacher_flops,
     teacher_input,

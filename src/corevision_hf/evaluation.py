@@ -1,12 +1,9 @@
 """Cost and agreement with a dense teacher, per budget: the measurements `python -m corevision_hf.compare` prints
-and `training/evaluate_budgets.py` records.
+and `python -m evaluation.evaluate_budgets` records (latency and memory through `corevision_hf.measure`).
 
 A teacher is any transformers ViT with the layout that covers DINOv2 and DINOv3: CLS = token 0, patches = the last
 Hp * Wp tokens. It sees the image resized so that its patch grid equals the model's (`teacher_input`).
 """
-
-import statistics
-import time
 
 import torch
 import torch.nn.functional as F
@@ -42,26 +39,6 @@ def teacher_targets(teacher, pixel_values: torch.Tensor, grid: tuple[int, int]) 
 
 
 # ---------------------------------------------------------------- cost
-
-
-def synchronize(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-@torch.inference_mode()
-def median_latency_ms(forward, device: str, runs: int) -> float:
-    """Median wall time of `forward()` over `runs` calls, after two warm-up calls."""
-    for _ in range(2):
-        forward()
-    times = []
-    for _ in range(runs):
-        synchronize(device)
-        start = time.perf_counter()
-        forward()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
 
 
 def model_flops(config, resolution: int, budget_name: str, budget) -> int:

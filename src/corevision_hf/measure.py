@@ -1,0 +1,94 @@
+"""The one latency and memory harness: evaluation, calibration, the demo page and the benchmarks all time and
+measure through these functions (habits: ../shared/spec/measuring.md; medians of runs, alternated between models,
+the device synchronised around each call)."""
+
+import ctypes
+import statistics
+import time
+
+import torch
+
+
+def synchronize(device: str) -> None:
+    """Waits for a GPU's queued kernels, so that the clock reads what they took; nothing on a CPU."""
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def timed(fn, device: str) -> float:
+    """Seconds one call of fn() takes, with the device synchronised around it."""
+    synchronize(device)
+    start = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+@torch.inference_mode()
+def median_latency_ms(forward, device: str, runs: int, warmup: int = 2) -> float:
+    """Median wall time of `forward()` over `runs` calls after `warmup` calls, in milliseconds."""
+    for _ in range(warmup):
+        forward()
+    return 1e3 * statistics.median(timed(forward, device) for _ in range(runs))
+
+
+def alternate(fns: dict, device: str, warmup: int, runs: int) -> dict:
+    """Warms every fn up, then times them in turn, run by run, so that drift hits all alike. Returns name -> seconds."""
+    times = {name: [] for name in fns}
+    with torch.inference_mode():
+        for fn in fns.values():
+            for _ in range(warmup):
+                fn()
+        for _ in range(runs):
+            for name, fn in fns.items():
+                times[name].append(timed(fn, device))
+    return times
+
+
+def rss_kib(field: str) -> int:
+    """A field of /proc/self/status in KiB: "VmRSS" (resident now) or "VmHWM" (the peak since the last reset)."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
+def _glibc():
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+
+
+def return_freed_memory_to_the_os() -> bool:
+    """Tells glibc to serve every new block over 64 kB with mmap, so that freeing it shrinks the resident set and
+    the kernel's peak-RSS mark tracks live tensors. It slows later allocations down: call it after all timing."""
+    libc = _glibc()
+    m_mmap_threshold = -3
+    return libc is not None and bool(libc.mallopt(m_mmap_threshold, 64 * 1024))
+
+
+@torch.inference_mode()
+def peak_memory_mib(forward, device: str, warm: bool = True) -> float:
+    """Memory of one `forward()` above what was resident before it, in MiB: CUDA's allocator peak, or on Linux the
+    process's peak RSS after resetting the kernel's mark. `warm`: one call first, so that one-time work (kernels,
+    packed weights) is not counted; `warm=False` measures a first call, one-time work included."""
+    if warm:
+        forward()
+    if str(device).startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        forward()
+        return (torch.cuda.max_memory_allocated() - base) / 2**20
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)  # pages freed into the heap would be reused unseen by the RSS mark
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    base = rss_kib("VmRSS")
+    forward()
+    return (rss_kib("VmHWM") - base) / 1024
+
+
+__all__ = [
+    "alternate", "median_latency_ms", "peak_memory_mib", "return_freed_memory_to_the_os", "rss_kib", "synchronize",
+    "timed",
+]
