@@ -9,7 +9,8 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader
 
-from training.data import IMAGENET_MEAN, IMAGENET_STD, ImageTransform, build_dataset, collate, epoch_batches
+from corevision_hf.images import IMAGENET_MEAN, IMAGENET_STD
+from training.data import ImageTransform, build_dataset, collate, epoch_batches
 
 SIZE = 32
 

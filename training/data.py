@@ -22,7 +22,7 @@ from datasets.distributed import split_dataset_by_node
 from datasets.packaged_modules.imagefolder.imagefolder import ImageFolder
 from PIL import Image as PILImage
 
-from corevision_hf.images import IMAGENET_MEAN, IMAGENET_STD
+from corevision_hf.images import to_pixel_values
 
 logger = logging.getLogger(__name__)
 ASPECT_RATIO = (3 / 4, 4 / 3)
@@ -99,15 +99,6 @@ def resize_center_crop(image: PILImage.Image, size: int) -> PILImage.Image:
     return image.crop((left, top, left + size, top + size))
 
 
-def to_normalized_tensor(image: PILImage.Image) -> torch.Tensor:
-    """RGB PIL image -> (3, H, W) float tensor, ImageNet-normalised."""
-    pixels = torch.frombuffer(bytearray(image.tobytes()), dtype=torch.uint8)
-    pixels = pixels.view(image.height, image.width, 3).permute(2, 0, 1).float() / 255
-    mean = torch.tensor(IMAGENET_MEAN).view(3, 1, 1)
-    std = torch.tensor(IMAGENET_STD).view(3, 1, 1)
-    return (pixels - mean) / std
-
-
 class ImageTransform:
     """Decode-safe image transform. Train: random resized crop + horizontal flip (p=0.5); eval: resize + centre crop.
     Both convert to RGB and normalise; what they meet is counted in `stats`. The epoch lives in shared memory so
@@ -133,7 +124,7 @@ class ImageTransform:
                 image = image.transpose(PILImage.Transpose.FLIP_LEFT_RIGHT)
         else:
             image = resize_center_crop(image, self.image_size)
-        return to_normalized_tensor(image)
+        return to_pixel_values(image)
 
     def example(self, example: dict, index: int) -> dict:
         """{"image": undecoded {"path", "bytes"}} -> {"pixel_values": (3, S, S) tensor, or None when the file cannot

@@ -1,31 +1,39 @@
 """Images in and out of the models: PIL -> normalised pixel values, and back to something to draw.
 
-Used by feature extraction (`corevision_hf.extract`), the pictures (`corevision_hf.visualize`) and the demo page.
-The models take ImageNet-normalised pixels whose sides are multiples of the patch size.
+Used by feature extraction (`corevision_hf.extract`), comparison, evaluation, the training data, the pictures
+(`corevision_hf.visualize`) and the demo page. The models take ImageNet-normalised pixels whose sides are multiples
+of the patch size.
 """
+
+import functools
 
 import numpy as np
 import torch
 from PIL import Image
 
-from .veca.image_processing_veca import IMAGENET_MEAN, IMAGENET_STD, target_size
+from .veca.image_processing_veca import IMAGENET_MEAN, IMAGENET_STD, VecaImageProcessor
 
 
-def to_pixel_values(image: Image.Image, resolution: int, patch_size: int | None = None) -> torch.Tensor:
-    """A PIL image (any mode) resized (bicubic, no crop, so the whole photo is seen) and ImageNet-normalised: a
-    float32 tensor (3, H, W). Without `patch_size`, H = W = `resolution`; with it, the aspect ratio is kept: the
-    shorter side becomes about `resolution` and both sides are snapped to multiples of `patch_size`, the size the
-    models' image processor picks for `size={"shortest_edge": resolution}`."""
-    image = image.convert("RGB")
-    if patch_size is None:
-        height = width = resolution
+@functools.lru_cache(maxsize=16)
+def _processor(size: tuple | None, patch_size: int) -> VecaImageProcessor:
+    return VecaImageProcessor(size=dict(size) if size else None, patch_size=patch_size, do_resize=size is not None)
+
+
+def to_pixel_values(image: Image.Image, resolution: int | None = None, patch_size: int | None = None) -> torch.Tensor:
+    """A PIL image (any mode) as the models' image processor prepares it: RGB, resized (bicubic, no crop, so the whole
+    photo is seen), ImageNet-normalised, a float32 tensor (3, H, W). The one image-to-tensor path of the package:
+    extraction, evaluation, training, the pictures and the demo page all call it.
+    - `patch_size` given: the aspect ratio is kept, the shorter side becomes about `resolution` and both sides are
+      snapped to multiples of `patch_size` (the processor's `size={"shortest_edge": resolution}`);
+    - no `patch_size`: H = W = `resolution`;
+    - no `resolution`: the image keeps its size (only rescaled and normalised)."""
+    if resolution is None:
+        size, patch = None, 1
+    elif patch_size is None:
+        size, patch = (("height", resolution), ("width", resolution)), 1
     else:
-        height, width = target_size(image.height, image.width, {"shortest_edge": resolution}, patch_size)
-    image = image.resize((width, height), Image.Resampling.BICUBIC)
-    pixels = torch.from_numpy(np.asarray(image, dtype=np.float32) / 255).permute(2, 0, 1)
-    mean = torch.tensor(IMAGENET_MEAN).view(3, 1, 1)
-    std = torch.tensor(IMAGENET_STD).view(3, 1, 1)
-    return (pixels - mean) / std
+        size, patch = (("shortest_edge", resolution),), patch_size
+    return _processor(size, patch)(image.convert("RGB"), return_tensors="pt").pixel_values[0]
 
 
 def to_display(pixel_values: torch.Tensor) -> np.ndarray:
