@@ -8,9 +8,9 @@ cores, LookWhere's k_ratio (k then follows the image size inside the graph) or a
 run with onnxruntime (when installed) against PyTorch at two resolutions and batch sizes.
 
 TorchScript-based `torch.onnx.export` (dynamo=False): it keeps height and width symbolic through both models'
-shape arithmetic. What only a graph needs lives here, not in the modeling files: ONNX has no complex numbers, so VECA's
-rotary multiply is swapped for its cos/sin form while tracing (`onnx_rotary`), and LookWhere's graph computes k from
-the symbolic image size (`LookWhereGraph`).
+shape arithmetic. What only a graph needs lives here, not in the modeling files: ONNX has no complex numbers, so
+while tracing, VECA's rotary multiply is swapped for its cos/sin form on the angles (`onnx_rotary`); LookWhere's
+graph computes k from the symbolic image size (`LookWhereGraph`).
 """
 
 import argparse
@@ -72,14 +72,16 @@ def apply_rotary_real(qk: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
 
 @contextlib.contextmanager
 def onnx_rotary(model: nn.Module):
-    """While tracing a VECA, its modeling module (ours or a hub copy) rotates with `apply_rotary_real`."""
+    """While tracing a VECA, its modeling module (ours or a hub copy) passes rotation angles instead of complex
+    rotations, and rotates with `apply_rotary_real`."""
     module = sys.modules[type(model).__module__]
-    original = module.apply_rotary
-    module.apply_rotary = apply_rotary_real
+    rotary = module.VecaRotaryEmbedding
+    original_apply, original_forward = module.apply_rotary, rotary.forward
+    module.apply_rotary, rotary.forward = apply_rotary_real, rotary.angles
     try:
         yield
     finally:
-        module.apply_rotary = original
+        module.apply_rotary, rotary.forward = original_apply, original_forward
 
 
 def require_patch_multiples(pixel_values: torch.Tensor, patch: int) -> torch.Tensor:

@@ -109,11 +109,12 @@ def latency_at(table: dict | None, height: int, width: int, device_type: str) ->
 def check_one_budget(**arguments) -> None:
     """Refuses a call that chooses its budget twice: a budget (num_cores, k, k_ratio) and a target (max_gflops,
     max_ms), or both targets."""
-    given = [f"{name}={value!r}" for name, value in arguments.items() if value is not None]
-    if len(given) > 1:
+    given = [name for name, value in arguments.items() if value is not None]
+    if len(given) > 1:  # the message is formatted only here: forward calls this on every call, compiled too
+        described = " and ".join(f"{name}={arguments[name]!r}" for name in given)
         raise ValueError(
-            f"{' and '.join(given)} each choose the budget: give one (a budget, or a target that picks the largest "
-            "budget that fits it)."
+            f"{described} each choose the budget: give one (a budget, or a target that picks the largest budget that "
+            "fits it)."
         )
 
 

@@ -140,8 +140,8 @@ def rope_inverse_frequencies(config: VecaConfig) -> torch.Tensor:
 
 
 class VecaRotaryEmbedding(nn.Module):
-    """2D axial RoPE angles. One angle per (even, odd) pair of a head: the first head_dim / 4 pairs turn with x, the
-    next head_dim / 4 with y."""
+    """2D axial RoPE. Rotations are unit complex numbers, one per (even, odd) pair of a head: the first head_dim / 4
+    pairs turn with x, the next head_dim / 4 with y."""
 
     inv_freq: torch.Tensor
 
@@ -149,10 +149,14 @@ class VecaRotaryEmbedding(nn.Module):
         super().__init__()
         self.register_buffer("inv_freq", rope_inverse_frequencies(config), persistent=False)
 
-    def forward(self, coordinates: torch.Tensor) -> torch.Tensor:
+    def angles(self, coordinates: torch.Tensor) -> torch.Tensor:
         """(..., 2) coordinates in (x, y) order -> (..., head_dim / 2) float32 rotation angles."""
-        angles = 2 * math.pi * coordinates.float()[..., None] * self.inv_freq
-        return angles.flatten(-2)
+        return (2 * math.pi * coordinates.float()[..., None] * self.inv_freq).flatten(-2)
+
+    def forward(self, coordinates: torch.Tensor) -> torch.Tensor:
+        """(..., 2) coordinates in (x, y) order -> (..., head_dim / 2) complex64 rotations."""
+        angles = self.angles(coordinates)
+        return torch.polar(torch.ones_like(angles), angles)
 
 
 def patch_center_coordinates(height: int, width: int, device: torch.device) -> torch.Tensor:
@@ -173,13 +177,12 @@ def augment_patch_coordinates(coordinates: torch.Tensor, shift: float | None, re
     return coordinates
 
 
-def apply_rotary(qk: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
-    """Rotate queries and keys together: (B, L, 2, H, head_dim) by (B, L, head_dim / 2) angles, each (even, odd)
-    pair of a head as one complex number: a single complex multiply, several times faster on CPU than rotate-half."""
+def apply_rotary(qk: torch.Tensor, rotations: torch.Tensor) -> torch.Tensor:
+    """Rotate queries and keys together: (B, L, 2, H, head_dim) by (B, L, head_dim / 2) complex rotations, each
+    (even, odd) pair of a head as one complex number: one multiply, several times faster on CPU than rotate-half."""
     compute_dtype = qk.dtype if qk.dtype in (torch.float32, torch.float64) else torch.float32
     pairs = torch.view_as_complex(qk.to(compute_dtype).unflatten(-1, (-1, 2)))
-    rotations = torch.polar(torch.ones_like(angles), angles)[:, :, None, None, :].to(pairs.dtype)
-    return torch.view_as_real(pairs * rotations).flatten(-2).to(qk.dtype)
+    return torch.view_as_real(pairs * rotations[:, :, None, None, :].to(pairs.dtype)).flatten(-2).to(qk.dtype)
 
 
 def eager_attention_forward(
@@ -217,11 +220,11 @@ class VecaCorePeripheryAttention(nn.Module):
         self.proj = nn.Linear(config.hidden_size, config.hidden_size)
 
     def forward(
-        self, hidden_states: torch.Tensor, num_cores: int, rotary_angles: torch.Tensor, **kwargs
+        self, hidden_states: torch.Tensor, num_cores: int, rotations: torch.Tensor, **kwargs
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         batch_size, seq_len, hidden_size = hidden_states.shape
         qkv = self.qkv(hidden_states).view(batch_size, seq_len, 3, self.num_heads, self.head_dim)
-        query, key = apply_rotary(qkv[:, :, :2], rotary_angles).unbind(2)
+        query, key = apply_rotary(qkv[:, :, :2], rotations).unbind(2)
         query, key, value = (x.transpose(1, 2) for x in (query, key, qkv[:, :, 2]))  # (B, H, L, head_dim)
 
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
@@ -289,9 +292,9 @@ class VecaLayer(GradientCheckpointingLayer):
         self.drop_path = VecaDropPath(drop_path_rate)
 
     def forward(
-        self, hidden_states: torch.Tensor, num_cores: int, rotary_angles: torch.Tensor, **kwargs
+        self, hidden_states: torch.Tensor, num_cores: int, rotations: torch.Tensor, **kwargs
     ) -> torch.Tensor:
-        attn_output, _ = self.attention(self.norm1(hidden_states), num_cores, rotary_angles, **kwargs)
+        attn_output, _ = self.attention(self.norm1(hidden_states), num_cores, rotations, **kwargs)
         hidden_states = hidden_states + self.drop_path(self.dropout(attn_output))
         # Token chunks keep the 2h-wide MLP activations small: less peak memory, fewer fresh pages on CPU.
         chunk_size = self.chunk_size_feed_forward
@@ -513,19 +516,20 @@ class VecaModel(VecaPreTrainedModel):
         cores, raw_coordinates = self.core_bank(batch_size, num_cores)
         hidden_states = torch.cat([cores.to(patches.dtype), patches], dim=1)
 
-        # Patch angles are fixed for the whole forward; only the cores move between layers.
+        # Patch rotations are fixed for the whole forward; only the cores move between layers.
         patch_coordinates = patch_center_coordinates(height // patch, width // patch, pixel_values.device)
         if self.training:
             patch_coordinates = augment_patch_coordinates(
                 patch_coordinates, self.config.pos_embed_shift, self.config.pos_embed_rescale
             )
-        patch_angles = self.rotary_embedding(patch_coordinates).expand(batch_size, -1, -1)
+        patch_rotations = self.rotary_embedding(patch_coordinates).expand(batch_size, -1, -1)
 
         for index, layer in enumerate(self.layers):
             if index > 0:
                 raw_coordinates = self.coordinate_heads[index - 1](raw_coordinates, hidden_states[:, :num_cores])
-            core_angles = self.rotary_embedding(torch.tanh(raw_coordinates))
-            hidden_states = layer(hidden_states, num_cores, torch.cat([core_angles, patch_angles], dim=1), **kwargs)
+            core_rotations = self.rotary_embedding(torch.tanh(raw_coordinates))
+            rotations = torch.cat([core_rotations, patch_rotations], dim=1)
+            hidden_states = layer(hidden_states, num_cores, rotations, **kwargs)
 
         sequence_output = self.norm(hidden_states)
         if self.output_projection is not None:
