@@ -196,11 +196,17 @@ def launch_two_processes(tmp_path, module: str, args: list[str]) -> None:
     process = subprocess.Popen(command, cwd=ROOT, env=env)
     try:
         assert process.wait(timeout=300) == 0
-    finally:  # never leave a launcher or worker behind (torchrun starts workers in sessions of their own)
-        for pid in os.listdir("/proc"):
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except (OSError, ValueError):
-                continue
-            if pid.isdigit() and str(tmp_path).encode() in cmdline and int(pid) != os.getpid():
-                os.kill(int(pid), signal.SIGKILL)
+    finally:
+        kill_processes_naming(tmp_path)
+
+
+def kill_processes_naming(path) -> None:
+    """Kills every process but this one whose command line names `path`: no launcher or worker of a test is left
+    behind (torchrun starts workers in sessions of their own)."""
+    for pid in os.listdir("/proc"):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if pid.isdigit() and str(path).encode() in cmdline and int(pid) != os.getpid():
+            os.kill(int(pid), signal.SIGKILL)

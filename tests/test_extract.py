@@ -3,7 +3,6 @@
 import io
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +11,7 @@ import datasets
 import numpy as np
 import pytest
 import torch
-from conftest import save_tiny_checkpoints
+from conftest import kill_processes_naming, save_tiny_checkpoints
 from PIL import Image
 
 from corevision_hf import LookWhereModel, VecaModel, extract
@@ -133,14 +132,8 @@ def test_two_processes_write_disjoint_shards_and_one_merged_result(models, photo
     try:
         log = process.communicate(timeout=240)[0].decode()
         assert process.returncode == 0, log
-    finally:  # never leave a launcher or worker behind (torchrun starts workers in sessions of their own)
-        for pid in os.listdir("/proc"):
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except (OSError, ValueError):
-                continue
-            if pid.isdigit() and str(tmp_path).encode() in cmdline and int(pid) != os.getpid():
-                os.kill(int(pid), signal.SIGKILL)
+    finally:
+        kill_processes_naming(tmp_path)
     assert "process 1/2" in log
     merged = datasets.load_from_disk(str(out))[:]
     single = extract.main([*arguments, "--output", str(tmp_path / "single")])[:]
