@@ -33,7 +33,7 @@ def to_pixel_values(image: Image.Image, resolution: int | None = None, patch_siz
         size, patch = (("height", resolution), ("width", resolution)), 1
     else:
         size, patch = (("shortest_edge", resolution),), patch_size
-    return _processor(size, patch)(image.convert("RGB"), return_tensors="pt").pixel_values[0]
+    return _processor(size, patch)(image, return_tensors="pt").pixel_values[0]  # converts to RGB itself
 
 
 def to_display(pixel_values: torch.Tensor) -> np.ndarray:
