@@ -2,19 +2,23 @@
 
     python -m evaluation.evaluate_budgets outputs/veca/final --budgets 8 16 32 64 --resolutions 224 448 \
         --teacher facebook/dinov3-vits16-pretrain-lvd1689m --agreement-data photos/ --probe-data pets/ \
-        --segmentation-data ade-mini/ --output-dir outputs/veca/eval
+        --segmentation-data ade-mini/ --output-dir outputs/veca/eval --card --repo-id org/veca-small
 
 Budgets are core counts for VECA; for LookWhere, patch counts (k: integers) or fractions of the grid (k_ratio:
 decimals). For every budget:
 - cost at each of --resolutions: analytic GFLOPs (corevision_hf.veca_flops / lookwhere_flops), the median latency
   of a batch of --batch-size on this device, throughput, and peak memory above the weights;
+- whether training drew it: VECA, a core count nested dropout drew (config.training_budgets); LookWhere, a k at
+  --quality-resolution within the [k_min, k_max] of the checkpoint's training_recipe.json (unknown without one);
 - quality at --quality-resolution (default: the first resolution): CLS and patch cosine to --teacher on the images
-  of --agreement-data; linear-probe accuracy (frozen pooled output, logistic regression) on --probe-data
-  (train/<class>/*, val/<class>/*); linear segmentation mIoU (per-patch linear head on frozen patch features) on
-  --segmentation-data ({train,val}/images/*, {train,val}/masks/*.png, 255 = ignore).
+  of --agreement-data (mean, standard deviation and standard error over the images); linear-probe accuracy (frozen
+  pooled output, logistic regression) on --probe-data (train/<class>/*, val/<class>/*); linear segmentation mIoU
+  (per-patch linear head on frozen patch features) on --segmentation-data ({train,val}/images/*,
+  {train,val}/masks/*.png, 255 = ignore).
 The dense teacher is timed at the same resolutions in the same run. Accuracy and mIoU come from the package's
 `evaluate` modules (corevision_hf.metrics). Writes OUT/evaluation.json, read by publishing.publish and the model
-card, and OUT/evaluation.png (quality against cost).
+card, and OUT/evaluation.png (quality against cost). With --card, also OUT/README.md: the model card
+(publishing.model_card) with this evaluation's budget table, so that one command regenerates it.
 """
 
 import argparse
@@ -56,7 +60,7 @@ from corevision_hf.visualize import (
     plot_kept_patches,
     save_figure,
 )
-from publishing.model_card import EVALUATION_FORMAT, read_recipe
+from publishing.model_card import EVALUATION_FORMAT, read_recipe, render_card
 from training.checkpointing import check_export
 from training.teacher import load_teacher
 
@@ -91,7 +95,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--eval-batch-size", type=int, default=16, help="batch for feature extraction")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--force", action="store_true", help="overwrite an existing OUT/evaluation.json")
+    parser.add_argument("--card", action="store_true", help="also render the model card as OUT/README.md")
+    parser.add_argument("--repo-id", default=None, help="with --card: the hub repo (org/name) the card is for")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing OUT/evaluation.json and README.md")
     return parser.parse_args(argv)
 
 
@@ -152,6 +158,21 @@ def check_resolutions(config, sizes: dict[str, list[int]]) -> None:
 
 def output_width(config) -> int:
     return getattr(config, "output_projection_size", None) or config.hidden_size
+
+
+def trained(model, budget_name: str, budget, recipe: dict | None, resolution: int) -> bool | None:
+    """Whether training drew this budget. VECA: a core count in `config.training_budgets` (nested dropout). LookWhere:
+    its k on the `resolution` grid (as the model counts it) lies in the recipe's [k_min, k_max], the range
+    training.distill_lookwhere draws k from; None without a recipe that records it."""
+    config = model.config
+    if config.model_type == "veca":
+        return budget in config.training_budgets
+    args = (recipe or {}).get("args") or {}
+    if args.get("k_min") is None or args.get("k_max") is None:
+        return None
+    side = resolution // config.patch_size
+    k = model.num_kept((side, side), **{"k": None, "k_ratio": None, budget_name: budget})
+    return args["k_min"] <= k <= args["k_max"]
 
 
 # ---------------------------------------------------------------- cost
@@ -240,8 +261,11 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     progress = Progress()
     output = Path(args.output_dir)
-    if (output / "evaluation.json").exists() and not args.force:
-        raise FileExistsError(f"{output / 'evaluation.json'} exists; pass --force to overwrite it or pick another --output-dir.")
+    for name in ["evaluation.json", *(["README.md"] if args.card else [])]:
+        if (output / name).exists() and not args.force:
+            raise FileExistsError(f"{output / name} exists; pass --force to overwrite it or pick another --output-dir.")
+    if args.repo_id and not args.card:
+        raise ValueError("--repo-id names the model card's repo: add --card, or leave --repo-id out.")
 
     # Checks: the checkpoint, the budgets, the sizes, every dataset and the teacher, before any work.
     config = checkpoint_config(args.checkpoint)
@@ -254,7 +278,8 @@ def main(argv=None) -> dict:
     agreement_files = image_files(args.agreement_data) if args.agreement_data else None
     probe_splits, classes = classification_folder(args.probe_data) if args.probe_data else (None, None)
     segmentation_splits = segmentation_folder(args.segmentation_data) if args.segmentation_data else None
-    teacher_name = args.teacher or (read_recipe(args.checkpoint) or {}).get("teacher")
+    recipe = read_recipe(args.checkpoint)
+    teacher_name = args.teacher or (recipe or {}).get("teacher")
     if agreement_files and not teacher_name:
         raise ValueError("--agreement-data needs --teacher (the checkpoint has no training_recipe.json naming one).")
     dtype = getattr(torch, args.dtype)
@@ -321,13 +346,13 @@ def main(argv=None) -> dict:
         costs[budget, r] = cost_entry(flops, median_latency_ms(forward, args.device, args.latency_runs), args.batch_size)
     if teacher is not None:
         report["teacher_cost"] = {str(r): costs["teacher", r] for r in resolutions}
-    # VECA configs record the budgets nested dropout drew (converted checkpoints: the reference's); any other runs too.
-    trained = set(config.training_budgets) if budget_name == "num_cores" else None
     for budget in budgets:
-        report["results"].append({"budget": budget, "trained": None if trained is None else budget in trained,
+        report["results"].append({"budget": budget,
+                                  "trained": trained(model, budget_name, budget, recipe, quality_resolution),
                                   "cost": {str(r): costs[budget, r] for r in resolutions},
-                                  "quality": dict.fromkeys(["cls_cosine", "cls_cosine_std", "patch_cosine",
-                                                            "patch_cosine_std", "probe_accuracy", "segmentation_miou"])})
+                                  "quality": dict.fromkeys(["cls_cosine", "cls_cosine_std", "cls_cosine_se",
+                                                            "patch_cosine", "patch_cosine_std", "patch_cosine_se",
+                                                            "probe_accuracy", "segmentation_miou"])})
 
     # Quality: every image is loaded once; features are recomputed per budget.
     size = quality_resolution
@@ -365,7 +390,8 @@ def main(argv=None) -> dict:
             quality["segmentation_miou"] = segmentation_miou((grids["train"], train_masks), (grids["val"], val_masks), num_labels)
         if any(v is not None for v in quality.values()):
             progress(f"quality {budget_name}={entry['budget']}: "
-                     + ", ".join(f"{k} {v:.4f}" for k, v in quality.items() if v is not None and not k.endswith("_std")))
+                     + ", ".join(f"{k} {v:.4f}" for k, v in quality.items()
+                                 if v is not None and not k.endswith(("_std", "_se"))))
 
     if args.device.startswith("cuda") or (platform.system() == "Linux" and return_freed_memory_to_the_os()):
         progress("peak memory of one forward per budget and resolution")
@@ -386,13 +412,16 @@ def main(argv=None) -> dict:
     figures["evaluation"] = plot_evaluation(report)
     writers = [(PICTURES.get(name, "evaluation.png"), functools.partial(save_figure, figure))
                for name, figure in figures.items()]
+    writers.append(("evaluation.json", lambda path: Path(path).write_text(json.dumps(report, indent=2))))
+    if args.card:
+        card = render_card(config, report, recipe, repo_id=args.repo_id, pictures=report["pictures"])
+        writers.append(("README.md", lambda path: card.save(path)))
     # temporary names, renamed when complete: an interrupted run never leaves a half-written file behind
-    for name, write in [*writers,
-                        ("evaluation.json", lambda path: Path(path).write_text(json.dumps(report, indent=2)))]:
+    for name, write in writers:
         temporary = output / f".tmp-{name}"  # keeps the extension, which picks the image format
         write(str(temporary))
         os.replace(temporary, output / name)
-    progress(f"wrote {output}/: evaluation.json, " + ", ".join(name for name, _ in writers))
+    progress(f"wrote {output}/: " + ", ".join(name for name, _ in writers))
     return report
 
 

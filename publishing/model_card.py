@@ -79,8 +79,7 @@ def render_card(
               "custom_code"],
         eval_results=eval_results or None,
     )
-    cost_columns = [f"GFLOPs @ {r} px" for r in evaluation["resolutions"][:2]]
-    quality_columns = ["CLS cosine", "patch cosine", "probe acc. (%)", "mIoU (%)"]
+    header, rows, measured = _table(evaluation)
     return ModelCard.from_template(
         card_data,
         template_path=str(template),
@@ -94,9 +93,12 @@ def render_card(
         example_budget=evaluation["budgets"][len(evaluation["budgets"]) // 2],
         resolution=max(evaluation["resolutions"]),
         quality_resolution=evaluation["quality_resolution"],
-        header=[BUDGET_LABELS.get(budget_name, budget_name), *cost_columns, "latency (ms)", "images / s", "peak MiB",
-                *quality_columns],
-        rows=[_row(result, evaluation) for result in evaluation["results"]],
+        header=header,
+        rows=rows,
+        measured=measured,
+        marks_trained=any(result.get("trained") is not None for result in evaluation["results"]),
+        standard_errors=any(" ± " in cell for row in rows for cell in row),
+        agreement_images=evaluation.get("agreement_images"),
         teacher_cost=_teacher_cost(evaluation),
         environment=evaluation.get("environment") or {},
         eval_datasets=evaluation.get("datasets") or {},
@@ -199,15 +201,23 @@ def _gflops(value) -> str:
 
 
 def _cost_cells(cost: dict | None, evaluation: dict) -> list[str]:
-    """GFLOPs at the first two resolutions, then latency, throughput and peak memory at the quality resolution."""
+    """GFLOPs, then latency, at each of the first two resolutions; then peak memory at the quality resolution."""
     cost = cost or {}
-    at_quality = cost.get(str(evaluation["quality_resolution"])) or {}
+    sizes = [cost.get(str(r)) or {} for r in evaluation["resolutions"][:2]]
     return [
-        *(_gflops((cost.get(str(r)) or {}).get("gflops")) for r in evaluation["resolutions"][:2]),
-        _format(at_quality.get("latency_ms"), ".1f"),
-        _format(at_quality.get("throughput_images_per_s"), ".1f"),
-        _format(at_quality.get("peak_memory_mib"), ".0f"),
+        *(_gflops(at.get("gflops")) for at in sizes),
+        *(_format(at.get("latency_ms"), ".1f") for at in sizes),
+        _format((cost.get(str(evaluation["quality_resolution"])) or {}).get("peak_memory_mib"), ".0f"),
     ]
+
+
+def _mean_and_error(quality: dict, name: str) -> str:
+    """"0.912 ± 0.010": the mean over the agreement images and its standard error; evaluations written before the
+    standard error was recorded (or of a single image) show the mean alone."""
+    mean, error = quality.get(name), quality.get(name + "_se")
+    if mean is None:
+        return MISSING
+    return format(mean, ".3f") + ("" if error is None else f" ± {error:.3f}")
 
 
 def _row(result: dict, evaluation: dict) -> list[str]:
@@ -218,27 +228,49 @@ def _row(result: dict, evaluation: dict) -> list[str]:
             "python -m evaluation.evaluate_budgets."
         )
     quality = result.get("quality") or {}
-    trained = result.get("trained")  # VECA: whether nested dropout drew this budget in training
+    # VECA: whether nested dropout drew this budget; LookWhere: whether its k lies in the range training drew from
+    trained = result.get("trained")
     return [
         str(result["budget"]) + ("" if trained is None else " (trained)" if trained else " (not trained)"),
         *_cost_cells(result.get("cost"), evaluation),
-        _format(quality.get("cls_cosine"), ".3f"),
-        _format(quality.get("patch_cosine"), ".3f"),
+        _mean_and_error(quality, "cls_cosine"),
+        _mean_and_error(quality, "patch_cosine"),
         _format(quality.get("probe_accuracy"), ".1f", 100),
         _format(quality.get("segmentation_miou"), ".1f", 100),
     ]
 
 
+def _table(evaluation: dict) -> tuple[list[str], list[list[str]], list[str]]:
+    """The budget table: its header, one row per budget (cells as `_row` writes them) and the names of the columns
+    shown. A column no budget has a value in is left out: mIoU without segmentation data, memory where it was not
+    measured. Throughput is not a column: it is batch / latency, and the batch is stated under the table."""
+    budget_name, sizes = evaluation["budget_name"], evaluation["resolutions"][:2]
+    columns = [
+        (budget_name, BUDGET_LABELS.get(budget_name, budget_name)),
+        *((f"gflops_{r}", f"GFLOPs @ {r} px") for r in sizes),
+        *((f"latency_ms_{r}", f"ms @ {r} px") for r in sizes),
+        ("peak_memory_mib", f"peak MiB @ {evaluation['quality_resolution']} px"),
+        ("cls_cosine", "CLS cosine"),
+        ("patch_cosine", "patch cosine"),
+        ("probe_accuracy", "probe acc. (%)"),
+        ("segmentation_miou", "mIoU (%)"),
+    ]
+    rows = [_row(result, evaluation) for result in evaluation["results"]]
+    shown = [i for i in range(len(columns)) if any(row[i] != MISSING for row in rows)]
+    return ([columns[i][1] for i in shown], [[row[i] for i in shown] for row in rows],
+            [columns[i][0] for i in shown])
+
+
 def _teacher_cost(evaluation: dict) -> dict | None:
-    """The dense teacher's cost in the same run, formatted like a table row, or None when it was not measured."""
+    """The dense teacher's cost in the same run, formatted like a table row: {"sizes": [(resolution, GFLOPs, ms)],
+    "peak_memory_mib": MiB at the quality resolution or None}; None when the teacher was not measured."""
     cost = evaluation.get("teacher_cost")
     if not cost:
         return None
-    resolutions = evaluation["resolutions"][:2]
+    sizes = evaluation["resolutions"][:2]
     cells = _cost_cells(cost, evaluation)
-    latency, throughput, memory = cells[len(resolutions):]
-    return {"gflops": list(zip(resolutions, cells)), "latency_ms": latency, "throughput": throughput,
-            "peak_memory_mib": memory}
+    return {"sizes": list(zip(sizes, cells[: len(sizes)], cells[len(sizes) : 2 * len(sizes)])),
+            "peak_memory_mib": None if cells[-1] == MISSING else cells[-1]}
 
 
 def _eval_results(evaluation: dict) -> list[EvalResult]:

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -9,10 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, make_offline_hub_cache, save_tiny_checkpoints
+from conftest import ROOT, TINY_LOOKWHERE_FIELDS, make_offline_hub_cache, save_tiny_checkpoints
 from PIL import Image
 from transformers import Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 
+from corevision_hf import LookWhereConfig, LookWhereModel
 from evaluation import evaluate_budgets
 
 pytestmark = pytest.mark.usefixtures("offline_evaluate")
@@ -167,14 +169,32 @@ def test_progress_and_the_spread_over_images(folders, tmp_path, capsys):
         assert line in printed
     assert report["pictures"] == {"features": "features.png", "where": "where.png"}
     assert report["agreement_images"] == 3
-    for entry in report["results"]:  # three photos: a spread; one photo: none
-        assert entry["quality"]["cls_cosine_std"] > 0 and entry["quality"]["patch_cosine_std"] > 0
+    for entry in report["results"]:  # three photos: a spread and the standard error of the mean; one photo: none
+        quality = entry["quality"]
+        assert quality["cls_cosine_std"] > 0 and quality["patch_cosine_std"] > 0
+        assert quality["cls_cosine_se"] == pytest.approx(quality["cls_cosine_std"] / 3**0.5)
+        assert quality["patch_cosine_se"] == pytest.approx(quality["patch_cosine_std"] / 3**0.5)
     single = tmp_path / "one_photo"
     single.mkdir()
     (single / "0.jpg").write_bytes(Path(folders["photos"], "0.jpg").read_bytes())
     report = run(folders, tmp_path / "one", "veca", "--budgets", "2", "--resolutions", "32",
                  "--teacher", folders["teacher"], "--agreement-data", str(single))
     assert report["results"][0]["quality"]["cls_cosine_std"] is None
+    assert report["results"][0]["quality"]["cls_cosine_se"] is None
+
+
+def test_lookwhere_budget_is_trained_when_its_k_lies_in_the_recipes_range():
+    model = LookWhereModel(LookWhereConfig(**TINY_LOOKWHERE_FIELDS))  # patch 8: 16 patches at 32 px, 64 at 64 px
+    recipe = {"args": {"k_min": 4, "k_max": 8}}
+    assert evaluate_budgets.trained(model, "k", 4, recipe, 32) is True
+    assert evaluate_budgets.trained(model, "k", 9, recipe, 32) is False
+    # k_ratio counts as the model does, max(1, int(k_ratio * patches)): 0.55 * 16 = 8.8 keeps 8 (rounding would say 9)
+    assert evaluate_budgets.trained(model, "k_ratio", 0.55, recipe, 32) is True
+    assert evaluate_budgets.trained(model, "k_ratio", 0.2, recipe, 32) is False  # 3 patches
+    assert evaluate_budgets.trained(model, "k_ratio", 0.1, recipe, 64) is True  # 6 of 64 patches at 64 px
+    assert evaluate_budgets.trained(model, "k_ratio", 0.1, recipe, 32) is False  # 1 of 16 at 32 px
+    for unknown in (None, {"args": {"lr": 0.001}}):  # no recipe, or one without a k range
+        assert evaluate_budgets.trained(model, "k", 4, unknown, 32) is None
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -201,3 +221,56 @@ def test_mixed_budgets_and_an_existing_output_from_a_shell(folders, tmp_path):
                               capture_output=True, text=True, cwd=ROOT)
     assert existing.returncode == 2 and "--force" in existing.stderr and "Traceback" not in existing.stderr
     assert (tmp_path / "evaluation.json").read_text() == "{}"
+
+
+def card_table(text: str) -> tuple[list[str], list[list[str]]]:
+    """The header and body rows of a card's budget table, as lists of cells."""
+    section = text.split("## Cost and quality per budget", 1)[1].split("\n## ", 1)[0]
+    lines = [[cell.strip() for cell in line.strip("|").split("|")]
+             for line in section.splitlines() if line.startswith("|")]
+    return lines[0], lines[2:]
+
+
+def test_card_renders_the_budget_table_of_this_evaluation(folders, tmp_path):
+    checkpoint = tmp_path / "lookwhere"
+    shutil.copytree(folders["lookwhere"], checkpoint)
+    (checkpoint / "training_recipe.json").write_text(json.dumps({
+        "script": "training.distill_lookwhere", "teacher": folders["teacher"], "data": str(tmp_path / "images"),
+        "command": "python -m training.distill_lookwhere --k-min 2 --k-max 5", "args": {"k_min": 2, "k_max": 5},
+    }))
+    out = tmp_path / "out"
+    report = run({"lookwhere": str(checkpoint)}, out, "lookwhere", "--budgets", "0.25", "0.5", "--resolutions", "32",
+                 "48", "--teacher", folders["teacher"], "--agreement-data", folders["photos"], "--card",
+                 "--repo-id", "org/lw-tiny")
+    assert [entry["trained"] for entry in report["results"]] == [True, False]  # k = 4 and 8 of 16 at 32 px, in [2, 5]
+
+    text = (out / "README.md").read_text()
+    assert not list(out.glob(".tmp-*"))
+    assert 'AutoModel.from_pretrained("org/lw-tiny", trust_remote_code=True)' in text
+    header, rows = card_table(text)
+    # no probe, segmentation data or memory on this CPU: those columns are left out
+    assert header[:5] == ["k_ratio", "GFLOPs @ 32 px", "GFLOPs @ 48 px", "ms @ 32 px", "ms @ 48 px"]
+    assert header[-2:] == ["CLS cosine", "patch cosine"] and "mIoU (%)" not in header
+    for row, entry, trained in zip(rows, report["results"], ["trained", "not trained"]):
+        cost, quality = entry["cost"], entry["quality"]
+        assert row[0] == f"{entry['budget']} ({trained})"
+        assert row[3:5] == [f"{cost['32']['latency_ms']:.1f}", f"{cost['48']['latency_ms']:.1f}"]
+        assert row[-2:] == [f"{quality['cls_cosine']:.3f} ± {quality['cls_cosine_se']:.3f}",
+                            f"{quality['patch_cosine']:.3f} ± {quality['patch_cosine_se']:.3f}"]
+    teacher = report["teacher_cost"]
+    for size in ("32", "48"):
+        assert f"{teacher[size]['latency_ms']:.1f} ms at {size} px" in text
+    assert "](features.png)" in text and "](where.png)" in text and "](evaluation.png)" in text
+
+
+def test_card_does_not_overwrite_a_readme_without_force(folders, tmp_path, capsys, monkeypatch):
+    (tmp_path / "README.md").write_bytes(b"# my own card\n")
+    monkeypatch.setattr(evaluate_budgets.AutoModel, "from_pretrained", pytest.fail)  # refused before any work
+    assert evaluate_budgets.cli([folders["veca"], "--budgets", "2", "--resolutions", "32", "--card",
+                                 "--output-dir", str(tmp_path)]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "README.md exists; pass --force" in error
+    assert (tmp_path / "README.md").read_bytes() == b"# my own card\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["README.md"]
+    with pytest.raises(ValueError, match="add --card"):
+        run(folders, tmp_path / "other", "veca", "--budgets", "2", "--repo-id", "org/veca")

@@ -19,14 +19,19 @@ CONFIGS = {
     ),
 }
 BUDGETS = {"veca": ("num_cores", [2, 4, 8]), "lookwhere": ("k_ratio", [0.05, 0.1, 0.5])}
-# Per budget: GFLOPs at 32 and 64 px, then at the quality resolution (64 px) latency, throughput and peak memory.
-COSTS = [(0.123, 0.5, 3.14, 318.47, 12.3), (0.234, 0.94, 4.27, 234.19, 14.6), (0.456, 1.87, 6.81, 146.84, 20.2)]
-QUALITY = [(0.612, 0.401, 0.7512, None), (0.655, None, 0.8034, 0.3333), (0.701, 0.452, None, 0.41)]
+# Per budget: GFLOPs at 32 and 64 px, latency (ms) at 32 and 64 px, peak memory at the quality resolution (64 px).
+COSTS = [(0.123, 0.5, 1.04, 3.14, 12.3), (0.234, 0.94, 1.26, 4.27, 14.6), (0.456, 1.87, 2.36, 6.81, 20.2)]
+# Per budget: CLS cosine and its standard error, patch cosine and its standard error, probe accuracy, mIoU; the second
+# budget's CLS cosine has no standard error, as in an evaluation written before it was recorded.
+QUALITY = [(0.612, 0.0104, 0.401, 0.0049, 0.7512, None), (0.655, None, None, None, 0.8034, 0.3333),
+           (0.701, 0.0126, 0.452, 0.002, None, 0.41)]
+HEADER = ["GFLOPs @ 32 px", "GFLOPs @ 64 px", "ms @ 32 px", "ms @ 64 px", "peak MiB @ 64 px", "CLS cosine",
+          "patch cosine", "probe acc. (%)", "mIoU (%)"]
 # The table cells after the budget, written by hand from COSTS and QUALITY.
 EXPECTED_CELLS = [
-    ["0.12", "0.50", "3.1", "318.5", "12", "0.612", "0.401", "75.1", "—"],
-    ["0.23", "0.94", "4.3", "234.2", "15", "0.655", "—", "80.3", "33.3"],
-    ["0.46", "1.87", "6.8", "146.8", "20", "0.701", "0.452", "—", "41.0"],
+    ["0.12", "0.50", "1.0", "3.1", "12", "0.612 ± 0.010", "0.401 ± 0.005", "75.1", "—"],
+    ["0.23", "0.94", "1.3", "4.3", "15", "0.655", "—", "80.3", "33.3"],
+    ["0.46", "1.87", "2.4", "6.8", "20", "0.701 ± 0.013", "0.452 ± 0.002", "—", "41.0"],
 ]
 TAGS = {"corevision_hf", "vision", "knowledge-distillation", "image-feature-extraction", "custom_code"}
 
@@ -34,16 +39,20 @@ TAGS = {"corevision_hf", "vision", "knowledge-distillation", "image-feature-extr
 def make_evaluation(model_type: str) -> dict:
     budget_name, budgets = BUDGETS[model_type]
     results = []
-    for budget, (g32, g64, latency, throughput, memory), (cls, patch, probe, miou) in zip(budgets, COSTS, QUALITY):
+    for budget, (g32, g64, ms32, ms64, memory), (cls, cls_se, patch, patch_se, probe, miou) in zip(
+        budgets, COSTS, QUALITY
+    ):
         results.append({
             "budget": budget,
             "cost": {
-                # 32 px timings differ from the 64 px ones: the table must read the quality resolution's
-                "32": {"gflops": g32, "latency_ms": 1.0, "throughput_images_per_s": 1000.0, "peak_memory_mib": 1.0},
-                "64": {"gflops": g64, "latency_ms": latency, "throughput_images_per_s": throughput,
+                # 32 px memory differs from the 64 px one: the table must read the quality resolution's
+                "32": {"gflops": g32, "latency_ms": ms32, "throughput_images_per_s": 1e3 / ms32,
+                       "peak_memory_mib": 1.0},
+                "64": {"gflops": g64, "latency_ms": ms64, "throughput_images_per_s": 1e3 / ms64,
                        "peak_memory_mib": memory},
             },
-            "quality": {"cls_cosine": cls, "patch_cosine": patch, "probe_accuracy": probe, "segmentation_miou": miou},
+            "quality": {"cls_cosine": cls, "cls_cosine_se": cls_se, "patch_cosine": patch, "patch_cosine_se": patch_se,
+                        "probe_accuracy": probe, "segmentation_miou": miou},
         })
     return {
         "format": "corevision-evaluation/1",
@@ -73,11 +82,16 @@ def make_recipe(model_type: str) -> dict:
     }
 
 
-def budget_rows(text: str) -> list[list[str]]:
-    """The body rows of the budget table, as lists of cells."""
+def budget_table(text: str) -> list[list[str]]:
+    """The budget table's header, then its body rows, as lists of cells."""
     section = text.split("## Cost and quality per budget", 1)[1].split("\n## ", 1)[0]
     lines = [line for line in section.splitlines() if line.startswith("|")]
-    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[:1] + lines[2:]]
+
+
+def budget_rows(text: str) -> list[list[str]]:
+    """The body rows of the budget table, as lists of cells."""
+    return budget_table(text)[1:]
 
 
 @pytest.mark.parametrize("model_type", ["veca", "lookwhere"])
@@ -104,26 +118,37 @@ def test_card_parses_with_metadata_and_one_row_per_budget(model_type, tmp_path):
             ("semantic-segmentation", "ade-mini", "mean_iou", 0.3333, f"linear mIoU ({budget_name}={budgets[1]})"),
             ("semantic-segmentation", "ade-mini", "mean_iou", 0.41, f"linear mIoU ({budget_name}={budgets[2]})"),
         ]
-        rows = budget_rows(parsed.text)
+        header, *rows = budget_table(parsed.text)
+        assert header[1:] == HEADER
         assert [row[0] for row in rows] == [str(b) for b in budgets]
         assert [row[1:] for row in rows] == EXPECTED_CELLS
 
     text = card.text
+    assert "the mean over images ± its standard error." in text
     assert "![Quality against cost for every budget](evaluation.png)" in text
     assert "python -m training.distill_" in text and "<details>" in text and '"lr": 0.001' in text
     assert "Elastic Attention Cores for Scalable Vision Transformers" in text and "arXiv:2605.12491" in text
     assert "LookWhere? Efficient Visual Recognition" in text and "arXiv:2505.18051" in text
 
 
-def test_veca_rows_say_which_budgets_nested_dropout_trained():
-    evaluation = make_evaluation("veca")
+@pytest.mark.parametrize("model_type, note", [
+    ("veca", '"(trained)": a budget nested dropout drew in training'),
+    ("lookwhere", '"(trained)": k at 64 px lies in the range training drew k from (16 to 128 patches)'),
+])
+def test_rows_say_which_budgets_training_drew(model_type, note):
+    evaluation = make_evaluation(model_type)
     for result, trained in zip(evaluation["results"], [False, True, True]):
         result["trained"] = trained
-    card = render_card(CONFIGS["veca"](), evaluation, make_recipe("veca"), repo_id="org/tiny-veca")
-    budgets = BUDGETS["veca"][1]
+    recipe = make_recipe(model_type)
+    recipe["args"].update(k_min=16, k_max=128)  # distill_lookwhere's range; VECA's recipe has none and needs none
+    card = render_card(CONFIGS[model_type](), evaluation, recipe, repo_id=f"org/tiny-{model_type}")
+    budgets = BUDGETS[model_type][1]
     assert [row[0] for row in budget_rows(card.text)] == [
         f"{budgets[0]} (not trained)", f"{budgets[1]} (trained)", f"{budgets[2]} (trained)"
     ]
+    assert note in card.text
+    untold = render_card(CONFIGS[model_type](), make_evaluation(model_type), recipe).text  # "trained" unknown
+    assert "(trained)" not in untold
 
 
 @pytest.mark.parametrize("model_type", ["veca", "lookwhere"])
@@ -142,12 +167,16 @@ def test_unknown_recipe_local_teacher_and_no_measurements():
     evaluation["teacher"] = "/models/my-teacher"
     for result in evaluation["results"]:
         result["quality"] = dict.fromkeys(result["quality"])
+        result["cost"]["64"]["peak_memory_mib"] = None
     card = ModelCard(render_card(CONFIGS["veca"](), evaluation, recipe=None, plot_filename=None).content)
 
     assert "The training recipe is unknown" in card.text
     assert card.data.base_model is None and card.data.datasets is None  # a local path is no hub id
     assert card.data.eval_results is None and "model-index" not in card.content and "model_name" not in card.content
-    assert all(row[-4:] == ["—"] * 4 for row in budget_rows(card.text))
+    header, *rows = budget_table(card.text)
+    assert header == ["cores", *HEADER[:4]]  # no column of what was measured for no budget
+    assert [row[1:] for row in rows] == [cells[:4] for cells in EXPECTED_CELLS]
+    assert "peak MiB" not in card.text and "cosine" not in card.text and "mIoU" not in card.text
     assert "![" not in card.text
 
 
@@ -180,8 +209,8 @@ def test_cli_writes_the_card_with_recipe_plot_and_teacher_cost(tmp_path):
     card = ModelCard.load(tmp_path / "README.md")
     assert card.data.tags[:2] == ["corevision_hf", "lookwhere"] and card.data.model_name == "lw"
     assert "](evaluation.png)" in card.text and "--max-steps 5" in card.text
-    assert ("dense teacher in the same run: 1.50 GFLOPs at 32 px, 6.25 GFLOPs at 64 px, 12.3 ms latency, "
-            "81.0 images / s and 30 MiB peak at 64 px") in card.text
+    assert ("dense teacher in the same run: 1.50 GFLOPs and 2.0 ms at 32 px, 6.25 GFLOPs and 12.3 ms at 64 px; "
+            "30 MiB peak at 64 px.") in card.text
     assert len(budget_rows(card.text)) == 3
 
 

@@ -96,8 +96,9 @@ def features(model, images: torch.Tensor, budget: dict, batch_size: int, device:
 
 
 def agreement(pooled: torch.Tensor, patches: torch.Tensor, targets: tuple) -> dict:
-    """Mean CLS and patch cosine to the teacher over the images, and their standard deviation over the images (a
-    patch cosine per image is its mean over patches; None with a single image)."""
+    """Mean CLS and patch cosine to the teacher over the images, their standard deviation over the images (`_std`)
+    and the standard error of the mean, std / sqrt(images) (`_se`); a patch cosine per image is its mean over
+    patches; both spreads are None with a single image."""
     teacher_cls, teacher_patches = targets
     per_image = {
         "cls_cosine": F.cosine_similarity(pooled, teacher_cls, dim=-1),
@@ -106,5 +107,7 @@ def agreement(pooled: torch.Tensor, patches: torch.Tensor, targets: tuple) -> di
     result = {}
     for name, values in per_image.items():
         result[name] = values.mean().item()
-        result[name + "_std"] = values.std().item() if len(values) > 1 else None
+        std = values.std().item() if len(values) > 1 else None
+        result[name + "_std"] = std
+        result[name + "_se"] = None if std is None else std / len(values) ** 0.5
     return result
