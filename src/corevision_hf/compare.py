@@ -74,7 +74,7 @@ def budgets_of(config, asked: list[float] | None) -> tuple[str, list]:
 
 def compare(model, teacher, images: torch.Tensor, budget_name: str, budgets: list, runs: int) -> dict:
     """Measures the model at every budget and the teacher on `images` (N, 3, S, S); returns a report in the format
-    of training/evaluate_budgets.py (what `corevision_hf.visualize.plot_evaluation` draws)."""
+    of evaluation.evaluate_budgets (what `corevision_hf.visualize.plot_evaluation` draws)."""
     config, size, device = model.config, images.shape[-1], str(images.device)
     grid = (size // config.patch_size, size // config.patch_size)
     teacher_pixels = teacher_input(images, teacher_patch_size(teacher), config.patch_size)

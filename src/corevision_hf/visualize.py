@@ -4,7 +4,7 @@
   one column per model or budget, colours fitted on the first column so that columns are comparable.
 - `plot_cores`: where VECA's active cores ended up (`out.core_coordinates`), over the photo, per budget.
 - `plot_kept_patches`: LookWhere's selector map and the patches it kept (`out.selected_indices`), per budget.
-- `plot_evaluation`: quality against cost per budget from an evaluation JSON (training/evaluate_budgets.py), with
+- `plot_evaluation`: quality against cost per budget from an evaluation JSON (evaluation.evaluate_budgets), with
   the dense teacher as the reference and the spread over images as error bars.
 
 Every function returns a `matplotlib.figure.Figure` (no pyplot state, so it is safe in a web server's threads);
@@ -228,7 +228,7 @@ QUALITY_LABELS = {
 
 
 def plot_evaluation(report: dict) -> Figure:
-    """Quality and latency against cost for every budget of an evaluation JSON (training/evaluate_budgets.py).
+    """Quality and latency against cost for every budget of an evaluation JSON (evaluation.evaluate_budgets).
 
     Quality panels: each measured metric against GFLOPs at the quality resolution, on a 0-1 scale with the dense
     teacher's GFLOPs as a vertical line (and, for the cosines, the teacher's agreement with itself, 1, as a

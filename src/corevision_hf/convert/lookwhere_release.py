@@ -82,9 +82,9 @@ def usage_lines(out_dir: str, name: str) -> list[str]:
     evaluation = f"{out_dir.rstrip('/')}-evaluation"
     return [
         f"load:     AutoModel.from_pretrained({out_dir!r}, trust_remote_code=True)",
-        f"evaluate: python training/evaluate_budgets.py {out_dir} --budgets 0.05 0.1 0.2 --resolutions 518 1036 "
+        f"evaluate: python -m evaluation.evaluate_budgets {out_dir} --budgets 0.05 0.1 0.2 --resolutions 518 1036 "
         f"--output-dir {evaluation}",
-        f"publish:  python training/publish.py {out_dir} --evaluation {evaluation}/evaluation.json "
+        f"publish:  python -m publishing.publish {out_dir} --evaluation {evaluation}/evaluation.json "
         f"--repo-id your-name/lookwhere-{name} --dry-run   # then without --dry-run",
     ]
 
