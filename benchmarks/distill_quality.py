@@ -215,11 +215,13 @@ def train(student, step_loss, draws, train_dir: Path, teacher, teacher_cache: di
     if output_dir.exists():  # an interrupted run: start it again
         shutil.rmtree(output_dir)
     run_args = training_parser(__doc__, lr=args.lr, min_lr=args.min_lr, weight_decay=args.weight_decay).parse_args([
-        "--teacher", "dinov2-small", "--data", str(train_dir), "--output-dir", str(output_dir),
+        "--teacher", "offline-dinov2-small", "--data", str(train_dir), "--output-dir", str(output_dir),
         "--batch-size", str(args.batch_size), "--max-steps", str(args.steps), "--warmup-steps", str(max(1, args.steps // 10)),
         "--max-grad-norm", str(args.max_grad_norm), "--checkpoint-every", str(args.steps), "--keep-checkpoints", "1",
         "--log-with", "none", "--seed", str(seed),
     ])
+    if "k" in draws(0):  # LookWhere: its recipe records the k range training drew from (the model card reads it)
+        run_args.k_min, run_args.k_max = args.k_min, args.k_max
     accelerator = start(run_args, "benchmarks.distill_quality")
     dataset, stats = build_dataset(str(train_dir), image_size=args.image_size, seed=seed)
     grid = (args.image_size // 14, args.image_size // 14)
