@@ -4,7 +4,7 @@ VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup demo app test test-fast bench
+.PHONY: setup demo app test test-fast bench quality
 
 setup: $(VENV)/.installed
 
@@ -45,3 +45,13 @@ bench: setup
 	$(PYTHON) benchmarks/lookwhere_speed.py --no-memory
 	$(PYTHON) benchmarks/memory.py
 	$(PYTHON) benchmarks/onnx_speed.py
+
+# Distillation quality on the held-out photos (3 seeds x 3 students, about 90 minutes on 2 cores: docs/quality.md),
+# then the model cards of seed 0's VECA-S and LookWhere-S, budget tables included (benchmarks/results/cards/).
+CARD_ARGS = --resolutions 224 448 --teacher offline-dinov2-small --agreement-data assets/heldout --card --force
+quality: setup $(VENV)/.teacher
+	$(PYTHON) -m benchmarks.distill_quality
+	$(PYTHON) -m evaluation.evaluate_budgets outputs/distill_quality/seed0/VECA-S/final --budgets 4 8 16 32 \
+		--output-dir benchmarks/results/cards/veca-s $(CARD_ARGS)
+	$(PYTHON) -m evaluation.evaluate_budgets outputs/distill_quality/seed0/LookWhere-S/final --budgets 0.1 0.25 0.5 1.0 \
+		--output-dir benchmarks/results/cards/lookwhere-s $(CARD_ARGS)

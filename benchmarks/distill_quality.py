@@ -349,6 +349,7 @@ def plot_quality(rows: list[dict], resolutions: list[int], seeds: int, photos: i
     """quality.png: CLS and patch cosine against GFLOPs per budget, one row of panels per resolution, the dense
     student as a horizontal reference line with its standard-error band; error bars are standard errors."""
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FormatStrFormatter
 
     figure = Figure(figsize=(10, 4 * len(resolutions)), layout="constrained")
     axes = figure.subplots(len(resolutions), 2, squeeze=False)
@@ -369,6 +370,8 @@ def plot_quality(rows: list[dict], resolutions: list[int], seeds: int, photos: i
                     axis.annotate(p["setting"].split("=")[1], (p["gflops"], p[metric]["mean"]), fontsize=7,
                                   textcoords="offset points", xytext=(4, -10))
             axis.set_xscale("log")
+            for formatter in (axis.xaxis.set_major_formatter, axis.xaxis.set_minor_formatter):
+                formatter(FormatStrFormatter("%g"))
             axis.set_xlabel("GFLOPs per image (analytic)")
             axis.set_ylabel(f"{title} to the teacher")
             axis.set_title(f"{title}, {resolution} px", fontsize=11)
