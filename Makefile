@@ -48,7 +48,7 @@ bench: setup
 
 # Distillation quality on the held-out photos (3 seeds x 3 students, about 90 minutes on 2 cores: docs/quality.md),
 # then the model cards of seed 0's VECA-S and LookWhere-S, budget tables included (benchmarks/results/cards/).
-CARD_ARGS = --resolutions 224 448 --teacher offline-dinov2-small --agreement-data assets/heldout --card --force
+CARD_ARGS = --latency-runs 20 --resolutions 224 448 --teacher offline-dinov2-small --agreement-data assets/heldout --card --force
 quality: setup $(VENV)/.teacher
 	$(PYTHON) -m benchmarks.distill_quality
 	$(PYTHON) -m evaluation.evaluate_budgets outputs/distill_quality/seed0/VECA-S/final --budgets 4 8 16 32 \
