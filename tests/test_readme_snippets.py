@@ -17,7 +17,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Reading order: the README, then the pages whose snippets build on it.
 PAGES = ["README.md", *(f"docs/{name}.md" for name in (
     "usage", "parity", "onnx", "training", "evaluation-and-publishing", "features", "pictures-and-demo-page",
-    "failure-modes", "speed", "demo", "development"))]
+    "failure-modes", "speed", "quality", "demo", "development"))]
 SNIPPETS = [
     (page, snippet)
     for page in PAGES
