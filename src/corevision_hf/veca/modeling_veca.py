@@ -34,7 +34,6 @@ from .image_processing_veca import IMAGENET_MEAN, IMAGENET_STD, VecaImageProcess
 from .pipeline_veca import VecaImageFeatureExtractionPipeline
 
 
-
 # Hub code for every head, so that any saved VECA checkpoint loads with each Auto class.
 AUTO_MAP = {
     "AutoConfig": "configuration_veca.VecaConfig",
