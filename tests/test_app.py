@@ -126,9 +126,14 @@ def test_the_page_renders_pictures_and_costs_in_chromium(tmp_path):
 
         # the page runs the default model on the default photo when it opens
         cost = wait_for(lambda: "teacher / model" in text("#cost") and text("#cost"), 120, "the cost table")
-        images = wait_for(lambda: browser.call("Runtime.evaluate", session, returnByValue=True, expression=(
-            "[...document.querySelectorAll('#features img, #where img')].filter(i => i.complete && "
-            "i.naturalWidth > 200).map(i => i.naturalWidth)"))["result"]["value"], 60, "both pictures")
+
+        def both_pictures() -> list[int] | None:  # widths once both pictures have finished loading
+            widths = browser.call("Runtime.evaluate", session, returnByValue=True, expression=(
+                "[...document.querySelectorAll('#features img, #where img')].filter(i => i.complete && "
+                "i.naturalWidth > 200).map(i => i.naturalWidth)"))["result"]["value"]
+            return widths if len(widths) == 2 else None  # they arrive one after the other
+
+        images = wait_for(both_pictures, 60, "both pictures")
         shot = base64.b64decode(browser.call("Page.captureScreenshot", session, format="png")["data"])
         folder = Path(SCREENSHOT_DIR or tmp_path)
         folder.mkdir(parents=True, exist_ok=True)
