@@ -24,13 +24,15 @@
    them (any other setting starts the scratch folder afresh).
 4. Agreement with the teacher on the 21 photos of assets/heldout/ (resize + centre crop) at each of --resolutions:
    CLS cosine and mean patch cosine (LookWhere after its dense fill) of VECA-S at 4 / 8 / 16 / 32 cores (all
-   trained budgets; 4 is the smallest), LookWhere-S at k_ratio 0.1 / 0.25 / 0.5 / 1, and the dense student. Mean over photos and seeds +- standard error, where
-   se^2 = (variance of the per-photo means) / photos + (variance of the per-seed means) / seeds: photos and
-   seeds both vary. GFLOPs are analytic (corevision_hf.veca_flops / lookwhere_flops, the dense ViT's count).
+   trained budgets; 4 is the smallest), LookWhere-S at k_ratio 0.1 / 0.25 / 0.5 / 1, and the dense student. Mean
+   over photos and seeds +- standard error, where se^2 = (variance of the per-photo means) / photos + (variance of
+   the per-seed means) / seeds: photos and seeds both vary. GFLOPs are analytic (corevision_hf.veca_flops /
+   lookwhere_flops, the dense ViT's count).
 5. Linear probe on real labels (--probe-data, default assets/probe/fashion_mnist, MIT): frozen pooled features
    of the teacher, the dense student and each budget, logistic regression (evaluation.probes), val accuracy; mean
    over seeds +- standard error (binomial over val images plus seed-to-seed variance, as above).
-6. The issue's goals, met or not, each with its numbers.
+6. The issue's goals, met or not, each with its numbers: a ratio of two means and its paired standard error (the
+   delta method on A - ratio B per photo and seed, so that the photo and seed spread that both share cancels).
 
 Prints tables; writes benchmarks/results/distill_quality.json and benchmarks/results/quality.png (agreement against
 GFLOPs per budget, the dense student as a reference line, error bars: the standard error above).
@@ -143,19 +145,35 @@ def accuracy_and_error(accuracies: list[float], images: int) -> tuple[float, flo
     return mean, math.sqrt(mean * (1 - mean) / images + seed_term)
 
 
-def goal_rows(summary: dict, resolution: int, smallest: int, largest: int) -> list[dict]:
-    """The issue's goals at one resolution, from summary[(student, setting, resolution)] = {"cls": (mean, se), ...}."""
-    def value(student, setting, metric):
-        return summary[student, setting, resolution][metric][0]
+def paired_ratio(values: list[list[float]], reference: list[list[float]]) -> tuple[float, float | None]:
+    """Ratio of the grand means of two measurements of the same photos and seeds (values[seed][photo]) and its
+    paired standard error by the delta method: se(A / B) = se(A - r B) / mean(B), with A - r B taken per photo and
+    seed, so that what both share (an easy photo, a lucky seed) cancels."""
+    ratio = mean_and_error(values)[0] / mean_and_error(reference)[0]
+    differences = [[a - ratio * b for a, b in zip(row, reference_row)] for row, reference_row in zip(values, reference)]
+    error = mean_and_error(differences)[1]
+    return ratio, None if error is None else error / mean_and_error(reference)[0]
+
+
+def goal_rows(agreements: dict, resolution: int, smallest: int, largest: int) -> list[dict]:
+    """The issue's goals at one resolution, from agreements[(student, setting, resolution)][metric] =
+    [[per photo] per seed]. Each ratio carries its paired standard error."""
+    def values(student, setting, metric):
+        return agreements[student, setting, resolution][metric]
 
     pairs = [
-        (value("VECA-S", f"cores={smallest}", "cls"), value("VECA-S", f"cores={largest}", "cls")),
-        (value("VECA-S", f"cores={smallest}", "patch"), value("VECA-S", f"cores={largest}", "patch")),
-        (value("VECA-S", f"cores={largest}", "patch"), value("dense ViT-S", "all", "patch")),
-        (value("LookWhere-S", "k_ratio=0.1", "cls"), value("dense ViT-S", "all", "cls")),
+        (values("VECA-S", f"cores={smallest}", "cls"), values("VECA-S", f"cores={largest}", "cls")),
+        (values("VECA-S", f"cores={smallest}", "patch"), values("VECA-S", f"cores={largest}", "patch")),
+        (values("VECA-S", f"cores={largest}", "patch"), values("dense ViT-S", "all", "patch")),
+        (values("LookWhere-S", "k_ratio=0.1", "cls"), values("dense ViT-S", "all", "cls")),
     ]
-    return [{"goal": name, "resolution": resolution, "value": a, "reference": b, "ratio": a / b, "target": target,
-             "met": a / b >= target} for (name, target), (a, b) in zip(GOALS, pairs)]
+    rows = []
+    for (name, target), (a, b) in zip(GOALS, pairs):
+        ratio, error = paired_ratio(a, b)
+        rows.append({"goal": name, "resolution": resolution, "value": mean_and_error(a)[0],
+                     "reference": mean_and_error(b)[0], "ratio": ratio, "ratio_se": error, "target": target,
+                     "met": ratio >= target})
+    return rows
 
 
 # ---------------------------------------------------------------------------------------------------- data
@@ -456,11 +474,11 @@ def main(argv=None) -> dict:
             probe_rows.append({"model": name, "setting": setting, "accuracy": mean, "se": se, "per_seed": values})
             print(f"  {name:<20} {setting:>12} {100 * mean:5.1f} +- {100 * se:.1f} %")
 
-    goals = [g for r in args.resolutions for g in goal_rows(summary, r, min(VECA_BUDGETS), max(VECA_BUDGETS))]
+    goals = [g for r in args.resolutions for g in goal_rows(agreements, r, min(VECA_BUDGETS), max(VECA_BUDGETS))]
     print("\n5/5 goals")
     for g in goals:
         print(f"  {'met    ' if g['met'] else 'MISSED '} {g['goal']} at {g['resolution']} px: {g['value']:.3f} / "
-              f"{g['reference']:.3f} = {g['ratio']:.3f} (goal >= {g['target']})")
+              f"{g['reference']:.3f} = {g['ratio']:.3f} +- {g['ratio_se'] or 0:.3f} paired (goal >= {g['target']})")
 
     for path in (args.plot, args.out):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -477,7 +495,8 @@ def main(argv=None) -> dict:
         "train_photos": train_names,
         "held_out_photos": [p.name for p in photos],
         "held_out_sha256_16": photo_checksum(photos),
-        "standard_error": "se^2 = var(per-photo means over seeds) / photos + var(per-seed means over photos) / seeds",
+        "standard_error": "se^2 = var(per-photo means over seeds) / photos + var(per-seed means over photos) / seeds; "
+                          "a goal's ratio_se is that of A - ratio B per photo and seed, over mean(B) (paired)",
         "environment": {
             "torch": torch.__version__, "corevision_hf": corevision_hf.__version__, "threads": torch.get_num_threads(),
             "cpu_count": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version(),

@@ -29,20 +29,41 @@ def test_accuracy_error_is_binomial_plus_seed_spread():
     assert dq.accuracy_and_error([0.9, 0.9, 0.9], images=50)[1] == pytest.approx(math.sqrt(0.9 * 0.1 / 50))
 
 
-def test_goals_compare_the_right_rows():
-    def entry(cls, patch):
-        return {"cls": (cls, 0.01), "patch": (patch, 0.01)}
+def test_paired_ratio_error_by_hand():
+    # A - 1.05 B = [[-0.15, 0.05], [-0.05, 0.15]]: photo means -0.1, 0.1 (variance 0.02), seed means -0.05, 0.05
+    # (variance 0.005); over mean(B) = 1
+    ratio, error = dq.paired_ratio([[0.9, 1.1], [1.0, 1.2]], [[1.0, 1.0], [1.0, 1.0]])
+    assert ratio == pytest.approx(1.05)
+    assert error == pytest.approx(math.sqrt(0.02 / 2 + 0.005 / 2))
 
-    summary = {
+
+def test_paired_ratio_cancels_what_both_share():
+    # hard and easy photos, a good and a bad seed, but A is always 0.9 B: the ratio is known exactly
+    reference = [[0.3, 0.9, 0.6], [0.5, 0.8, 0.4]]
+    ratio, error = dq.paired_ratio([[0.9 * b for b in row] for row in reference], reference)
+    assert ratio == pytest.approx(0.9)
+    assert error == pytest.approx(0.0, abs=1e-12)
+    assert dq.mean_and_error(reference)[1] > 0.1  # while each mean on its own is uncertain
+
+
+def test_goals_compare_the_right_rows():
+    def entry(cls, patch):  # two seeds x two photos, spread around the given means
+        return {"cls": [[cls - 0.01, cls + 0.01], [cls, cls]], "patch": [[patch - 0.01, patch + 0.01], [patch, patch]]}
+
+    agreements = {
         ("VECA-S", "cores=4", 224): entry(0.60, 0.40),
         ("VECA-S", "cores=32", 224): entry(0.62, 0.50),
         ("dense ViT-S", "all", 224): entry(0.70, 0.51),
         ("LookWhere-S", "k_ratio=0.1", 224): entry(0.56, 0.30),
     }
-    goals = dq.goal_rows(summary, 224, smallest=4, largest=32)
+    goals = dq.goal_rows(agreements, 224, smallest=4, largest=32)
     assert [round(g["ratio"], 4) for g in goals] == [round(0.60 / 0.62, 4), 0.8, round(0.50 / 0.51, 4), 0.8]
     assert [g["met"] for g in goals] == [True, False, True, False]
     assert [g["target"] for g in goals] == [0.96, 0.96, 0.97, 0.90]
+    assert [g["value"] for g in goals] == pytest.approx([0.60, 0.40, 0.50, 0.56])
+    first = goals[0]
+    assert first["ratio_se"] == pytest.approx(dq.paired_ratio(agreements["VECA-S", "cores=4", 224]["cls"],
+                                                              agreements["VECA-S", "cores=32", 224]["cls"])[1])
 
 
 @pytest.mark.parametrize("argv, words", [
