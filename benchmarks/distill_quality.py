@@ -268,6 +268,13 @@ def train(student, step_loss, draws, train_dir: Path, teacher, teacher_cache: di
     return record
 
 
+def reproducing_command(args, seed: int) -> str:
+    """The benchmark command that trains this seed's students again (each is seeded on its own), every training
+    setting spelled out."""
+    flags = [f"--{name.replace('_', '-')} {getattr(args, name)}" for name in TRAINING_SETTINGS]
+    return " ".join(["python -m benchmarks.distill_quality --seeds", str(seed), *flags])
+
+
 def veca_step_loss(student, pixel_values, targets, num_cores):
     output = student(pixel_values, num_cores=num_cores)
     return veca_loss(output.pooler_output, output.last_hidden_state[:, num_cores:], targets["cls"], targets["patches"])
@@ -304,15 +311,22 @@ def new_student(name: str, teacher, args, seed: int):
 
 def trained_student(name: str, teacher, teacher_cache: dict, train_dir: Path, args, seed: int) -> tuple:
     """(student in eval mode, its training record): the saved one when this seed's run finished before, else a
-    fresh run."""
+    fresh run. Either way its training_recipe.json (which the model card quotes) gives the benchmark command that
+    trains it again, not the inner training loop's arguments."""
     output_dir = args.scratch_dir / f"seed{seed}" / name.replace(" ", "_")
     if (output_dir / "benchmark.json").exists():
         print(f"    {name}, seed {seed}: reusing {relative(output_dir / 'final')}", flush=True)
-        return AutoModel.from_pretrained(output_dir / "final").eval(), json.loads((output_dir / "benchmark.json").read_text())
-    print(f"    {name}, seed {seed}: training {args.steps} steps", flush=True)
-    student, step_loss, draws = new_student(name, teacher, args, seed)
-    record = train(student, step_loss, draws, train_dir, teacher, teacher_cache, args, seed, output_dir)
-    return student.eval(), record
+        student = AutoModel.from_pretrained(output_dir / "final").eval()
+        record = json.loads((output_dir / "benchmark.json").read_text())
+    else:
+        print(f"    {name}, seed {seed}: training {args.steps} steps", flush=True)
+        student, step_loss, draws = new_student(name, teacher, args, seed)
+        record = train(student, step_loss, draws, train_dir, teacher, teacher_cache, args, seed, output_dir)
+        student.eval()
+    recipe = output_dir / "final" / "training_recipe.json"
+    write_json(str(recipe), {**json.loads(recipe.read_text()), "method": student.config.model_type,
+                             "command": reproducing_command(args, seed)})
+    return student, record
 
 
 # ---------------------------------------------------------------------------------------------------- evaluation

@@ -3,6 +3,7 @@
 
 import json
 import math
+import shlex
 
 import pytest
 
@@ -64,6 +65,14 @@ def test_goals_compare_the_right_rows():
     first = goals[0]
     assert first["ratio_se"] == pytest.approx(dq.paired_ratio(agreements["VECA-S", "cores=4", 224]["cls"],
                                                               agreements["VECA-S", "cores=32", 224]["cls"])[1])
+
+
+def test_the_recipe_command_parses_back_to_the_same_training():
+    args = dq.parse_args(["--seeds", "0", "1", "--steps", "7", "--lr", "3e-4", "--k-max", "64", "--copies", "2"])
+    again = dq.parse_args(shlex.split(dq.reproducing_command(args, 1))[3:])
+    assert again.seeds == [1]
+    assert {name: getattr(again, name) for name in dq.TRAINING_SETTINGS} == {
+        name: getattr(args, name) for name in dq.TRAINING_SETTINGS}
 
 
 @pytest.mark.parametrize("argv, words", [

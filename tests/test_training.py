@@ -96,6 +96,7 @@ def test_lookwhere_runs_the_teacher_once_per_step(teacher_dir, image_dir, tmp_pa
     assert [m["k"] for m in metrics] == [draw_int(2, 8, 3, step) for step in range(3)]
     assert {"cls_mse", "patch_mse", "map_kl", "teacher_time_share"} <= set(metrics[0])
     assert isinstance(AutoModel.from_pretrained(tmp_path / "final"), LookWhereModel)
+    assert json.loads((tmp_path / "final" / "training_recipe.json").read_text())["method"] == "lookwhere"
 
 
 def test_schedule_is_the_same_with_gradient_accumulation_and_resolutions_are_drawn(teacher_dir, image_dir, tmp_path):

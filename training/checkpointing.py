@@ -215,7 +215,8 @@ def export(accelerator: Accelerator, model, output_dir: str, stats, script: str,
     accelerator.wait_for_everyone()  # every process is done with the folder before it is renamed
     if accelerator.is_main_process:
         with open(os.path.join(partial, "training_recipe.json"), "w") as f:
-            json.dump(training_recipe(accelerator, script, args), f, indent=2)
+            model_type = accelerator.unwrap_model(model).config.model_type
+            json.dump(training_recipe(accelerator, script, args, model_type), f, indent=2)
         if os.path.exists(final):  # this run's own export, made before a resume
             shutil.rmtree(final)
         os.replace(partial, final)
@@ -224,9 +225,9 @@ def export(accelerator: Accelerator, model, output_dir: str, stats, script: str,
     accelerator.print(f"exported {final}: AutoModel.from_pretrained({final!r}, trust_remote_code=True)")
 
 
-def training_recipe(accelerator: Accelerator, script: str, args) -> dict:
-    """What a model card needs to say how a checkpoint was made: the command (rebuilt from the parsed arguments, so
-    it is the same however the script was called) and every argument."""
+def training_recipe(accelerator: Accelerator, script: str, args, model_type: str) -> dict:
+    """What a model card needs to say how a checkpoint was made: the model type, the command (rebuilt from the
+    parsed arguments, so it is the same however the script was called) and every argument."""
     left_out = ("stop_at_step", "resume", "overwrite")
     arguments = {name: value for name, value in vars(args).items() if name not in left_out}
     flags = []
@@ -239,7 +240,7 @@ def training_recipe(accelerator: Accelerator, script: str, args) -> dict:
     launcher = "accelerate launch" if accelerator.num_processes > 1 else "python"
     return {
         "script": script,
-        "method": "veca" if "veca" in script else "lookwhere",
+        "method": model_type,
         "command": " ".join([launcher, "-m", script, *flags]),
         "teacher": args.teacher,
         "data": args.data,
