@@ -17,10 +17,9 @@ from huggingface_hub import ModelCard
 from huggingface_hub.utils._http import default_client_factory
 from huggingface_hub.utils.sha import git_hash
 from PIL import Image
+from transformers import AutoModel
 
-from corevision_hf import LookWhereConfig, LookWhereModel, VecaModel
-
-
+from corevision_hf import LookWhereConfig, LookWhereImageProcessor, LookWhereModel, VecaImageProcessor, VecaModel
 from publishing import publish
 
 
@@ -268,6 +267,54 @@ def test_publish_bfloat16_lookwhere_without_recipe_or_plot(tmp_path, hub):
     assert config["auto_map"]["AutoModel"] == "modeling_lookwhere.LookWhereModel" and config["dtype"] == "bfloat16"
     card = ModelCard(files["README.md"].decode())
     assert "k_ratio=" in card.text and "evaluation.png" not in card.text
+
+
+# appended to the card's snippet: what it computed, for the comparison in this process
+SAVE_SNIPPET_OUTPUTS = """
+torch.save({"pixel_values": inputs["pixel_values"], "last_hidden_state": out.last_hidden_state,
+            "pooler_output": out.pooler_output}, sys.argv[3])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", ["veca", "lookwhere"])
+def test_the_published_cards_usage_snippet_runs_as_written(tmp_path, hub, veca_run, model_type):
+    """The card's Python block, verbatim, on a real photo in a Python without corevision_hf, against the published
+    repo served from an offline hub cache: it gets the processor's pixels and the model's outputs at its budget."""
+    if model_type == "veca":
+        publish_veca(veca_run)
+        checkpoint, processor_class = veca_run / "final", VecaImageProcessor
+    else:
+        checkpoint, processor_class = tmp_path / "final", LookWhereImageProcessor
+        torch.manual_seed(0)
+        LookWhereModel(LookWhereConfig(
+            hidden_size=32, num_hidden_layers=3, num_attention_heads=2, intermediate_size=64, patch_size=4,
+            image_size=32, selector_depth=1, selector_image_size=12, k_ratio=0.25,
+        )).save_pretrained(checkpoint)  # fmt: skip
+        (tmp_path / "evaluation.json").write_text(json.dumps(evaluation("lookwhere", "k_ratio", [0.25, 1.0])))
+        publish.main([str(checkpoint), "--evaluation", str(tmp_path / "evaluation.json"), "--repo-id", REPO_ID])
+    card = hub.files(REPO_ID)["README.md"].decode()
+    snippet = card.split("## Usage", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "downloaded").mkdir()
+    for name, data in hub.files(REPO_ID).items():
+        (tmp_path / "downloaded" / name).write_bytes(data)
+    photo = Path(__file__).resolve().parents[1] / "assets" / "photos" / "chelsea.jpg"
+    (tmp_path / "image.jpg").write_bytes(photo.read_bytes())  # the file name the snippet opens, where it runs
+
+    env = make_offline_hub_cache(tmp_path, tmp_path / "downloaded", REPO_ID)
+    saved = load_without_package(tmp_path, "import torch\n" + snippet + SAVE_SNIPPET_OUTPUTS, REPO_ID,
+                                 torch.zeros(0), env=env)  # fmt: skip
+
+    size = int(re.search(r'size=\{"shortest_edge": (\d+)\}', snippet)[1])
+    name, value = re.search(r"model\(\*\*inputs, (num_cores|k_ratio)=([\d.]+)\)", snippet).groups()
+    expected_pixels = processor_class.from_pretrained(checkpoint)(Image.open(photo), return_tensors="pt",
+                                                                  size={"shortest_edge": size})["pixel_values"]
+    torch.testing.assert_close(saved["pixel_values"], expected_pixels, atol=0, rtol=0)
+    model = AutoModel.from_pretrained(checkpoint).eval()
+    with torch.inference_mode():
+        out = model(expected_pixels, **{name: int(value) if name == "num_cores" else float(value)})
+    torch.testing.assert_close(saved["last_hidden_state"], out.last_hidden_state, atol=0, rtol=0)
+    torch.testing.assert_close(saved["pooler_output"], out.pooler_output, atol=0, rtol=0)
 
 
 @pytest.mark.parametrize(
