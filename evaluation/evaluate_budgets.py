@@ -15,7 +15,8 @@ decimals). For every budget:
   pooled output, logistic regression) on --probe-data (train/<class>/*, val/<class>/*); linear segmentation mIoU
   (per-patch linear head on frozen patch features) on --segmentation-data ({train,val}/images/*,
   {train,val}/masks/*.png, 255 = ignore).
-The dense teacher is timed at the same resolutions in the same run. Accuracy and mIoU come from the package's
+The dense teacher is timed at the same resolutions in the same run; with --optimize-for-cpu both are timed (and
+evaluated) with the CPU opt-in `corevision_hf.optimize_for_cpu`, which the card then names. Accuracy and mIoU come from the package's
 `evaluate` modules (corevision_hf.metrics). Writes OUT/evaluation.json, read by publishing.publish and the model
 card, and OUT/evaluation.png (quality against cost). With --card, also OUT/README.md: the model card
 (publishing.model_card) with this evaluation's budget table, so that one command regenerates it.
@@ -38,6 +39,7 @@ from transformers import AutoConfig, AutoModel
 
 import corevision_hf
 from corevision_hf.cli import run
+from corevision_hf.cpu import optimize_for_cpu
 from corevision_hf.evaluation import (
     agreement,
     cost_entry,
@@ -95,6 +97,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--eval-batch-size", type=int, default=16, help="batch for feature extraction")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--optimize-for-cpu", action="store_true",
+                        help="the checkpoint and the teacher with corevision_hf.optimize_for_cpu (CPU, float32)")
     parser.add_argument("--card", action="store_true", help="also render the model card as OUT/README.md")
     parser.add_argument("--repo-id", default=None, help="with --card: the hub repo (org/name) the card is for")
     parser.add_argument("--force", action="store_true", help="overwrite an existing OUT/evaluation.json and README.md")
@@ -266,6 +270,9 @@ def main(argv=None) -> dict:
             raise FileExistsError(f"{output / name} exists; pass --force to overwrite it or pick another --output-dir.")
     if args.repo_id and not args.card:
         raise ValueError("--repo-id names the model card's repo: add --card, or leave --repo-id out.")
+    if args.optimize_for_cpu and (args.device != "cpu" or args.dtype != "float32"):
+        raise ValueError(f"--optimize-for-cpu speeds up float32 on the CPU only, not --device {args.device} --dtype "
+                         f"{args.dtype}: add --device cpu --dtype float32, or leave --optimize-for-cpu out.")
 
     # Checks: the checkpoint, the budgets, the sizes, every dataset and the teacher, before any work.
     config = checkpoint_config(args.checkpoint)
@@ -292,6 +299,10 @@ def main(argv=None) -> dict:
         )
     progress(f"loading {args.checkpoint} ({config.model_type}); budgets ({budget_name}): {budgets}")
     model = AutoModel.from_pretrained(args.checkpoint, dtype=dtype).to(args.device).eval()
+    if args.optimize_for_cpu:
+        optimize_for_cpu(model)
+        if teacher is not None:
+            optimize_for_cpu(teacher)
     output.mkdir(parents=True, exist_ok=True)
 
     report = {
@@ -312,6 +323,7 @@ def main(argv=None) -> dict:
             "torch": torch.__version__,
             "transformers": transformers.__version__,
             "corevision_hf": corevision_hf.__version__,
+            "optimize_for_cpu": args.optimize_for_cpu,
         },
         "teacher": teacher_name,
         "datasets": {

@@ -202,6 +202,8 @@ def test_lookwhere_budget_is_trained_when_its_k_lies_in_the_recipes_range():
     (["--budgets", "4", "--resolutions", "30"],
      "--resolutions 30: not a positive multiple of the patch size 8; use e.g. 32."),
     (["--budgets", "4", "--agreement-data", "/nonexistent"], "Image folder /nonexistent does not exist"),
+    (["--budgets", "4", "--optimize-for-cpu", "--dtype", "bfloat16"],
+     "--optimize-for-cpu speeds up float32 on the CPU only, not --device cpu --dtype bfloat16"),
 ])
 def test_the_command_line_ends_bad_input_in_one_line(folders, tmp_path, capsys, extra, message):
     assert evaluate_budgets.cli([folders["veca"], "--output-dir", str(tmp_path / "out"), *extra]) == 2
@@ -261,6 +263,29 @@ def test_card_renders_the_budget_table_of_this_evaluation(folders, tmp_path):
     for size in ("32", "48"):
         assert f"{teacher[size]['latency_ms']:.1f} ms at {size} px" in text
     assert "](features.png)" in text and "](where.png)" in text and "](evaluation.png)" in text
+
+
+def test_the_cpu_opt_in_times_both_models_with_packed_weights_and_keeps_quality(folders, tmp_path, monkeypatch):
+    timed = []  # the linear layers' classes of each model timed: the checkpoint's and the teacher's
+
+    def recording(forward, device, runs):
+        timed.append({type(m).__name__ for m in forward.func.modules() if isinstance(m, torch.nn.Linear)})
+        return median_latency_ms(forward, device, runs)
+
+    median_latency_ms = evaluate_budgets.median_latency_ms
+    monkeypatch.setattr(evaluate_budgets, "median_latency_ms", recording)
+    common = ["--budgets", "2", "8", "--resolutions", "32", "--teacher", folders["teacher"],
+              "--agreement-data", folders["photos"], "--card"]
+    default = run(folders, tmp_path / "default", "veca", *common)
+    assert timed == [{"Linear"}] * 3 and default["environment"]["optimize_for_cpu"] is False
+    timed.clear()
+    opt_in = run(folders, tmp_path / "opt-in", "veca", *common, "--optimize-for-cpu")
+    assert timed == [{"PrepackedLinear"}] * 3 and opt_in["environment"]["optimize_for_cpu"] is True
+    for plain, packed in zip(default["results"], opt_in["results"]):
+        for metric in ("cls_cosine", "patch_cosine"):
+            assert packed["quality"][metric] == pytest.approx(plain["quality"][metric], abs=1e-5)
+    assert "optimize_for_cpu" in (tmp_path / "opt-in" / "README.md").read_text()
+    assert "optimize_for_cpu" not in (tmp_path / "default" / "README.md").read_text()
 
 
 def test_card_does_not_overwrite_a_readme_without_force(folders, tmp_path, capsys, monkeypatch):
