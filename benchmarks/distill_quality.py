@@ -152,10 +152,11 @@ def paired_ratio(values: list[list[float]], reference: list[list[float]]) -> tup
     """Ratio of the grand means of two measurements of the same photos and seeds (values[seed][photo]) and its
     paired standard error by the delta method: se(A / B) = se(A - r B) / mean(B), with A - r B taken per photo and
     seed, so that what both share (an easy photo, a lucky seed) cancels."""
-    ratio = mean_and_error(values)[0] / mean_and_error(reference)[0]
+    reference_mean = mean_and_error(reference)[0]
+    ratio = mean_and_error(values)[0] / reference_mean
     differences = [[a - ratio * b for a, b in zip(row, reference_row)] for row, reference_row in zip(values, reference)]
     error = mean_and_error(differences)[1]
-    return ratio, None if error is None else error / mean_and_error(reference)[0]
+    return ratio, None if error is None else error / reference_mean
 
 
 def goal_rows(agreements: dict, resolution: int, smallest: int, largest: int) -> list[dict]:
