@@ -16,10 +16,11 @@ decimals). For every budget:
   (per-patch linear head on frozen patch features) on --segmentation-data ({train,val}/images/*,
   {train,val}/masks/*.png, 255 = ignore).
 The dense teacher is timed at the same resolutions in the same run; with --optimize-for-cpu both are timed (and
-evaluated) with the CPU opt-in `corevision_hf.optimize_for_cpu`, which the card then names. Accuracy and mIoU come from the package's
-`evaluate` modules (corevision_hf.metrics). Writes OUT/evaluation.json, read by publishing.publish and the model
-card, and OUT/evaluation.png (quality against cost). With --card, also OUT/README.md: the model card
-(publishing.model_card) with this evaluation's budget table, so that one command regenerates it.
+evaluated) with the CPU opt-in `corevision_hf.optimize_for_cpu`, which the card then names. Accuracy and mIoU come
+from the package's `evaluate` modules (corevision_hf.metrics). Writes OUT/evaluation.json, read by
+publishing.publish and the model card, and OUT/evaluation.png (quality against cost). With --card, also
+OUT/README.md: the model card (publishing.model_card) with this evaluation's budget table, so that one command
+regenerates it.
 """
 
 import argparse
