@@ -268,6 +268,10 @@ def train(student, step_loss, draws, lr: float, train_dir: Path, teacher, teache
     record = {"train_time_s": time.perf_counter() - start_time, "data_checksum": seen["checksum"],
               "final_loss_mean_last10": statistics.fmean(r["loss"] for r in history[-10:]),
               "data_stats": stats.summary()}
+    # the model card quotes the recipe's command: the benchmark's own, which trains this seed again, not the inner
+    # loop's arguments under the benchmark's name
+    recipe = output_dir / "final" / "training_recipe.json"
+    write_json(str(recipe), {**json.loads(recipe.read_text()), "command": reproducing_command(args, seed)})
     write_json(str(output_dir / "benchmark.json"), record)  # written last: the student is complete
     return record
 
@@ -315,23 +319,18 @@ def new_student(name: str, teacher, args, seed: int):
 
 def trained_student(name: str, teacher, teacher_cache: dict, train_dir: Path, args, seed: int) -> tuple:
     """(student in eval mode, its training record): the saved one when this seed's run finished before, else a
-    fresh run. Either way its training_recipe.json (which the model card quotes) gives the benchmark command that
-    trains it again, not the inner training loop's arguments."""
+    fresh run."""
     output_dir = args.scratch_dir / f"seed{seed}" / name.replace(" ", "_")
     if (output_dir / "benchmark.json").exists():
         print(f"    {name}, seed {seed}: reusing {relative(output_dir / 'final')}", flush=True)
         student = AutoModel.from_pretrained(output_dir / "final").eval()
         record = json.loads((output_dir / "benchmark.json").read_text())
-    else:
-        print(f"    {name}, seed {seed}: training {args.steps} steps", flush=True)
-        student, step_loss, draws = new_student(name, teacher, args, seed)
-        lr = args.lookwhere_lr if name == "LookWhere-S" else args.lr
-        record = train(student, step_loss, draws, lr, train_dir, teacher, teacher_cache, args, seed, output_dir)
-        student.eval()
-    recipe = output_dir / "final" / "training_recipe.json"
-    write_json(str(recipe), {**json.loads(recipe.read_text()), "method": student.config.model_type,
-                             "command": reproducing_command(args, seed)})
-    return student, record
+        return student, record
+    print(f"    {name}, seed {seed}: training {args.steps} steps", flush=True)
+    student, step_loss, draws = new_student(name, teacher, args, seed)
+    lr = args.lookwhere_lr if name == "LookWhere-S" else args.lr
+    record = train(student, step_loss, draws, lr, train_dir, teacher, teacher_cache, args, seed, output_dir)
+    return student.eval(), record
 
 
 # ---------------------------------------------------------------------------------------------------- evaluation

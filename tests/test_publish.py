@@ -12,7 +12,7 @@ import httpx2
 import huggingface_hub
 import pytest
 import torch
-from conftest import load_without_package, make_offline_hub_cache, tiny_veca_config
+from conftest import TINY_LOOKWHERE_FIELDS, load_without_package, make_offline_hub_cache, tiny_veca_config
 from huggingface_hub import ModelCard
 from huggingface_hub.utils._http import default_client_factory
 from huggingface_hub.utils.sha import git_hash
@@ -287,10 +287,7 @@ def test_the_published_cards_usage_snippet_runs_as_written(tmp_path, hub, veca_r
     else:
         checkpoint, processor_class = tmp_path / "final", LookWhereImageProcessor
         torch.manual_seed(0)
-        LookWhereModel(LookWhereConfig(
-            hidden_size=32, num_hidden_layers=3, num_attention_heads=2, intermediate_size=64, patch_size=4,
-            image_size=32, selector_depth=1, selector_image_size=12, k_ratio=0.25,
-        )).save_pretrained(checkpoint)  # fmt: skip
+        LookWhereModel(LookWhereConfig(**TINY_LOOKWHERE_FIELDS, k_ratio=0.25)).save_pretrained(checkpoint)
         (tmp_path / "evaluation.json").write_text(json.dumps(evaluation("lookwhere", "k_ratio", [0.25, 1.0])))
         publish.main([str(checkpoint), "--evaluation", str(tmp_path / "evaluation.json"), "--repo-id", REPO_ID])
     card = hub.files(REPO_ID)["README.md"].decode()
