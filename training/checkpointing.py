@@ -17,7 +17,7 @@ from accelerate.utils import broadcast_object_list, gather_object
 RESUMABLE = ("resume", "overwrite", "stop_at_step", "checkpoint_every", "keep_checkpoints", "log_with", "output_dir",
              "lr", "min_lr", "max_grad_norm")
 # What a run writes into its --output-dir: what makes a folder "used", and all that --overwrite deletes.
-RUN_FILES = ("run.json", "metrics.jsonl", "checkpoints", "final", "teacher_cache", "logs")
+RUN_FILES = ("run.json", "metrics.jsonl", "validation.jsonl", "checkpoints", "final", "best", "teacher_cache", "logs")
 MANIFEST = "manifest.json"
 
 
@@ -134,13 +134,13 @@ def checkpoint_problem(folder: str) -> str | None:
     return None
 
 
-def save_checkpoint(accelerator: Accelerator, output_dir: str, step: int, data_position: tuple, keep: int) -> None:
-    """`save_state` (model, optimiser, RNG states), the step and every process's data position (epoch, batches used
-    in it) into `OUT/checkpoints/checkpoint_<step>`: written under a temporary name, sealed with a manifest of sha256
-    per file and renamed when complete; only then are all but the `keep` newest deleted."""
+def save_checkpoint(accelerator: Accelerator, output_dir: str, step: int, data_positions: dict, keep: int) -> None:
+    """`save_state` (model, optimiser, RNG states), the step and every process's data positions ({stream: (epoch,
+    batches used in it)}) into `OUT/checkpoints/checkpoint_<step>`: written under a temporary name, sealed with a
+    manifest of sha256 per file and renamed when complete; only then are all but the `keep` newest deleted."""
     folder = os.path.join(output_dir, "checkpoints", f"checkpoint_{step}")
     partial = folder + ".partial"
-    positions = gather_object([list(data_position)])
+    positions = gather_object([{stream: list(position) for stream, position in data_positions.items()}])
     if accelerator.is_main_process and os.path.exists(partial):
         shutil.rmtree(partial)  # left by a run that died while saving
     accelerator.wait_for_everyone()
@@ -157,10 +157,10 @@ def save_checkpoint(accelerator: Accelerator, output_dir: str, step: int, data_p
     accelerator.wait_for_everyone()
 
 
-def load_checkpoint(accelerator: Accelerator, output_dir: str) -> tuple[int, tuple]:
+def load_checkpoint(accelerator: Accelerator, output_dir: str) -> tuple[int, dict]:
     """Loads the newest checkpoint under `output_dir` whose files match its manifest, saying which newer ones were
-    skipped and why; returns the step to continue from and this process's data position (epoch, batches already used
-    in it)."""
+    skipped and why; returns the step to continue from and this process's data positions ({stream: (epoch, batches
+    already used in it)})."""
     chosen = None
     if accelerator.is_main_process:  # one process checks, all load the same checkpoint
         for folder in reversed(checkpoints(output_dir)):
@@ -179,7 +179,8 @@ def load_checkpoint(accelerator: Accelerator, output_dir: str) -> tuple[int, tup
     with open(os.path.join(chosen, "state.json")) as f:
         state = json.load(f)
     accelerator.print(f"resumed from {chosen} at step {state['step']}")
-    return state["step"], tuple(state["data_positions"][accelerator.process_index])
+    positions = state["data_positions"][accelerator.process_index]
+    return state["step"], {stream: tuple(position) for stream, position in positions.items()}
 
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
@@ -198,12 +199,15 @@ def check_export(folder: str) -> None:
         )
 
 
-def export(accelerator: Accelerator, model, output_dir: str, stats, script: str, args) -> None:
-    """The hub-ready `OUT/final` folder (weights gathered from every process), the recipe that produced it
-    (`training_recipe.json`, which the model card quotes) and the run's data counts. Written under a temporary name
-    and renamed when complete."""
+def export(
+    accelerator: Accelerator, model, output_dir: str, stats, script: str, args, name: str = "final",
+    validation: dict | None = None,
+) -> None:
+    """The hub-ready `OUT/<name>` folder (`final`, or `best` with its `validation.json`; weights gathered from every
+    process), the recipe that produced it (`training_recipe.json`, which the model card quotes) and the run's data
+    counts. Written under a temporary name and renamed when complete."""
     accelerator.wait_for_everyone()
-    final = os.path.join(output_dir, "final")
+    final = os.path.join(output_dir, name)
     partial = final + ".partial"
     if accelerator.is_main_process and os.path.exists(partial):
         shutil.rmtree(partial)  # left by a run that died while exporting
@@ -217,24 +221,45 @@ def export(accelerator: Accelerator, model, output_dir: str, stats, script: str,
         with open(os.path.join(partial, "training_recipe.json"), "w") as f:
             model_type = accelerator.unwrap_model(model).config.model_type
             json.dump(training_recipe(accelerator, script, args, model_type), f, indent=2)
+        if validation is not None:
+            write_json(os.path.join(partial, "validation.json"), validation)
         if os.path.exists(final):  # this run's own export, made before a resume
             shutil.rmtree(final)
         os.replace(partial, final)
     accelerator.wait_for_everyone()
-    accelerator.print(f"data: {stats.summary(accelerator.reduce(stats.as_tensor().to(accelerator.device), 'sum'))}")
+    if name == "final":
+        stats = stats if isinstance(stats, list) else [stats]  # one per resolution of a multi-resolution run
+        counts = accelerator.reduce(sum(s.as_tensor() for s in stats).to(accelerator.device), "sum")
+        accelerator.print(f"data: {stats[0].summary(counts)}")
     accelerator.print(f"exported {final}: AutoModel.from_pretrained({final!r}, trust_remote_code=True)")
+
+
+def best_score(output_dir: str) -> float | None:
+    """The validation score of `OUT/best` (what a resumed run must beat), or None when there is none yet."""
+    try:
+        with open(os.path.join(output_dir, "best", "validation.json")) as f:
+            return json.load(f)["score"]
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def training_recipe(accelerator: Accelerator, script: str, args, model_type: str) -> dict:
     """What a model card needs to say how a checkpoint was made: the model type, the command (rebuilt from the
-    parsed arguments, so it is the same however the script was called) and every argument."""
+    parsed arguments, so it is the same however the script was called), every argument, and with `--recipe` the
+    recipe's name and the values that differ from it (`recipe_overrides`: {name: {"recipe", "used"}})."""
+    from .recipes import load_recipe
+
     left_out = ("stop_at_step", "resume", "overwrite")
     arguments = {name: value for name, value in vars(args).items() if name not in left_out}
+    recipe = load_recipe(args.recipe) if getattr(args, "recipe", None) else {}
     flags = []
     for name, value in arguments.items():
+        flag = "--" + name.replace("_", "-")
+        if value is False and recipe.get(name) is True:  # a recipe's switch turned off
+            flags.append(flag.replace("--", "--no-", 1))
         if value is None or value is False:
             continue
-        flags.append("--" + name.replace("_", "-"))
+        flags.append(flag)
         if value is not True:
             flags.append(shlex.quote(str(value)))
     launcher = "accelerate launch" if accelerator.num_processes > 1 else "python"
@@ -248,6 +273,9 @@ def training_recipe(accelerator: Accelerator, script: str, args, model_type: str
         "num_processes": accelerator.num_processes,
         "global_batch_size": args.batch_size * accelerator.num_processes * args.gradient_accumulation_steps,
         "mixed_precision": args.mixed_precision,
+        "recipe": arguments.get("recipe"),
+        "recipe_overrides": {name: {"recipe": value, "used": arguments[name]} for name, value in recipe.items()
+                             if name in arguments and value is not None and arguments[name] != value},
         "args": arguments,
     }
 

@@ -1,11 +1,12 @@
-"""Images for distillation: a `datasets` source split between processes, a decode-safe augmentation in plain
-PIL/torch, and the batches of one epoch.
+"""Images for distillation: a `datasets` source split between processes, a decode-safe augmentation (ours in plain
+PIL/torch, or the authors' through torchvision and timm: training.augment), and the batches of one epoch.
 
 Labels are never used.
 
-Crops and order are reproducible: every sample draws its crop and flip from `random.Random(f"{seed}/{epoch}/{index}")`
-and a map-style epoch's order is a permutation drawn from (seed, epoch), so a resumed run (`epoch_batches` with the
-epoch and the batches already used) sees the same crops in the same order as an uninterrupted one.
+Crops and order are reproducible: every sample draws its augmentation from `random.Random(f"{seed}/{epoch}/{index}")`
+(the authors' pipelines from the global generators seeded by it) and a map-style epoch's order is a permutation drawn
+from (seed, epoch), so a resumed run (`epoch_batches` with the epoch and the batches already used) sees the same crops
+in the same order as an uninterrupted one.
 """
 
 import functools
@@ -24,9 +25,12 @@ from PIL import Image as PILImage
 
 from corevision_hf.images import to_pixel_values
 
+from .augment import authors_pipeline, run_seeded
+
 logger = logging.getLogger(__name__)
 ASPECT_RATIO = (3 / 4, 4 / 3)
 EVAL_RESIZE_RATIO = 256 / 224  # the usual ImageNet evaluation: resize the shorter side to 256, centre-crop 224
+AUGMENTATIONS = ("simple", "veca", "lookwhere")
 
 
 class DataStats:
@@ -100,15 +104,25 @@ def resize_center_crop(image: PILImage.Image, size: int) -> PILImage.Image:
 
 
 class ImageTransform:
-    """Decode-safe image transform. Train: random resized crop + horizontal flip (p=0.5); eval: resize + centre crop.
-    Both convert to RGB and normalise; what they meet is counted in `stats`. The epoch lives in shared memory so
+    """Decode-safe image transform, one of `AUGMENTATIONS`:
+    - "simple": train: random resized crop (`scale`, bilinear) + horizontal flip (p=0.5); eval: resize + centre crop;
+    - "veca", "lookwhere": the authors' train and eval pipelines through torchvision and timm (`training.augment`,
+      the `train` extra); `scale` is not used.
+    All convert to RGB and normalise; what they meet is counted in `stats`. The epoch lives in shared memory so
     persistent DataLoader workers see `set_epoch` too."""
 
-    def __init__(self, image_size: int = 224, scale: tuple = (0.25, 1.0), seed: int = 0, train: bool = True):
+    def __init__(
+        self, image_size: int = 224, scale: tuple = (0.25, 1.0), seed: int = 0, train: bool = True,
+        augment: str = "simple",
+    ):
+        if augment not in AUGMENTATIONS:
+            raise ValueError(f"augment must be one of {', '.join(AUGMENTATIONS)}, not {augment!r}.")
         self.image_size = image_size
         self.scale = scale
         self.seed = seed
         self.train = train
+        # "simple" is ours in plain PIL/torch, so that training needs no package beyond the core dependencies
+        self.pipeline = None if augment == "simple" else authors_pipeline(augment, image_size, train)
         self.epoch = torch.zeros((), dtype=torch.long).share_memory_()
         self.stats = DataStats()
 
@@ -117,8 +131,10 @@ class ImageTransform:
 
     def __call__(self, image: PILImage.Image, index: int) -> torch.Tensor:
         """RGB PIL image and its dataset index -> (3, S, S) tensor; one (seed, epoch, index) always gives one crop."""
+        rng = random.Random(f"{self.seed}/{int(self.epoch)}/{index}")
+        if self.pipeline is not None:  # torchvision and timm draw from the global generators: seeded from this sample's
+            return run_seeded(self.pipeline, image, rng.getrandbits(32))
         if self.train:
-            rng = random.Random(f"{self.seed}/{int(self.epoch)}/{index}")
             image = random_resized_crop(image, self.image_size, self.scale, rng)
             if rng.random() < 0.5:
                 image = image.transpose(PILImage.Transpose.FLIP_LEFT_RIGHT)
@@ -235,9 +251,10 @@ def build_dataset(
     image_column: str = "image",
     process_index: int = 0,
     num_processes: int = 1,
+    augment: str = "simple",
 ) -> tuple:
     """This process's part of the images of a local folder (see `load_local`) or a `datasets` hub name, transformed by
-    an `ImageTransform`. A missing or image-less folder raises here.
+    an `ImageTransform` (`augment`: "simple", "veca" or "lookwhere"). A missing or image-less folder raises here.
 
     Returns (dataset, stats): a map-style `Dataset` (`with_transform`) or, with `streaming=True`, an
     `IterableDataset` (`.map`), whose examples are {"pixel_values": (3, S, S) tensor, or None when unreadable,
@@ -259,7 +276,7 @@ def build_dataset(
     dataset = dataset.select_columns([image_column]).cast_column(image_column, Image(decode=False))
     if image_column != "image":
         dataset = dataset.rename_column(image_column, "image")
-    transform = ImageTransform(image_size, scale, seed, train)
+    transform = ImageTransform(image_size, scale, seed, train, augment)
     transform.stats.left_out = left_out
     if streaming:
         dataset = split_dataset_by_node(dataset, rank=process_index, world_size=num_processes)

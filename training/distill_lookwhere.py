@@ -1,5 +1,6 @@
 """What-where distillation of a LookWhere model from a frozen DINOv2 teacher, with Accelerate.
 
+    accelerate launch -m training.distill_lookwhere --recipe lookwhere-dinov2 --data /path/to/images
     accelerate launch -m training.distill_lookwhere --teacher facebook/dinov2-with-registers-base \
         --data /path/to/images --image-size 518 --batch-size 64 --max-steps 500000
 
@@ -7,8 +8,9 @@ The student starts from the teacher (`lookwhere_from_teacher`: the extractor is 
 blocks). The teacher sees the full image once per sample: one forward gives its tokens and, through a hook, its
 last-layer attention map. Loss: CLS MSE + dense patch MSE after the fill + 0.1 KL between the teacher's attention map
 and the selector map. One k per step, uniform in [k_min, k_max] and a function of (seed, step) alone, so every
-process agrees. The loop (data per process, schedule, guarded update, checkpoints, resume, export) is
-training.loop's. The final export is a hub-ready folder.
+process agrees. AdamW decays only kernels (Linear and Conv2d weights), as the authors do. The loop (data per process,
+schedule, guarded update, validation, checkpoints, resume, export) is training.loop's. The final export is a hub-ready
+folder.
 """
 
 import argparse
@@ -22,7 +24,9 @@ if __package__ in (None, ""):  # run as a file (the command from before training
           file=sys.stderr)
     sys.exit(2)
 
-from .arguments import check_positive, run_cli, training_parser  # noqa: E402
+from .arguments import check_positive, parse, run_cli, training_parser  # noqa: E402
+
+SCRIPT = "training.distill_lookwhere"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -33,7 +37,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--k-min", type=int, default=16, help="fewest patches the extractor keeps")
     parser.add_argument("--k-max", type=int, default=128, help="most patches the extractor keeps")
     parser.add_argument("--map-weight", type=float, default=0.1, help="weight of the attention-map KL")
-    return parser.parse_args(argv)
+    parser.add_argument("--teacher-microbatch", type=int, default=None, help="images per teacher forward (default: "
+                        "the batch)")
+    parser.add_argument("--eval-budgets", default=None, help='k validated, "16,128" (default: --k-min and --k-max)')
+    return parse(parser, argv, SCRIPT)
 
 
 def main(argv=None) -> None:
@@ -42,16 +49,22 @@ def main(argv=None) -> None:
     from .data import build_dataset
     from .loop import distill, start
     from .losses import lookwhere_loss
+    from .optim import check_optimizer
     from .schedule import draw_int
-    from .teacher import load_teacher, teacher_targets_and_map
+    from .teacher import in_microbatches, load_teacher, teacher_targets_and_map
+    from .validation import HeldOutAgreement
 
     from corevision_hf import lookwhere_from_teacher
 
-    accelerator = start(args, "training.distill_lookwhere")
+    check_optimizer("lookwhere", args.optimizer)
+    accelerator = start(args, SCRIPT)
     check_positive(args, "image_size", "selector_depth", "selector_image_size")
+    if args.teacher_microbatch is not None and not 1 <= args.teacher_microbatch <= args.batch_size:
+        raise ValueError(f"--teacher-microbatch must lie in 1..--batch-size {args.batch_size}, got "
+                         f"{args.teacher_microbatch}.")
 
     dataset, stats = build_dataset(
-        args.data, streaming=args.streaming, image_size=args.image_size, seed=args.seed,
+        args.data, streaming=args.streaming, image_size=args.image_size, seed=args.seed, augment=args.augment,
         process_index=accelerator.process_index, num_processes=accelerator.num_processes,
     )
     teacher = load_teacher(args.teacher).to(accelerator.device)
@@ -65,12 +78,23 @@ def main(argv=None) -> None:
     if not 1 <= args.k_min <= args.k_max <= grid[0] * grid[1]:
         raise ValueError(f"Need 1 <= k_min <= k_max <= {grid[0] * grid[1]} patches, got [{args.k_min}, {args.k_max}].")
 
+    validate = None
+    if args.eval_every:
+        budgets = [int(k) for k in args.eval_budgets.split(",")] if args.eval_budgets else [args.k_min, args.k_max]
+        held_out = HeldOutAgreement(args.eval_data, "k", budgets, [args.image_size], args.batch_size, args.eval_images,
+                                    accelerator, args.augment)
+
+        def validate(student):
+            return held_out(student, teacher)
+
     def draws(step: int) -> dict:
         return {"k": draw_int(args.k_min, args.k_max, args.seed, step)}
 
     def loss_fn(student, batch, step_draws):
         pixel_values = batch["pixel_values"]
-        teacher_cls, teacher_patches, teacher_map = teacher_targets_and_map(teacher, pixel_values, grid)
+        teacher_cls, teacher_patches, teacher_map = in_microbatches(
+            lambda chunk: teacher_targets_and_map(teacher, chunk, grid), pixel_values, args.teacher_microbatch
+        )
         output = student(pixel_values, k=step_draws["k"])
         num_prefix = output.last_hidden_state.shape[1] - grid[0] * grid[1]
         return lookwhere_loss(
@@ -78,7 +102,7 @@ def main(argv=None) -> None:
             teacher_cls, teacher_patches, teacher_map, map_weight=args.map_weight,
         )
 
-    distill(accelerator, args, "training.distill_lookwhere", student, teacher, dataset, stats, draws, loss_fn)
+    distill(accelerator, args, SCRIPT, student, teacher, dataset, stats, draws, loss_fn, validate)
 
 
 if __name__ == "__main__":

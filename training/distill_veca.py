@@ -1,14 +1,17 @@
 """Distill a budget-adjustable VECA from a frozen teacher, with Accelerate.
 
-    accelerate launch -m training.distill_veca --teacher facebook/dinov3-vitb16-pretrain-lvd1689m \
-        --data /path/to/images --preset base --image-size 256 --batch-size 128 --max-steps 100000
+    accelerate launch -m training.distill_veca --recipe veca-pretrain --data /path/to/images --eval-data /path/to/val
+    accelerate launch -m training.distill_veca --recipe veca-multires --init-from runs/veca-b/best --data ... --eval-data ...
+    python -m training.distill_veca --teacher facebook/dinov3-vitb16-pretrain-lvd1689m --data /path/to/images \
+        --preset small --image-size 224 --batch-size 64 --max-steps 100000
 
 One core budget per optimisation step (nested dropout), drawn from the config's budgets and weights as a function
-of (seed, step) alone, so every process of a distributed run uses the same one. Loss: CLS cosine + patch cosine +
-patch MSE against the teacher's final tokens (CLS = token 0, patches = the last Hp * Wp). The loop (data per process,
-schedule, guarded update, checkpoints, resume, export) is training.loop's. DDP, FSDP and DeepSpeed are chosen by
-the `accelerate launch --config_file` alone (see training/configs/). The final export is a hub-ready folder:
-`AutoModel.from_pretrained(OUT/final, trust_remote_code=True)`.
+of (seed, step) alone, so every process of a distributed run uses the same one; likewise the resolution of a step,
+from the phase of --resolutions it falls in, each resolution with its own crops and batch size. Loss: CLS cosine +
+patch cosine + patch MSE against the teacher's final tokens (CLS = token 0, patches = the last Hp * Wp). The loop
+(data per process, schedule, guarded update, validation, checkpoints, resume, export) is training.loop's. DDP, FSDP
+and DeepSpeed are chosen by the `accelerate launch --config_file` alone (see training/configs/). The final export is
+a hub-ready folder: `AutoModel.from_pretrained(OUT/final, trust_remote_code=True)`.
 """
 
 import argparse
@@ -23,102 +26,168 @@ if __package__ in (None, ""):  # run as a file (the command from before training
           file=sys.stderr)
     sys.exit(2)
 
-from .arguments import check_positive, run_cli, training_parser  # noqa: E402
+from .arguments import check_positive, parse, run_cli, training_parser  # noqa: E402
+
+SCRIPT = "training.distill_veca"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = training_parser(__doc__, lr=4e-4, min_lr=5e-5, weight_decay=0.015)
-    parser.add_argument("--preset", default="small", help="VECA size: small, splus, base, large")
+    parser.add_argument("--preset", default=None,
+                        help="VECA size: small, splus, base, large (default small; with --init-from, its own)")
     parser.add_argument("--config-overrides", default="{}", help='JSON of VecaConfig fields, e.g. {"num_hidden_layers": 6}')
+    parser.add_argument("--init-from", default=None,
+                        help="start from this VECA's weights (a save_pretrained folder, e.g. a stage-1 OUT/best); "
+                             "fresh optimiser and schedule")
+    parser.add_argument("--patch-embed-from-teacher", action=argparse.BooleanOptionalAction, default=False,
+                        help="start the patch embedding from the teacher's when their shapes match")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--resolutions", default=None,
-                        help='multi-resolution stage: "256:1,384:1,512:1" (size:weight), one size drawn per step')
+                        help='resolutions drawn per step, "size:weight,..."; phases after ";" start at a step: '
+                             '"256:.35,384:.35;7000=256:.15,768:.3" (default: --image-size)')
+    parser.add_argument("--batch-sizes", default=None, help='per resolution, "size:n,..." (default: --batch-size)')
+    parser.add_argument("--teacher-microbatch", default=None,
+                        help='images per teacher forward, "n" or per resolution "size:n,..." (default: the batch)')
     parser.add_argument("--dense-weight", type=float, default=1.0, help="weight of the patch terms")
     parser.add_argument("--mse-weight", type=float, default=1.0, help="weight of the patch MSE within them")
     parser.add_argument("--teacher-cache", type=int, default=0, metavar="CYCLE",
                         help="reuse teacher targets: crops repeat every CYCLE epochs, targets computed once (0: off)")
-    return parser.parse_args(argv)
+    parser.add_argument("--eval-budgets", default=None, help='core budgets validated, "8,16,..." (default: the bank)')
+    parser.add_argument("--eval-resolutions", default=None, help='sizes validated, "256,512" (default: the trained ones)')
+    return parse(parser, argv, SCRIPT)
 
 
-def parse_resolutions(args) -> list[tuple[int, float]]:
-    """--resolutions "256:1,384:2" -> [(256, 1.0), (384, 2.0)]; without it, [(--image-size, 1.0)]."""
+def parse_resolutions(args) -> list[tuple[int, list[int], list[float]]]:
+    """--resolutions -> phases [(first step, sizes, weights), ...]; "256:1,384:2" is one phase from step 0. Without
+    it, [(0, [--image-size], [1.0])]."""
     if not args.resolutions:
-        return [(args.image_size, 1.0)]
+        return [(0, [args.image_size], [1.0])]
+    phases = []
     try:
-        items = (item.split(":") for item in args.resolutions.split(","))
-        pairs = [(int(size), float(weight)) for size, weight in items]
+        for index, text in enumerate(args.resolutions.split(";")):
+            first, _, pairs = text.rpartition("=") if index else ("0", "", text)
+            items = [item.split(":") for item in pairs.split(",")]
+            phases.append((int(first), [int(size) for size, _ in items], [float(weight) for _, weight in items]))
     except ValueError:
-        pairs = []
-    if not pairs or any(size <= 0 or weight <= 0 for size, weight in pairs):
+        phases = []
+    starts = [first for first, _, _ in phases]
+    if (not phases or starts != sorted(set(starts))
+            or any(size <= 0 or weight <= 0 for _, sizes, weights in phases for size, weight in zip(sizes, weights))):
         raise ValueError(
-            f'--resolutions {args.resolutions!r}: expected "size:weight,..." with positive numbers, e.g. "256:1,384:1".'
+            f'--resolutions {args.resolutions!r}: expected "size:weight,..." with positive numbers, and later phases '
+            'as ";STEP=size:weight,..." with increasing steps, e.g. "256:1,384:1;7000=256:1,768:1".'
         )
-    return pairs
+    return phases
+
+
+def per_resolution(text: str | None, name: str, sizes: list[int], default: int | None) -> dict[int, int | None]:
+    """ "n" or "size:n,..." -> {size: n} for every size in `sizes` (missing ones: `default`)."""
+    if not text:
+        return dict.fromkeys(sizes, default)
+    try:
+        if ":" not in text:
+            values = dict.fromkeys(sizes, int(text))
+        else:
+            values = {int(size): int(n) for size, n in (item.split(":") for item in text.split(","))}
+    except ValueError:
+        values = {}
+    if not values or any(n <= 0 for n in values.values()) or set(values) - set(sizes):
+        raise ValueError(f'--{name} {text!r}: expected a positive "n" or "size:n,..." for the sizes {sizes}.')
+    return {size: values.get(size, default) for size in sizes}
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
     # heavy imports after parsing, so that --help answers at once
-    import torch.nn.functional as F
     from .data import build_dataset
     from .loop import distill, start
     from .losses import veca_loss
     from .schedule import draw
-    from .teacher import load_teacher, teacher_input, teacher_patch_size, teacher_targets
+    from .teacher import (copy_patch_embedding, in_microbatches, load_init, load_teacher, teacher_input,
+                          teacher_patch_size, teacher_targets)
     from .teacher_cache import TeacherCache
+    from .validation import HeldOutAgreement
 
     from corevision_hf import VecaConfig, VecaModel
 
-    accelerator = start(args, "training.distill_veca")
+    accelerator = start(args, SCRIPT)
     check_positive(args, "image_size")
-    resolutions = parse_resolutions(args)
+    phases = parse_resolutions(args)
+    sizes = sorted({size for _, phase_sizes, _ in phases for size in phase_sizes})
+    batch_sizes = per_resolution(args.batch_sizes, "batch-sizes", sizes, args.batch_size)
+    microbatches = per_resolution(args.teacher_microbatch, "teacher-microbatch", sizes, None)
+    too_large = [size for size in sizes if microbatches[size] and microbatches[size] > batch_sizes[size]]
+    if too_large:
+        raise ValueError(f"--teacher-microbatch is larger than the batch at {too_large} px: at most the batch size.")
     try:
         overrides = json.loads(args.config_overrides)
     except json.JSONDecodeError as error:
         raise ValueError(
             f"--config-overrides is not valid JSON ({error}): e.g. '{{\"num_hidden_layers\": 6}}'."
         ) from None
-    if args.teacher_cache and (args.resolutions or args.streaming):
+    if args.teacher_cache and (len(sizes) > 1 or args.streaming):
         raise ValueError(
             "--teacher-cache needs one resolution and a map-style dataset (not --resolutions / --streaming)."
         )
 
     # Data, teacher and student are all checked before the first step.
-    dataset, stats = build_dataset(
-        args.data, streaming=args.streaming, image_size=max(size for size, _ in resolutions), seed=args.seed,
-        process_index=accelerator.process_index, num_processes=accelerator.num_processes,
-    )
     teacher = load_teacher(args.teacher).to(accelerator.device)
     teacher_patch = teacher_patch_size(teacher)
-    config = VecaConfig.from_preset(args.preset, **overrides)
-    for size, _ in resolutions:
+    if args.init_from:
+        student = load_init(args.init_from, VecaModel, args.preset, overrides, teacher.config.hidden_size)
+        config = student.config
+    else:
+        config = VecaConfig.from_preset(args.preset or "small", **overrides)
+        if teacher.config.hidden_size != config.hidden_size and not config.output_projection_size:
+            config.output_projection_size = teacher.config.hidden_size  # student -> teacher width for the loss
+        student = VecaModel(config)
+    for size in sizes:
         if size % config.patch_size:
             raise ValueError(f"Resolution {size} is not a multiple of the student's patch size {config.patch_size}.")
-    if teacher.config.hidden_size != config.hidden_size and not config.output_projection_size:
-        config.output_projection_size = teacher.config.hidden_size  # student -> teacher width for the loss
-    student = VecaModel(config)
+    if args.patch_embed_from_teacher and not args.init_from:
+        accelerator.print(copy_patch_embedding(teacher, student.patch_embeddings.projection))
+    streams = {}
+    for size in sizes:
+        streams[size] = build_dataset(
+            args.data, streaming=args.streaming, image_size=size, seed=args.seed, augment=args.augment,
+            process_index=accelerator.process_index, num_processes=accelerator.num_processes,
+        ), batch_sizes[size]
+    stats = [data_stats for (_, data_stats), _ in streams.values()]
+    dataset = {size: (data, batch_size) for size, ((data, _), batch_size) in streams.items()}
     cache = None
     if args.teacher_cache:
         fingerprint = {"teacher": args.teacher, "data": args.data, "image_size": args.image_size, "seed": args.seed}
         cache = TeacherCache(f"{args.output_dir}/teacher_cache", args.teacher_cache, fingerprint)
-        epoch_set = dataset.set_epoch
-        dataset.set_epoch = lambda epoch: epoch_set(cache.crop_epoch(epoch))  # crops repeat every CYCLE epochs
+        data = dataset[sizes[0]][0]
+        epoch_set = data.set_epoch
+        data.set_epoch = lambda epoch: epoch_set(cache.crop_epoch(epoch))  # crops repeat every CYCLE epochs
+    validate = None
+    if args.eval_every:
+        budgets = [int(b) for b in args.eval_budgets.split(",")] if args.eval_budgets else [config.num_cores]
+        eval_sizes = [int(s) for s in args.eval_resolutions.split(",")] if args.eval_resolutions else sizes
+        held_out = HeldOutAgreement(args.eval_data, "num_cores", budgets, eval_sizes, args.batch_size,
+                                    args.eval_images, accelerator, args.augment)
+
+        def validate(student):
+            return held_out(student, teacher)
 
     def draws(step: int) -> dict:
+        first, phase_sizes, weights = [phase for phase in phases if phase[0] <= step][-1]
         return {
             "num_cores": draw(config.training_budgets, config.training_budget_weights, args.seed, step),
-            "resolution": draw([s for s, _ in resolutions], [w for _, w in resolutions], args.seed + 1, step),
+            "resolution": draw(phase_sizes, weights, args.seed + 1, step),
         }
 
     def loss_fn(student, batch, step_draws):
         size, num_cores = step_draws["resolution"], step_draws["num_cores"]
         pixel_values = batch["pixel_values"]
-        if size != pixel_values.shape[-1]:
-            pixel_values = F.interpolate(pixel_values, size=(size, size), mode="bilinear", antialias=True)
         grid = (size // config.patch_size, size // config.patch_size)
 
         def compute_targets(images):
-            return teacher_targets(teacher, teacher_input(images, teacher_patch, config.patch_size), grid)
+            return in_microbatches(
+                lambda chunk: teacher_targets(teacher, teacher_input(chunk, teacher_patch, config.patch_size), grid),
+                images, microbatches[size],
+            )
 
         if cache:
             teacher_cls, teacher_patches = cache.targets(
@@ -132,7 +201,7 @@ def main(argv=None) -> None:
             args.dense_weight, args.mse_weight,
         )
 
-    distill(accelerator, args, "training.distill_veca", student, teacher, dataset, stats, draws, loss_fn)
+    distill(accelerator, args, SCRIPT, student, teacher, dataset, stats, draws, loss_fn, validate)
 
 
 if __name__ == "__main__":

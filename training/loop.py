@@ -17,14 +17,15 @@ import time
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import ProjectConfiguration, gather_object, set_seed
+from accelerate.utils import DistributedType, ProjectConfiguration, gather_object, set_seed
 from tqdm.auto import tqdm
 
 from .arguments import check_positive
 from .checkpointing import (
-    check_output_dir, clear_run, export, finish, load_checkpoint, run_record, save_checkpoint, write_json,
+    best_score, check_output_dir, clear_run, export, finish, load_checkpoint, run_record, save_checkpoint, write_json,
 )
 from .data import epoch_batches
+from .optim import build_optimizer, describe
 from .schedule import reseed_for_step, warmup_cosine
 
 
@@ -46,11 +47,16 @@ def start(args, script: str) -> Accelerator:
     process, and an output folder that is new (or, with --resume, holds a run of `script` with the same arguments;
     with --overwrite, the run it held is deleted here). Nothing is written yet."""
     check_positive(args, "batch_size", "max_steps", "lr", "gradient_accumulation_steps", "checkpoint_every",
-                   "keep_checkpoints", "max_grad_norm")
-    if not 0 <= args.min_lr <= args.lr:
-        raise ValueError(f"Need 0 <= --min-lr <= --lr, got --min-lr {args.min_lr} and --lr {args.lr}.")
-    if args.warmup_steps < 0:
-        raise ValueError(f"--warmup-steps must be 0 or more, got {args.warmup_steps}.")
+                   "keep_checkpoints", "eval_images")
+    for name in ("min_lr", "warmup_start_lr"):
+        if not 0 <= getattr(args, name) <= args.lr:
+            raise ValueError(f"Need 0 <= --{name.replace('_', '-')} <= --lr, got {getattr(args, name)} and --lr {args.lr}.")
+    for name in ("warmup_steps", "max_grad_norm", "eval_every"):
+        if getattr(args, name) < 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(args, name)}.")
+    if args.eval_every and not args.eval_data:
+        raise ValueError(f"--eval-every {args.eval_every} validates on held-out images: give them with --eval-data, or "
+                         "pass --eval-every 0.")
     trackers = {"none": None, "auto": "tensorboard" if importlib.util.find_spec("tensorboard") else None}
     accelerator = Accelerator(
         mixed_precision=args.mixed_precision,
@@ -58,6 +64,11 @@ def start(args, script: str) -> Accelerator:
         log_with=trackers.get(args.log_with, args.log_with),
         project_config=ProjectConfiguration(project_dir=args.output_dir, logging_dir=f"{args.output_dir}/logs"),
     )
+    if args.optimizer == "normuon" and accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED):
+        raise ValueError(
+            f"--optimizer normuon orthogonalises whole matrices, and {accelerator.distributed_type.value} shards them: "
+            "launch with training/configs/multi_gpu_ddp.yaml, or use --optimizer adamw."
+        )
     check_processes_agree(gather_object([vars(args)]))
     check_output_dir(args.output_dir, run_record(script, args, accelerator.num_processes))
     if args.overwrite and accelerator.is_main_process:
@@ -118,14 +129,14 @@ def truncate_metrics(path: str, step: int) -> None:
         f.truncate()
 
 
-def process_batches(dataset, args, position: tuple):
-    """This process's batches, epoch after epoch, from `position` = (epoch, batches already used in it). Yields
-    (epoch, batches used in it, batch); batch is None after an epoch that held no readable image (too few images
-    for one batch, or none readable), which the caller turns into an error on every process."""
+def process_batches(dataset, batch_size: int, args, position: tuple):
+    """This process's batches of `batch_size`, epoch after epoch, from `position` = (epoch, batches already used in it).
+    Yields (epoch, batches used in it, batch); batch is None after an epoch that held no readable image (too few
+    images for one batch, or none readable), which the caller turns into an error on every process."""
     epoch, used = position
     while True:
         first, readable = used, 0
-        for batch in epoch_batches(dataset, args.batch_size, epoch, args.seed, used, args.num_workers):
+        for batch in epoch_batches(dataset, batch_size, epoch, args.seed, used, args.num_workers):
             used += 1
             readable += len(batch["pixel_values"])
             yield epoch, used, batch
@@ -134,27 +145,40 @@ def process_batches(dataset, args, position: tuple):
         epoch, used = epoch + 1, 0
 
 
-def distill(accelerator: Accelerator, args, script: str, student, teacher, dataset, stats, draws, loss_fn) -> None:
-    """Trains `student` for `args.max_steps` optimisation steps (AdamW), resuming with `args.resume`, and exports it
-    to `OUT/final`.
+def distill(
+    accelerator: Accelerator, args, script: str, student, teacher, dataset, stats, draws, loss_fn, validate=None
+) -> None:
+    """Trains `student` for `args.max_steps` optimisation steps (`args.optimizer`, split as the method's authors do:
+    training.optim), resuming with `args.resume`, and exports it to `OUT/final`.
 
+    dataset: the training images, or one dataset per resolution {size: (dataset, batch size)} from which each step
+      takes the batch of its drawn "resolution" (each with its own epochs and position, as the VECA authors' one
+      loader per resolution).
     draws(step) -> {name: int}: the step's random choices (core budget, k, resolution), a function of the step
       alone; logged, and checked equal on every process.
     loss_fn(student, batch, step_draws) -> (loss, {name: scalar tensor}): runs the teacher (which must be `teacher`,
       whose forward passes are timed) and the student on batch = {"pixel_values": (B, 3, S, S) on the device,
       "index": (B,) sample indices, "epoch": int}. Runs under `accelerator.autocast()`.
+    validate(student) -> {"score": float, ...}: the held-out agreement, run every `args.eval_every` steps and at the
+      end; the best-scoring student is exported to `OUT/best` with the result as `validation.json`.
     """
-    if not isinstance(dataset, torch.utils.data.IterableDataset) and len(dataset) < args.batch_size:
-        raise ValueError(
-            f"{args.data} holds {len(dataset)} images per process, fewer than one batch of {args.batch_size}: lower "
-            "--batch-size or add images."
-        )
-    optimizer = torch.optim.AdamW(student.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    streams = dataset if isinstance(dataset, dict) else {"all": (dataset, args.batch_size)}
+    for data, batch_size in streams.values():
+        if not isinstance(data, torch.utils.data.IterableDataset) and len(data) < batch_size:
+            raise ValueError(
+                f"{args.data} holds {len(data)} images per process, fewer than one batch of {batch_size}: lower "
+                "--batch-size or add images."
+            )
+    optimizer = build_optimizer(student, args.optimizer, args.lr, args.weight_decay)
+    accelerator.print(describe(optimizer))
     student, optimizer = accelerator.prepare(student, optimizer)  # the teacher is not prepared: not in checkpoints
-    step, position = load_checkpoint(accelerator, args.output_dir) if args.resume else (0, (0, 0))
+    start_positions = {str(key): (0, 0) for key in streams}
+    step, positions = load_checkpoint(accelerator, args.output_dir) if args.resume else (0, start_positions)
+    best = best_score(args.output_dir) if args.resume else None
     metrics_path = os.path.join(args.output_dir, "metrics.jsonl")
-    if accelerator.is_main_process and args.resume and os.path.exists(metrics_path):
-        truncate_metrics(metrics_path, step)
+    for log in (metrics_path, os.path.join(args.output_dir, "validation.jsonl")):
+        if accelerator.is_main_process and args.resume and os.path.exists(log):
+            truncate_metrics(log, step)
     if accelerator.is_main_process and not args.resume:
         os.makedirs(args.output_dir, exist_ok=True)
         write_json(os.path.join(args.output_dir, "run.json"), run_record(script, args, accelerator.num_processes))
@@ -162,15 +186,16 @@ def distill(accelerator: Accelerator, args, script: str, student, teacher, datas
     accelerator.init_trackers(script.rsplit(".", 1)[-1], config=tracker_config)
     stop = (f"The last good checkpoint is intact in {args.output_dir}/checkpoints: --resume with a lower --lr "
             "continues from it.")
-    batches = process_batches(dataset, args, position)
+    batches = {str(key): process_batches(data, batch_size, args, positions[str(key)])
+               for key, (data, batch_size) in streams.items()}
 
     def next_batch(step_draws: dict) -> tuple:
-        """The next micro-batch that every process can use, its image count over all processes and the draws of
-        every process (P, D)."""
-        nonlocal position
+        """The next micro-batch that every process can use (from the stream of the step's resolution, when there is
+        one per resolution), its image count over all processes and the draws of every process (P, D)."""
+        key = str(step_draws["resolution"]) if isinstance(dataset, dict) else "all"
         while True:
-            epoch, used, batch = next(batches)
-            position = (epoch, used)
+            epoch, used, batch = next(batches[key])
+            positions[key] = (epoch, used)
             count = -1 if batch is None else len(batch["pixel_values"])
             # one tiny all-gather per micro-batch: the draws are checked, not assumed, to agree; a micro-batch with no
             # readable image on some process is skipped by all, an epoch without any readable image stops all
@@ -192,7 +217,8 @@ def distill(accelerator: Accelerator, args, script: str, student, teacher, datas
     try:
         while step < args.max_steps:
             step_draws = draws(step)
-            lr = args.lr * warmup_cosine(step, args.warmup_steps, args.max_steps, args.min_lr / args.lr)
+            lr = args.lr * warmup_cosine(step, args.warmup_steps, args.max_steps, args.min_lr / args.lr,
+                                         args.warmup_start_lr / args.lr)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             clock.reset()
@@ -213,7 +239,9 @@ def distill(accelerator: Accelerator, args, script: str, student, teacher, datas
                     if not torch.isfinite(values[0]):
                         raise FloatingPointError(f"Loss is {values[0].item()} at step {step + 1}; stopping. {stop}")
                     if accelerator.sync_gradients:
-                        grad_norm = accelerator.clip_grad_norm_(student.parameters(), args.max_grad_norm)
+                        # 0: no clipping (an infinite bound scales every gradient by exactly 1); the norm is logged
+                        bound = args.max_grad_norm or float("inf")
+                        grad_norm = accelerator.clip_grad_norm_(student.parameters(), bound)
                         # fp16's loss scaler skips overflowing steps itself; elsewhere a bad gradient poisons weights
                         if accelerator.mixed_precision != "fp16" and not torch.isfinite(grad_norm):
                             raise FloatingPointError(
@@ -241,8 +269,17 @@ def distill(accelerator: Accelerator, args, script: str, student, teacher, datas
                 per_process = {f"{name}_all_processes": all_draws[:, i].tolist() for i, name in enumerate(step_draws)}
                 with open(metrics_path, "a") as f:
                     f.write(json.dumps({"step": step, **logs, **per_process}) + "\n")
+            if validate is not None and (step % args.eval_every == 0 or step == args.max_steps):
+                result = {"step": step, **validate(student)}
+                accelerator.print(f"validation at step {step}: score {result['score']:.4f}")
+                if accelerator.is_main_process:
+                    with open(os.path.join(args.output_dir, "validation.jsonl"), "a") as f:
+                        f.write(json.dumps(result) + "\n")
+                if best is None or result["score"] > best:
+                    best = result["score"]
+                    export(accelerator, student, args.output_dir, stats, script, args, "best", result)
             if step % args.checkpoint_every == 0 or step == args.max_steps:
-                save_checkpoint(accelerator, args.output_dir, step, position, args.keep_checkpoints)
+                save_checkpoint(accelerator, args.output_dir, step, positions, args.keep_checkpoints)
             if args.stop_at_step is not None and step >= args.stop_at_step:
                 accelerator.print(f"stopping at step {step} as asked (--stop-at-step)")
                 break

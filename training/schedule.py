@@ -5,12 +5,13 @@ import math
 import torch
 
 
-def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
-    """Multiplier of the peak learning rate at optimisation step `step` (0 = the first update): linear warm-up, then
-    cosine down to min_ratio at `total_steps`. A function of the step alone, so the same for any number of processes
-    and any gradient accumulation."""
+def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: float, start_ratio: float = 0.0) -> float:
+    """Multiplier of the peak learning rate at optimisation step `step` (0 = the first update): linear warm-up from
+    start_ratio at step 0 to 1 at `warmup_steps`, then cosine down to min_ratio at `total_steps`, as both methods'
+    authors schedule it (VECA: LambdaLR from lr_min; LookWhere: optax's warmup_cosine_decay_schedule). A function of the
+    step alone, so the same for any number of processes and any gradient accumulation."""
     if step < warmup_steps:
-        return (step + 1) / warmup_steps
+        return start_ratio + (1 - start_ratio) * step / warmup_steps
     progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 

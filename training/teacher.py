@@ -3,7 +3,9 @@
 Targets follow the rule that covers all of them: CLS = token 0, patches = the last Hp * Wp tokens.
 """
 
+import json
 import math
+import os
 
 import torch
 import torch.nn.functional as F
@@ -11,6 +13,65 @@ from transformers import AutoModel
 
 from corevision_hf.evaluation import teacher_input, teacher_patch_size, teacher_targets  # noqa: F401  (shared)
 from corevision_hf.offline import check_hub_reachable
+
+from .checkpointing import check_export
+
+
+def in_microbatches(forward, images: torch.Tensor, size: int | None) -> tuple:
+    """`forward(chunk) -> tuple of tensors` over `images` in chunks of `size` (None: all at once), concatenated along
+    the batch: the teacher's peak memory follows the chunk, not the batch (the VECA authors' teacher_microbatch)."""
+    if not size or size >= len(images):
+        return forward(images)
+    parts = [forward(chunk) for chunk in images.split(size)]
+    return tuple(torch.cat(tensors) for tensors in zip(*parts))
+
+
+def copy_patch_embedding(teacher, projection: torch.nn.Conv2d) -> str:
+    """Copies the teacher's patch-embedding convolution into `projection` when the shapes match (the VECA authors
+    start from DINOv3's); returns a line saying what was done."""
+    source = next((m for m in teacher.embeddings.modules() if isinstance(m, torch.nn.Conv2d)), None)
+    if source is None or source.weight.shape != projection.weight.shape:
+        found = "none" if source is None else tuple(source.weight.shape)
+        return (f"patch embedding not copied from the teacher: its shape {found} differs from the student's "
+                f"{tuple(projection.weight.shape)}")
+    with torch.no_grad():
+        projection.weight.copy_(source.weight)
+        if projection.bias is not None and source.bias is not None:
+            projection.bias.copy_(source.bias)
+    return f"patch embedding copied from the teacher ({tuple(projection.weight.shape)})"
+
+
+ARCHITECTURE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "patch_size",
+                "num_channels", "num_cores", "patch_embedding_norm", "qkv_bias")
+
+
+def load_init(folder: str, model_class, preset: str | None, overrides: dict, teacher_width: int):
+    """The student to start from (--init-from): `model_class.from_pretrained(folder)`, weights only, with the
+    overrides that leave the architecture as it is (e.g. training budgets). Raises ValueError for another kind of
+    model, an architecture that --preset / --config-overrides contradict, or an output width that is not the
+    teacher's."""
+    check_export(folder)
+    with open(os.path.join(folder, "config.json")) as f:
+        model_type = json.load(f).get("model_type")
+    if model_type != model_class.config_class.model_type:
+        raise ValueError(f"--init-from {folder} holds a {model_type} model, not {model_class.config_class.model_type}: "
+                         "give the folder of a run of the same script.")
+    config = model_class.config_class.from_pretrained(folder)
+    asked = model_class.config_class.from_preset(preset, **overrides) if preset else None
+    differ = [
+        f"{name} {getattr(config, name)} vs {value}"
+        for name in ARCHITECTURE
+        for value in [overrides.get(name, getattr(asked, name, None))]
+        if (name in overrides or asked is not None) and value != getattr(config, name)
+    ]
+    if differ:
+        raise ValueError(f"--init-from {folder} is another architecture than asked ({', '.join(differ)}): drop --preset "
+                         "and the architecture fields of --config-overrides; the checkpoint's own are used.")
+    width = config.output_projection_size or config.hidden_size
+    if width != teacher_width:
+        raise ValueError(f"--init-from {folder} outputs {width} features and the teacher {teacher_width}: it was "
+                         "distilled from another teacher; use that teacher, or start without --init-from.")
+    return model_class.from_pretrained(folder, **{k: v for k, v in overrides.items() if k not in ARCHITECTURE})
 
 
 def load_teacher(name_or_path: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
@@ -61,9 +122,11 @@ def teacher_targets_and_map(teacher, pixel_values: torch.Tensor, grid: tuple[int
     normed = captured["hidden"].float()[:, -grid[0] * grid[1] :]  # the normalised input of the last attention
     heads = teacher.config.num_attention_heads
     head_dim = normed.shape[-1] // heads
-    query = F.linear(normed.mean(1, keepdim=True), attention.q_proj.weight.float(), attention.q_proj.bias.float())
-    key = F.linear(normed, attention.k_proj.weight.float(), attention.k_proj.bias.float())
-    query = query.view(-1, 1, heads, head_dim).transpose(1, 2)  # (B, H, 1, d)
-    key = key.view(key.shape[0], -1, heads, head_dim).transpose(1, 2)  # (B, H, N, d)
-    logits = (query @ key.transpose(-1, -2)).squeeze(2) / math.sqrt(head_dim)  # (B, H, N)
+    # in float32 even under mixed precision: the KL target is a softmax of these logits
+    with torch.autocast(normed.device.type, enabled=False):
+        query = F.linear(normed.mean(1, keepdim=True), attention.q_proj.weight.float(), attention.q_proj.bias.float())
+        key = F.linear(normed, attention.k_proj.weight.float(), attention.k_proj.bias.float())
+        query = query.view(-1, 1, heads, head_dim).transpose(1, 2)  # (B, H, 1, d)
+        key = key.view(key.shape[0], -1, heads, head_dim).transpose(1, 2)  # (B, H, N, d)
+        logits = (query @ key.transpose(-1, -2)).squeeze(2) / math.sqrt(head_dim)  # (B, H, N)
     return cls, patches, logits.mean(1)

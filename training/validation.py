@@ -1,0 +1,94 @@
+"""Validation during training (--eval-every): agreement with the teacher on held-out images over the authors' grid of
+budgets and resolutions. The grid average, `score`, picks the `best/` checkpoint.
+
+A cell (resolution, budget) holds the mean over images of the CLS cosine (student pooler_output vs teacher token 0)
+and of the patch cosine (student patch tokens vs the teacher's last Hp * Wp tokens, mean over patches), as
+`corevision_hf.evaluation.per_image_agreement` computes them. Both models put the patch tokens last: VECA
+[active cores; patches], LookWhere [prefix; filled grid].
+"""
+
+import itertools
+import math
+
+import torch
+from accelerate.utils import extract_model_from_parallel
+from torch.utils.data import DataLoader
+
+from corevision_hf.evaluation import per_image_agreement, teacher_input, teacher_patch_size, teacher_targets
+
+from .data import build_dataset, collate
+
+
+class HeldOutAgreement:
+    """Agreement with the teacher on the first images of `source` (a folder or `datasets` name, read as
+    `build_dataset(train=False)` reads it: resize and centre crop, unreadable images skipped), in fixed order.
+
+    budget_name: "num_cores" (VECA) or "k" (LookWhere); budgets and resolutions span the grid. augment: whose eval
+    resize and crop (`training.data.AUGMENTATIONS`; the authors' recipes validate with their own).
+    With several processes (`accelerator`), each evaluates its own ceil(max_images / num_processes) images and the
+    sums are reduced, so every process returns the same numbers. The folder is listed here, once per resolution.
+    """
+
+    def __init__(self, source: str, budget_name: str, budgets: list[int], resolutions: list[int], batch_size: int,
+                 max_images: int = 64, accelerator=None, augment: str = "simple"):
+        self.source, self.budget_name, self.budgets, self.resolutions = source, budget_name, budgets, resolutions
+        self.batch_size, self.accelerator = batch_size, accelerator
+        rank, world = (accelerator.process_index, accelerator.num_processes) if accelerator else (0, 1)
+        self.datasets = {}
+        for resolution in resolutions:
+            dataset, _ = build_dataset(source, image_size=resolution, train=False, process_index=rank,
+                                       num_processes=world, augment=augment)
+            self.datasets[resolution] = dataset.select(range(min(len(dataset), math.ceil(max_images / world))))
+
+    def __call__(self, student: torch.nn.Module, teacher: torch.nn.Module) -> dict:
+        """student: possibly wrapped by `accelerator.prepare`, called as student(pixel_values, **{budget_name: b});
+        run in eval mode and put back in its mode. teacher: frozen, run once per image and resolution.
+
+        Returns {"score": mean over cells of (cls_cosine + patch_cosine) / 2, "grid": one row per (resolution, budget),
+        {"resolution", budget_name, "cls_cosine", "patch_cosine", "images"}}.
+        """
+        patch = extract_model_from_parallel(student).config.patch_size
+        for resolution in self.resolutions:
+            if resolution % patch:
+                raise ValueError(f"Validation resolution {resolution} is not a multiple of the student's patch size "
+                                 f"{patch}.")
+        device = next(student.parameters()).device
+        teacher_device = next(teacher.parameters()).device
+        teacher_patch = teacher_patch_size(teacher)
+        # per cell: CLS cosine sum, patch cosine sum, images; summed on the device, read once at the end
+        sums = torch.zeros(len(self.resolutions), len(self.budgets), 3, device=device)
+        was_training = student.training
+        student.eval()
+        try:
+            with torch.no_grad():
+                for row, resolution in enumerate(self.resolutions):
+                    grid = (resolution // patch, resolution // patch)
+                    loader = DataLoader(self.datasets[resolution], batch_size=self.batch_size, collate_fn=collate)
+                    for batch in loader:
+                        pixel_values = batch["pixel_values"]
+                        if not len(pixel_values):  # every image of the batch was unreadable
+                            continue
+                        images = teacher_input(pixel_values.to(teacher_device), teacher_patch, patch)
+                        targets = tuple(t.to(device) for t in teacher_targets(teacher, images, grid))
+                        pixel_values = pixel_values.to(device)
+                        for column, budget in enumerate(self.budgets):
+                            output = student(pixel_values, **{self.budget_name: budget})
+                            patches = output.last_hidden_state[:, -grid[0] * grid[1]:].float()
+                            cosines = per_image_agreement(output.pooler_output.float(), patches, targets)
+                            sums[row, column, :2] += torch.stack([cosines["cls_cosine"].sum(),
+                                                                  cosines["patch_cosine"].sum()])
+                            sums[row, column, 2] += len(pixel_values)
+        finally:
+            student.train(was_training)
+        if self.accelerator is not None and self.accelerator.num_processes > 1:
+            sums = self.accelerator.reduce(sums, "sum")
+        rows = []
+        cells = itertools.product(self.resolutions, self.budgets)
+        for (resolution, budget), (cls, patch, images) in zip(cells, sums.flatten(0, 1).tolist()):
+            if images == 0:
+                raise ValueError(f"The held-out images {self.source} hold no readable image: give a folder of images "
+                                 "that can be decoded.")
+            rows.append({"resolution": resolution, self.budget_name: budget, "images": int(images),
+                         "cls_cosine": cls / images, "patch_cosine": patch / images})
+        score = sum((row["cls_cosine"] + row["patch_cosine"]) / 2 for row in rows) / len(rows)
+        return {"score": score, "grid": rows}
