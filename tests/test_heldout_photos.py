@@ -52,8 +52,11 @@ def test_no_held_out_photo_is_a_training_photo():
 def test_training_refuses_a_folder_holding_held_out_photos(folder, tmp_path, monkeypatch):
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "cache"))
     assert HELDOUT_PHOTOS == HELDOUT
-    with pytest.raises(ValueError, match=r"held-out photos .* for evaluation only"):
+    with pytest.raises(ValueError, match=r"held-out photos .* for the final evaluation only: train on"):
         build_dataset(str(ROOT / folder), image_size=32)
+    # validation during training picks a checkpoint: a choice made on them too
+    with pytest.raises(ValueError, match=r"held-out photos .* validation during training picks the best checkpoint"):
+        build_dataset(str(ROOT / folder), image_size=32, train=False)
 
 
 def test_the_training_photos_load_and_a_link_to_the_held_out_folder_does_not(tmp_path, monkeypatch):

@@ -178,12 +178,21 @@ def test_teacher_cache_computes_each_crop_once(teacher_dir, image_dir, tmp_path,
         TeacherCache(str(tmp_path / "teacher_cache"), 3, {"teacher": teacher_dir})
 
 
-@pytest.mark.parametrize("method, streaming", [("veca", False), ("lookwhere", True)])
-def test_resume_continues_to_the_same_weights(teacher_dir, image_dir, saved_dataset, tmp_path, method, streaming):
+# The authors' VECA recipe, small: NorMuon, the authors' crops, two phases of resolutions each read as its own stream
+# with its own batch size, validation keeping OUT/best.
+RECIPE_LIKE = ["--optimizer", "normuon", "--augment", "veca", "--resolutions", "16:1,32:1;3=32:1", "--batch-sizes",
+               "16:3,32:2", "--max-grad-norm", "0", "--eval-every", "2", "--eval-images", "2"]
+
+
+@pytest.mark.parametrize("method, streaming, extra", [("veca", False, []), ("lookwhere", True, []),
+                                                      ("veca", False, RECIPE_LIKE)])
+def test_resume_continues_to_the_same_weights(teacher_dir, image_dir, saved_dataset, tmp_path, method, streaming,
+                                              extra):
     script, make_args = METHODS[method]
     # 16 streamed images or 8 in a folder, batch 2: the 6 steps cross an epoch boundary, the resume is mid-epoch
     data = saved_dataset if streaming else image_dir
-    common = ["--max-steps", "6", "--checkpoint-every", "2", *(["--streaming"] * streaming)]
+    extra = [*extra, "--eval-data", image_dir] if extra else []
+    common = ["--max-steps", "6", "--checkpoint-every", "2", *(["--streaming"] * streaming), *extra]
     script.main(make_args(teacher_dir, data, tmp_path / "straight", *common))
     script.main(make_args(teacher_dir, data, tmp_path / "resumed", *common, "--stop-at-step", "3"))
     assert not (tmp_path / "resumed" / "final").exists()
@@ -196,6 +205,11 @@ def test_resume_continues_to_the_same_weights(teacher_dir, image_dir, saved_data
     resumed = load_file(tmp_path / "resumed" / "final" / "model.safetensors")
     for name, tensor in straight.items():
         torch.testing.assert_close(resumed[name], tensor, atol=0, rtol=0, msg=name)
+    if extra:  # every validation once, the same numbers, the same best
+        lines = [(tmp_path / run / "validation.jsonl").read_text() for run in ("straight", "resumed")]
+        assert lines[0] == lines[1] and [json.loads(line)["step"] for line in lines[0].splitlines()] == [2, 4, 6]
+        assert (tmp_path / "straight" / "best" / "model.safetensors").read_bytes() == (
+            tmp_path / "resumed" / "best" / "model.safetensors").read_bytes()
 
 
 @pytest.mark.parametrize("method", ["veca", "lookwhere"])

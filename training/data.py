@@ -173,7 +173,7 @@ def set_stream_epoch(dataset: IterableDataset, transform: ImageTransform, epoch:
 HELDOUT_PHOTOS = Path(__file__).resolve().parents[1] / "assets" / "heldout"
 
 
-def image_files(path: Path, split: str) -> tuple[list[str], list[Path]]:
+def image_files(path: Path, split: str, train: bool = True) -> tuple[list[str], list[Path]]:
     """The image files of an image folder, sorted: those under `path/split/` when that sub-folder exists (train/ next
     to val/), else all of them at any depth (no other sub-folder is read as a split). Returns (files, left_out):
     files whose names are not valid UTF-8 cannot be held by `datasets` and are left out. Raises before training
@@ -193,10 +193,11 @@ def image_files(path: Path, split: str) -> tuple[list[str], list[Path]]:
             files.append(str(file))
     held_out = [file for file in files if HELDOUT_PHOTOS in Path(file).resolve().parents]
     if held_out:
+        use = ("train on a folder without them, such as assets/photos" if train else
+               "validation during training picks the best checkpoint, so give it a folder of its own")
         raise ValueError(
             f"Image folder {root} holds {len(held_out)} of the held-out photos of {HELDOUT_PHOTOS} (e.g. "
-            f"{Path(held_out[0]).name}), which are for evaluation only: train on a folder without them, such as "
-            "assets/photos."
+            f"{Path(held_out[0]).name}), which are for the final evaluation only: {use}."
         )
     if not files:
         found = f" ({len(left_out)} with names that are not UTF-8: rename them)" if left_out else ""
@@ -220,7 +221,7 @@ def is_saved_dataset(path: Path) -> bool:
     return (path / "state.json").is_file() or (path / "dataset_dict.json").is_file()
 
 
-def load_local(path: Path, split: str, streaming: bool) -> tuple:
+def load_local(path: Path, split: str, streaming: bool, train: bool = True) -> tuple:
     """A `save_to_disk` folder, a folder of parquet files, or an image folder (`image_files`; labels never read).
     Returns (dataset, number of files left out for their names)."""
     if is_saved_dataset(path):
@@ -233,7 +234,7 @@ def load_local(path: Path, split: str, streaming: bool) -> tuple:
     elif path.is_dir() and any(path.rglob("*.parquet")):
         return load_dataset("parquet", data_dir=str(path), split=split, streaming=streaming), 0
     else:
-        files, unnamed = image_files(path, split)
+        files, unnamed = image_files(path, split, train)
         dataset = Dataset.from_dict({"image": files}, features=Features({"image": Image(decode=False)}))
         left_out = len(unnamed)
     # a stream of contiguous shards, so that processes (and workers) read disjoint shards
@@ -267,7 +268,7 @@ def build_dataset(
     """
     left_out = 0
     if is_local(source):
-        dataset, left_out = load_local(Path(source).expanduser(), split, streaming)
+        dataset, left_out = load_local(Path(source).expanduser(), split, streaming, train)
     else:
         dataset = load_dataset(source, split=split, streaming=streaming)
     if dataset.column_names is not None and image_column not in dataset.column_names:
