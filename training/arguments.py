@@ -86,8 +86,9 @@ def recipe_defaults(parser: argparse.ArgumentParser, name: str, script: str) -> 
     from .recipes import load_recipe
 
     values = load_recipe(name)
-    if values.pop("script") != script:
-        raise ValueError(f"--recipe {name} is a recipe of {load_recipe(name)['script']}, not of {script}.")
+    owner = values.pop("script")
+    if owner != script:
+        raise ValueError(f"--recipe {name} is a recipe of {owner}, not of {script}.")
     unknown = sorted(set(values) - {action.dest for action in parser._actions})
     if unknown:
         raise ValueError(f"training/recipes/{name}.yaml sets {', '.join(unknown)}, which {script} does not take.")

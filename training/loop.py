@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import resource
+import sys
 import time
 
 import torch
@@ -54,6 +55,9 @@ def start(args, script: str) -> Accelerator:
     for name in ("warmup_steps", "max_grad_norm", "eval_every"):
         if getattr(args, name) < 0:
             raise ValueError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(args, name)}.")
+    if args.warmup_steps >= args.max_steps:
+        print(f"warning: --warmup-steps {args.warmup_steps} is not below --max-steps {args.max_steps}: the whole run "
+              "warms up (a recipe's steps are the authors'; scale them to your run)", file=sys.stderr)
     if args.eval_every and not args.eval_data:
         raise ValueError(f"--eval-every {args.eval_every} validates on held-out images: give them with --eval-data, or "
                          "pass --eval-every 0.")
