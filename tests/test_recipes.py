@@ -276,8 +276,8 @@ def test_stage_two_starts_from_stage_one_with_phases_batches_and_microbatches(te
     calls = []
     load = teacher_module.load_teacher
 
-    def counted(name):
-        model = load(name)
+    def counted(name, dtype=torch.float32):
+        model = load(name, dtype)
         model.register_forward_hook(lambda module, args, output: calls.append(len(args[0]) if args else 0))
         return model
 

@@ -21,6 +21,8 @@ def training_parser(description: str, lr: float, min_lr: float, weight_decay: fl
                         help="the authors' settings from training/recipes/NAME.yaml (veca-pretrain, veca-multires, "
                              "lookwhere-dinov2); any flag given here overrides the recipe's value")
     parser.add_argument("--teacher", required=True, help="hub id, save_pretrained folder, or offline-dinov2-small")
+    parser.add_argument("--teacher-dtype", default="fp32", choices=["fp32", "bf16"],
+                        help="the teacher's weights and forward, outside the student's autocast (bf16: half the memory)")
     parser.add_argument("--data", required=True,
                         help="an image folder (labels ignored), a save_to_disk or parquet folder, or a datasets name")
     parser.add_argument("--streaming", action="store_true",
@@ -39,8 +41,13 @@ def training_parser(description: str, lr: float, min_lr: float, weight_decay: fl
     parser.add_argument("--warmup-start-lr", type=float, default=0.0, help="learning rate of the first warm-up step")
     parser.add_argument("--weight-decay", type=float, default=weight_decay)
     parser.add_argument("--gradient-accumulation-steps", type=int, default=1)
+    parser.add_argument("--gradient-checkpointing", action="store_true",
+                        help="recompute each layer's activations in the backward pass: less memory, about a third slower")
     parser.add_argument("--max-grad-norm", type=float, default=1.0, help="gradient clipping; 0: none")
-    parser.add_argument("--mixed-precision", default="no", choices=["no", "bf16", "fp16"])
+    parser.add_argument("--mixed-precision", default=None, choices=["no", "bf16", "fp16"],
+                        help="the student's autocast (default: the accelerate config's, else no)")
+    parser.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=True,
+                        help="TensorFloat-32 for float32 matmuls on CUDA (no effect elsewhere)")
     parser.add_argument("--checkpoint-every", type=int, default=1000, help="optimisation steps between checkpoints")
     parser.add_argument("--keep-checkpoints", type=int, default=3, help="newest checkpoints kept")
     parser.add_argument("--eval-every", type=int, default=0,

@@ -272,7 +272,7 @@ def training_recipe(accelerator: Accelerator, script: str, args, model_type: str
         "steps": args.max_steps,
         "num_processes": accelerator.num_processes,
         "global_batch_size": args.batch_size * accelerator.num_processes * args.gradient_accumulation_steps,
-        "mixed_precision": args.mixed_precision,
+        "mixed_precision": accelerator.mixed_precision,  # the effective one: the flag's, else the config's
         "recipe": arguments.get("recipe"),
         "recipe_overrides": {name: {"recipe": value, "used": arguments[name]} for name, value in recipe.items()
                              if name in arguments and value is not None and arguments[name] != value},

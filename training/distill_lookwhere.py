@@ -51,7 +51,7 @@ def main(argv=None) -> None:
     from .losses import lookwhere_loss
     from .optim import check_optimizer
     from .schedule import draw_int
-    from .teacher import in_microbatches, load_teacher, teacher_targets_and_map
+    from .teacher import TEACHER_DTYPES, load_teacher, run_teacher, teacher_targets_and_map
     from .validation import HeldOutAgreement
 
     from corevision_hf import lookwhere_from_teacher
@@ -71,6 +71,7 @@ def main(argv=None) -> None:
     student = lookwhere_from_teacher(
         teacher, selector_depth=args.selector_depth, selector_image_size=args.selector_image_size
     )
+    teacher.to(TEACHER_DTYPES[args.teacher_dtype])  # after the student copied its float32 weights
     patch = student.config.patch_size
     if args.image_size % patch:
         raise ValueError(f"--image-size {args.image_size} is not a multiple of the teacher's patch size {patch}.")
@@ -92,7 +93,7 @@ def main(argv=None) -> None:
 
     def loss_fn(student, batch, step_draws):
         pixel_values = batch["pixel_values"]
-        teacher_cls, teacher_patches, teacher_map = in_microbatches(
+        teacher_cls, teacher_patches, teacher_map = run_teacher(
             lambda chunk: teacher_targets_and_map(teacher, chunk, grid), pixel_values, args.teacher_microbatch
         )
         output = student(pixel_values, k=step_draws["k"])

@@ -103,7 +103,7 @@ def main(argv=None) -> None:
     from .loop import distill, start
     from .losses import veca_loss
     from .schedule import draw
-    from .teacher import (copy_patch_embedding, in_microbatches, load_init, load_teacher, teacher_input,
+    from .teacher import (TEACHER_DTYPES, copy_patch_embedding, load_init, load_teacher, run_teacher, teacher_input,
                           teacher_patch_size, teacher_targets)
     from .teacher_cache import TeacherCache
     from .validation import HeldOutAgreement
@@ -131,7 +131,7 @@ def main(argv=None) -> None:
         )
 
     # Data, teacher and student are all checked before the first step.
-    teacher = load_teacher(args.teacher).to(accelerator.device)
+    teacher = load_teacher(args.teacher, TEACHER_DTYPES[args.teacher_dtype]).to(accelerator.device)
     teacher_patch = teacher_patch_size(teacher)
     if args.init_from:
         student = load_init(args.init_from, VecaModel, args.preset, overrides, teacher.config.hidden_size)
@@ -184,7 +184,7 @@ def main(argv=None) -> None:
         grid = (size // config.patch_size, size // config.patch_size)
 
         def compute_targets(images):
-            return in_microbatches(
+            return run_teacher(
                 lambda chunk: teacher_targets(teacher, teacher_input(chunk, teacher_patch, config.patch_size), grid),
                 images, microbatches[size],
             )

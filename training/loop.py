@@ -18,6 +18,7 @@ import time
 
 import torch
 from accelerate import Accelerator
+from accelerate.state import AcceleratorState
 from accelerate.utils import DistributedType, ProjectConfiguration, gather_object, set_seed
 from tqdm.auto import tqdm
 
@@ -62,17 +63,23 @@ def start(args, script: str) -> Accelerator:
         raise ValueError(f"--eval-every {args.eval_every} validates on held-out images: give them with --eval-data, or "
                          "pass --eval-every 0.")
     trackers = {"none": None, "auto": "tensorboard" if importlib.util.find_spec("tensorboard") else None}
+    # a run in a process that ran another one (a benchmark, the tests) takes its own mixed precision: accelerate keeps
+    # the first run's in a process-wide state otherwise (the process group, in PartialState, stays)
+    AcceleratorState._reset_state()
     accelerator = Accelerator(
         mixed_precision=args.mixed_precision,
         gradient_accumulation_steps=args.gradient_accumulation_steps,
         log_with=trackers.get(args.log_with, args.log_with),
         project_config=ProjectConfiguration(project_dir=args.output_dir, logging_dir=f"{args.output_dir}/logs"),
     )
+    check_launch(accelerator)
     if args.optimizer == "normuon" and accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED):
         raise ValueError(
             f"--optimizer normuon orthogonalises whole matrices, and {accelerator.distributed_type.value} shards them: "
             "launch with training/configs/multi_gpu_ddp.yaml, or use --optimizer adamw."
         )
+    if args.tf32 and accelerator.device.type == "cuda":
+        torch.set_float32_matmul_precision("high")  # TF32, as the VECA authors' configure_backend_precision
     check_processes_agree(gather_object([vars(args)]))
     check_output_dir(args.output_dir, run_record(script, args, accelerator.num_processes))
     if args.overwrite and accelerator.is_main_process:
@@ -80,6 +87,26 @@ def start(args, script: str) -> Accelerator:
     accelerator.wait_for_everyone()
     set_seed(args.seed)
     return accelerator
+
+
+def check_launch(accelerator: Accelerator) -> None:
+    """Raises ValueError when the launch asked for what accelerate does not do here: FSDP on CPU processes (accelerate
+    falls back to plain DDP without a word), or processes that each run alone (a world of one per launched process,
+    all writing the same folder)."""
+    asked_fsdp = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() in ("1", "true")
+    if asked_fsdp and accelerator.distributed_type != DistributedType.FSDP:
+        raise ValueError(
+            f"The accelerate config asks for FSDP, which accelerate does not do on {accelerator.device.type} processes "
+            f"(it would run {accelerator.distributed_type.value} unsharded): launch FSDP on GPUs, or use "
+            "training/configs/cpu_2proc.yaml (DDP) on CPUs."
+        )
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched != accelerator.num_processes:
+        raise ValueError(
+            f"{launched} processes were launched but each runs alone (accelerate sees {accelerator.num_processes}): "
+            "the config's distributed setting cannot run on this machine (FSDP or multi-GPU without GPUs?); for CPU "
+            "processes use ACCELERATE_USE_CPU=1 with training/configs/cpu_2proc.yaml."
+        )
 
 
 class TeacherClock:
@@ -173,6 +200,8 @@ def distill(
                 f"{args.data} holds {len(data)} images per process, fewer than one batch of {batch_size}: lower "
                 "--batch-size or add images."
             )
+    if args.gradient_checkpointing:
+        student.activation_checkpointing_enable({"use_reentrant": False})
     optimizer = build_optimizer(student, args.optimizer, args.lr, args.weight_decay)
     accelerator.print(describe(optimizer))
     student, optimizer = accelerator.prepare(student, optimizer)  # the teacher is not prepared: not in checkpoints

@@ -17,12 +17,14 @@ from corevision_hf.offline import check_hub_reachable
 from .checkpointing import check_export
 
 
-def in_microbatches(forward, images: torch.Tensor, size: int | None) -> tuple:
-    """`forward(chunk) -> tuple of tensors` over `images` in chunks of `size` (None: all at once), concatenated along
-    the batch: the teacher's peak memory follows the chunk, not the batch (the VECA authors' teacher_microbatch)."""
-    if not size or size >= len(images):
-        return forward(images)
-    parts = [forward(chunk) for chunk in images.split(size)]
+def run_teacher(forward, images: torch.Tensor, microbatch: int | None) -> tuple:
+    """`forward(chunk) -> tuple of tensors` over `images` in chunks of `microbatch` (None: all at once), concatenated
+    along the batch: the teacher's peak memory follows the chunk (the VECA authors' teacher_microbatch). It runs
+    outside the student's autocast, in the teacher's own dtype (--teacher-dtype): float32 targets stay float32."""
+    with torch.autocast(images.device.type, enabled=False):
+        if not microbatch or microbatch >= len(images):
+            return forward(images)
+        parts = [forward(chunk) for chunk in images.split(microbatch)]
     return tuple(torch.cat(tensors) for tensors in zip(*parts))
 
 
@@ -72,6 +74,9 @@ def load_init(folder: str, model_class, preset: str | None, overrides: dict, tea
         raise ValueError(f"--init-from {folder} outputs {width} features and the teacher {teacher_width}: it was "
                          "distilled from another teacher; use that teacher, or start without --init-from.")
     return model_class.from_pretrained(folder, **{k: v for k, v in overrides.items() if k not in ARCHITECTURE})
+
+
+TEACHER_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}  # --teacher-dtype
 
 
 def load_teacher(name_or_path: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
