@@ -15,7 +15,7 @@ from timm.data.auto_augment import rand_augment_transform
 from torchvision.transforms import InterpolationMode, v2
 
 from corevision_hf.images import IMAGENET_MEAN, IMAGENET_STD
-from training.data import ImageTransform, build_dataset, epoch_batches
+from training.data import BatchStream, ImageTransform, build_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZE = 48
@@ -147,7 +147,7 @@ def folder(tmp_path, monkeypatch) -> Path:
 def test_crops_depend_on_seed_epoch_index_alone(folder, method):
     def crops(epoch: int, num_workers: int) -> dict:
         dataset, _ = build_dataset(str(folder), image_size=32, seed=1, augment=method)
-        batches = epoch_batches(dataset, batch_size=2, epoch=epoch, seed=1, num_workers=num_workers)
+        batches = BatchStream(dataset, 2, seed=1, num_workers=num_workers).epoch(epoch)
         return {int(i): x for batch in batches for i, x in zip(batch["index"], batch["pixel_values"])}
 
     first = crops(epoch=0, num_workers=0)

@@ -181,7 +181,7 @@ def test_teacher_cache_computes_each_crop_once(teacher_dir, image_dir, tmp_path,
 # The authors' VECA recipe, small: NorMuon, the authors' crops, two phases of resolutions each read as its own stream
 # with its own batch size, validation keeping OUT/best.
 RECIPE_LIKE = ["--optimizer", "normuon", "--augment", "veca", "--resolutions", "16:1,32:1;3=32:1", "--batch-sizes",
-               "16:3,32:2", "--max-grad-norm", "0", "--eval-every", "2", "--eval-images", "2"]
+               "16:3,32:2", "--max-grad-norm", "0", "--eval-every", "2", "--eval-images", "2", "--num-workers", "2"]
 
 
 @pytest.mark.parametrize("method, streaming, extra", [("veca", False, []), ("lookwhere", True, []),

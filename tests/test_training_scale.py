@@ -1,18 +1,24 @@
 """Training at scale, as far as a CPU shows it: precision (the accelerate config's, float32 targets, a bf16 teacher),
 gradient checkpointing, and launches that accelerate cannot honour here refused in one line."""
 
+import io
 import json
 import os
 import subprocess
 import sys
+import tarfile
+from pathlib import Path
 
 import pytest
 import torch
 from conftest import ROOT, kill_processes_naming, lookwhere_args, read_metrics, veca_args
+from PIL import Image
 from safetensors.torch import load_file
 from transformers import AutoModel
 
-from training import distill_lookwhere, distill_veca
+from corevision_hf.images import IMAGENET_MEAN, IMAGENET_STD
+from training import data, distill_lookwhere, distill_veca
+from training.data import BatchStream, build_dataset
 from training import teacher as teacher_module
 from training.teacher import run_teacher, teacher_targets_and_map
 
@@ -82,4 +88,113 @@ def test_an_fsdp_config_on_cpu_processes_is_refused(teacher_dir, image_dir, tmp_
         kill_processes_naming(tmp_path)
     assert result.returncode != 0
     assert "error: The accelerate config asks for FSDP, which accelerate does not do on cpu processes" in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------------------------ data at scale
+
+GRAY_SIZE = 16
+
+
+def gray_jpeg(level: int) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (24, 24), (level, level, level)).save(buffer, "JPEG", quality=100)
+    return buffer.getvalue()
+
+
+def write_shards(folder, images_per_shard: list[int], extension: str = "jpg") -> list[int]:
+    """webdataset shards (`{key}.jpg` and `{key}.cls` per sample) of uniform gray images, one level per image: the
+    level tells which image a crop came from. Returns the levels, in order."""
+    folder.mkdir(parents=True)
+    levels, next_level = [], 8
+    for shard, count in enumerate(images_per_shard):
+        with tarfile.open(folder / f"shard-{shard:03d}.tar", "w") as tar:
+            for _ in range(count):
+                key = f"sample{next_level:03d}"
+                image = gray_jpeg(next_level) if extension == "jpg" else b"a caption"
+                for name, payload in [(f"{key}.{extension}", image), (f"{key}.cls", b"0")]:
+                    info = tarfile.TarInfo(name)
+                    info.size = len(payload)
+                    tar.addfile(info, io.BytesIO(payload))
+                levels.append(next_level)
+                next_level += 16
+    return levels
+
+
+def seen_levels(dataset, epoch: int = 0) -> list[int]:
+    """The gray level of every image of one epoch, in the order read (the crop of a uniform image is uniform)."""
+    mean = torch.tensor(IMAGENET_MEAN).view(3, 1, 1)
+    std = torch.tensor(IMAGENET_STD).view(3, 1, 1)
+    levels = []
+    for batch in BatchStream(dataset, 1, seed=0).epoch(epoch):
+        for pixels in batch["pixel_values"]:
+            levels.append(round(((pixels * std + mean) * 255).mean().item() / 16 - 0.5) * 16 + 8)
+    return levels
+
+
+@pytest.mark.parametrize("shards", [[2, 2], [2, 2, 1]])
+def test_webdataset_shards_are_read_once_over_two_processes(tmp_path, shards):
+    """Shards that divide by the processes and shards that do not: every example read by exactly one process."""
+    levels = write_shards(tmp_path / "shards", shards)
+    parts = []
+    for rank in range(2):
+        dataset, _ = build_dataset(str(tmp_path / "shards"), streaming=True, image_size=GRAY_SIZE, process_index=rank,
+                                   num_processes=2)
+        parts.append(seen_levels(dataset))
+    assert sorted(parts[0] + parts[1]) == levels  # the union is the dataset, nothing twice
+    assert parts[0] and parts[1]
+    whole, _ = build_dataset(str(tmp_path / "shards"), image_size=GRAY_SIZE)  # map-style reads them too
+    assert sorted(seen_levels(whole)) == levels
+
+
+def test_webdataset_shards_without_images_are_one_clear_error(tmp_path):
+    write_shards(tmp_path / "shards", [2], extension="txt")
+    with pytest.raises(ValueError, match=r"no 'image' column \(columns: .*txt.*\): name the column .* --image-column"):
+        build_dataset(str(tmp_path / "shards"), streaming=True, image_size=GRAY_SIZE)
+
+
+def test_a_stream_is_shuffled_from_its_first_pass(tmp_path):
+    """A class-sorted stream (here: levels in increasing order) is not read in its stored order in epoch 0."""
+    levels = write_shards(tmp_path / "shards", [8, 8])
+    dataset, _ = build_dataset(str(tmp_path / "shards"), streaming=True, image_size=GRAY_SIZE, shuffle_buffer=8)
+    first = seen_levels(dataset, epoch=0)
+    assert sorted(first) == levels and first != levels
+    assert seen_levels(dataset, epoch=1) != first  # each epoch its own order
+    assert seen_levels(dataset, epoch=0) == first  # and the same again for the same epoch
+
+
+def test_a_folder_is_listed_once_and_the_listing_reused(image_dir, tmp_path, monkeypatch):
+    listing = tmp_path / "image_files.json"
+    first, _ = build_dataset(image_dir, image_size=GRAY_SIZE, listing=str(listing))
+    assert json.loads(listing.read_text())["files"] == sorted(str(p) for p in Path(image_dir).rglob("*.jpg"))
+
+    def not_again(*args, **kwargs):
+        raise AssertionError("listed again")
+
+    monkeypatch.setattr(data, "image_files", not_again)
+    again, _ = build_dataset(image_dir, image_size=GRAY_SIZE, listing=str(listing))
+    assert len(again) == len(first)
+
+
+def test_loader_workers_live_for_the_whole_run(image_dir):
+    dataset, _ = build_dataset(image_dir, image_size=GRAY_SIZE)
+    stream = BatchStream(dataset, 2, seed=0, num_workers=2)
+    pids = []
+    for epoch in range(2):
+        batches = list(stream.epoch(epoch))
+        assert len(batches) == len(dataset) // 2
+        pids.append(sorted(worker.pid for worker in stream.loader._iterator._workers))
+    assert pids[0] == pids[1] and all(pid != os.getpid() for pid in pids[0])
+
+
+def test_a_stream_cannot_be_split_over_more_processes_than_shards(tmp_path):
+    write_shards(tmp_path / "shards", [3])
+    with pytest.raises(ValueError, match="streams as 1 shards, fewer than the 2 processes"):
+        build_dataset(str(tmp_path / "shards"), streaming=True, image_size=GRAY_SIZE, process_index=1, num_processes=2)
+
+
+def test_shuffle_buffer_0_with_streaming_is_refused(teacher_dir, image_dir, tmp_path):
+    with pytest.raises(ValueError, match="--shuffle-buffer must be 1 or more with --streaming"):
+        distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "run", "--max-steps", "1", "--streaming",
+                                    "--shuffle-buffer", "0"))
     assert not (tmp_path / "run").exists()

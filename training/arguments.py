@@ -26,7 +26,11 @@ def training_parser(description: str, lr: float, min_lr: float, weight_decay: fl
     parser.add_argument("--data", required=True,
                         help="an image folder (labels ignored), a save_to_disk or parquet folder, or a datasets name")
     parser.add_argument("--streaming", action="store_true",
-                        help="stream the data instead of reading it whole; each process reads its own part")
+                        help="stream the data instead of reading it whole; each process reads its own shards")
+    parser.add_argument("--shuffle-buffer", type=int, default=1000,
+                        help="with --streaming: examples held in the shuffle buffer (the shard order is shuffled too)")
+    parser.add_argument("--image-column", default="image",
+                        help="the column holding the images (webdataset shards: jpg, jpeg, png or webp, found alone)")
     parser.add_argument("--augment", default="simple", choices=["simple", "veca", "lookwhere"],
                         help="training crops: simple (random resized crop 0.25-1 + flip), or the VECA / LookWhere "
                              "authors' pipelines (torchvision / timm: the train extra)")
@@ -61,7 +65,9 @@ def training_parser(description: str, lr: float, min_lr: float, weight_decay: fl
                         help="delete the run already in --output-dir (only what a run writes there) and start anew")
     parser.add_argument("--log-with", default="auto",
                         help='tracker: "auto" (tensorboard when installed), "none", or any accelerate tracker name')
-    parser.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes per process")
+    parser.add_argument("--num-workers", type=int, default=None,
+                        help="DataLoader worker processes per process, kept for the whole run (default: half the CPU "
+                             "cores per process, at most 4)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--stop-at-step", type=int, default=None, help=argparse.SUPPRESS)  # simulates a crash (tests)
     return parser

@@ -19,6 +19,9 @@ RESUMABLE = ("resume", "overwrite", "stop_at_step", "checkpoint_every", "keep_ch
 # What a run writes into its --output-dir: what makes a folder "used", and all that --overwrite deletes.
 RUN_FILES = ("run.json", "metrics.jsonl", "validation.jsonl", "checkpoints", "final", "best", "teacher_cache", "logs")
 MANIFEST = "manifest.json"
+# The run's image-folder listing (training.data.cached_image_files): made once, read by every process and by a resume.
+# Alone it does not make a folder used (a setup that failed after listing leaves it); a new run lists anew.
+LISTING = "image_files.json"
 
 
 def write_json(path: str, value) -> None:
@@ -84,8 +87,8 @@ def check_output_dir(output_dir: str, record: dict) -> None:
 
 
 def clear_run(output_dir: str) -> None:
-    """--overwrite: deletes what an earlier run wrote into `output_dir` (`RUN_FILES`), nothing else."""
-    for name in RUN_FILES:
+    """--overwrite: deletes what an earlier run wrote into `output_dir` (`RUN_FILES`, `LISTING`), nothing else."""
+    for name in (*RUN_FILES, LISTING):
         path = os.path.join(output_dir, name)
         if os.path.isdir(path):
             shutil.rmtree(path)

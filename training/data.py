@@ -5,18 +5,25 @@ Labels are never used.
 
 Crops and order are reproducible: every sample draws its augmentation from `random.Random(f"{seed}/{epoch}/{index}")`
 (the authors' pipelines from the global generators seeded by it) and a map-style epoch's order is a permutation drawn
-from (seed, epoch), so a resumed run (`epoch_batches` with the epoch and the batches already used) sees the same crops
-in the same order as an uninterrupted one.
+from (seed, epoch), so a resumed run (`BatchStream.epoch` with the epoch and the batches already used) sees the same
+crops in the same order as an uninterrupted one.
 """
 
 import functools
+import hashlib
 import itertools
+import json
 import logging
 import math
+import os
 import random
+import tarfile
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import torch
 from datasets import Dataset, DatasetDict, Features, Image, IterableDataset, load_dataset, load_from_disk
 from datasets.distributed import split_dataset_by_node
@@ -173,11 +180,100 @@ def set_stream_epoch(dataset: IterableDataset, transform: ImageTransform, epoch:
 HELDOUT_PHOTOS = Path(__file__).resolve().parents[1] / "assets" / "heldout"
 
 
+@functools.cache
+def held_out_digests() -> dict[tuple[int, str], str]:
+    """{(size in bytes, sha256): file name} of the held-out photos: a copy under another name or folder is still one
+    of them."""
+    extensions = {ext.lower() for ext in ImageFolder.EXTENSIONS}
+    files = sorted(HELDOUT_PHOTOS.iterdir()) if HELDOUT_PHOTOS.is_dir() else []
+    return {(len(data), hashlib.sha256(data).hexdigest()): file.name for file in files
+            if file.suffix.lower() in extensions for data in [file.read_bytes()]}
+
+
+def held_out_size(size: int) -> bool:
+    """Whether a held-out photo has `size` bytes: only such files are hashed."""
+    return any(size == held_size for held_size, _ in held_out_digests())
+
+
+def held_out_copy(data: bytes) -> str | None:
+    """The name of the held-out photo whose bytes `data` are, or None."""
+    if not held_out_size(len(data)):
+        return None
+    return held_out_digests().get((len(data), hashlib.sha256(data).hexdigest()))
+
+
+def held_out_file(path: str) -> str | None:
+    """The held-out photo that the file at `path` is (one inside assets/heldout, or a copy of one), or None."""
+    file = Path(path)
+    if HELDOUT_PHOTOS in file.resolve().parents:
+        return file.name
+    try:
+        size = file.stat().st_size
+    except OSError:  # not a file here: not a held-out photo either
+        return None
+    return held_out_copy(file.read_bytes()) if held_out_size(size) else None
+
+
+def refuse_held_out(found: list[tuple[str, str]], source: str, train: bool) -> None:
+    """Raises ValueError when `found`, pairs of (a file or row of `source`, the held-out photo it is), is not empty."""
+    if not found:
+        return
+    use = ("train on a folder without them, such as assets/photos" if train else
+           "validation during training picks the best checkpoint, so give it a folder of its own")
+    what, name = found[0]
+    raise ValueError(
+        f"{source} holds {len(found)} of the held-out photos of {HELDOUT_PHOTOS} (e.g. "
+        f"{name if what == name else f'{what}, a copy of {name}'}), which are for the final evaluation only: {use}."
+    )
+
+
+def image_columns(schema: pa.Schema) -> list[str]:
+    """The columns of an Arrow schema that can hold images: binary, or a struct with a "bytes" or "path" field (the
+    `datasets` `Image` feature)."""
+    def holds_images(kind):
+        return pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or (
+            pa.types.is_struct(kind) and (kind.get_field_index("bytes") >= 0 or kind.get_field_index("path") >= 0))
+    return [field.name for field in schema if holds_images(field.type)]
+
+
+def held_out_rows(batches) -> list[tuple[str, str]]:
+    """(row, held-out photo) for every row of the Arrow record `batches` with an image column (`image_columns`) that
+    holds a held-out photo, as bytes (hashed only when as long as a held-out photo) or as a path to one."""
+    found, offset = [], 0
+    for batch in batches:
+        for column in image_columns(batch.schema):
+            values = batch.column(column)
+            struct = pa.types.is_struct(values.type)
+            data = values.field("bytes") if struct and values.type.get_field_index("bytes") >= 0 else (
+                None if struct else values)
+            if data is not None:
+                lengths = pc.binary_length(data).fill_null(-1).to_numpy()
+                for row in np.flatnonzero(np.isin(lengths, [size for size, _ in held_out_digests()])):
+                    if name := held_out_copy(data[int(row)].as_py()):
+                        found.append((f"row {offset + int(row)}", name))
+            if struct and values.type.get_field_index("path") >= 0:
+                for row, path in enumerate(values.field("path").to_pylist()):
+                    stored = data is not None and data[row].is_valid  # the bytes are what is read, not the path
+                    if path and not stored and (name := held_out_file(path)):
+                        found.append((f"row {offset + row} ({path})", name))
+        offset += batch.num_rows
+    return found
+
+
+def held_out_members(shard: str) -> list[tuple[str, str]]:
+    """(member, held-out photo) for every file of a tar shard that is a copy of a held-out photo (read only when its
+    size is a held-out photo's)."""
+    with tarfile.open(shard) as tar:
+        return [(f"{Path(shard).name}:{member.name}", name) for member in tar if member.isfile()
+                and held_out_size(member.size) and (name := held_out_copy(tar.extractfile(member).read()))]
+
+
 def image_files(path: Path, split: str, train: bool = True) -> tuple[list[str], list[Path]]:
     """The image files of an image folder, sorted: those under `path/split/` when that sub-folder exists (train/ next
     to val/), else all of them at any depth (no other sub-folder is read as a split). Returns (files, left_out):
     files whose names are not valid UTF-8 cannot be held by `datasets` and are left out. Raises before training
-    starts when `path` is not a folder holding at least one usable image file, or when it holds held-out photos."""
+    starts when `path` is not a folder holding at least one usable image file, or when it holds held-out photos (in
+    assets/heldout, or copies of them: sha256 of each file whose size is a held-out photo's)."""
     if not path.is_dir():
         raise FileNotFoundError(f"Image folder {path} does not exist (expected a directory of images, any nesting).")
     extensions = {ext.lower() for ext in ImageFolder.EXTENSIONS}
@@ -191,14 +287,8 @@ def image_files(path: Path, split: str, train: bool = True) -> tuple[list[str], 
                 left_out.append(file)
                 continue
             files.append(str(file))
-    held_out = [file for file in files if HELDOUT_PHOTOS in Path(file).resolve().parents]
-    if held_out:
-        use = ("train on a folder without them, such as assets/photos" if train else
-               "validation during training picks the best checkpoint, so give it a folder of its own")
-        raise ValueError(
-            f"Image folder {root} holds {len(held_out)} of the held-out photos of {HELDOUT_PHOTOS} (e.g. "
-            f"{Path(held_out[0]).name}), which are for the final evaluation only: {use}."
-        )
+    refuse_held_out([(Path(file).name, name) for file in files if (name := held_out_file(file))],
+                    f"Image folder {root}", train)
     if not files:
         found = f" ({len(left_out)} with names that are not UTF-8: rename them)" if left_out else ""
         raise ValueError(
@@ -221,22 +311,55 @@ def is_saved_dataset(path: Path) -> bool:
     return (path / "state.json").is_file() or (path / "dataset_dict.json").is_file()
 
 
-def load_local(path: Path, split: str, streaming: bool, train: bool = True) -> tuple:
-    """A `save_to_disk` folder, a folder of parquet files, or an image folder (`image_files`; labels never read).
-    Returns (dataset, number of files left out for their names)."""
+def cached_image_files(path: Path, split: str, train: bool, listing: str | None) -> tuple[list[str], int]:
+    """`image_files` of `path`, read from the JSON file `listing` when it holds that folder's, else listed and written
+    there (one process lists a folder of millions of files; the others, and a resume, read it). Returns (files, number
+    left out for their names)."""
+    key = {"folder": str(path.resolve()), "split": split}
+    if listing and os.path.isfile(listing):
+        with open(listing) as f:
+            cached = json.load(f)
+        if {name: cached.get(name) for name in key} == key:
+            return cached["files"], cached["left_out"]
+    files, unnamed = image_files(path, split, train)
+    if listing:
+        temporary = f"{listing}.{os.getpid()}.tmp"  # renamed when complete: a reader never sees half a file
+        with open(temporary, "w") as f:
+            json.dump({**key, "files": files, "left_out": len(unnamed)}, f)
+        os.replace(temporary, listing)
+    return files, len(unnamed)
+
+
+def load_local(path: Path, split: str, streaming: bool, train: bool = True, listing: str | None = None) -> tuple:
+    """A `save_to_disk` folder, a folder of parquet files, a folder of webdataset `.tar` shards (read by `datasets`'
+    webdataset loader) or an image folder (`image_files`, listed once into `listing` when given; labels never read).
+    Returns (dataset, number of files left out for their names). Raises ValueError when it holds a held-out photo:
+    a file of an image folder, a row's image bytes or path, a file in a shard (a parquet folder's image columns are
+    read through once for it; a `save_to_disk` folder's only where the length matches)."""
     if is_saved_dataset(path):
         dataset = load_from_disk(str(path))
         if isinstance(dataset, DatasetDict):
             if split not in dataset:
                 raise ValueError(f"{path} holds the splits {', '.join(dataset)}, not {split!r}.")
             dataset = dataset[split]
+        refuse_held_out(held_out_rows(dataset.data.to_batches()), f"The dataset {path}", train)
         left_out = 0
     elif path.is_dir() and any(path.rglob("*.parquet")):
+        found = []
+        for file in sorted(path.rglob("*.parquet")):
+            parquet = pq.ParquetFile(file)
+            if columns := image_columns(parquet.schema_arrow):
+                rows = held_out_rows(parquet.iter_batches(columns=columns))
+                found += [(f"{file.name} {row}", name) for row, name in rows]
+        refuse_held_out(found, f"The parquet folder {path}", train)
         return load_dataset("parquet", data_dir=str(path), split=split, streaming=streaming), 0
+    elif path.is_dir() and (shards := sorted(str(p) for p in path.rglob("*.tar"))):
+        members = [found for shard in shards for found in held_out_members(shard)]
+        refuse_held_out(members, f"The shards of {path}", train)
+        return load_dataset("webdataset", data_files={split: shards}, split=split, streaming=streaming), 0
     else:
-        files, unnamed = image_files(path, split, train)
+        files, left_out = cached_image_files(path, split, train, listing)
         dataset = Dataset.from_dict({"image": files}, features=Features({"image": Image(decode=False)}))
-        left_out = len(unnamed)
     # a stream of contiguous shards, so that processes (and workers) read disjoint shards
     return (dataset.to_iterable_dataset(num_shards=min(len(dataset), 1024)) if streaming else dataset), left_out
 
@@ -253,26 +376,34 @@ def build_dataset(
     process_index: int = 0,
     num_processes: int = 1,
     augment: str = "simple",
+    shuffle_buffer: int = 1000,
+    listing: str | None = None,
 ) -> tuple:
     """This process's part of the images of a local folder (see `load_local`) or a `datasets` hub name, transformed by
     an `ImageTransform` (`augment`: "simple", "veca" or "lookwhere"). A missing or image-less folder raises here.
 
     Returns (dataset, stats): a map-style `Dataset` (`with_transform`) or, with `streaming=True`, an
     `IterableDataset` (`.map`), whose examples are {"pixel_values": (3, S, S) tensor, or None when unreadable,
-    "index"}; and the `DataStats` its transform fills. Read it with `epoch_batches`.
-    Processes get disjoint parts (`datasets.distributed.split_dataset_by_node`). Map-style: equal contiguous parts
-    (the last len % num_processes images are left out), indices are positions in the whole dataset. Streamed: whole
-    shards per process when the shard count is a multiple of `num_processes` (otherwise each process reads every
-    example and keeps one in `num_processes`); an index is then a position in the process's (and DataLoader worker's)
-    stream, so crops repeat for the same seed, epoch, world size and number of workers.
+    "index"}; and the `DataStats` its transform fills. Read it with `BatchStream`.
+    Processes get disjoint parts (`datasets.distributed.split_dataset_by_node`), each example read by one process.
+    Map-style: equal contiguous parts (the last len % num_processes images are left out), indices are positions in
+    the whole dataset. Streamed: whole shards per process (some process gets one more when they do not divide), then
+    a shuffle buffer of `shuffle_buffer` examples and a shard order drawn from (seed, epoch), from the first pass on;
+    an index is a position in the process's (and DataLoader worker's) stream, so crops repeat for the same seed,
+    epoch, world size and number of workers. An image folder's listing is kept in `listing` (`cached_image_files`).
+    The image column is `image_column`, or for webdataset shards the first of jpg, jpeg, png, webp they hold.
     """
     left_out = 0
     if is_local(source):
-        dataset, left_out = load_local(Path(source).expanduser(), split, streaming, train)
-    else:
+        dataset, left_out = load_local(Path(source).expanduser(), split, streaming, train, listing)
+    else:  # a hub dataset is not checked for held-out photos: that would mean downloading all of it first
         dataset = load_dataset(source, split=split, streaming=streaming)
-    if dataset.column_names is not None and image_column not in dataset.column_names:
-        raise ValueError(f"{source} has no {image_column!r} column (columns: {', '.join(dataset.column_names)}).")
+    columns = dataset.column_names
+    if columns is not None and image_column == "image" and "image" not in columns:  # webdataset keys by extension
+        image_column = next((name for name in ("jpg", "jpeg", "png", "webp") if name in columns), image_column)
+    if columns is not None and image_column not in columns:
+        raise ValueError(f"{source} has no {image_column!r} column (columns: {', '.join(columns)}): name the column "
+                         "that holds the images with --image-column.")
     # undecoded, so that a corrupt file reaches our try/except instead of failing inside datasets
     dataset = dataset.select_columns([image_column]).cast_column(image_column, Image(decode=False))
     if image_column != "image":
@@ -280,7 +411,15 @@ def build_dataset(
     transform = ImageTransform(image_size, scale, seed, train, augment)
     transform.stats.left_out = left_out
     if streaming:
-        dataset = split_dataset_by_node(dataset, rank=process_index, world_size=num_processes)
+        if dataset.num_shards < num_processes:
+            dataset = dataset.reshard()  # parquet: a shard per row group
+        if dataset.num_shards < num_processes:
+            raise ValueError(
+                f"{source} streams as {dataset.num_shards} shards, fewer than the {num_processes} processes that must "
+                f"each read whole ones: split it into at least {num_processes} files, or leave out --streaming."
+            )
+        dataset = split_dataset_by_node(dataset, rank=process_index, world_size=num_processes, strategy="shards")
+        dataset = dataset.shuffle(seed=seed, buffer_size=shuffle_buffer)
         dataset = dataset.map(transform.example, with_indices=True, remove_columns=["image"])
         dataset.set_epoch = functools.partial(set_stream_epoch, dataset, transform)
     else:
@@ -293,21 +432,46 @@ def build_dataset(
     return dataset, transform.stats
 
 
-def epoch_batches(dataset, batch_size: int, epoch: int, seed: int, skip: int = 0, num_workers: int = 0):
-    """The batches of one epoch of `dataset` (from `build_dataset`), each from `collate`, leaving out the first
-    `skip` (already used before a resume). Only full batches: drop_last. A map-style epoch is a permutation drawn
-    from (seed, epoch), skipped without reading the skipped images; a stream is read through the skipped ones."""
-    dataset.set_epoch(epoch)
-    if isinstance(dataset, IterableDataset):
-        loader = torch.utils.data.DataLoader(
-            dataset, batch_size=batch_size, collate_fn=collate, num_workers=num_workers, drop_last=True
+class EpochOrder(torch.utils.data.Sampler):
+    """A map-style epoch's order: a permutation drawn from (seed, epoch), from batch `skip` on (`start` sets both
+    before each pass). It runs in the main process, so persistent workers need no word of the epoch."""
+
+    def __init__(self, size: int, batch_size: int, seed: int):
+        self.size, self.batch_size, self.seed = size, batch_size, seed
+        self.epoch, self.skip = 0, 0
+
+    def start(self, epoch: int, skip: int) -> None:
+        self.epoch, self.skip = epoch, skip
+
+    def __iter__(self):
+        order = torch.randperm(self.size, generator=torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch))
+        return iter(order[self.skip * self.batch_size :].tolist())
+
+    def __len__(self) -> int:
+        return max(0, self.size - self.skip * self.batch_size)
+
+
+class BatchStream:
+    """The batches of `dataset` (from `build_dataset`), each from `collate`, epoch after epoch, through one DataLoader
+    whose workers live for the whole run (`persistent_workers`, prefetching; pinned memory for a GPU). Only full
+    batches: drop_last. `epoch(e, skip)` gives epoch e's batches after the first `skip` (used before a resume): a
+    map-style epoch is the permutation of `EpochOrder`, skipped without reading the skipped images; a stream is read
+    through the skipped ones. Each sample's crop is a function of (seed, epoch, index), whichever worker makes it."""
+
+    def __init__(self, dataset, batch_size: int, seed: int, num_workers: int = 0, pin_memory: bool = False):
+        self.dataset = dataset
+        self.order = None if isinstance(dataset, IterableDataset) else EpochOrder(len(dataset), batch_size, seed)
+        self.loader = torch.utils.data.DataLoader(
+            dataset, batch_size=batch_size, sampler=self.order, collate_fn=collate, num_workers=num_workers,
+            drop_last=True, persistent_workers=num_workers > 0, pin_memory=pin_memory,
         )
-        return itertools.islice(loader, skip, None)
-    order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
-    return torch.utils.data.DataLoader(
-        dataset, batch_size=batch_size, sampler=order[skip * batch_size :].tolist(), collate_fn=collate,
-        num_workers=num_workers, drop_last=True,
-    )
+
+    def epoch(self, epoch: int, skip: int = 0):
+        self.dataset.set_epoch(epoch)  # the crops' epoch: shared memory, seen by persistent workers
+        if self.order is None:
+            return itertools.islice(self.loader, skip, None)
+        self.order.start(epoch, skip)
+        return iter(self.loader)
 
 
 def collate(batch: list) -> dict:

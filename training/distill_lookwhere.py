@@ -46,8 +46,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> None:
     args = parse_args(argv)
     # heavy imports after parsing, so that --help answers at once
-    from .data import build_dataset
-    from .loop import distill, start
+    from .loop import distill, start, training_data
     from .losses import lookwhere_loss
     from .optim import check_optimizer
     from .schedule import draw_int
@@ -63,10 +62,6 @@ def main(argv=None) -> None:
         raise ValueError(f"--teacher-microbatch must lie in 1..--batch-size {args.batch_size}, got "
                          f"{args.teacher_microbatch}.")
 
-    dataset, stats = build_dataset(
-        args.data, streaming=args.streaming, image_size=args.image_size, seed=args.seed, augment=args.augment,
-        process_index=accelerator.process_index, num_processes=accelerator.num_processes,
-    )
     teacher = load_teacher(args.teacher).to(accelerator.device)
     student = lookwhere_from_teacher(
         teacher, selector_depth=args.selector_depth, selector_image_size=args.selector_image_size
@@ -78,6 +73,7 @@ def main(argv=None) -> None:
     grid = (args.image_size // patch, args.image_size // patch)
     if not 1 <= args.k_min <= args.k_max <= grid[0] * grid[1]:
         raise ValueError(f"Need 1 <= k_min <= k_max <= {grid[0] * grid[1]} patches, got [{args.k_min}, {args.k_max}].")
+    dataset, stats = training_data(accelerator, args, args.image_size)
 
     validate = None
     if args.eval_every:

@@ -99,8 +99,7 @@ def per_resolution(text: str | None, name: str, sizes: list[int], default: int |
 def main(argv=None) -> None:
     args = parse_args(argv)
     # heavy imports after parsing, so that --help answers at once
-    from .data import build_dataset
-    from .loop import distill, start
+    from .loop import distill, start, training_data
     from .losses import veca_loss
     from .schedule import draw
     from .teacher import (TEACHER_DTYPES, copy_patch_embedding, load_init, load_teacher, run_teacher, teacher_input,
@@ -148,10 +147,7 @@ def main(argv=None) -> None:
         accelerator.print(copy_patch_embedding(teacher, student.patch_embeddings.projection))
     streams = {}
     for size in sizes:
-        streams[size] = build_dataset(
-            args.data, streaming=args.streaming, image_size=size, seed=args.seed, augment=args.augment,
-            process_index=accelerator.process_index, num_processes=accelerator.num_processes,
-        ), batch_sizes[size]
+        streams[size] = training_data(accelerator, args, size), batch_sizes[size]
     stats = [data_stats for (_, data_stats), _ in streams.values()]
     dataset = {size: (data, batch_size) for size, ((data, _), batch_size) in streams.items()}
     cache = None

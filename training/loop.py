@@ -24,9 +24,10 @@ from tqdm.auto import tqdm
 
 from .arguments import check_positive
 from .checkpointing import (
-    best_score, check_output_dir, clear_run, export, finish, load_checkpoint, run_record, save_checkpoint, write_json,
+    LISTING, best_score, check_output_dir, clear_run, export, finish, load_checkpoint, run_record, save_checkpoint,
+    write_json,
 )
-from .data import epoch_batches
+from .data import BatchStream, build_dataset
 from .optim import build_optimizer, describe
 from .schedule import reseed_for_step, warmup_cosine
 
@@ -59,6 +60,11 @@ def start(args, script: str) -> Accelerator:
     if args.warmup_steps >= args.max_steps:
         print(f"warning: --warmup-steps {args.warmup_steps} is not below --max-steps {args.max_steps}: the whole run "
               "warms up (a recipe's steps are the authors'; scale them to your run)", file=sys.stderr)
+    if args.streaming and args.shuffle_buffer < 1:
+        raise ValueError(f"--shuffle-buffer must be 1 or more with --streaming, got {args.shuffle_buffer} (1: the shard "
+                         "order alone is shuffled).")
+    if args.num_workers is not None and args.num_workers < 0:
+        raise ValueError(f"--num-workers must be 0 or more, got {args.num_workers}.")
     if args.eval_every and not args.eval_data:
         raise ValueError(f"--eval-every {args.eval_every} validates on held-out images: give them with --eval-data, or "
                          "pass --eval-every 0.")
@@ -84,6 +90,8 @@ def start(args, script: str) -> Accelerator:
     check_output_dir(args.output_dir, run_record(script, args, accelerator.num_processes))
     if args.overwrite and accelerator.is_main_process:
         clear_run(args.output_dir)
+    elif not args.resume and accelerator.is_main_process and os.path.exists(os.path.join(args.output_dir, LISTING)):
+        os.remove(os.path.join(args.output_dir, LISTING))  # left by a setup that failed: the folder may have changed
     accelerator.wait_for_everyone()
     set_seed(args.seed)
     return accelerator
@@ -106,6 +114,20 @@ def check_launch(accelerator: Accelerator) -> None:
             f"{launched} processes were launched but each runs alone (accelerate sees {accelerator.num_processes}): "
             "the config's distributed setting cannot run on this machine (FSDP or multi-GPU without GPUs?); for CPU "
             "processes use ACCELERATE_USE_CPU=1 with training/configs/cpu_2proc.yaml."
+        )
+
+
+def training_data(accelerator: Accelerator, args, image_size: int) -> tuple:
+    """This process's training images at `image_size`: training.data.build_dataset with the run's data arguments. The
+    main process lists an image folder first, into OUT/image_files.json; the other processes read that listing."""
+    if accelerator.is_main_process:
+        os.makedirs(args.output_dir, exist_ok=True)
+    with accelerator.main_process_first():
+        return build_dataset(
+            args.data, streaming=args.streaming, image_size=image_size, seed=args.seed, augment=args.augment,
+            image_column=args.image_column, shuffle_buffer=args.shuffle_buffer,
+            listing=os.path.join(args.output_dir, LISTING), process_index=accelerator.process_index,
+            num_processes=accelerator.num_processes,
         )
 
 
@@ -160,14 +182,22 @@ def truncate_metrics(path: str, step: int) -> None:
         f.truncate()
 
 
-def process_batches(dataset, batch_size: int, args, position: tuple):
-    """This process's batches of `batch_size`, epoch after epoch, from `position` = (epoch, batches already used in it).
+def data_workers(asked: int | None) -> int:
+    """DataLoader workers per process: `asked`, or half the CPU cores each process of this machine has, at most 4."""
+    if asked is not None:
+        return asked
+    local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return min(4, (os.cpu_count() or 1) // local_processes // 2)
+
+
+def process_batches(stream: BatchStream, position: tuple):
+    """This process's batches of `stream`, epoch after epoch, from `position` = (epoch, batches already used in it).
     Yields (epoch, batches used in it, batch); batch is None after an epoch that held no readable image (too few
     images for one batch, or none readable), which the caller turns into an error on every process."""
     epoch, used = position
     while True:
         first, readable = used, 0
-        for batch in epoch_batches(dataset, batch_size, epoch, args.seed, used, args.num_workers):
+        for batch in stream.epoch(epoch, used):
             used += 1
             readable += len(batch["pixel_values"])
             yield epoch, used, batch
@@ -219,8 +249,10 @@ def distill(
     accelerator.init_trackers(script.rsplit(".", 1)[-1], config=tracker_config)
     stop = (f"The last good checkpoint is intact in {args.output_dir}/checkpoints: --resume with a lower --lr "
             "continues from it.")
-    batches = {str(key): process_batches(data, batch_size, args, positions[str(key)])
-               for key, (data, batch_size) in streams.items()}
+    pin = accelerator.device.type == "cuda"
+    workers = data_workers(args.num_workers)
+    batches = {str(key): process_batches(BatchStream(data, batch_size, args.seed, workers, pin),
+                                         positions[str(key)]) for key, (data, batch_size) in streams.items()}
 
     def next_batch(step_draws: dict) -> tuple:
         """The next micro-batch that every process can use (from the stream of the step's resolution, when there is
