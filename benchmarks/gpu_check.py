@@ -7,6 +7,9 @@
 2. Speed (CUDA only): bf16, batch 1, medians of alternated runs; VECA-B (64 and 16 cores) against DINOv3-B/16 at
    1024 / 2048 / 4096 px and LookWhere-B (k_ratio 0.1) against DINOv2-B/14 with registers at 518 / 1036 / 2072 px,
    per backend, with the peak GPU memory of one forward above the weights.
+3. Distillation (CUDA only): two bf16 steps of each training script on every GPU under training/configs/fsdp.yaml
+   (FSDP 2, sharded checkpoint at step 2, the gathered export), tiny students from a tiny random teacher, on the
+   shipped photos: exit status 0, finite losses, and an export that loads.
 
 On a machine without CUDA it runs what a CPU can (fp32 agreement of eager and sdpa, small models with --quick) and
 says what it skipped. Exit status 1 if any agreement check fails.
@@ -18,6 +21,7 @@ says what it skipped. Exit status 1 if any agreement check fails.
 import argparse
 import importlib.util
 import json
+import math
 import os
 import statistics
 import sys
@@ -137,6 +141,47 @@ def speed(device: str, runs: int) -> list[dict]:
     return rows
 
 
+def fsdp_distillation(folder: str) -> list[dict]:
+    """Two bf16 steps of each training script under FSDP 2 on every GPU of this machine (a tiny random DINOv2 teacher,
+    tiny students, batch 2 per GPU): whether each exited 0 with finite losses and an export that loads."""
+    import subprocess
+    import tempfile
+
+    from transformers import AutoModel
+
+    teacher = os.path.join(folder, "teacher")
+    torch.manual_seed(0)
+    Dinov2WithRegistersModel(Dinov2WithRegistersConfig(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2, patch_size=8, image_size=64,
+        num_register_tokens=4)).save_pretrained(teacher)
+    common = ["--teacher", teacher, "--data", "assets/photos", "--max-steps", "2", "--batch-size", "2",
+              "--image-size", "64", "--checkpoint-every", "2", "--mixed-precision", "bf16", "--log-with", "none"]
+    scripts = {
+        "training.distill_veca": ["--config-overrides", json.dumps(TINY["veca"])],
+        "training.distill_lookwhere": ["--selector-depth", "1", "--selector-image-size", "32", "--k-min", "4",
+                                       "--k-max", "16"],
+    }
+    rows = []
+    for script, extra in scripts.items():
+        output = tempfile.mkdtemp(dir=folder)
+        command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", "training/configs/fsdp.yaml",
+                   "--num_processes", str(torch.cuda.device_count()), "-m", script, *common, *extra,
+                   "--output-dir", output, "--overwrite"]
+        result = subprocess.run(command, capture_output=True, text=True)
+        losses = []
+        if os.path.exists(os.path.join(output, "metrics.jsonl")):
+            with open(os.path.join(output, "metrics.jsonl")) as f:
+                losses = [json.loads(line)["loss"] for line in f]
+        loads = result.returncode == 0 and AutoModel.from_pretrained(os.path.join(output, "final"),
+                                                                     trust_remote_code=True) is not None
+        ok = result.returncode == 0 and len(losses) == 2 and all(math.isfinite(loss) for loss in losses)
+        rows.append({"script": script, "returncode": result.returncode, "losses": losses, "ok": ok and loads,
+                     "stderr_tail": result.stderr[-2000:] if not ok else ""})
+        print(f"fsdp distillation {script}: {'ok' if ok and loads else 'FAILED'} (exit {result.returncode}, "
+              f"losses {losses})", flush=True)
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -161,6 +206,14 @@ def main() -> int:
             rows += found
             skipped += [r for r in reasons if r not in skipped]
     timings = speed(args.device, args.runs) if args.device == "cuda" and not args.quick else []
+    distillation = []
+    if args.device == "cuda":
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as folder:
+            distillation = fsdp_distillation(folder)
+    else:
+        skipped.append("FSDP distillation: needs CUDA GPUs (accelerate runs FSDP on GPUs only)")
     if args.device == "cuda" and args.quick:
         skipped.append("timings: --quick")
     for reason in skipped:
@@ -169,10 +222,12 @@ def main() -> int:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
         with open(args.out, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "agreement": rows,
-                       "speed": timings, "skipped": skipped}, f, indent=2)
+                       "speed": timings, "distillation": distillation, "skipped": skipped}, f, indent=2)
         print(f"wrote {args.out}")
-    failed = [r for r in rows if not r["ok"]]
+    failed = [r for r in rows + distillation if not r["ok"]]
     print(f"{len(rows) - len(failed)} of {len(rows)} agreement checks passed")
+    if distillation:
+        print(f"{sum(r['ok'] for r in distillation)} of {len(distillation)} FSDP distillation runs passed")
     return 1 if failed else 0
 
 

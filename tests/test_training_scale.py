@@ -2,6 +2,7 @@
 gradient checkpointing, and launches that accelerate cannot honour here refused in one line."""
 
 import io
+import socket
 import json
 import os
 import subprocess
@@ -198,3 +199,63 @@ def test_shuffle_buffer_0_with_streaming_is_refused(teacher_dir, image_dir, tmp_
         distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "run", "--max-steps", "1", "--streaming",
                                     "--shuffle-buffer", "0"))
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_compiled_training_makes_one_graph_for_all_budgets_and_sizes(teacher_dir, image_dir, tmp_path, monkeypatch):
+    """With the launch's dynamo backend (aot_eager here, inductor on a GPU), budgets and sizes are symbols from the
+    first step: 12 steps over 7 budgets and 3 sizes make one training graph, one for budget 1 (torch specialises 0 and
+    1) and one in eval mode for the validation; without them, a graph per budget and size until the recompile limit."""
+    monkeypatch.setenv("ACCELERATE_DYNAMO_BACKEND", "AOT_EAGER")
+    torch._dynamo.reset()
+    counters = torch._dynamo.utils.counters
+    counters.clear()
+    distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path, "--max-steps", "12", "--resolutions",
+                                "16:1,24:1,32:1", "--eval-every", "12", "--eval-data", image_dir, "--num-workers", "0"))
+    metrics = read_metrics(tmp_path)
+    assert len({m["num_cores"] for m in metrics}) >= 6 and len({m["resolution"] for m in metrics}) == 3
+    assert counters["stats"]["unique_graphs"] <= 3
+    torch._dynamo.reset()
+
+
+@pytest.mark.slow
+def test_fsdp2_on_two_cpu_processes_matches_one_process(tmp_path):
+    """tests/fsdp_check.py under torchrun: both students sharded with FSDP2 (gloo) give one process's loss, gradients
+    and optimiser step; a sharded checkpoint loads back, and the gathered export equals the sharded weights."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "tests/fsdp_check.py",
+               str(tmp_path)]
+    try:
+        result = subprocess.run(command, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
+                                text=True, timeout=300)
+    finally:
+        kill_processes_naming(tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+    assert result.stdout.count("same loss, gradients, step and checkpoint") == 4  # 2 models x 2 processes
+
+
+@pytest.mark.slow
+def test_two_machines_on_localhost_train_as_one_run(teacher_dir, image_dir, tmp_path):
+    """Two launchers, machine ranks 0 and 1 of 2 (one CPU process each, as `accelerate launch --num_machines 2` on two
+    hosts sharing the output folder): one run, the data split between them, the draws checked equal."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    args = veca_args(teacher_dir, image_dir, tmp_path / "run", "--max-steps", "3", "--num-workers", "0")
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
+    launchers = [
+        subprocess.Popen([sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+                          "training/configs/cpu_2proc.yaml", "--num_machines", "2", "--num_processes", "2",
+                          "--machine_rank", str(rank), "--main_process_ip", "127.0.0.1", "--main_process_port", port,
+                          "-m", "training.distill_veca", *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+        for rank in range(2)
+    ]
+    try:
+        codes = [launcher.wait(timeout=300) for launcher in launchers]
+    finally:
+        kill_processes_naming(tmp_path)
+    assert codes == [0, 0], [launcher.stderr.read()[-2000:] for launcher in launchers]
+    metrics = read_metrics(tmp_path / "run")
+    assert [len(set(m["num_cores_all_processes"])) for m in metrics] == [1, 1, 1]
+    assert [round(m["images_per_s"] * m["step_time_s"]) for m in metrics] == [4, 4, 4]  # batch 2 on each machine
+    assert json.loads((tmp_path / "run" / "final" / "training_recipe.json").read_text())["num_processes"] == 2

@@ -45,6 +45,9 @@ def training_parser(description: str, lr: float, min_lr: float, weight_decay: fl
     parser.add_argument("--warmup-start-lr", type=float, default=0.0, help="learning rate of the first warm-up step")
     parser.add_argument("--weight-decay", type=float, default=weight_decay)
     parser.add_argument("--gradient-accumulation-steps", type=int, default=1)
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the student (inductor; also what accelerate launch --dynamo_backend asks), "
+                             "with budgets and image sizes as symbols: one graph, not one per core budget or size")
     parser.add_argument("--gradient-checkpointing", action="store_true",
                         help="recompute each layer's activations in the backward pass: less memory, about a third slower")
     parser.add_argument("--max-grad-norm", type=float, default=1.0, help="gradient clipping; 0: none")

@@ -19,7 +19,7 @@ import time
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState
-from accelerate.utils import DistributedType, ProjectConfiguration, gather_object, set_seed
+from accelerate.utils import DistributedType, ProjectConfiguration, TorchDynamoPlugin, gather_object, set_seed
 from tqdm.auto import tqdm
 
 from .arguments import check_positive
@@ -72,7 +72,11 @@ def start(args, script: str) -> Accelerator:
     # a run in a process that ran another one (a benchmark, the tests) takes its own mixed precision: accelerate keeps
     # the first run's in a process-wide state otherwise (the process group, in PartialState, stays)
     AcceleratorState._reset_state()
+    dynamo = TorchDynamoPlugin(backend="inductor" if args.compile else None)  # else the launch config's, if any
+    if dynamo.dynamic is None:
+        dynamo.dynamic = True  # a core budget or size is a symbol from the first step on, instead of a recompile
     accelerator = Accelerator(
+        dynamo_plugin=dynamo,
         mixed_precision=args.mixed_precision,
         gradient_accumulation_steps=args.gradient_accumulation_steps,
         log_with=trackers.get(args.log_with, args.log_with),

@@ -14,6 +14,7 @@ one `DistillOptimizer`, a torch optimiser whose parameter groups each run one al
 import math
 
 import torch
+from torch.distributed.tensor import DTensor
 from torch.optim.adamw import adamw as adamw_functional  # torch.optim.AdamW's own update
 
 # Polar Express coefficients as the VECA authors compute them (veca/polar.py: optimal_composition(l=1e-3,
@@ -83,7 +84,7 @@ class DistillOptimizer(torch.optim.Optimizer):
                 state["exp_avg"] = torch.zeros_like(param)
                 state["exp_avg_sq"] = torch.zeros_like(param)
                 # torch keeps a scalar step on the host (no device sync to read it); a per-row one beside its rows
-                rows = (param.shape[-2], 1) if group["nested_rows"] else ()
+                rows = (local(param).shape[-2], 1) if group["nested_rows"] else ()
                 state["step"] = torch.zeros(rows, dtype=torch.float32, device=param.device if rows else "cpu")
             if group["nested_rows"]:
                 self._nested_adamw(param, state, group["lr"], group["weight_decay"], beta1, beta2, group["eps"])
@@ -100,10 +101,13 @@ class DistillOptimizer(torch.optim.Optimizer):
     @staticmethod
     def _nested_adamw(param, state, lr, decay, beta1, beta2, eps) -> None:
         """AdamW on the rows (cores) of `param` whose gradient is not all zero, each with its own step count; the other
-        rows keep weights and moments. torch.optim.AdamW's arithmetic."""
-        shape = (param.shape[-2], -1)  # (1, M, D) or (M, 2) as M rows
-        weight, grad = param.view(shape), param.grad.view(shape)
-        exp_avg, exp_avg_sq, step = state["exp_avg"].view(shape), state["exp_avg_sq"].view(shape), state["step"]
+        rows keep weights and moments. torch.optim.AdamW's arithmetic. Under FSDP, on this process's shard."""
+        if local(param).numel() == 0:  # a shard without rows
+            return
+        shape = (local(param).shape[-2], -1)  # (1, M, D) or (M, 2) as M rows
+        weight, grad = local(param).view(shape), local(param.grad).view(shape)
+        exp_avg, exp_avg_sq = local(state["exp_avg"]).view(shape), local(state["exp_avg_sq"]).view(shape)
+        step = state["step"]
         active = grad.ne(0).any(-1, keepdim=True)
         step += active
         count = step.clamp(min=1)
@@ -169,6 +173,11 @@ class DistillOptimizer(torch.optim.Optimizer):
         variance.lerp_(update.square().mean(-1, keepdim=True), 1 - beta2)
         normalized = update / (variance.sqrt() + 1e-8)
         return normalized * (norm / normalized.norm().clamp(min=1e-8))
+
+
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """This process's part of a tensor that FSDP shards (a DTensor), or the tensor itself."""
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
 
 # ---------------------------------------------------------------- who gets what, as each method's authors do it
