@@ -20,7 +20,8 @@ evaluated) with the CPU opt-in `corevision_hf.optimize_for_cpu`, which the card 
 from the package's `evaluate` modules (corevision_hf.metrics). Writes OUT/evaluation.json, read by
 publishing.publish and the model card, and OUT/evaluation.png (quality against cost). With --card, also
 OUT/README.md: the model card (publishing.model_card) with this evaluation's budget table, so that one command
-regenerates it.
+regenerates it. A file of those names that exists is kept unless --force, which replaces only files this package
+wrote (OUT's manifest lists them).
 """
 
 import argparse
@@ -39,7 +40,7 @@ import transformers
 from transformers import AutoConfig, AutoModel
 
 import corevision_hf
-from corevision_hf.cli import run
+from corevision_hf.cli import reading_weights, run
 from corevision_hf.cpu import optimize_for_cpu
 from corevision_hf.evaluation import (
     agreement,
@@ -55,6 +56,7 @@ from corevision_hf.images import to_display
 from corevision_hf.metrics import ACCURACY, MEAN_IOU
 from corevision_hf.measure import median_latency_ms, peak_memory_mib, return_freed_memory_to_the_os
 from corevision_hf.offline import check_hub_reachable
+from corevision_hf.outputs import check_file_output, record
 from corevision_hf.visualize import (
     patch_features,
     plot_cores,
@@ -102,7 +104,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="the checkpoint and the teacher with corevision_hf.optimize_for_cpu (CPU, float32)")
     parser.add_argument("--card", action="store_true", help="also render the model card as OUT/README.md")
     parser.add_argument("--repo-id", default=None, help="with --card: the hub repo (org/name) the card is for")
-    parser.add_argument("--force", action="store_true", help="overwrite an existing OUT/evaluation.json and README.md")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the files of an earlier evaluation in OUT (only files this package wrote)")
     return parser.parse_args(argv)
 
 
@@ -266,11 +269,15 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     progress = Progress()
     output = Path(args.output_dir)
-    for name in ["evaluation.json", *(["README.md"] if args.card else [])]:
-        if (output / name).exists() and not args.force:
-            raise FileExistsError(f"{output / name} exists; pass --force to overwrite it or pick another --output-dir.")
+    written = ["evaluation.json", "evaluation.png", *(PICTURES.values() if args.agreement_data else []),
+               *(["README.md"] if args.card else [])]
+    for name in written:
+        check_file_output(str(output / name), args.force)
     if args.repo_id and not args.card:
         raise ValueError("--repo-id names the model card's repo: add --card, or leave --repo-id out.")
+    if args.dtype == "float16" and args.device == "cpu":
+        raise ValueError("--dtype float16 is for GPUs: the CPU lacks some of its operations (antialiased resizing of the "
+                         "teacher's input); use --dtype bfloat16 or float32 there.")
     if args.optimize_for_cpu and (args.device != "cpu" or args.dtype != "float32"):
         raise ValueError(f"--optimize-for-cpu speeds up float32 on the CPU only, not --device {args.device} --dtype "
                          f"{args.dtype}: add --device cpu --dtype float32, or leave --optimize-for-cpu out.")
@@ -292,19 +299,23 @@ def main(argv=None) -> dict:
         raise ValueError("--agreement-data needs --teacher (the checkpoint has no training_recipe.json naming one).")
     dtype = getattr(torch, args.dtype)
     progress(f"loading the teacher {teacher_name}" if teacher_name else "no teacher: cost of the checkpoint only")
-    teacher = load_teacher(teacher_name, dtype).to(args.device) if teacher_name else None
+    if teacher_name:
+        with reading_weights(teacher_name):
+            teacher = load_teacher(teacher_name, dtype).to(args.device)
+    else:
+        teacher = None
     if teacher is not None and agreement_files and teacher.config.hidden_size != output_width(config):
         raise ValueError(
             f"The teacher's width {teacher.config.hidden_size} differs from the student's output width "
             f"{output_width(config)}: agreement needs the teacher the checkpoint was distilled from."
         )
     progress(f"loading {args.checkpoint} ({config.model_type}); budgets ({budget_name}): {budgets}")
-    model = AutoModel.from_pretrained(args.checkpoint, dtype=dtype).to(args.device).eval()
+    with reading_weights(args.checkpoint):
+        model = AutoModel.from_pretrained(args.checkpoint, dtype=dtype).to(args.device).eval()
     if args.optimize_for_cpu:
         optimize_for_cpu(model)
         if teacher is not None:
             optimize_for_cpu(teacher)
-    output.mkdir(parents=True, exist_ok=True)
 
     report = {
         "format": EVALUATION_FORMAT,
@@ -430,10 +441,12 @@ def main(argv=None) -> dict:
         card = render_card(config, report, recipe, repo_id=args.repo_id, pictures=report["pictures"])
         writers.append(("README.md", lambda path: card.save(path)))
     # temporary names, renamed when complete: an interrupted run never leaves a half-written file behind
+    output.mkdir(parents=True, exist_ok=True)  # only now: a run that fails earlier leaves no empty folder
     for name, write in writers:
         temporary = output / f".tmp-{name}"  # keeps the extension, which picks the image format
         write(str(temporary))
         os.replace(temporary, output / name)
+    record(str(output), [name for name, _ in writers], keep=True)
     progress(f"wrote {output}/: " + ", ".join(name for name, _ in writers))
     return report
 

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from datasets.packaged_modules.imagefolder.imagefolder import ImageFolder
 from PIL import Image
 
-from corevision_hf.images import to_pixel_values
+from corevision_hf.images import open_image, to_pixel_values
 
 IMAGE_EXTENSIONS = {ext.lower() for ext in ImageFolder.EXTENSIONS}
 IGNORE_INDEX = 255
@@ -77,8 +77,7 @@ def segmentation_folder(folder: str) -> dict:
 
 def load_image(path: Path, size: int) -> torch.Tensor:
     """An image resized to `size` x `size` (no crop, so the pixels line up with its mask), normalised: (3, S, S)."""
-    with Image.open(path) as image:
-        return to_pixel_values(image, size)
+    return to_pixel_values(open_image(path), size)
 
 
 def load_mask(path: Path, size: int | None = None) -> torch.Tensor:

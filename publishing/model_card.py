@@ -110,10 +110,20 @@ def render_card(
 
 
 def existing_pictures(evaluation: dict, evaluation_path: str) -> dict:
-    """The pictures the evaluation names that exist next to its JSON: {"features": "features.png", ...}."""
-    folder = os.path.dirname(os.path.abspath(evaluation_path))
-    return {name: file for name, file in (evaluation.get("pictures") or {}).items()
-            if os.path.isfile(os.path.join(folder, file))}
+    """The pictures the evaluation names that exist in its JSON's folder: {"features": "features.png", ...}. A
+    picture that is no relative path inside that folder (an absolute path, "../...", a link out of it) is a
+    ValueError: only the evaluation's own files are published."""
+    folder = os.path.realpath(os.path.dirname(os.path.abspath(evaluation_path)))
+    pictures = evaluation.get("pictures") or {}
+    if not isinstance(pictures, dict):
+        raise ValueError(f"{evaluation_path}: 'pictures' must map names to files, got {pictures!r}.")
+    for file in pictures.values():
+        inside = isinstance(file, str) and not os.path.isabs(file) and os.path.realpath(
+            os.path.join(folder, file)).startswith(folder + os.sep)
+        if not inside:
+            raise ValueError(f"{evaluation_path} names the picture {file!r}, which is not a file inside its folder "
+                             f"{folder}: only the evaluation's own files are published. Fix its 'pictures'.")
+    return {name: file for name, file in pictures.items() if os.path.isfile(os.path.join(folder, file))}
 
 
 def teacher_on_the_hub(teacher: str | None) -> tuple[str | None, str | None]:
@@ -161,9 +171,19 @@ def public_recipe(recipe: dict) -> dict:
 
 
 def read_recipe(checkpoint: str) -> dict | None:
-    """The checkpoint folder's training_recipe.json, or None when it has none."""
+    """The checkpoint folder's training_recipe.json, or None when it has none; a ValueError naming it when it is
+    no JSON object."""
     path = Path(checkpoint) / RECIPE_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        recipe = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} is not valid JSON ({error}): restore the file training wrote, or remove it."
+                         ) from None
+    if not isinstance(recipe, dict):
+        raise ValueError(f"{path} holds no JSON object: restore the file training wrote, or remove it.")
+    return recipe
 
 
 def _check_evaluation(config, evaluation: dict) -> None:

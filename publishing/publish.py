@@ -4,10 +4,11 @@
 
 Stages one folder: the weights (safetensors), config.json with `auto_map`, the hub code files, preprocessor_config.json
 (the checkpoint's own wins), training_recipe.json (if the checkpoint has one), evaluation.json, the plot (evaluation.png
-next to the evaluation JSON, if present) and README.md (the card rendered by publishing.model_card); then uploads it
-with `HfApi.upload_folder`. `--dry-run` lists the files and sends nothing. A repo whose code, config or weights
-differ from ours holds another model (or another version of this one): it is only overwritten with `--force`, which
-also deletes that model's files we do not have.
+next to the evaluation JSON, if present; the pictures it names, files inside its folder only) and README.md (the card
+rendered by publishing.model_card); then uploads it with `HfApi.upload_folder`. `--dry-run` lists the files and
+sends nothing. A repo whose code, config or weights differ from ours holds another model (or another version of this
+one): its files of the names we send are only overwritten with `--force` (the repo's history keeps them); no file
+of the repo is ever deleted, and those we do not send are named.
 """
 
 import argparse
@@ -26,7 +27,8 @@ from huggingface_hub.utils.sha import git_hash
 from transformers import AutoConfig, AutoModel
 
 import corevision_hf
-from corevision_hf.cli import run
+from corevision_hf.cli import reading_weights, run
+from corevision_hf.offline import use_hub_timeouts
 from corevision_hf.outputs import refuse_overlap
 from training.checkpointing import check_export
 
@@ -52,7 +54,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--private", action="store_true", help="make a new repo private")
     parser.add_argument("--revision", default=None, help="branch to commit to (made if missing)")
     parser.add_argument("--create-pr", action="store_true", help="open a pull request against the default branch")
-    parser.add_argument("--force", action="store_true", help="overwrite a repo that holds different hub code")
+    parser.add_argument("--force", action="store_true",
+                        help="overwrite the files of a repo that holds another model (none is deleted)")
     parser.add_argument("--dry-run", action="store_true", help="stage and list the files, send nothing")
     parser.add_argument("--staging-dir", default=None, help="an empty or new folder to stage in, kept afterwards")
     parser.add_argument("--commit-message", default=None)
@@ -87,11 +90,17 @@ def check_inputs(args: argparse.Namespace) -> tuple:
 
     checkpoint = args.checkpoint
     check_export(checkpoint)
-    with open(os.path.join(checkpoint, "config.json")) as f:
-        model_type = json.load(f).get("model_type")
+    config_path = os.path.join(checkpoint, "config.json")
+    try:
+        with open(config_path) as f:
+            model_type = json.load(f).get("model_type")
+        config = AutoConfig.from_pretrained(checkpoint) if model_type in MODEL_TYPES else None
+    except (ValueError, TypeError, AttributeError) as error:  # not JSON, no object, or fields a config refuses
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise ValueError(f"{config_path} is not a valid model config ({reason[:200]}): pass the folder "
+                         "save_pretrained wrote.") from None
     if model_type not in MODEL_TYPES:
         raise ValueError(f"{checkpoint} holds a {model_type!r} model; publish.py publishes {' or '.join(MODEL_TYPES)}.")
-    config = AutoConfig.from_pretrained(checkpoint)
     for name in config.architectures or []:
         if name not in corevision_hf.__all__:
             raise ValueError(f"{checkpoint}/config.json names architecture {name!r}, which corevision_hf lacks.")
@@ -128,7 +137,8 @@ def stage(checkpoint: str, evaluation_path: str, plot: str | None, config, card,
     if os.path.isfile(preprocessor):
         shutil.copy(preprocessor, folder)  # save_pretrained keeps it rather than writing the stock one
     model_class = getattr(corevision_hf, config.architectures[0]) if config.architectures else AutoModel
-    model = model_class.from_pretrained(checkpoint, dtype="auto")  # keeps the checkpoint's dtype
+    with reading_weights(checkpoint):
+        model = model_class.from_pretrained(checkpoint, dtype="auto")  # keeps the checkpoint's dtype
     model.save_pretrained(folder)
     recipe = read_recipe(checkpoint)
     if recipe is not None:
@@ -138,8 +148,10 @@ def stage(checkpoint: str, evaluation_path: str, plot: str | None, config, card,
     write_json(os.path.join(folder, "evaluation.json"), public_evaluation(evaluation, repo_id))
     if plot is not None:
         shutil.copy(plot, os.path.join(folder, "evaluation.png"))
-    for picture in existing_pictures(evaluation, evaluation_path).values():
-        shutil.copy(os.path.join(os.path.dirname(os.path.abspath(evaluation_path)), picture), folder)
+    for picture in existing_pictures(evaluation, evaluation_path).values():  # files inside the evaluation's folder
+        os.makedirs(os.path.dirname(os.path.join(folder, picture)), exist_ok=True)
+        shutil.copy(os.path.join(os.path.dirname(os.path.abspath(evaluation_path)), picture),
+                    os.path.join(folder, picture))
     card.save(os.path.join(folder, "README.md"))
 
 
@@ -177,16 +189,13 @@ def is_model_file(path: str) -> bool:
 
 
 def model_conflicts(info, folder: str) -> list[str]:
-    """The repo's code, config and weight files whose content differs from the staged file of that name, or that
-    the staged folder lacks: a repo with any of them holds another model (or another version of this one). Contents
-    are compared by git blob id, or by sha256 for files stored with LFS. `info` is a ModelInfo with files metadata."""
+    """The repo's code, config and weight files whose content differs from the staged file of that name: a repo with
+    any of them holds another model (or another version of this one). Contents are compared by git blob id, or by
+    sha256 for files stored with LFS. `info` is a ModelInfo with files metadata."""
     conflicts = []
     for sibling in info.siblings or []:
-        if not is_model_file(sibling.rfilename):
-            continue
         local = os.path.join(folder, sibling.rfilename)
-        if not os.path.isfile(local):
-            conflicts.append(sibling.rfilename)
+        if not is_model_file(sibling.rfilename) or not os.path.isfile(local):
             continue
         with open(local, "rb") as f:
             data = f.read()
@@ -244,6 +253,7 @@ def main(argv=None) -> None:
             print("Dry run: nothing was sent." + (f" Staged in {folder}." if args.staging_dir else ""))
             return
 
+        use_hub_timeouts()
         try:
             upload(args, config, folder, files, target, listing)
         except HfHubHTTPError as error:  # the hub answered, and said no
@@ -270,9 +280,12 @@ def upload(args, config, folder: str, files: dict, target: str, listing: str) ->
         )
     if conflicts:
         print(f"--force: overwriting the model in {args.repo_id} ({', '.join(conflicts)}).")
-    # --force replaces the old model entirely: its code and weight files that we do not have are deleted in the same
-    # commit
-    stale = [path for path in conflicts if not os.path.isfile(os.path.join(folder, path))]
+        # nothing is deleted: a file we do not send may be the user's own (an ONNX export, say)
+        kept = sorted(sibling.rfilename for sibling in info.siblings or []
+                      if is_model_file(sibling.rfilename) and sibling.rfilename not in files)
+        if kept:
+            print(f"Kept in {args.repo_id}, not ours to delete: {', '.join(kept)} (delete them on the hub if they "
+                  "belong to the old model).")
     if info is not None and args.private and not info.private:
         print(f"{args.repo_id} already exists and is public; --private only applies to new repos.")
 
@@ -287,7 +300,6 @@ def upload(args, config, folder: str, files: dict, target: str, listing: str) ->
         revision=args.revision,
         create_pr=args.create_pr,
         commit_message=args.commit_message or f"Upload {config.model_type} checkpoint, evaluation and model card",
-        delete_patterns=stale or None,
     )
     print(f"Published: {commit.pr_url or commit.commit_url}")
 

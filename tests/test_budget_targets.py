@@ -19,6 +19,7 @@ from corevision_hf import (
     lookwhere_flops,
     veca_flops,
 )
+from corevision_hf.veca.budget_veca import measurement_setup
 
 SIZES = [(32, 48), (64, 64)]
 
@@ -106,12 +107,18 @@ def test_bad_targets_are_one_clear_error_each(name, call, message, request):
         request.getfixturevalue(name)(torch.randn(1, 3, 32, 32), **call)
 
 
-def fake_table(budgets: list, device: str = "cpu") -> dict:
+def measured_here(sizes: list, **setup) -> dict:
+    """A VECA table of `sizes` rows measured in this test's setup (CPU, float32, batch 1, this machine and threads),
+    with `setup`'s fields changed."""
+    return {**measurement_setup(torch.zeros(1, 3, 8, 8)), "budget": "num_cores", **setup, "sizes": sizes}
+
+
+def fake_table(budgets: list, **setup) -> dict:
     """32x32 px: 10, 20, 40 ms for the three budgets; 64x64 px: three times that."""
-    return {"device": device, "sizes": [
+    return measured_here([
         {"height": 32, "width": 32, "ms": [[budgets[0], 10.0], [budgets[1], 20.0], [budgets[2], 40.0]]},
         {"height": 64, "width": 64, "ms": [[budgets[0], 30.0], [budgets[1], 60.0], [budgets[2], 120.0]]},
-    ]}
+    ], **{"budget": "num_cores" if isinstance(budgets[0], int) else "k_ratio", **setup})
 
 
 def test_max_ms_picks_what_the_table_says(veca, lookwhere, monkeypatch):
@@ -124,24 +131,26 @@ def test_max_ms_picks_what_the_table_says(veca, lookwhere, monkeypatch):
         pick(veca, (32, 32), 5)
     with pytest.raises(ValueError, match=r"covers 32x32, 64x64 px only.*sizes=\[\(72, 72\), ...\]"):
         pick(veca, (72, 72), 100)
-    monkeypatch.setattr(veca.config, "latency_table", fake_table([2, 4, 8], device="cuda"))
-    with pytest.raises(ValueError, match="measured on 'cuda' but this call runs on 'cpu'"):
-        pick(veca, (32, 32), 100)
+    for field, value in [("device", "cuda"), ("machine", "another CPU"), ("threads", 999), ("dtype", "bfloat16"),
+                         ("batch_size", 8)]:
+        monkeypatch.setattr(veca.config, "latency_table", fake_table([2, 4, 8], **{field: value}))
+        with pytest.raises(ValueError, match=rf"measured in another setup \({field} {value!r}, this call"):
+            pick(veca, (32, 32), 100)
     # LookWhere's calibrated budgets are k_ratios: k = k_ratio * Hp * Wp (64 patches at 32x32 px)
     monkeypatch.setattr(lookwhere.config, "latency_table", fake_table([0.25, 0.5, 1.0]))
     assert [pick(lookwhere, (32, 32), ms) for ms in (15, 25, 50)] == [16, 32, 64]
 
 
 def test_a_table_whose_sizes_share_no_budget_is_a_clear_error(veca, monkeypatch):
-    table = {"device": "cpu", "sizes": [{"height": 32, "width": 32, "ms": [[2, 10.0]]},
-                                        {"height": 64, "width": 64, "ms": [[4, 30.0]]}]}
+    table = measured_here([{"height": 32, "width": 32, "ms": [[2, 10.0]]},
+                           {"height": 64, "width": 64, "ms": [[4, 30.0]]}])
     monkeypatch.setattr(veca.config, "latency_table", table)
     with pytest.raises(ValueError, match="share no budget"):
         veca(torch.randn(1, 3, 48, 48), max_ms=100)
 
 
 def test_a_larger_budget_never_counts_as_faster(veca, monkeypatch):
-    table = {"device": "cpu", "sizes": [{"height": 32, "width": 32, "ms": [[2, 10.0], [4, 30.0], [8, 25.0]]}]}
+    table = measured_here([{"height": 32, "width": 32, "ms": [[2, 10.0], [4, 30.0], [8, 25.0]]}])
     monkeypatch.setattr(veca.config, "latency_table", table)
     assert chosen_budget(veca, torch.randn(1, 3, 32, 32), max_ms=27)[0] == 2  # 8 cores measured 25 ms: noise
 
@@ -195,7 +204,7 @@ def test_the_config_default_target(tmp_path):
         (VecaConfig, dict(default_max_gflops=1.0, default_num_cores=4),
          "default_num_cores=4 and default_max_gflops=1.0"),
         (LookWhereConfig, dict(default_max_gflops=1.0, default_k=4), "default_k=4 and default_max_gflops=1.0"),
-        (LookWhereConfig, dict(latency_table={"sizes": []}), "latency_table must be None or"),
+        (LookWhereConfig, dict(latency_table={"sizes": []}), r"latency_table\['device'\] is None, not a name"),
     ],
 )
 def test_bad_target_defaults_fail_at_load(config, fields, message):

@@ -349,9 +349,10 @@ def test_dry_run_lists_the_files_and_sends_nothing(tmp_path, hub, veca_run, caps
 
 def test_existing_repo_with_other_code_needs_force(hub, veca_run, capsys):
     other_code = {"modeling_veca.py": b"# another model\n", "rope.py": b"# its helper\n"}
-    hub.add_repo(REPO_ID, {"config.json": b"{}", "weights.bin": b"old", "notes.txt": b"kept", **other_code})
-    with pytest.raises(RuntimeError, match=r"already holds another model \(its config.json, modeling_veca.py, rope.py, "
-                                           r"weights.bin differ.*--force"):
+    hub.add_repo(REPO_ID, {"config.json": b"{}", "weights.bin": b"old", "notes.txt": b"kept",
+                           "onnx/model.onnx": b"the user's export", **other_code})
+    with pytest.raises(RuntimeError, match=r"already holds another model \(its config.json, modeling_veca.py "
+                                           r"differ.*--force"):
         publish_veca(veca_run)
     with pytest.raises(RuntimeError, match="already holds another model"):
         publish_veca(veca_run, "--revision", "v2")  # a new branch starts from the default one
@@ -362,8 +363,11 @@ def test_existing_repo_with_other_code_needs_force(hub, veca_run, capsys):
     ]  # nothing written
 
     publish_veca(veca_run, "--force")
-    assert "--force: overwriting" in capsys.readouterr().out
-    assert set(hub.files(REPO_ID)) == VECA_FILES | {"notes.txt"}  # the old model is gone, other files stay
+    out = capsys.readouterr().out
+    assert "--force: overwriting" in out and "not ours to delete: onnx/model.onnx, rope.py, weights.bin" in out
+    # files of the names we send are overwritten (the repo's history keeps them); none is deleted
+    assert set(hub.files(REPO_ID)) == VECA_FILES | {"notes.txt", "onnx/model.onnx", "rope.py", "weights.bin"}
+    assert hub.files(REPO_ID)["onnx/model.onnx"] == b"the user's export" and hub.commits[0]["deleted"] == []
     ours = (Path(publish.__file__).parents[1] / "src/corevision_hf/veca/modeling_veca.py").read_bytes()
     assert hub.files(REPO_ID)["modeling_veca.py"] == ours
 

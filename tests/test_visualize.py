@@ -12,6 +12,7 @@ from PIL import Image
 
 from corevision_hf import LookWhereModel, VecaModel
 from corevision_hf.images import to_pixel_values
+from corevision_hf.outputs import MANIFEST
 from corevision_hf.visualize import (
     PCAColors,
     cli as visualize_cli,
@@ -135,7 +136,7 @@ def test_command_draws_the_cores_a_direct_call_computes(tmp_path, veca_folder):
                             "--output", str(tmp_path / "out.png")])
     assert paths == {"features": str(tmp_path / "out.png"), "cores": str(tmp_path / "out-cores.png")}
     assert Image.open(paths["features"]).format == "PNG" and Image.open(paths["cores"]).format == "PNG"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["models", "out-cores.png", "out.png", "photo.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [MANIFEST, "models", "out-cores.png", "out.png", "photo.png"]
 
     model = VecaModel.from_pretrained(veca_folder).eval()
     pictures = model_pictures(model, Image.open(photo), [{"num_cores": 8}, {"num_cores": 2}], resolution=24)
@@ -183,7 +184,7 @@ def test_command_draws_the_patches_a_direct_call_keeps(tmp_path, lookwhere_folde
 )
 def test_command_bad_input_is_one_line_and_keeps_what_was_there(tmp_path, veca_folder, capsys, arguments, message):
     photo = saved_photo(tmp_path / "photo.png")
-    (tmp_path / "out.png").write_bytes(b"the user's earlier picture")
+    (tmp_path / "earlier.png").write_bytes(b"the user's earlier picture")
     arguments = [a.format(tmp=tmp_path) for a in arguments]
     if arguments[0] == "--image":
         photo, arguments = arguments[1], []
@@ -192,8 +193,8 @@ def test_command_bad_input_is_one_line_and_keeps_what_was_there(tmp_path, veca_f
     assert visualize_cli([veca_folder, photo, *arguments]) == 2
     error = capsys.readouterr().err
     assert message in error and error.count("\n") == 1, error
-    assert (tmp_path / "out.png").read_bytes() == b"the user's earlier picture"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["models", "out.png", "photo.png"]  # no temp
+    assert (tmp_path / "earlier.png").read_bytes() == b"the user's earlier picture"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["earlier.png", "models", "photo.png"]  # no temp
 
 
 def test_command_help_and_missing_matplotlib(tmp_path):

@@ -3,17 +3,22 @@
     corevision_hf.calibrate_latency(model, sizes=[224, 448])   # once per machine; stored in config.json
 
 Forward reads the table from `config.latency_table` (see `budget_veca.latency_at`): at a calibrated size, or linear in
-pixel count between two, never outside.
+pixel count between two, never outside, and only in the setup it was measured in (device, machine, threads, dtype,
+batch size: `budget_veca.measurement_setup`).
 """
 
 import json
+import numbers
 import os
-import platform
+import stat
 import tempfile
 
 import torch
 
+from .images import check_pixels_fit
 from .measure import median_latency_ms
+from .outputs import is_ours, read_manifest, record
+from .veca.budget_veca import measurement_setup
 
 
 # LookWhere's budgets for max_ms: fractions of the grid, so that one table serves every image size.
@@ -33,26 +38,33 @@ def calibrate_latency(
     warm-up, then the median of `runs` forwards, in milliseconds, on the model's device and dtype, in inference mode.
     `budgets` are VECA core counts (default `config.training_budgets`) or LookWhere k_ratios (default
     `LOOKWHERE_K_RATIOS`). The table goes to `model.config.latency_table`, and into the `config.json` of `save_to`, or
-    of the local folder the model was loaded from, so that `from_pretrained` of that folder finds it. Returns it."""
+    of the local folder the model was loaded from, so that `from_pretrained` of that folder finds it (a read-only
+    config.json is refused before any timing; a folder this package converted keeps its manifest true). Returns it."""
     config = model.config
     if config.model_type not in BUDGET_ARGUMENT:
         raise ValueError(f"calibrate_latency takes a VECA or LookWhere model, got a {config.model_type!r} model.")
     argument = BUDGET_ARGUMENT[config.model_type]
     if budgets is None:
         budgets = config.training_budgets if config.model_type == "veca" else LOOKWHERE_K_RATIOS
-    if not sizes or not budgets or runs < 1 or batch_size < 1:
-        raise ValueError("calibrate_latency needs at least one size and one budget, runs >= 1 and batch_size >= 1.")
+    if not budgets or not whole(runs) or not whole(batch_size):
+        raise ValueError("calibrate_latency needs at least one budget, runs >= 1 and batch_size >= 1.")
+    parameter = next(model.parameters())
+    shapes = image_shapes(sizes, config.patch_size)
+    for height, width in shapes:
+        check_pixels_fit(height, width, batch_size, f"sizes {height}x{width}", parameter.device)
     folder = save_to if save_to is not None else config._name_or_path
     if save_to is not None and not os.path.isfile(os.path.join(save_to, "config.json")):
         raise ValueError(f"save_to={str(save_to)!r} holds no config.json: save the model there first "
                          "(model.save_pretrained(save_to)).")
-    parameter = next(model.parameters())
+    path = os.path.join(folder, "config.json") if folder else None
+    if path and os.path.isfile(path) and not (os.stat(path).st_mode & stat.S_IWUSR and os.access(path, os.W_OK)):
+        raise ValueError(f"{path} is read-only, so the table could not be stored there: make it writable, or pass "
+                         "save_to= a folder of your own (model.save_pretrained(folder) first).")
     was_training = model.training
     model.eval()
     rows = []
     with torch.inference_mode():
-        for size in sizes:
-            height, width = (size, size) if isinstance(size, int) else size
+        for height, width in shapes:
             pixel_values = torch.randn(batch_size, config.num_channels, height, width, device=parameter.device,
                                        dtype=parameter.dtype)
             device = parameter.device.type
@@ -62,19 +74,34 @@ def calibrate_latency(
             ]
             rows.append({"height": height, "width": width, "ms": times})
     model.train(was_training)
-    table = {
-        "device": parameter.device.type,
-        "machine": platform.processor() or platform.machine(),
-        "threads": torch.get_num_threads(),
-        "dtype": str(parameter.dtype).removeprefix("torch."),
-        "batch_size": batch_size,
-        "budget": argument,
-        "sizes": rows,
-    }
+    table = {**measurement_setup(pixel_values), "budget": argument, "sizes": rows}
     config.latency_table = table
-    if folder and os.path.isfile(os.path.join(folder, "config.json")):
-        write_config_field(os.path.join(folder, "config.json"), "latency_table", table)
+    if path and os.path.isfile(path):
+        ours = is_ours(folder, "config.json", read_manifest(folder))
+        write_config_field(path, "latency_table", table)
+        if ours:  # a converted folder: its manifest lists the new config.json, so --force may still replace it
+            record(folder, ["config.json"], keep=True)
     return table
+
+
+def whole(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+
+
+def image_shapes(sizes, patch_size: int) -> list[tuple[int, int]]:
+    """`sizes` (a list of ints for squares or (height, width) pairs) as (height, width) pairs, each side a positive
+    multiple of the patch size; a ValueError naming the first that is not."""
+    if not isinstance(sizes, (list, tuple)) or not sizes:
+        raise ValueError(f"sizes must be a non-empty list of image sizes (ints or (height, width) pairs), got "
+                         f"{sizes!r}.")
+    shapes = []
+    for size in sizes:
+        shape = (size, size) if not isinstance(size, (list, tuple)) else tuple(size)
+        if len(shape) != 2 or not all(whole(side) and side % patch_size == 0 for side in shape):
+            raise ValueError(f"sizes: {size!r} is not a size in pixels: give an int or a (height, width) pair of "
+                             f"positive multiples of the patch size {patch_size}.")
+        shapes.append((int(shape[0]), int(shape[1])))
+    return shapes
 
 
 def write_config_field(path: str, name: str, value) -> None:

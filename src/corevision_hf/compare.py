@@ -8,7 +8,8 @@ For each budget (VECA: the budgets the checkpoint was trained at, `config.traini
 over the images of --data, each resized to --resolution x --resolution, the teacher's input resized so that its
 patch grid is the model's), the median latency of one image (--runs timed calls) and the analytic GFLOPs
 (`corevision_hf.flops`). The table goes to stdout (markdown), the plot (quality against GFLOPs, latency per budget)
-to --output, written under a temporary name and renamed.
+to --output, written under a temporary name and renamed (an existing file only with --force, and only one this
+package wrote).
 """
 
 import argparse
@@ -16,7 +17,6 @@ import sys
 from pathlib import Path
 
 import torch
-from PIL import Image
 from transformers import AutoModel
 from transformers.utils import logging as transformers_logging
 
@@ -31,10 +31,11 @@ from .evaluation import (
     teacher_patch_size,
     teacher_targets,
 )
-from .cli import run
+from .cli import USER_ERRORS, reading_weights, run
 from .extract import IMAGE_EXTENSIONS
-from .images import to_pixel_values
+from .images import open_image, to_pixel_values
 from .offline import check_hub_reachable
+from .outputs import check_file_output, record_file, refuse_overlap
 
 
 LOOKWHERE_K_RATIOS = (0.05, 0.1, 0.2, 0.4, 1.0)
@@ -54,6 +55,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--resolution", type=int, default=None, help="square side in pixels (default: image_size)")
     parser.add_argument("--runs", type=int, default=5, help="timed calls per budget (median)")
     parser.add_argument("--output", required=True, help="the plot: a .png, .pdf or .svg file")
+    parser.add_argument("--force", action="store_true", help="replace a plot that this package wrote before")
     return parser.parse_args(argv)
 
 
@@ -134,6 +136,8 @@ def main(argv=None) -> dict:
         raise ValueError(f"--output {args.output!r}: give a .png, .pdf or .svg file name.")
     if not Path(args.output).resolve().parent.is_dir():
         raise FileNotFoundError(f"--output {args.output!r}: its folder does not exist.")
+    refuse_overlap(args.output, args.data, args.model, args.teacher)
+    check_file_output(args.output, args.force)
     if args.runs < 1:
         raise ValueError(f"--runs must be at least 1, got {args.runs}.")
     folder = Path(args.data)
@@ -145,7 +149,8 @@ def main(argv=None) -> dict:
     transformers_logging.disable_progress_bar()
     for name in (args.model, args.teacher):
         check_hub_reachable(name)
-    model = AutoModel.from_pretrained(args.model, dtype=torch.float32).eval()
+    with reading_weights(args.model):
+        model = AutoModel.from_pretrained(args.model, dtype=torch.float32).eval()
     config = model.config
     if config.model_type not in ("veca", "lookwhere"):
         raise ValueError(f"{args.model} is a {config.model_type!r} model; compare takes a VECA or LookWhere model.")
@@ -153,20 +158,19 @@ def main(argv=None) -> dict:
     resolution = args.resolution or config.image_size
     if resolution < 1 or resolution % config.patch_size:
         raise ValueError(f"--resolution {resolution} is not a positive multiple of the patch size {config.patch_size}.")
-    teacher = AutoModel.from_pretrained(args.teacher, dtype=torch.float32).eval()
+    with reading_weights(args.teacher):
+        teacher = AutoModel.from_pretrained(args.teacher, dtype=torch.float32).eval()
     width = getattr(config, "output_projection_size", None) or config.hidden_size
     if not hasattr(teacher.config, "patch_size") or teacher.config.hidden_size != width:
         raise ValueError(
             f"{args.teacher} is not a ViT of the model's width {width}: give the teacher it was distilled or converted "
             "from (a DINOv2 / DINOv3 of that width)."
         )
-    images = []
-    for file in files:
-        with Image.open(file) as image:
-            images.append(to_pixel_values(image, resolution))
-    report = compare(model, teacher, torch.stack(images), budget_name, budgets, args.runs)
+    images = torch.stack([to_pixel_values(open_image(file), resolution) for file in files])
+    report = compare(model, teacher, images, budget_name, budgets, args.runs)
     report["model"], report["teacher"] = args.model, args.teacher
     save_figures_atomically({args.output: plot_evaluation(report)})
+    record_file(args.output)
     print(table(report))
     print(f"wrote {args.output}")
     return report
@@ -174,7 +178,7 @@ def main(argv=None) -> dict:
 
 def cli(argv=None) -> int:
     """The command line: a bad input (or no matplotlib) ends in one line on stderr and exit status 2."""
-    return run(main, argv, errors=(ValueError, OSError, ImportError))
+    return run(main, argv, errors=(*USER_ERRORS, ImportError))
 
 
 if __name__ == "__main__":

@@ -34,9 +34,24 @@ def onednn_prepacking_available() -> bool:
 _ONEDNN_PREPACKING = onednn_prepacking_available()
 
 
+class WatchedParameter(nn.Parameter):
+    """A weight that notes when its `.data` is handed out: an edit through `.data` (`p.data.mul_(2)`) bypasses the
+    version counter that in-place updates bump, so a `PrepackedLinear` repacks after any such access."""
+
+    @property
+    def data(self) -> torch.Tensor:
+        self._data_handed_out = True
+        return torch.Tensor.data.__get__(self)
+
+    @data.setter
+    def data(self, value: torch.Tensor) -> None:
+        torch.Tensor.data.__set__(self, value)
+
+
 class PrepackedLinear(nn.Linear):
     """`nn.Linear` whose CPU float32 inference multiplies by a oneDNN weight packed once. The packed copy is rebuilt
-    when the weight changes (replaced, moved or updated in place) and is never saved, pickled or deep-copied."""
+    when the weight changes (replaced, moved, updated in place, or its `.data` handed out: `WatchedParameter`) and is
+    never saved, pickled or deep-copied."""
 
     _packed = None  # (weight identity, packed weight); identity = (weak reference, data pointer, version)
 
@@ -45,7 +60,10 @@ class PrepackedLinear(nn.Linear):
             self._packed = None  # moved, trained or traced: free a stale copy
             return F.linear(input, self.weight, self.bias)
         weight = self.weight
-        if self._packed is None or not self._packed_for(weight):
+        if type(weight) is nn.Parameter:  # the layer's own weight, or one assigned since: watch its `.data`
+            weight.__class__ = WatchedParameter
+        edited = weight.__dict__.pop("_data_handed_out", False)
+        if edited or self._packed is None or not self._packed_for(weight):
             identity = (weakref.ref(weight), weight.data_ptr(), weight._version)
             self._packed = (identity, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None))
         return torch.ops.mkldnn._linear_pointwise(input, self._packed[1], self.bias, "none", [], "")
@@ -90,6 +108,9 @@ def restore_default_linear(model: nn.Module) -> nn.Module:
         if type(module) is PrepackedLinear:
             module.__dict__.pop("_packed", None)
             module.__class__ = nn.Linear
+            if type(module.weight) is WatchedParameter:
+                module.weight.__dict__.pop("_data_handed_out", None)
+                module.weight.__class__ = nn.Parameter
     return model
 
 

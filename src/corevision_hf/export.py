@@ -23,9 +23,9 @@ import warnings
 import torch
 from torch import nn
 
-from .cli import run
+from .cli import reading_weights, run
 from .lookwhere import LookWhereConfig, LookWhereModel
-from .outputs import check_file_output, record_file, refuse_overlap
+from .outputs import check_file_output, follow_umask, record_file, refuse_overlap
 from .veca import VecaConfig, VecaModel
 
 
@@ -188,6 +188,7 @@ def export_onnx(model: nn.Module, path: str, budget: dict, dtype: str = "fp32", 
     folder = os.path.dirname(os.path.abspath(path))
     handle, temporary = tempfile.mkstemp(suffix=".onnx.partial", dir=folder)
     os.close(handle)
+    follow_umask(temporary)
     rotary = onnx_rotary(model) if "num_cores" in budget else contextlib.nullcontext()
     try:
         with torch.no_grad(), rotary, warnings.catch_warnings():
@@ -280,7 +281,8 @@ def export_command(argv: list[str] | None) -> None:
         raise ExportError(f"The folder of {args.output} does not exist; create it first.")
     config = load_config(args.model_dir)
     fixed_budget = budget_for(config, args.num_cores, args.k_ratio, args.k)
-    model = load_model(args.model_dir, config)
+    with reading_weights(args.model_dir):
+        model = load_model(args.model_dir, config)
     export_onnx(model, args.output, fixed_budget, args.dtype, verbose=args.verbose)
     record_file(args.output)
     print(f"wrote {args.output} ({os.path.getsize(args.output) / 2**20:.1f} MiB; budget {fixed_budget}, {args.dtype})")

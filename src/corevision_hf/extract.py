@@ -16,10 +16,11 @@ normalisation (`corevision_hf.images.to_pixel_values`). Images that resize to th
 (--batch-size per size), never padded or squashed, so each image's features are those of a call on it alone.
 
 The collection is cut into shards of --shard-size images; process p of P handles shards p, p + P, ... Each finished
-shard is written under a temporary name next to OUT (`OUT.partial/`) and renamed, so a rerun after a crash skips
+shard is written under a temporary name in `OUT.partial/` next to OUT and renamed, so a rerun after a crash skips
 it (a run that fails before finishing a shard removes `OUT.partial/`). When all are done the first process merges
-them into OUT (written under a temporary name, then renamed), adds `OUT/extraction.json` (settings, counts, skipped
-images) and removes `OUT.partial/`. Unreadable images are skipped and counted.
+them into `OUT.partial/merged/` with `extraction.json` (settings, counts, skipped images), moves that into place as
+OUT (with --force, swapped with the old OUT in one step where the system allows) and removes `OUT.partial/`.
+Unreadable images (`corevision_hf.images.open_image`) are skipped and counted.
 """
 
 import argparse
@@ -29,7 +30,6 @@ import math
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import datasets
@@ -44,11 +44,12 @@ from transformers.utils import logging as transformers_logging
 
 import corevision_hf  # noqa: F401  (registers VECA and LookWhere with the Auto classes)
 
-from .cli import run
+from .cli import reading_weights, run
 from .cpu import optimize_for_cpu
-from .images import to_pixel_values
+from .finite import check_forward_finite
+from .images import check_pixels_fit, open_image, to_pixel_values, to_rgb
 from .offline import check_hub_reachable
-from .outputs import check_folder_output, files_under, record, refuse_overlap
+from .outputs import check_folder_output, exchange_folders, files_under, record, refuse_overlap
 
 
 INFO_FILE = "extraction.json"
@@ -118,25 +119,23 @@ class ImageSource:
             # A file name that is not UTF-8 (read with surrogate escapes) keeps its odd bytes as \xNN in the id.
             image_id = path.relative_to(self.folder).as_posix().encode("utf-8", "surrogateescape")
             image_id = image_id.decode("utf-8", "backslashreplace")
-            return image_id, _decode(lambda: Image.open(path))
+            return image_id, _decode(lambda: open_image(path))
         row = self.dataset[index]
         image_id = str(row[self.ids]) if self.ids else str(index)
         value = row[self.column]
         if isinstance(value, Image.Image):
-            return image_id, _decode(lambda: value)
+            return image_id, _decode(lambda: to_rgb(value))
         if isinstance(value, dict) and value.get("bytes") is not None:  # an undecoded Image column
-            return image_id, _decode(lambda: Image.open(io.BytesIO(value["bytes"])))
+            return image_id, _decode(lambda: open_image(io.BytesIO(value["bytes"])))
         if isinstance(value, dict) and value.get("path"):
-            return image_id, _decode(lambda: Image.open(value["path"]))
+            return image_id, _decode(lambda: open_image(value["path"]))
         return image_id, None
 
 
-def _decode(opener) -> Image.Image | None:
+def _decode(decoder) -> Image.Image | None:
     try:
-        image = opener()
-        image.load()  # truncated files fail here, not later inside a batch
-        return image.convert("RGB")
-    except Exception:  # any decoder error means "unreadable": skipped and counted, never fatal
+        return decoder()
+    except (OSError, ValueError):  # unreadable: skipped and counted, never fatal
         return None
 
 
@@ -218,10 +217,13 @@ def shard_features(width: int, dense_shape: tuple | None) -> datasets.Features:
 
 
 def write_shard(rows: dict, features: datasets.Features, folder: Path, skipped: list[str]) -> None:
-    """Saves one shard under a temporary name and renames it, so a folder that exists is complete."""
+    """Saves one shard under a temporary name and renames it, so a folder that exists is complete. A shard whose
+    every image was unreadable holds only its skipped.json (`datasets` cannot read back a dataset of no rows)."""
     temporary = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(temporary, ignore_errors=True)
-    datasets.Dataset.from_dict(rows, features=features).save_to_disk(str(temporary))
+    if rows["id"]:
+        datasets.Dataset.from_dict(rows, features=features).save_to_disk(str(temporary))
+    temporary.mkdir(exist_ok=True)
     (temporary / "skipped.json").write_text(json.dumps(skipped))
     os.replace(temporary, folder)
 
@@ -278,6 +280,11 @@ def main(argv=None) -> datasets.Dataset | None:
     for name in ("batch_size", "shard_size"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}.")
+    try:  # pyarrow, which writes and reads the shards, takes UTF-8 paths only
+        os.path.abspath(args.output).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"--output {os.fsencode(args.output)!r} is not a UTF-8 path, which the datasets library "
+                         "cannot read: choose a UTF-8 name.") from None
     refuse_overlap(args.output, args.model)
     check_folder_output(args.output, args.force)  # with --force, OUT must hold only files an extraction wrote
     if partial.exists() and not (partial / SETTINGS_FILE).is_file():
@@ -294,6 +301,7 @@ def main(argv=None) -> datasets.Dataset | None:
         args.resolution = config.image_size
     if args.resolution <= 0 or args.resolution % patch:
         raise ValueError(f"--resolution {args.resolution} is not a positive multiple of the patch size {patch}.")
+    check_pixels_fit(args.resolution, args.resolution, args.batch_size, f"--resolution {args.resolution}")
     grid = args.resolution // patch
     if args.dense_stride is not None and (args.dense_stride < 1 or grid % args.dense_stride):
         divisors = [s for s in range(1, grid + 1) if grid % s == 0]
@@ -341,7 +349,8 @@ def check_device(device: str) -> None:
 
 def extract(args, state, config, source, budget: dict, grid: int, partial: Path, output: Path, settings: dict):
     """The shards this process has not finished yet, then, on the first process, the merge."""
-    model = AutoModel.from_pretrained(args.model).to(args.device).eval()
+    with reading_weights(args.model):
+        model = check_forward_finite(AutoModel.from_pretrained(args.model).to(args.device).eval())
     if model.device.type == "cpu":  # the CPU opt-in: prepacked linear weights, faster for a second copy in memory
         optimize_for_cpu(model)
     width = getattr(config, "output_projection_size", None) or config.hidden_size
@@ -360,16 +369,15 @@ def extract(args, state, config, source, budget: dict, grid: int, partial: Path,
     finished = sum((partial / f"shard-{s:05d}").is_dir() for s in range(num_shards))
     if finished and state.is_main_process:
         print(f"resuming: {finished} of {num_shards} shards were done before")
-    progress = tqdm(
+    with tqdm(
         total=sum(min(args.shard_size, len(source) - s * args.shard_size) for s in mine), initial=done_images,
         unit="img", desc=f"extract (process {state.process_index + 1}/{state.num_processes})",
         disable=not state.is_local_main_process, dynamic_ncols=True,
-    )
-    for shard in todo:
-        start = shard * args.shard_size
-        indices = range(start, min(start + args.shard_size, len(source)))
-        run_shard(model, source, indices, args, budget, features, partial / f"shard-{shard:05d}", progress)
-    progress.close()
+    ) as progress:  # closed (its line ended) before an error is printed
+        for shard in todo:
+            start = shard * args.shard_size
+            indices = range(start, min(start + args.shard_size, len(source)))
+            run_shard(model, source, indices, args, budget, features, partial / f"shard-{shard:05d}", progress)
     state.wait_for_everyone()
     if not state.is_main_process:
         return None
@@ -377,29 +385,29 @@ def extract(args, state, config, source, budget: dict, grid: int, partial: Path,
 
 
 def merge(partial: Path, output: Path, num_shards: int, settings: dict) -> datasets.Dataset:
-    """Concatenates the shards in order into OUT (under a temporary name, then renamed), writes extraction.json and
-    removes the shards."""
+    """Concatenates the shards in order into OUT.partial/merged, writes extraction.json there, moves it into place
+    as OUT and removes OUT.partial (a kill on the way leaves only OUT.partial, which the next run resumes from)."""
     shards = [partial / f"shard-{s:05d}" for s in range(num_shards)]
     missing = [s.name for s in shards if not s.is_dir()]
     if missing:
         raise FileNotFoundError(f"Shards {missing[:5]} are missing after every process finished; rerun to complete them.")
-    merged = datasets.concatenate_datasets([datasets.load_from_disk(str(s)) for s in shards])
     skipped = [image_id for s in shards for image_id in json.loads((s / "skipped.json").read_text())]
-    temporary = Path(tempfile.mkdtemp(prefix=f".{output.name}-", dir=output.parent))
-    try:
-        merged.save_to_disk(str(temporary))
-        info = {**settings, "num_extracted": len(merged), "num_skipped": len(skipped), "skipped": skipped}
-        (temporary / INFO_FILE).write_text(json.dumps(info, indent=2))
-        record(str(temporary), files_under(str(temporary)))
-        if output.exists():  # --force, checked to hold only our files: replaced only now that the new one is whole
-            old = Path(tempfile.mkdtemp(prefix=f".{output.name}-old-", dir=output.parent))
-            os.replace(output, old / output.name)
-            os.replace(temporary, output)
-            shutil.rmtree(old)
-        else:
-            os.replace(temporary, output)
-    finally:
-        shutil.rmtree(temporary, ignore_errors=True)
+    extracted = [datasets.load_from_disk(str(s)) for s in shards if (s / "state.json").is_file()]
+    if not extracted:
+        shutil.rmtree(partial)
+        raise ValueError(f"None of the {len(skipped)} images of {settings['data']} could be read (e.g. "
+                         f"{', '.join(skipped[:3])}): nothing was written.")
+    merged = datasets.concatenate_datasets(extracted)
+    temporary = partial / "merged"
+    shutil.rmtree(temporary, ignore_errors=True)  # left by a merge that was killed
+    merged.save_to_disk(str(temporary))
+    info = {**settings, "num_extracted": len(merged), "num_skipped": len(skipped), "skipped": skipped}
+    (temporary / INFO_FILE).write_text(json.dumps(info, indent=2))
+    record(str(temporary), files_under(str(temporary)))
+    if output.exists():  # --force, checked to hold only our files: replaced only now that the new one is whole
+        exchange_folders(str(temporary), str(output))
+    else:
+        os.rename(temporary, output)
     shutil.rmtree(partial)
     print(f"wrote {output}: {len(merged)} images, {len(skipped)} unreadable skipped"
           + (f" ({', '.join(skipped[:3])}{', ...' if len(skipped) > 3 else ''})" if skipped else "")

@@ -5,8 +5,11 @@ Every folder the CLIs write (a converted model, a converted teacher, extracted f
 the manifest of its folder. `--force` replaces a file only when a manifest lists it with its current sha256, so a
 user's file, or one of ours that the user has since edited, is kept and the run stops naming it (a user's other
 files in an output folder stay). An output is also refused when it is, lies inside or holds one of the run's inputs.
+What is written gets the modes the user's umask gives, as `open` and `mkdir` would (`follow_umask`).
 """
 
+import ctypes
+import errno
 import hashlib
 import json
 import os
@@ -117,3 +120,34 @@ def check_folder_output(folder: str, force: bool, replaced: list[str] | None = N
         shown = ", ".join(theirs[:3]) + (f" and {len(theirs) - 3} more" if len(theirs) > 3 else "")
         raise ValueError(f"{folder} holds files that corevision_hf did not write (or that changed since): {shown}; "
                          f"--force replaces only the files its {MANIFEST} lists. Move them or choose another folder.")
+
+
+def follow_umask(path: str) -> None:
+    """Gives `path` the mode a plain `open` (files) or `mkdir` (folders) would under the user's umask: `mkstemp` and
+    `mkdtemp`, which the atomic writes go through, make them private (0600 / 0700)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, (0o777 if os.path.isdir(path) else 0o666) & ~umask)
+
+
+RENAME_EXCHANGE = 2  # linux/fs.h
+
+
+def exchange_folders(new: str, target: str) -> None:
+    """Puts the folder `new` at `target` and the old `target` at `new`. On Linux in one step (renameat2 with
+    RENAME_EXCHANGE), so that `target` is never missing, even when the process is killed; elsewhere (no renameat2,
+    or a file system without the flag) by renames one right after the other."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError, TypeError):  # no glibc
+        renameat2 = None
+    at_cwd = -100  # AT_FDCWD: paths relative to the working directory
+    if renameat2 is not None:
+        if renameat2(at_cwd, os.fsencode(new), at_cwd, os.fsencode(target), RENAME_EXCHANGE) == 0:
+            return
+        if ctypes.get_errno() not in (errno.EINVAL, errno.ENOSYS):  # a real failure, not a missing flag
+            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()), target)
+    parked = new + ".old"
+    os.rename(target, parked)
+    os.rename(new, target)
+    os.rename(parked, new)

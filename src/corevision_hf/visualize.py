@@ -27,9 +27,11 @@ from PIL import Image
 from transformers import AutoModel  # the package's import registered VECA and LookWhere with it
 from transformers.utils import logging as transformers_logging
 
-from .cli import run
-from .images import to_display, to_pixel_values
+from .cli import reading_weights, run
+from .finite import check_forward_finite
+from .images import open_image, to_display, to_pixel_values
 from .offline import check_hub_reachable
+from .outputs import check_file_output, follow_umask, record_file, refuse_overlap
 
 try:
     from matplotlib import colormaps, patheffects
@@ -379,6 +381,7 @@ def save_figures_atomically(figures: dict[str, Figure]) -> None:
             folder, name = os.path.split(os.path.abspath(path))
             handle, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
             os.close(handle)
+            follow_umask(temporary)
             written[path] = temporary
             figure.savefig(temporary, dpi=110, format=os.path.splitext(path)[1][1:].lower())
         for path, temporary in written.items():
@@ -408,6 +411,7 @@ def main(argv: list[str] | None = None) -> dict[str, str]:
                         help="shorter side in pixels, snapped to patch multiples (default: the model's image_size)")
     parser.add_argument("--output", required=True, metavar="OUT.png",
                         help="the features picture; the other is written next to it as OUT-cores.png / OUT-kept.png")
+    parser.add_argument("--force", action="store_true", help="replace pictures that this package wrote before")
     args = parser.parse_args(argv)
 
     if args.resolution is not None and args.resolution < 1:
@@ -417,11 +421,11 @@ def main(argv: list[str] | None = None) -> dict[str, str]:
         raise ValueError(f"--output {args.output!r}: give a .png, .jpg, .pdf or .svg file name.")
     if not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
         raise FileNotFoundError(f"--output {args.output!r}: its folder does not exist.")
-    with Image.open(args.image) as opened:  # a missing or unreadable photo is an OSError before the model loads
-        image = opened.convert("RGB")
+    image = open_image(args.image)  # a missing or unreadable photo is one line before the model loads
     transformers_logging.disable_progress_bar()  # one model, loaded in a blink: its bar would only bury errors
     check_hub_reachable(args.model)
-    model = AutoModel.from_pretrained(args.model)
+    with reading_weights(args.model):
+        model = check_forward_finite(AutoModel.from_pretrained(args.model))
     model_type = model.config.model_type
     if (model_type == "veca" and args.k_ratio) or (model_type == "lookwhere" and args.num_cores):
         given, right = ("--k-ratio", "--num-cores") if args.k_ratio else ("--num-cores", "--k-ratio")
@@ -432,9 +436,14 @@ def main(argv: list[str] | None = None) -> dict[str, str]:
         budgets = [{"k_ratio": r} for r in sorted(args.k_ratio, reverse=True)]
     else:
         budgets = [{}]
+    paths = picture_paths(args.output, ["features", "cores" if model_type == "veca" else "kept"])
+    for path in paths.values():
+        refuse_overlap(path, args.image, args.model)
+        check_file_output(path, args.force)
     pictures = model_pictures(model, image, budgets, args.resolution or model.config.image_size)
-    paths = picture_paths(args.output, pictures)
     save_figures_atomically({paths[name]: figure for name, figure in pictures.items()})
+    for path in paths.values():
+        record_file(path)
     print("wrote " + ", ".join(paths.values()))
     return paths
 

@@ -11,6 +11,7 @@ from corevision_hf.outputs import (
     MANIFEST,
     check_folder_output,
     files_under,
+    follow_umask,
     is_ours,
     read_manifest,
     record,
@@ -67,6 +68,7 @@ def write_folder_atomically(out_dir: str, write) -> None:
     parent = os.path.dirname(os.path.abspath(out_dir))
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".converting-", dir=parent)
+    follow_umask(staging)  # it becomes out_dir
     try:
         write(staging)
         names = files_under(staging)

@@ -263,7 +263,8 @@ def main(argv: list[str] | None = None) -> None:
         return lookwhere_release.main(argv)
     parser = argparse.ArgumentParser(
         description="Convert the reference LookWhere checkpoint into a hub folder.",
-        epilog="Or: --from-hub {dinov2,franca} OUT_DIR downloads the authors' released file and converts it.",
+        epilog="Or: --from-hub {dinov2,franca} OUT_DIR downloads the authors' released file and converts it (its "
+               "sha256 and revision unpinned: --from-hub dinov2 --help says what that means).",
     )
     parser.add_argument("checkpoint", help="reference .pt file, e.g. lookwhere_dinov2.pt")
     parser.add_argument("out_dir", help="folder to write the hub model into")

@@ -6,7 +6,7 @@
 The file comes from the hub repo `antofuller/lookwhere` through `hf_hub_download` (kept in the hub cache, resumed
 where a cut download stopped, served offline from the cache with HF_HUB_OFFLINE=1), is checked against its sha256,
 then converted by `corevision_hf.convert.lookwhere.convert` into OUT_DIR (written under a temporary name, then
-renamed).
+renamed). The release files' sha256 and the repo's revision are not pinned yet (`UNPINNED`, shown by --help).
 """
 
 import argparse
@@ -27,6 +27,11 @@ RELEASES = {"dinov2": "lookwhere_dinov2.pt", "franca": "lookwhere_franca.pt"}
 # The commit the files are read from. "main" until someone with network records the commit whose files were checked
 # (then also fill in RELEASE_SHA256); meanwhile every download is held to the hub's own sha256 of the file.
 REVISION = "main"
+UNPINNED = (
+    "Unpinned: neither the release files' sha256 nor the repo's revision is recorded here (they could not be learned "
+    "offline), so a download is checked against the hub's own sha256 of the file (its ETag), and a file already in "
+    "the hub cache is trusted as it is, which a tampered cache would pass."
+)
 # Known sha256 of each release file; where absent, the reference is the hub's ETag of the file, which for files
 # stored with LFS (as these .pt files are) is their sha256 and names the blob in the hub cache.
 RELEASE_SHA256: dict[str, str] = {}
@@ -100,6 +105,7 @@ def convert_release(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m corevision_hf.convert.lookwhere --from-hub",
         description=f"Download the authors' released LookWhere weights from the hub repo {REPO_ID} and convert them.",
+        epilog=UNPINNED if not RELEASE_SHA256 else None,
     )
     parser.add_argument("--from-hub", required=True, metavar="RELEASE", help=f"one of {sorted(RELEASES)}")
     parser.add_argument("out_dir", help="folder to write the hub model into")

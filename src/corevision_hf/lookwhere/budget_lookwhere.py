@@ -1,14 +1,18 @@
 """What a LookWhere forward costs, and the largest k that fits a target: analytic GFLOPs (`max_gflops`) or the
 latency measured on this machine (`max_ms`, from the table `corevision_hf.calibrate_latency` stores in the config).
 
-Hub-copied: imported by modeling_lookwhere.py; standard library only. `corevision_hf.lookwhere_flops` and
+Hub-copied: imported by modeling_lookwhere.py; standard library and torch. `corevision_hf.lookwhere_flops` and
 `corevision_hf.dense_vit_flops` are this file's functions, so cost tables and the budget a target picks use one
-formula. Choosing a budget is arithmetic on the image size: it reads no tensor.
+formula. Choosing a budget is arithmetic on the image size: it reads no tensor's values (a latency table is checked
+against the input's device, dtype and batch size).
 """
 
 import bisect
 import math
 import numbers
+import platform
+
+import torch
 
 
 def dense_vit_flops(
@@ -61,7 +65,7 @@ def lookwhere_flops(
     return selector + map_head + extractor
 
 
-def kept_for_target(config, height: int, width: int, device_type: str, max_gflops=None, max_ms=None) -> int:
+def kept_for_target(config, height: int, width: int, pixel_values, max_gflops=None, max_ms=None) -> int:
     """k for a target: with `max_gflops`, the largest k in 1..Hp * Wp whose analytic GFLOPs at `height` x `width` fit;
     with `max_ms`, k of the largest calibrated k_ratio whose latency there fits (k_ratio * Hp * Wp, at least 1)."""
     check_target(max_gflops=max_gflops, max_ms=max_ms)
@@ -72,7 +76,7 @@ def kept_for_target(config, height: int, width: int, device_type: str, max_gflop
             range(1, num_patches + 1), lambda k: lookwhere_flops(config, height, width, k=k) / 1e9, max_gflops,
             "max_gflops", "k", "GFLOPs", size,
         )
-    latency = latency_at(config.latency_table, height, width, device_type)
+    latency = latency_at(config.latency_table, height, width, measurement_setup(pixel_values))
     k_ratio = largest_fitting_budget(sorted(latency), latency.get, max_ms, "max_ms", "k_ratio", "ms", size)
     return max(1, int(k_ratio * num_patches))
 
@@ -99,20 +103,23 @@ def largest_fitting_budget(budgets, cost, target, target_name: str, budget_name:
 
 
 # Same as budget_veca.latency_at
-def latency_at(table: dict | None, height: int, width: int, device_type: str) -> dict:
+def latency_at(table: dict | None, height: int, width: int, setup: dict) -> dict:
     """{budget: ms} at `height` x `width` from a latency table (`config.latency_table`): the measurement at that
-    size, else linear in pixel count between the two calibrated sizes around it. Sizes outside the calibrated range
-    and other device types are refused: their latency was not measured."""
+    size, else linear in pixel count between the two calibrated sizes around it. Sizes outside the calibrated range,
+    and a call whose `setup` (`measurement_setup`: device, machine, threads, dtype, batch size) differs from the
+    table's, are refused: their latency was not measured."""
     if not table:
         raise ValueError(
             "max_ms needs this model's latency measured on this machine: run "
             "corevision_hf.calibrate_latency(model, sizes=[...]) once (it stores the table in the config and in "
             "config.json beside the weights), or give max_gflops, which needs no measurement."
         )
-    if table["device"] != device_type:
+    differ = [f"{name} {table.get(name)!r}, this call {value!r}"
+              for name, value in setup.items() if table.get(name) != value]
+    if differ:
         raise ValueError(
-            f"The latency table was measured on {table['device']!r} but this call runs on {device_type!r}: run "
-            "corevision_hf.calibrate_latency(model, sizes=[...]) on this device."
+            f"The latency table was measured in another setup ({'; '.join(differ)}), so its times do not hold for this "
+            "call: run corevision_hf.calibrate_latency(model, sizes=[...], batch_size=...) in this one."
         )
     rows = sorted(table["sizes"], key=lambda row: row["height"] * row["width"])
     pixels = height * width
@@ -142,6 +149,34 @@ def latency_at(table: dict | None, height: int, width: int, device_type: str) ->
         slowest = max(slowest, (1 - weight) * low_ms[budget] + weight * high_ms[budget])
         latency[budget] = slowest
     return latency
+
+
+# Same as budget_veca.measurement_setup
+def measurement_setup(pixel_values: torch.Tensor) -> dict:
+    """What a latency depends on besides the model and the image size, for a call on `pixel_values` (its device,
+    dtype and batch size; never its values): {"device", "machine", "threads", "dtype", "batch_size"}. The machine
+    is the GPU's name, or the CPU's model; threads count on a CPU only (None elsewhere)."""
+    device = pixel_values.device
+    return {
+        "device": device.type,
+        "machine": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
+        "threads": torch.get_num_threads() if device.type == "cpu" else None,
+        "dtype": str(pixel_values.dtype).removeprefix("torch."),
+        "batch_size": pixel_values.shape[0],
+    }
+
+
+# Same as budget_veca.cpu_name
+def cpu_name() -> str:
+    """This machine's CPU model as Linux names it in /proc/cpuinfo (its first lines), else what `platform` knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("model name", "Model", "Hardware")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 # Same as budget_veca.check_one_budget

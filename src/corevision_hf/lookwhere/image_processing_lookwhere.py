@@ -16,6 +16,10 @@ from transformers.processing_utils import ImagesKwargs
 # The normalisation of every ImageNet-pretrained ViT (DINOv2, DINOv3): the one definition the package imports.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+# A normalised image lies within about +-3; beyond this, the input had the wrong scale (or would overflow the model).
+MAX_PIXEL_MAGNITUDE = 1e3
+# PIL modes with more than 8 bits per sample, which `convert("RGB")` clips at 255.
+WIDE_PIL_MODES = ("I", "I;16", "I;16L", "I;16B", "I;16N", "F")
 # PIL resampling codes (what `preprocessor_config.json` files store) -> torch interpolation modes.
 RESAMPLE_MODES = {0: "nearest", 2: "bilinear", 3: "bicubic"}
 SIZE_KEYS = ({"shortest_edge"}, {"longest_edge"}, {"max_patches"}, {"height", "width"})
@@ -140,7 +144,23 @@ class LookWhereImageProcessor(BaseImageProcessor):
                     "image; give one value per channel."
                 )
             pixels = (pixels - mean) / std
+        check_values(pixels)
         return pixels
+
+
+def check_values(pixels: torch.Tensor) -> None:
+    """Refuses processed pixels that hold NaN or infinity (a float64 input beyond float32's range too) or that lie
+    far outside a normalised image's range: the model would return NaN, or features of a wrongly scaled image."""
+    if not torch.isfinite(pixels).all():
+        raise ValueError("The image holds NaN or infinite values (after conversion to float32); check how it was "
+                         "decoded or computed.")
+    peak = pixels.abs().max().item()
+    if peak > MAX_PIXEL_MAGNITUDE:
+        raise ValueError(
+            f"The image's values reach {peak:.3g} after rescaling and normalising, far outside an image's range (about "
+            "3): give pixels in 0..255 with the default rescale_factor, or in 0..1 with do_rescale=False (16-bit "
+            "values: rescale_factor=1/65535)."
+        )
 
 
 def check_options(size: dict, patch_size, resample) -> None:
@@ -193,6 +213,11 @@ def to_image_list(images) -> list:
 def to_channels_first(image, convert_rgb: bool) -> torch.Tensor:
     """A PIL image, or a (H, W, C) / (C, H, W) / (H, W) array or tensor -> (C, H, W) tensor, RGB if asked."""
     if hasattr(image, "convert") and hasattr(image, "tobytes"):  # a PIL image
+        if image.mode in WIDE_PIL_MODES:
+            raise ValueError(
+                f"A PIL image of mode {image.mode!r} (16-bit or float) would be clipped at 255: scale it to 8 bits "
+                "first (corevision_hf.images.to_rgb does), or pass it as an array with a matching rescale_factor."
+            )
         if convert_rgb and image.mode != "RGB":
             image = image.convert("RGB")
         channels = len(image.getbands())
@@ -212,8 +237,6 @@ def to_channels_first(image, convert_rgb: bool) -> torch.Tensor:
         pixels = pixels.permute(2, 0, 1)  # (H, W, C) -> (C, H, W)
     if pixels.shape[-2] == 0 or pixels.shape[-1] == 0:
         raise ValueError(f"Empty image of shape {tuple(pixels.shape)}.")
-    if pixels.is_floating_point() and not torch.isfinite(pixels).all():
-        raise ValueError("The image holds NaN or infinite values; check how it was decoded or computed.")
     if convert_rgb and pixels.shape[0] == 1:
         pixels = pixels.expand(3, -1, -1)
     elif convert_rgb and pixels.shape[0] == 4:

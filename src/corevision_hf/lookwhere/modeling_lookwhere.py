@@ -557,11 +557,11 @@ class LookWhereModel(LookWherePreTrainedModel):
 
     def num_kept(
         self, grid: tuple[int, int], k: int | None, k_ratio: float | None, max_gflops: float | None = None,
-        max_ms: float | None = None, device_type: str = "cpu",
+        max_ms: float | None = None, pixel_values: torch.Tensor | None = None,
     ) -> int:
         """k, the patches kept per image on a (Hp, Wp) grid, for a call's `k` or `k_ratio`, or the largest k that fits
         its target (`max_gflops` or `max_ms`); default: `config.default_k` if set, else `config.default_max_gflops` if
-        set, else `config.k_ratio`."""
+        set, else `config.k_ratio`. `max_ms` needs the call's `pixel_values` (its device, dtype and batch size)."""
         config = self.config
         height, width = (side * config.patch_size for side in grid)
         num_patches = grid[0] * grid[1]
@@ -572,7 +572,7 @@ class LookWhereModel(LookWherePreTrainedModel):
                 k, name = config.default_k, "config.default_k"
             max_gflops = config.default_max_gflops
         if k is None and (max_gflops is not None or max_ms is not None):
-            return kept_for_target(config, height, width, device_type, max_gflops, max_ms)
+            return kept_for_target(config, height, width, pixel_values, max_gflops, max_ms)
         if k is not None:
             if isinstance(k, bool) or not isinstance(k, numbers.Integral):
                 raise ValueError(f"{name} must be an int in 1..{num_patches}, got {k!r}.")
@@ -621,7 +621,7 @@ class LookWhereModel(LookWherePreTrainedModel):
         return_dict = kwargs.pop("return_dict", self.config.return_dict)
         patch = self.config.patch_size
         grid = (pixel_values.shape[2] // patch, pixel_values.shape[3] // patch)
-        k = self.num_kept(grid, k, k_ratio, max_gflops, max_ms, pixel_values.device.type)
+        k = self.num_kept(grid, k, k_ratio, max_gflops, max_ms, pixel_values)
         pixel_values = pixel_values.to(self.get_input_embeddings().weight.dtype)
 
         # Where: the selector scores every high-resolution patch from a low-resolution copy.

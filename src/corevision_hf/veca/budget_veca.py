@@ -1,14 +1,17 @@
 """What a VECA forward costs, and the largest core budget that fits a target: analytic GFLOPs (`max_gflops`) or the
 latency measured on this machine (`max_ms`, from the table `corevision_hf.calibrate_latency` stores in the config).
 
-Hub-copied: imported by modeling_veca.py; standard library only. `corevision_hf.veca_flops` is this file's function,
-so cost tables and the budget a target picks use one formula. Choosing a budget is arithmetic on the image size: it
-reads no tensor.
+Hub-copied: imported by modeling_veca.py; standard library and torch. `corevision_hf.veca_flops` is this file's
+function, so cost tables and the budget a target picks use one formula. Choosing a budget is arithmetic on the image
+size: it reads no tensor's values (a latency table is checked against the input's device, dtype and batch size).
 """
 
 import bisect
 import math
 import numbers
+import platform
+
+import torch
 
 
 def veca_flops(config, height: int, width: int | None = None, num_cores: int | None = None) -> int:
@@ -27,7 +30,7 @@ def veca_flops(config, height: int, width: int | None = None, num_cores: int | N
     return config.num_hidden_layers * per_layer + coordinate_heads + patch_embedding + output_projection
 
 
-def cores_for_target(config, height: int, width: int, device_type: str, max_gflops=None, max_ms=None) -> int:
+def cores_for_target(config, height: int, width: int, pixel_values, max_gflops=None, max_ms=None) -> int:
     """The largest of `config.training_budgets` (the core counts nested dropout trained) whose analytic GFLOPs at
     `height` x `width` are at most `max_gflops`, or whose calibrated latency there is at most `max_ms`."""
     check_target(max_gflops=max_gflops, max_ms=max_ms)
@@ -38,7 +41,7 @@ def cores_for_target(config, height: int, width: int, device_type: str, max_gflo
             budgets, lambda c: veca_flops(config, height, width, num_cores=c) / 1e9, max_gflops, "max_gflops",
             "num_cores", "GFLOPs", size,
         )
-    latency = latency_at(config.latency_table, height, width, device_type)
+    latency = latency_at(config.latency_table, height, width, measurement_setup(pixel_values))
     return largest_fitting_budget(sorted(latency), latency.get, max_ms, "max_ms", "num_cores", "ms", size)
 
 
@@ -61,20 +64,23 @@ def largest_fitting_budget(budgets, cost, target, target_name: str, budget_name:
     return budgets[fitting - 1]
 
 
-def latency_at(table: dict | None, height: int, width: int, device_type: str) -> dict:
+def latency_at(table: dict | None, height: int, width: int, setup: dict) -> dict:
     """{budget: ms} at `height` x `width` from a latency table (`config.latency_table`): the measurement at that
-    size, else linear in pixel count between the two calibrated sizes around it. Sizes outside the calibrated range
-    and other device types are refused: their latency was not measured."""
+    size, else linear in pixel count between the two calibrated sizes around it. Sizes outside the calibrated range,
+    and a call whose `setup` (`measurement_setup`: device, machine, threads, dtype, batch size) differs from the
+    table's, are refused: their latency was not measured."""
     if not table:
         raise ValueError(
             "max_ms needs this model's latency measured on this machine: run "
             "corevision_hf.calibrate_latency(model, sizes=[...]) once (it stores the table in the config and in "
             "config.json beside the weights), or give max_gflops, which needs no measurement."
         )
-    if table["device"] != device_type:
+    differ = [f"{name} {table.get(name)!r}, this call {value!r}"
+              for name, value in setup.items() if table.get(name) != value]
+    if differ:
         raise ValueError(
-            f"The latency table was measured on {table['device']!r} but this call runs on {device_type!r}: run "
-            "corevision_hf.calibrate_latency(model, sizes=[...]) on this device."
+            f"The latency table was measured in another setup ({'; '.join(differ)}), so its times do not hold for this "
+            "call: run corevision_hf.calibrate_latency(model, sizes=[...], batch_size=...) in this one."
         )
     rows = sorted(table["sizes"], key=lambda row: row["height"] * row["width"])
     pixels = height * width
@@ -104,6 +110,32 @@ def latency_at(table: dict | None, height: int, width: int, device_type: str) ->
         slowest = max(slowest, (1 - weight) * low_ms[budget] + weight * high_ms[budget])
         latency[budget] = slowest
     return latency
+
+
+def measurement_setup(pixel_values: torch.Tensor) -> dict:
+    """What a latency depends on besides the model and the image size, for a call on `pixel_values` (its device,
+    dtype and batch size; never its values): {"device", "machine", "threads", "dtype", "batch_size"}. The machine
+    is the GPU's name, or the CPU's model; threads count on a CPU only (None elsewhere)."""
+    device = pixel_values.device
+    return {
+        "device": device.type,
+        "machine": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
+        "threads": torch.get_num_threads() if device.type == "cpu" else None,
+        "dtype": str(pixel_values.dtype).removeprefix("torch."),
+        "batch_size": pixel_values.shape[0],
+    }
+
+
+def cpu_name() -> str:
+    """This machine's CPU model as Linux names it in /proc/cpuinfo (its first lines), else what `platform` knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("model name", "Model", "Hardware")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def check_one_budget(**arguments) -> None:

@@ -271,16 +271,55 @@ def check_target_fields(config, default_budget: str) -> None:
             f"{default_budget}={getattr(config, default_budget)!r} and default_max_gflops={target!r} are both set: "
             "keep one default (a budget, or a target that picks it)."
         )
+    if config.latency_table is not None:
+        check_latency_table(config, "num_cores" if default_budget == "default_num_cores" else "k_ratio")
+
+
+def check_latency_table(config, budget: str) -> None:
+    """`config.latency_table` is what `corevision_hf.calibrate_latency` writes: the setup it was measured in (device,
+    machine, threads, dtype, batch size), the budget it times (`budget`) and, per image size, [budget, ms > 0] pairs;
+    a ValueError names the first entry that is not."""
     table = config.latency_table
-    rows = table.get("sizes") if isinstance(table, dict) else None
-    if table is not None and not (
-        isinstance(table.get("device"), str) and isinstance(rows, list) and rows
-        and all(isinstance(row, dict) and {"height", "width", "ms"} <= set(row) for row in rows)
-    ):
+
+    def refuse(where: str, value, expected: str):
         raise ValueError(
-            "latency_table must be None or {'device': ..., 'sizes': [{'height': ..., 'width': ..., 'ms': [[budget, ms], "
-            "...]}, ...]} as corevision_hf.calibrate_latency(model, sizes=[...]) writes it; run that again."
+            f"latency_table{where} is {value!r}, not {expected}. The table is what "
+            "corevision_hf.calibrate_latency(model, sizes=[...]) writes: run it again rather than editing the table."
         )
+
+    def whole(value, low: int = 1, high: float = float("inf")) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+    def positive(value) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
+
+    if not isinstance(table, dict):
+        refuse("", table, "a dict")
+    for name in ("device", "machine", "dtype"):
+        if not isinstance(table.get(name), str) or not table[name]:
+            refuse(f"[{name!r}]", table.get(name), "a name")
+    if not whole(table.get("batch_size")):
+        refuse("['batch_size']", table.get("batch_size"), "a whole number >= 1")
+    if not (table.get("threads") is None if table["device"] != "cpu" else whole(table.get("threads"))):
+        refuse("['threads']", table.get("threads"), "the CPU threads (None off the CPU)")
+    if table.get("budget") != budget:
+        refuse("['budget']", table.get("budget"), repr(budget))
+    fits = (lambda b: whole(b, 1, config.num_cores)) if budget == "num_cores" else (lambda b: positive(b) and b <= 1)
+    sizes = table.get("sizes")
+    if not isinstance(sizes, list) or not sizes:
+        refuse("['sizes']", sizes, "a non-empty list of sizes")
+    for i, row in enumerate(sizes):
+        if not isinstance(row, dict):
+            refuse(f"['sizes'][{i}]", row, "a dict")
+        for side in ("height", "width"):
+            if not whole(row.get(side)):
+                refuse(f"['sizes'][{i}][{side!r}]", row.get(side), "a whole number of pixels >= 1")
+        times = row.get("ms")
+        if not isinstance(times, list) or not times:
+            refuse(f"['sizes'][{i}]['ms']", times, "a non-empty list of [budget, ms]")
+        for j, pair in enumerate(times):
+            if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and fits(pair[0]) and positive(pair[1])):
+                refuse(f"['sizes'][{i}]['ms'][{j}]", pair, f"[{budget}, milliseconds > 0]")
 
 
 __all__ = ["VecaConfig", "VECA_PRESETS"]

@@ -470,7 +470,7 @@ class VecaModel(VecaPreTrainedModel):
             num_cores, max_gflops = config.default_num_cores, config.default_max_gflops
         if max_gflops is not None or max_ms is not None:
             height, width = pixel_values.shape[-2:]
-            return cores_for_target(config, height, width, pixel_values.device.type, max_gflops, max_ms)
+            return cores_for_target(config, height, width, pixel_values, max_gflops, max_ms)
         if num_cores is None:
             return config.num_cores
         if isinstance(num_cores, bool) or not isinstance(num_cores, numbers.Integral):
