@@ -259,3 +259,22 @@ def test_two_machines_on_localhost_train_as_one_run(teacher_dir, image_dir, tmp_
     assert [len(set(m["num_cores_all_processes"])) for m in metrics] == [1, 1, 1]
     assert [round(m["images_per_s"] * m["step_time_s"]) for m in metrics] == [4, 4, 4]  # batch 2 on each machine
     assert json.loads((tmp_path / "run" / "final" / "training_recipe.json").read_text())["num_processes"] == 2
+
+
+def test_lookwhere_serves_teacher_targets_and_map_from_the_cache(teacher_dir, image_dir, tmp_path, monkeypatch):
+    """8 images, batch 2: 4 steps an epoch; 12 steps with crops repeating every epoch run the teacher in the first
+    epoch only, and the cached map trains as the computed one did (map_kl finite and >= 0)."""
+    calls = []
+    original = teacher_module.teacher_targets_and_map
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(teacher_module, "teacher_targets_and_map", counting)
+    distill_lookwhere.main(lookwhere_args(teacher_dir, image_dir, tmp_path, "--max-steps", "12", "--teacher-cache",
+                                          "1", "--num-workers", "0"))
+    assert len(calls) == 4
+    metrics = read_metrics(tmp_path)
+    assert len(metrics) == 12 and all(m["map_kl"] >= 0 for m in metrics)
+    assert [m["teacher_time_share"] > 0 for m in metrics[4:]] == [False] * 8

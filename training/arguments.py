@@ -21,6 +21,8 @@ def training_parser(description: str, lr: float, min_lr: float, weight_decay: fl
                         help="the authors' settings from training/recipes/NAME.yaml (veca-pretrain, veca-multires, "
                              "lookwhere-dinov2); any flag given here overrides the recipe's value")
     parser.add_argument("--teacher", required=True, help="hub id, save_pretrained folder, or offline-dinov2-small")
+    parser.add_argument("--teacher-cache", type=int, default=0, metavar="CYCLE",
+                        help="reuse teacher targets: crops repeat every CYCLE epochs, targets computed once (0: off)")
     parser.add_argument("--teacher-dtype", default="fp32", choices=["fp32", "bf16"],
                         help="the teacher's weights and forward, outside the student's autocast (bf16: half the memory)")
     parser.add_argument("--data", required=True,

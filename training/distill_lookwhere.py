@@ -49,6 +49,7 @@ def main(argv=None) -> None:
     from .loop import distill, start, training_data
     from .losses import lookwhere_loss
     from .optim import check_optimizer
+    from .teacher_cache import teacher_cache
     from .schedule import draw_int
     from .teacher import TEACHER_DTYPES, load_teacher, run_teacher, teacher_targets_and_map
     from .validation import HeldOutAgreement
@@ -74,6 +75,7 @@ def main(argv=None) -> None:
     if not 1 <= args.k_min <= args.k_max <= grid[0] * grid[1]:
         raise ValueError(f"Need 1 <= k_min <= k_max <= {grid[0] * grid[1]} patches, got [{args.k_min}, {args.k_max}].")
     dataset, stats = training_data(accelerator, args, args.image_size)
+    cache = teacher_cache(args, dataset)
 
     validate = None
     if args.eval_every:
@@ -89,9 +91,12 @@ def main(argv=None) -> None:
 
     def loss_fn(student, batch, step_draws):
         pixel_values = batch["pixel_values"]
-        teacher_cls, teacher_patches, teacher_map = run_teacher(
-            lambda chunk: teacher_targets_and_map(teacher, chunk, grid), pixel_values, args.teacher_microbatch
-        )
+        def compute_targets(images):
+            return run_teacher(lambda chunk: teacher_targets_and_map(teacher, chunk, grid), images,
+                               args.teacher_microbatch)
+
+        teacher_cls, teacher_patches, teacher_map = (cache.serve(compute_targets, batch) if cache else
+                                                     compute_targets(pixel_values))
         output = student(pixel_values, k=step_draws["k"])
         num_prefix = output.last_hidden_state.shape[1] - grid[0] * grid[1]
         return lookwhere_loss(

@@ -50,8 +50,6 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help='images per teacher forward, "n" or per resolution "size:n,..." (default: the batch)')
     parser.add_argument("--dense-weight", type=float, default=1.0, help="weight of the patch terms")
     parser.add_argument("--mse-weight", type=float, default=1.0, help="weight of the patch MSE within them")
-    parser.add_argument("--teacher-cache", type=int, default=0, metavar="CYCLE",
-                        help="reuse teacher targets: crops repeat every CYCLE epochs, targets computed once (0: off)")
     parser.add_argument("--eval-budgets", default=None, help='core budgets validated, "8,16,..." (default: the bank)')
     parser.add_argument("--eval-resolutions", default=None, help='sizes validated, "256,512" (default: the trained ones)')
     return parse(parser, argv, SCRIPT)
@@ -104,7 +102,7 @@ def main(argv=None) -> None:
     from .schedule import draw
     from .teacher import (TEACHER_DTYPES, copy_patch_embedding, load_init, load_teacher, run_teacher, teacher_input,
                           teacher_patch_size, teacher_targets)
-    from .teacher_cache import TeacherCache
+    from .teacher_cache import teacher_cache
     from .validation import HeldOutAgreement
 
     from corevision_hf import VecaConfig, VecaModel
@@ -124,10 +122,8 @@ def main(argv=None) -> None:
         raise ValueError(
             f"--config-overrides is not valid JSON ({error}): e.g. '{{\"num_hidden_layers\": 6}}'."
         ) from None
-    if args.teacher_cache and (len(sizes) > 1 or args.streaming):
-        raise ValueError(
-            "--teacher-cache needs one resolution and a map-style dataset (not --resolutions / --streaming)."
-        )
+    if args.teacher_cache and len(sizes) > 1:
+        raise ValueError("--teacher-cache needs one resolution (its targets are per image and size): drop --resolutions.")
 
     # Data, teacher and student are all checked before the first step.
     teacher = load_teacher(args.teacher, TEACHER_DTYPES[args.teacher_dtype]).to(accelerator.device)
@@ -150,13 +146,7 @@ def main(argv=None) -> None:
         streams[size] = training_data(accelerator, args, size), batch_sizes[size]
     stats = [data_stats for (_, data_stats), _ in streams.values()]
     dataset = {size: (data, batch_size) for size, ((data, _), batch_size) in streams.items()}
-    cache = None
-    if args.teacher_cache:
-        fingerprint = {"teacher": args.teacher, "data": args.data, "image_size": args.image_size, "seed": args.seed}
-        cache = TeacherCache(f"{args.output_dir}/teacher_cache", args.teacher_cache, fingerprint)
-        data = dataset[sizes[0]][0]
-        epoch_set = data.set_epoch
-        data.set_epoch = lambda epoch: epoch_set(cache.crop_epoch(epoch))  # crops repeat every CYCLE epochs
+    cache = teacher_cache(args, dataset[sizes[0]][0])
     validate = None
     if args.eval_every:
         budgets = [int(b) for b in args.eval_budgets.split(",")] if args.eval_budgets else [config.num_cores]
@@ -185,12 +175,7 @@ def main(argv=None) -> None:
                 images, microbatches[size],
             )
 
-        if cache:
-            teacher_cls, teacher_patches = cache.targets(
-                compute_targets, pixel_values, batch["index"], cache.crop_epoch(batch["epoch"])
-            )
-        else:
-            teacher_cls, teacher_patches = compute_targets(pixel_values)
+        teacher_cls, teacher_patches = cache.serve(compute_targets, batch) if cache else compute_targets(pixel_values)
         output = student(pixel_values, num_cores=num_cores)
         return veca_loss(
             output.pooler_output, output.last_hidden_state[:, num_cores:], teacher_cls, teacher_patches,

@@ -38,6 +38,10 @@ class TeacherCache:
     def _path(self, crop_epoch: int, index: int) -> str:
         return os.path.join(self.folder, f"{crop_epoch}_{index}.safetensors")
 
+    def serve(self, compute, batch: dict) -> tuple:
+        """`targets` for a training batch {"pixel_values", "index", "epoch"}."""
+        return self.targets(compute, batch["pixel_values"], batch["index"], self.crop_epoch(batch["epoch"]))
+
     def targets(self, compute, pixel_values: torch.Tensor, indices: torch.Tensor, crop_epoch: int) -> tuple:
         """`compute(pixel_values) -> tuple of (B, ...) tensors`, served from the cache for images seen before.
         Returns the same tuple, in float32, on the device of `pixel_values`."""
@@ -51,3 +55,18 @@ class TeacherCache:
             save_file({str(j): out[row].half().cpu().contiguous() for j, out in enumerate(outputs)}, path + ".tmp")
             os.replace(path + ".tmp", path)
         return outputs
+
+
+def teacher_cache(args, dataset) -> TeacherCache | None:
+    """--teacher-cache CYCLE: the run's cache under OUT/teacher_cache, with `dataset`'s crops repeating every CYCLE
+    epochs; None without the flag. Raises ValueError for a stream (whose indices are positions, not images)."""
+    if not args.teacher_cache:
+        return None
+    if args.streaming:
+        raise ValueError("--teacher-cache needs a map-style dataset, whose indices name images: leave out --streaming.")
+    fingerprint = {name: getattr(args, name) for name in ("teacher", "teacher_dtype", "data", "image_size", "augment",
+                                                           "seed")}
+    cache = TeacherCache(f"{args.output_dir}/teacher_cache", args.teacher_cache, fingerprint)
+    set_epoch = dataset.set_epoch
+    dataset.set_epoch = lambda epoch: set_epoch(cache.crop_epoch(epoch))  # crops repeat every CYCLE epochs
+    return cache
