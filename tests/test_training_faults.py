@@ -2,6 +2,7 @@
 folders without a single readable image. Each resume must end in the weights of an uninterrupted run."""
 
 import os
+import pickle
 import random
 import signal
 import subprocess
@@ -11,10 +12,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, lookwhere_args, read_metrics, veca_args
+from conftest import ROOT, kill_processes_naming, lookwhere_args, read_metrics, veca_args
 from safetensors.torch import load_file
 
+from accelerate import Accelerator
+
 from training import distill_lookwhere, distill_veca
+from training.arguments import run_cli
+from training.checkpointing import file_digests, write_json
 
 
 def assert_same_weights(folder_a: Path, folder_b: Path) -> None:
@@ -90,3 +95,111 @@ def test_a_folder_without_a_readable_image_stops_instead_of_spinning(teacher_dir
     args = make_args(teacher_dir, str(folder), tmp_path / "out", "--max-steps", "3")
     with pytest.raises(ValueError, match="no readable image in a whole epoch"):
         script.main(args)
+
+
+def test_a_checkpoint_file_that_would_run_code_is_skipped_for_the_previous_one(teacher_dir, image_dir, tmp_path, capsys):
+    """A pickle in optimizer.bin that runs a command when unpickled (its manifest rewritten to match): the resume
+    loads weights only, skips that checkpoint, and continues from the one before to the uninterrupted run's weights."""
+    common = ["--max-steps", "4", "--checkpoint-every", "2"]
+    distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "straight", *common))
+    distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "evil", *common))
+    checkpoint, marker = tmp_path / "evil" / "checkpoints" / "checkpoint_4", tmp_path / "code-ran"
+    with open(checkpoint / "optimizer.bin", "wb") as f:
+        pickle.dump({"state": EvilPickle(f"touch {marker}")}, f)
+    write_json(str(checkpoint / "manifest.json"), file_digests(str(checkpoint)))
+    distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "evil", *common, "--resume"))
+    out = capsys.readouterr().out
+    assert "skipping" in out and "checkpoint_4: it does not load (UnpicklingError" in out
+    assert "resumed from" in out and "checkpoint_2 at step 2" in out
+    assert not marker.exists()
+    assert_same_weights(tmp_path / "straight" / "final", tmp_path / "evil" / "final")
+
+
+class EvilPickle:
+    def __init__(self, command: str):
+        self.command = command
+
+    def __reduce__(self):
+        return os.system, (self.command,)
+
+
+def test_a_full_disk_during_a_checkpoint_is_one_line_and_the_earlier_ones_serve(teacher_dir, image_dir, tmp_path,
+                                                                                 monkeypatch, capsys):
+    common = ["--max-steps", "4", "--checkpoint-every", "2"]
+    save_state = Accelerator.save_state
+
+    def full_disk(self, folder, *args, **kwargs):
+        if "checkpoint_4" in str(folder):
+            os.makedirs(folder, exist_ok=True)
+            (Path(folder) / "model.safetensors").write_bytes(b"half")
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file "
+                               "data/3: file write failed")
+        return save_state(self, folder, *args, **kwargs)
+
+    monkeypatch.setattr(Accelerator, "save_state", full_disk)
+    monkeypatch.setattr(sys, "argv", ["distill_veca", *veca_args(teacher_dir, image_dir, tmp_path / "run", *common)])
+    with pytest.raises(SystemExit) as exit_:
+        run_cli(distill_veca.main)
+    assert exit_.value.code == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if "Traceback" in line or line.startswith("error")]
+    assert len(err) == 1 and err[0].startswith("error: could not write checkpoint_4 (")  # (the rest: progress bars)
+    assert "is the disk full? The earlier checkpoints" in err[0] and "--resume" in err[0]
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["checkpoint_2"]  # no .partial
+    monkeypatch.setattr(Accelerator, "save_state", save_state)
+    distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "run", *common, "--resume"))
+    assert [m["step"] for m in read_metrics(tmp_path / "run")] == [1, 2, 3, 4]
+
+
+@pytest.mark.slow
+def test_ctrl_c_is_one_line_that_says_how_to_continue(teacher_dir, image_dir, tmp_path):
+    run = tmp_path / "run"
+    args = veca_args(teacher_dir, image_dir, run, "--max-steps", "200", "--checkpoint-every", "2")
+    process = subprocess.Popen([sys.executable, "-m", "training.distill_veca", *args], cwd=ROOT,
+                               stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    deadline = time.time() + 120
+    while logged_steps(run) < 3 and time.time() < deadline and process.poll() is None:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    err = process.communicate(timeout=120)[1]
+    assert process.returncode == 130
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: interrupted (Ctrl-C) at step ") and "--resume continues from it" in last
+    assert "Traceback" not in err
+
+
+def rank_pid(path: Path, rank: int) -> int | None:
+    """The pid of the training process of `rank` whose command line names `path` (the launcher's child)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if str(path).encode() in cmdline and f"RANK={rank}".encode() in environ and b"training.distill_veca" in cmdline:
+            return int(pid)
+    return None
+
+
+@pytest.mark.slow
+def test_a_stopped_process_ends_the_run_within_the_collective_timeout(teacher_dir, image_dir, tmp_path):
+    """SIGSTOP on process 1 of 2: process 0 stops at its next collective after --collective-timeout seconds with one
+    line, and the launcher exits (it kills the stopped process) instead of waiting forever."""
+    run = tmp_path / "run"
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", "training/configs/cpu_2proc.yaml",
+               "-m", "training.distill_veca", *veca_args(teacher_dir, image_dir, run, "--max-steps", "500",
+                                                          "--collective-timeout", "10", "--num-workers", "0")]
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
+    launcher = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True)
+    try:
+        deadline = time.time() + 180
+        while logged_steps(run) < 2 and time.time() < deadline and launcher.poll() is None:
+            time.sleep(0.2)
+        os.kill(rank_pid(run, 1), signal.SIGSTOP)
+        stopped = time.time()
+        err = launcher.communicate(timeout=240)[1]
+        assert launcher.returncode != 0 and time.time() - stopped < 180
+        assert "did not answer within --collective-timeout 10 s (stopped, stuck or dead)" in err
+        assert "--resume continues from it" in err
+    finally:
+        kill_processes_naming(tmp_path)

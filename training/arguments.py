@@ -70,6 +70,9 @@ def training_parser(description: str, lr: float, min_lr: float, weight_decay: fl
                         help="delete the run already in --output-dir (only what a run writes there) and start anew")
     parser.add_argument("--log-with", default="auto",
                         help='tracker: "auto" (tensorboard when installed), "none", or any accelerate tracker name')
+    parser.add_argument("--collective-timeout", type=int, default=600,
+                        help="seconds a process waits for the others at a collective operation before the run stops "
+                             "(a stopped, stuck or dead process)")
     parser.add_argument("--num-workers", type=int, default=None,
                         help="DataLoader worker processes per process, kept for the whole run (default: half the CPU "
                              "cores per process, at most 4)")
@@ -120,19 +123,31 @@ def check_positive(args: argparse.Namespace, *names: str) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}.")
 
 
+class RunStopped(Exception):
+    """A run that stopped on its own (a stuck or dead process, a full disk, Ctrl-C): its message says what happened
+    and how to continue; exit status 130 after Ctrl-C, else 1."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
 def run_cli(main) -> None:
     """Runs `main()`; a user error (ValueError, FileNotFoundError) becomes one line on stderr and exit status 2, a
-    stopped run (FloatingPointError) one line and status 1. Under `accelerate launch` other processes than 0 name
-    themselves, and each leaves at once (no destructors): a process group torn down by the garbage collector can
-    hang."""
+    stopped run (FloatingPointError, RunStopped) one line and status 1 (130 after Ctrl-C). Under `accelerate launch`
+    other processes than 0 name themselves, and each leaves at once (no destructors): a process group torn down by
+    the garbage collector can hang."""
     try:
         main()
-    except (ValueError, FileNotFoundError, FloatingPointError) as error:
+    except (ValueError, FileNotFoundError, FloatingPointError, RunStopped, KeyboardInterrupt) as error:
         from corevision_hf.cli import error_line  # here: `--help` stays free of torch
 
         rank = os.environ.get("RANK", "0")
+        if isinstance(error, KeyboardInterrupt):  # outside the training loop, which says where to continue
+            error = RunStopped("interrupted (Ctrl-C); what was half-written stays under a temporary name, never in "
+                               "place of a complete file.", 130)
         print(error_line(error, "error" if rank == "0" else f"error (process {rank})"), file=sys.stderr)
-        code = 1 if isinstance(error, FloatingPointError) else 2
+        code = error.code if isinstance(error, RunStopped) else 1 if isinstance(error, FloatingPointError) else 2
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
             sys.stdout.flush()
             sys.stderr.flush()

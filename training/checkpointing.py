@@ -1,16 +1,20 @@
 """The run's record (`run.json`: script, arguments, processes), Accelerate checkpoints with the step and data position
 they were taken at (for `--resume`), the final export and the end of a run."""
 
+import contextlib
 import gc
 import hashlib
 import json
 import os
+import pickle
 import re
 import shlex
 import shutil
 
 from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list, gather_object
+
+from .arguments import RunStopped
 
 # Arguments a resumed run may change: where and how often things are written, how (not what) is computed, and the step
 # size (a run that diverged
@@ -148,11 +152,13 @@ def save_checkpoint(accelerator: Accelerator, output_dir: str, step: int, data_p
     if accelerator.is_main_process and os.path.exists(partial):
         shutil.rmtree(partial)  # left by a run that died while saving
     accelerator.wait_for_everyone()
-    accelerator.save_state(partial)
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        write_json(os.path.join(partial, "state.json"), {"step": step, "data_positions": positions})
-        write_json(os.path.join(partial, MANIFEST), file_digests(partial))
+    with unwritable(partial, f"checkpoint_{step}", f"The earlier checkpoints in {output_dir}/checkpoints are intact: "
+                    "free some space, then --resume continues from the newest."):
+        accelerator.save_state(partial)
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            write_json(os.path.join(partial, "state.json"), {"step": step, "data_positions": positions})
+            write_json(os.path.join(partial, MANIFEST), file_digests(partial))
         if os.path.exists(folder):  # the same step of this run, saved before a resume from an earlier checkpoint
             shutil.rmtree(folder)
         os.replace(partial, folder)
@@ -161,28 +167,50 @@ def save_checkpoint(accelerator: Accelerator, output_dir: str, step: int, data_p
     accelerator.wait_for_everyone()
 
 
+@contextlib.contextmanager
+def unwritable(partial: str, what: str, continuation: str):
+    """Turns a failed write under `partial` (a full disk, an I/O error: OSError, or torch's writer's RuntimeError)
+    into a RunStopped naming `what`, after deleting the half-written `partial`."""
+    try:
+        yield
+    except (OSError, RuntimeError) as error:
+        if isinstance(error, RuntimeError) and "write" not in str(error).lower():
+            raise
+        shutil.rmtree(partial, ignore_errors=True)
+        raise RunStopped(f"could not write {what} ({' '.join(str(error).split())[:200]}): is the disk full? "
+                         f"{continuation}") from None
+
+
 def load_checkpoint(accelerator: Accelerator, output_dir: str) -> tuple[int, dict]:
-    """Loads the newest checkpoint under `output_dir` whose files match its manifest, saying which newer ones were
-    skipped and why; returns the step to continue from and this process's data positions ({stream: (epoch, batches
-    already used in it)})."""
-    chosen = None
-    if accelerator.is_main_process:  # one process checks, all load the same checkpoint
+    """Loads the newest checkpoint under `output_dir` whose files match its manifest and load (weights only: a file
+    that would run code when unpickled does not), saying which newer ones were skipped and why; returns the step to
+    continue from and this process's data positions ({stream: (epoch, batches already used in it)})."""
+    intact = []
+    if accelerator.is_main_process:  # one process checks the manifests, all try the same checkpoints in order
         for folder in reversed(checkpoints(output_dir)):
             problem = checkpoint_problem(folder)
             if problem is None:
-                chosen = folder
-                break
-            print(f"--resume: skipping {folder}: {problem}")
-    chosen = broadcast_object_list([chosen])[0]
-    if chosen is None:
+                intact.append(folder)
+            else:
+                print(f"--resume: skipping {folder}: {problem}")
+    for folder in broadcast_object_list([intact])[0]:
+        try:
+            accelerator.load_state(folder)
+            with open(os.path.join(folder, "state.json")) as f:
+                state = json.load(f)
+            failure = None
+        except (pickle.UnpicklingError, RuntimeError, ValueError, KeyError, OSError) as error:
+            failure = f"{type(error).__name__}: {' '.join(str(error).split()).split('. ')[0]}"
+        failures = [f for f in gather_object([failure]) if f]
+        if not failures:
+            break
+        accelerator.print(f"--resume: skipping {folder}: it does not load ({failures[0]})")
+    else:
         raise FileNotFoundError(
             f"--resume: no complete checkpoint under {output_dir}/checkpoints; start again with --overwrite, or in a "
             "new --output-dir."
         )
-    accelerator.load_state(chosen)
-    with open(os.path.join(chosen, "state.json")) as f:
-        state = json.load(f)
-    accelerator.print(f"resumed from {chosen} at step {state['step']}")
+    accelerator.print(f"resumed from {folder} at step {state['step']}")
     positions = state["data_positions"][accelerator.process_index]
     return state["step"], {stream: tuple(position) for stream, position in positions.items()}
 

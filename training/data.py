@@ -30,7 +30,7 @@ from datasets.distributed import split_dataset_by_node
 from datasets.packaged_modules.imagefolder.imagefolder import ImageFolder
 from PIL import Image as PILImage
 
-from corevision_hf.images import to_pixel_values
+from corevision_hf.images import to_pixel_values, to_rgb
 
 from .augment import authors_pipeline, run_seeded
 
@@ -154,15 +154,12 @@ class ImageTransform:
         be decoded}."""
         try:
             image = Image().decode_example(example["image"])  # datasets' own decoding, errors caught here
-        except Exception:  # any unreadable or truncated file is skipped, never fatal
+            rgb = to_rgb(image)  # the package's one rule (16-bit scaled, not clipped); a float image has no range
+        except Exception:  # any unreadable, truncated or range-less file is skipped, never fatal
             self.stats.add(unreadable=True)
             return {"pixel_values": None, "index": index}
-        non_rgb = image.mode != "RGB"
-        self.stats.add(non_rgb=non_rgb, small=min(image.size) < self.image_size)
-        if image.mode.startswith("I;16") or image.mode == "I":  # 16-bit gray: convert("RGB") would clip it at 255
-            gray = (np.asarray(image, dtype=np.float64) / 257).round().clip(0, 255)
-            image = PILImage.fromarray(gray.astype(np.uint8))
-        return {"pixel_values": self(image.convert("RGB") if non_rgb else image, index), "index": index}
+        self.stats.add(non_rgb=image.mode != "RGB", small=min(image.size) < self.image_size)
+        return {"pixel_values": self(rgb, index), "index": index}
 
     def batch(self, batch: dict) -> dict:
         """`with_transform` form of `example`: columns "image" and "index" -> column "pixel_values"."""

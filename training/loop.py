@@ -15,14 +15,17 @@ import os
 import resource
 import sys
 import time
+from datetime import timedelta
 
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState
-from accelerate.utils import DistributedType, ProjectConfiguration, TorchDynamoPlugin, gather_object, set_seed
+from accelerate.utils import (
+    DistributedType, InitProcessGroupKwargs, ProjectConfiguration, TorchDynamoPlugin, gather_object, set_seed,
+)
 from tqdm.auto import tqdm
 
-from .arguments import check_positive
+from .arguments import RunStopped, check_positive
 from .checkpointing import (
     LISTING, best_score, check_output_dir, clear_run, export, finish, load_checkpoint, run_record, save_checkpoint,
     write_json,
@@ -50,7 +53,7 @@ def start(args, script: str) -> Accelerator:
     process, and an output folder that is new (or, with --resume, holds a run of `script` with the same arguments;
     with --overwrite, the run it held is deleted here). Nothing is written yet."""
     check_positive(args, "batch_size", "max_steps", "lr", "gradient_accumulation_steps", "checkpoint_every",
-                   "keep_checkpoints", "eval_images")
+                   "keep_checkpoints", "eval_images", "collective_timeout")
     for name in ("min_lr", "warmup_start_lr"):
         if not 0 <= getattr(args, name) <= args.lr:
             raise ValueError(f"Need 0 <= --{name.replace('_', '-')} <= --lr, got {getattr(args, name)} and --lr {args.lr}.")
@@ -76,6 +79,7 @@ def start(args, script: str) -> Accelerator:
     if dynamo.dynamic is None:
         dynamo.dynamic = True  # a core budget or size is a symbol from the first step on, instead of a recompile
     accelerator = Accelerator(
+        kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=args.collective_timeout))],
         dynamo_plugin=dynamo,
         mixed_precision=args.mixed_precision,
         gradient_accumulation_steps=args.gradient_accumulation_steps,
@@ -253,6 +257,7 @@ def distill(
     accelerator.init_trackers(script.rsplit(".", 1)[-1], config=tracker_config)
     stop = (f"The last good checkpoint is intact in {args.output_dir}/checkpoints: --resume with a lower --lr "
             "continues from it.")
+    resume = f"The last complete checkpoint in {args.output_dir}/checkpoints is intact: --resume continues from it."
     pin = accelerator.device.type == "cuda"
     workers = data_workers(args.num_workers)
     batches = {str(key): process_batches(BatchStream(data, batch_size, args.seed, workers, pin),
@@ -353,6 +358,16 @@ def distill(
                 accelerator.print(f"stopping at step {step} as asked (--stop-at-step)")
                 break
             last = time.perf_counter()  # a checkpoint's time is not a step's
+    except KeyboardInterrupt:
+        raise RunStopped(f"interrupted (Ctrl-C) at step {step}. {resume}", 130) from None
+    except RuntimeError as error:  # a collective that timed out, or whose peer is gone
+        message = str(error).lower()
+        if "timed out" in message or "timeout" in message:
+            raise RunStopped(f"another process did not answer within --collective-timeout {args.collective_timeout} s "
+                             f"(stopped, stuck or dead) at step {step + 1}. {resume}") from None
+        if "connection reset" in message or "connection closed" in message or "broken pipe" in message:
+            raise RunStopped(f"another process of the run is gone (at step {step + 1}). {resume}") from None
+        raise
     finally:
         clock.remove()
         progress.close()
