@@ -46,15 +46,17 @@ class TeacherCache:
         """`compute(pixel_values) -> tuple of (B, ...) tensors`, served from the cache for images seen before.
         Returns the same tuple, in float32, on the device of `pixel_values`."""
         paths = [self._path(crop_epoch, int(i)) for i in indices]
-        if all(os.path.exists(path) for path in paths):
-            stored = [load_file(path) for path in paths]
-            return tuple(torch.stack([s[str(j)] for s in stored]).float().to(pixel_values.device) for j in range(len(stored[0])))
-        outputs = compute(pixel_values)
-        for row, path in enumerate(paths):
-            # write to a temporary name first: another process may read the file while this one writes it
-            save_file({str(j): out[row].half().cpu().contiguous() for j, out in enumerate(outputs)}, path + ".tmp")
-            os.replace(path + ".tmp", path)
-        return outputs
+        missing = [row for row, path in enumerate(paths) if not os.path.exists(path)]
+        if missing:  # the teacher runs on the images it has not seen in this crop, only
+            outputs = compute(pixel_values[missing])
+            for position, row in enumerate(missing):
+                # write to a temporary name first: another process may read the file while this one writes it
+                tensors = {str(j): out[position].half().cpu().contiguous() for j, out in enumerate(outputs)}
+                save_file(tensors, paths[row] + ".tmp")
+                os.replace(paths[row] + ".tmp", paths[row])
+        stored = [load_file(path) for path in paths]  # the fp16 copies for all: a batch's targets are one precision
+        return tuple(torch.stack([s[str(j)] for s in stored]).float().to(pixel_values.device)
+                     for j in range(len(stored[0])))
 
 
 def teacher_cache(args, dataset) -> TeacherCache | None:
