@@ -41,8 +41,8 @@ def lookwhere_flops(
     config, height: int, width: int | None = None, k: int | None = None, k_ratio: float | None = None
 ) -> int:
     """FLOPs of one `LookWhereModel` forward: the selector (a `selector_depth`-block ViT on the low-resolution copy,
-    plus its map head) and the extractor (a full-depth ViT on 1 + registers + k tokens). The dense fill is not
-    counted (a few MFLOPs)."""
+    plus its map head) and the extractor (a full-depth ViT on 1 + registers + k tokens), their MLPs plain (4 L d h) or
+    SwiGLU (`use_swiglu_ffn`: fc1 to 2h, 6 L d h). The dense fill is not counted (a few MFLOPs)."""
     num_patches = patch_count(height, width, config.patch_size)
     if k is None:
         k = max(1, int((config.k_ratio if k_ratio is None else k_ratio) * num_patches))
@@ -52,6 +52,7 @@ def lookwhere_flops(
         patch_size=config.patch_size,
         num_prefix_tokens=1 + config.num_register_tokens,
         num_channels=config.num_channels,
+        gated_mlp=config.use_swiglu_ffn,
     )
     selector = dense_vit_flops(config.selector_image_size, num_hidden_layers=config.selector_depth, **vit)
     selector_patches = (config.selector_image_size // config.patch_size) ** 2
@@ -60,7 +61,7 @@ def lookwhere_flops(
     # The extractor embeds only its k patches: a dense ViT over k "patches" costs exactly that.
     tokens = k + 1 + config.num_register_tokens
     d, h = config.hidden_size, config.intermediate_size
-    per_layer = 8 * tokens * d * d + 4 * d * tokens * tokens + 4 * tokens * d * h
+    per_layer = 8 * tokens * d * d + 4 * d * tokens * tokens + (6 if config.use_swiglu_ffn else 4) * tokens * d * h
     extractor = config.num_hidden_layers * per_layer + 2 * k * d * config.num_channels * config.patch_size**2
     return selector + map_head + extractor
 
