@@ -330,29 +330,6 @@ def test_cli_user_error_is_one_line_and_exit_2(teacher_dir, image_dir, tmp_path)
     assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("old, new", [
-    ("training/distill_veca.py", "python -m training.distill_veca --max-steps 2"),
-    ("training/distill_lookwhere.py", "python -m training.distill_lookwhere --max-steps 2"),
-    ("training/evaluate_budgets.py", "python -m evaluation.evaluate_budgets --max-steps 2"),
-    ("training/publish.py", "python -m publishing.publish --max-steps 2"),
-    ("training/model_card.py", "python -m publishing.model_card --max-steps 2"),
-])
-def test_an_old_script_path_names_the_new_command(old, new):
-    result = subprocess.run([sys.executable, old, "--max-steps", "2"], cwd=ROOT, capture_output=True, text=True)
-    assert result.returncode == 2 and new in result.stderr and "Traceback" not in result.stderr
-
-
-def test_a_run_recorded_by_file_name_resumes(teacher_dir, image_dir, tmp_path):
-    """run.json of a run started before training/ became a package names the script's file: it still resumes."""
-    args = veca_args(teacher_dir, image_dir, tmp_path, "--max-steps", "2", "--checkpoint-every", "1")
-    distill_veca.main([*args, "--stop-at-step", "1"])
-    record = json.loads((tmp_path / "run.json").read_text())
-    (tmp_path / "run.json").write_text(json.dumps({**record, "script": "distill_veca.py"}))
-    distill_veca.main([*args, "--resume"])
-    assert [m["step"] for m in read_metrics(tmp_path)] == [1, 2]
-
-
 # ---------------------------------------------------------------------------------------------- two processes
 
 

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from accelerate import Accelerator
 from conftest import ROOT, kill_processes_naming, lookwhere_args, read_metrics, veca_args
 from safetensors.torch import load_file
-
-from accelerate import Accelerator
 
 from training import distill_lookwhere, distill_veca
 from training.arguments import run_cli

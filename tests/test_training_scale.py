@@ -2,9 +2,9 @@
 gradient checkpointing, and launches that accelerate cannot honour here refused in one line."""
 
 import io
-import socket
 import json
 import os
+import socket
 import subprocess
 import sys
 import tarfile
@@ -19,8 +19,8 @@ from transformers import AutoModel
 
 from corevision_hf.images import IMAGENET_MEAN, IMAGENET_STD
 from training import data, distill_lookwhere, distill_veca
-from training.data import BatchStream, build_dataset
 from training import teacher as teacher_module
+from training.data import BatchStream, build_dataset
 from training.teacher import run_teacher, teacher_targets_and_map
 
 

@@ -36,10 +36,6 @@ def write_json(path: str, value) -> None:
     os.replace(path + ".tmp", path)
 
 
-# Runs started before training/ became a package recorded the script's file name; they resume under the module's.
-SCRIPT_FILES = {"distill_veca.py": "training.distill_veca", "distill_lookwhere.py": "training.distill_lookwhere"}
-
-
 def run_record(script: str, args, num_processes: int) -> dict:
     """What `run.json` holds: the script's module (training.distill_veca), every argument and the number of
     processes."""
@@ -68,7 +64,7 @@ def check_output_dir(output_dir: str, record: dict) -> None:
         )
     with open(path) as f:
         previous = json.load(f)
-    previous_script = SCRIPT_FILES.get(previous["script"], previous["script"])
+    previous_script = previous["script"]
     if previous_script != script:
         raise ValueError(
             f"--resume: {output_dir} holds a run of {previous_script}, not {script}: resume it with "

@@ -14,17 +14,8 @@ folder.
 """
 
 import argparse
-import sys
 
-if __package__ in (None, ""):  # run as a file (the command from before training/ became a package): say the new one
-    import shlex
-
-    print(f"error: training/ is a package; from the repository root run: python -m training.distill_lookwhere "
-          f"{shlex.join(sys.argv[1:])} (or: accelerate launch [options] -m training.distill_lookwhere ...)",
-          file=sys.stderr)
-    sys.exit(2)
-
-from .arguments import check_positive, parse, run_cli, training_parser  # noqa: E402
+from .arguments import check_positive, parse, run_cli, training_parser
 
 SCRIPT = "training.distill_lookwhere"
 
@@ -46,15 +37,15 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> None:
     args = parse_args(argv)
     # heavy imports after parsing, so that --help answers at once
+    from corevision_hf import lookwhere_from_teacher
+
     from .loop import distill, start, training_data
     from .losses import lookwhere_loss
     from .optim import check_optimizer
-    from .teacher_cache import teacher_cache
     from .schedule import draw_int
     from .teacher import TEACHER_DTYPES, load_teacher, run_teacher, teacher_targets_and_map
+    from .teacher_cache import teacher_cache
     from .validation import HeldOutAgreement
-
-    from corevision_hf import lookwhere_from_teacher
 
     check_optimizer("lookwhere", args.optimizer)
     accelerator = start(args, SCRIPT)

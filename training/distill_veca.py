@@ -16,17 +16,8 @@ a hub-ready folder: `AutoModel.from_pretrained(OUT/final, trust_remote_code=True
 
 import argparse
 import json
-import sys
 
-if __package__ in (None, ""):  # run as a file (the command from before training/ became a package): say the new one
-    import shlex
-
-    print(f"error: training/ is a package; from the repository root run: python -m training.distill_veca "
-          f"{shlex.join(sys.argv[1:])} (or: accelerate launch [options] -m training.distill_veca ...)",
-          file=sys.stderr)
-    sys.exit(2)
-
-from .arguments import check_positive, parse, run_cli, training_parser  # noqa: E402
+from .arguments import check_positive, parse, run_cli, training_parser
 
 SCRIPT = "training.distill_veca"
 
@@ -97,6 +88,8 @@ def per_resolution(text: str | None, name: str, sizes: list[int], default: int |
 def main(argv=None) -> None:
     args = parse_args(argv)
     # heavy imports after parsing, so that --help answers at once
+    from corevision_hf import VecaConfig, VecaModel
+
     from .loop import distill, start, training_data
     from .losses import veca_loss
     from .schedule import draw
@@ -104,8 +97,6 @@ def main(argv=None) -> None:
                           teacher_patch_size, teacher_targets)
     from .teacher_cache import teacher_cache
     from .validation import HeldOutAgreement
-
-    from corevision_hf import VecaConfig, VecaModel
 
     accelerator = start(args, SCRIPT)
     check_positive(args, "image_size")
@@ -158,7 +149,7 @@ def main(argv=None) -> None:
             return held_out(student, teacher)
 
     def draws(step: int) -> dict:
-        first, phase_sizes, weights = [phase for phase in phases if phase[0] <= step][-1]
+        _, phase_sizes, weights = [phase for phase in phases if phase[0] <= step][-1]
         return {
             "num_cores": draw(config.training_budgets, config.training_budget_weights, args.seed, step),
             "resolution": draw(phase_sizes, weights, args.seed + 1, step),
