@@ -155,11 +155,11 @@ def save_checkpoint(accelerator: Accelerator, output_dir: str, step: int, data_p
         if accelerator.is_main_process:
             write_json(os.path.join(partial, "state.json"), {"step": step, "data_positions": positions})
             write_json(os.path.join(partial, MANIFEST), file_digests(partial))
-        if os.path.exists(folder):  # the same step of this run, saved before a resume from an earlier checkpoint
-            shutil.rmtree(folder)
-        os.replace(partial, folder)
-        for old in checkpoints(output_dir)[:-keep]:
-            shutil.rmtree(old)
+            if os.path.exists(folder):  # the same step of this run, saved before a resume from an earlier checkpoint
+                shutil.rmtree(folder)
+            os.replace(partial, folder)
+            for old in checkpoints(output_dir)[:-keep]:
+                shutil.rmtree(old)
     accelerator.wait_for_everyone()
 
 
