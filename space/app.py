@@ -38,7 +38,7 @@ from corevision_hf import (
     veca_flops,
 )
 from corevision_hf.images import to_display, to_pixel_values
-from corevision_hf.measure import median_latency_ms
+from corevision_hf.measure import alternated_latency, latency_warnings
 from corevision_hf.visualize import figure_to_image, patch_features, plot_cores, plot_feature_pca, plot_kept_patches
 
 
@@ -51,7 +51,7 @@ RANDOM_VECA = "VECA-S/14, random init"
 RANDOM_LOOKWHERE = "LookWhere-S/14, random init"
 # multiples of both patch sizes in use (14 and 16), so every model takes every choice
 RESOLUTIONS = [224, 448, 672, 896, 1120]
-TIMED_RUNS = 3
+TIMED_RUNS = 5
 
 
 @lru_cache(maxsize=4)
@@ -90,11 +90,6 @@ def load_teacher(name: str) -> tuple[torch.nn.Module, str]:
                          mlp_ratio=4, image_size=config.image_size)
     torch.manual_seed(0)
     return Dinov2Model(dense).eval(), f"random-init DINOv2 ({width} wide, {config.num_hidden_layers} layers)"
-
-
-def median_ms(forward) -> float:
-    # one warm-up: the first call packs the weights (optimize_for_cpu) and builds oneDNN kernels
-    return median_latency_ms(forward, "cpu", TIMED_RUNS, warmup=1)
 
 
 def teacher_flops(teacher, resolution: int) -> int:
@@ -143,8 +138,7 @@ def run(photo: Image.Image | None, model_name: str, resolution: int, num_cores: 
     photo_rgb = to_display(pixels[0])
 
     features = plot_feature_pca(
-        [(photo_rgb, {"teacher": patch_features(teacher_output.last_hidden_state, grid)[0],
-                      label: patch_features(output.last_hidden_state, grid)[0]})],
+        [(photo_rgb, {"teacher": patch_features(teacher_output, grid)[0], label: patch_features(output, grid)[0]})],
         title=f"dense features at {resolution} px, colours fitted on the teacher",
     )
     if config.model_type == "veca":
@@ -153,17 +147,25 @@ def run(photo: Image.Image | None, model_name: str, resolution: int, num_cores: 
         where = plot_kept_patches(photo_rgb, output.selector_map[0], {label: output.selected_indices[0]}, grid,
                                   title="selector map and kept patches")
 
-    model_ms = median_ms(lambda: model(pixels, **budget))
-    teacher_ms = median_ms(lambda: teacher(teacher_pixels))
+    # timed in turn, one warm-up each: the first call packs the weights (optimize_for_cpu) and builds oneDNN kernels
+    latency = alternated_latency({"model": lambda: model(pixels, **budget), "teacher": lambda: teacher(teacher_pixels)},
+                                 "cpu", TIMED_RUNS, warmup=1)
+    model_ms, teacher_ms = latency["model"]["latency_ms"], latency["teacher"]["latency_ms"]
     dense = teacher_flops(teacher, teacher_pixels.shape[-1])
     table = "\n".join([
-        f"| {resolution} px, {grid[0] * grid[1]} patches | GFLOPs (analytic) | latency (ms, median of {TIMED_RUNS}) |",
+        f"| {resolution} px, {grid[0] * grid[1]} patches | GFLOPs (analytic) | latency (ms, median (IQR) of "
+        f"{TIMED_RUNS}) |",
         "|---|---|---|",
-        f"| {config.model_type}, {label} | {flops / 1e9:.2f} | {model_ms:.1f} |",
-        f"| dense teacher: {teacher_source} | {dense / 1e9:.2f} | {teacher_ms:.1f} |",
+        f"| {config.model_type}, {label} | {flops / 1e9:.2f} | {model_ms:.1f} ({latency['model']['latency_iqr_ms']:.1f}) |",
+        f"| dense teacher: {teacher_source} | {dense / 1e9:.2f} | {teacher_ms:.1f} "
+        f"({latency['teacher']['latency_iqr_ms']:.1f}) |",
         f"| **teacher / model** | **{dense / flops:.2f}x** | **{teacher_ms / model_ms:.2f}x** |",
     ])
     note = f"\n\nMeasured on this machine ({torch.get_num_threads()} threads, fp32, batch 1), in this call."
+    warnings = latency_warnings({(name, resolution): value for name, value in latency.items()})
+    if warnings:
+        note += ("\n\n**Not to be trusted: the machine was busy** (" + "; ".join(warnings) + "). Run again when it "
+                 "is idle.")
     return figure_to_image(features), figure_to_image(where), table + note
 
 

@@ -97,10 +97,11 @@ def load_without_package(tmp_path, loader: str, source: str, inputs: torch.Tenso
     return torch.load(tmp_path / "outputs.pt")
 
 
-def make_offline_hub_cache(tmp_path, folder, repo_id: str) -> dict:
-    """Places `folder` in a hub cache as the main revision of `repo_id`; returns the environment that serves
+def make_offline_hub_cache(
+    tmp_path, folder, repo_id: str, commit: str = "0123456789abcdef0123456789abcdef01234567"
+) -> dict:
+    """Places `folder` in a hub cache as the main revision (`commit`) of `repo_id`; returns the environment that serves
     `from_pretrained(repo_id)` from it offline (HF_HUB_OFFLINE=1), through the real hub-resolution code."""
-    commit = "0123456789abcdef0123456789abcdef01234567"
     repo = tmp_path / "hub" / ("models--" + repo_id.replace("/", "--"))
     (repo / "refs").mkdir(parents=True)
     (repo / "refs" / "main").write_text(commit)

@@ -164,9 +164,12 @@ def test_progress_and_the_spread_over_images(folders, tmp_path, capsys):
     report = run(folders, tmp_path / "three", "veca", "--budgets", "2", "8", "--resolutions", "32",
                  "--teacher", folders["teacher"], "--agreement-data", folders["photos"])
     printed = capsys.readouterr().out
-    for line in ("loading the teacher", "cost 1/3: num_cores=2 at 32 px", "cost 3/3: the teacher at 32 px",
+    for line in ("loading the teacher", "cost: 3 forwards (budgets, sizes and the teacher) timed in turn",
                  "quality num_cores=8: cls_cosine", "wrote"):
         assert line in printed
+    for entry in [*report["results"], report["teacher_cost"]]:  # every latency with its spread over the runs
+        cost = entry.get("cost", entry)["32"]
+        assert cost["latency_runs"] == 1 and cost["latency_iqr_ms"] == 0
     assert report["pictures"] == {"features": "features.png", "where": "where.png"}
     assert report["agreement_images"] == 3
     for entry in report["results"]:  # three photos: a spread and the standard error of the mean; one photo: none
@@ -256,24 +259,26 @@ def test_card_renders_the_budget_table_of_this_evaluation(folders, tmp_path):
     for row, entry, trained in zip(rows, report["results"], ["trained", "not trained"]):
         cost, quality = entry["cost"], entry["quality"]
         assert row[0] == f"{entry['budget']} ({trained})"
-        assert row[3:5] == [f"{cost['32']['latency_ms']:.1f}", f"{cost['48']['latency_ms']:.1f}"]
+        assert row[3:5] == [f"{cost[size]['latency_ms']:.1f} ({cost[size]['latency_iqr_ms']:.1f})"  # median (IQR)
+                            for size in ("32", "48")]
         assert row[-2:] == [f"{quality['cls_cosine']:.3f} ± {quality['cls_cosine_se']:.3f}",
                             f"{quality['patch_cosine']:.3f} ± {quality['patch_cosine_se']:.3f}"]
     teacher = report["teacher_cost"]
     for size in ("32", "48"):
-        assert f"{teacher[size]['latency_ms']:.1f} ms at {size} px" in text
+        assert f"{teacher[size]['latency_ms']:.1f} ({teacher[size]['latency_iqr_ms']:.1f}) ms at {size} px" in text
     assert "](features.png)" in text and "](where.png)" in text and "](evaluation.png)" in text
 
 
 def test_the_cpu_opt_in_times_both_models_with_packed_weights_and_keeps_quality(folders, tmp_path, monkeypatch):
     timed = []  # the linear layers' classes of each model timed: the checkpoint's and the teacher's
 
-    def recording(forward, device, runs):
-        timed.append({type(m).__name__ for m in forward.func.modules() if isinstance(m, torch.nn.Linear)})
-        return median_latency_ms(forward, device, runs)
+    def recording(forwards, device, runs):
+        for forward in forwards.values():
+            timed.append({type(m).__name__ for m in forward.func.modules() if isinstance(m, torch.nn.Linear)})
+        return alternated_latency(forwards, device, runs)
 
-    median_latency_ms = evaluate_budgets.median_latency_ms
-    monkeypatch.setattr(evaluate_budgets, "median_latency_ms", recording)
+    alternated_latency = evaluate_budgets.alternated_latency
+    monkeypatch.setattr(evaluate_budgets, "alternated_latency", recording)
     common = ["--budgets", "2", "8", "--resolutions", "32", "--teacher", folders["teacher"],
               "--agreement-data", folders["photos"], "--card"]
     default = run(folders, tmp_path / "default", "veca", *common)

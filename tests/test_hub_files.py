@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import tiny_lookwhere_config, tiny_veca_config
+from test_no_host_sync import PIXEL_MASK
 
 from corevision_hf import LookWhereModel, VecaModel
 
@@ -35,6 +36,8 @@ def test_hub_file_holds_no_machine_or_exporter_branch(path):
         (lambda: VecaModel(tiny_veca_config()), {"num_cores": 3}),
         (lambda: LookWhereModel(tiny_lookwhere_config()), {"k": 20}),
         (lambda: LookWhereModel(tiny_lookwhere_config()), {"k_ratio": 0.3, "fill_dense": False}),
+        (lambda: VecaModel(tiny_veca_config()), {"num_cores": 3, "pixel_mask": PIXEL_MASK}),
+        (lambda: LookWhereModel(tiny_lookwhere_config()), {"k_ratio": 0.3, "pixel_mask": PIXEL_MASK}),
     ],
 )
 def test_forward_compiles_as_one_graph(build, call):

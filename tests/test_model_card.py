@@ -19,7 +19,8 @@ CONFIGS = {
     ),
 }
 BUDGETS = {"veca": ("num_cores", [2, 4, 8]), "lookwhere": ("k_ratio", [0.05, 0.1, 0.5])}
-# Per budget: GFLOPs at 32 and 64 px, latency (ms) at 32 and 64 px, peak memory at the quality resolution (64 px).
+# Per budget: GFLOPs at 32 and 64 px, latency (ms) at 32 and 64 px, peak memory at the quality resolution (64 px);
+# each latency's interquartile range is a tenth of it.
 COSTS = [(0.123, 0.5, 1.04, 3.14, 12.3), (0.234, 0.94, 1.26, 4.27, 14.6), (0.456, 1.87, 2.36, 6.81, 20.2)]
 # Per budget: CLS cosine and its standard error, patch cosine and its standard error, probe accuracy, mIoU; the second
 # budget's CLS cosine has no standard error, as in an evaluation written before it was recorded.
@@ -27,11 +28,11 @@ QUALITY = [(0.612, 0.0104, 0.401, 0.0049, 0.7512, None), (0.655, None, None, Non
            (0.701, 0.0126, 0.452, 0.002, None, 0.41)]
 HEADER = ["GFLOPs @ 32 px", "GFLOPs @ 64 px", "ms @ 32 px", "ms @ 64 px", "peak MiB @ 64 px", "CLS cosine",
           "patch cosine", "probe acc. (%)", "mIoU (%)"]
-# The table cells after the budget, written by hand from COSTS and QUALITY.
+# The table cells after the budget, written by hand from COSTS and QUALITY: latency as "median (IQR)".
 EXPECTED_CELLS = [
-    ["0.12", "0.50", "1.0", "3.1", "12", "0.612 ± 0.010", "0.401 ± 0.005", "75.1", "—"],
-    ["0.23", "0.94", "1.3", "4.3", "15", "0.655", "—", "80.3", "33.3"],
-    ["0.46", "1.87", "2.4", "6.8", "20", "0.701 ± 0.013", "0.452 ± 0.002", "—", "41.0"],
+    ["0.12", "0.50", "1.0 (0.1)", "3.1 (0.3)", "12", "0.612 ± 0.010", "0.401 ± 0.005", "75.1", "—"],
+    ["0.23", "0.94", "1.3 (0.1)", "4.3 (0.4)", "15", "0.655", "—", "80.3", "33.3"],
+    ["0.46", "1.87", "2.4 (0.2)", "6.8 (0.7)", "20", "0.701 ± 0.013", "0.452 ± 0.002", "—", "41.0"],
 ]
 TAGS = {"corevision_hf", "vision", "knowledge-distillation", "image-feature-extraction", "custom_code"}
 
@@ -46,10 +47,10 @@ def make_evaluation(model_type: str) -> dict:
             "budget": budget,
             "cost": {
                 # 32 px memory differs from the 64 px one: the table must read the quality resolution's
-                "32": {"gflops": g32, "latency_ms": ms32, "throughput_images_per_s": 1e3 / ms32,
-                       "peak_memory_mib": 1.0},
-                "64": {"gflops": g64, "latency_ms": ms64, "throughput_images_per_s": 1e3 / ms64,
-                       "peak_memory_mib": memory},
+                "32": {"gflops": g32, "latency_ms": ms32, "latency_iqr_ms": ms32 / 10, "latency_runs": 10,
+                       "throughput_images_per_s": 1e3 / ms32, "peak_memory_mib": 1.0},
+                "64": {"gflops": g64, "latency_ms": ms64, "latency_iqr_ms": ms64 / 10, "latency_runs": 10,
+                       "throughput_images_per_s": 1e3 / ms64, "peak_memory_mib": memory},
             },
             "quality": {"cls_cosine": cls, "cls_cosine_se": cls_se, "patch_cosine": patch, "patch_cosine_se": patch_se,
                         "probe_accuracy": probe, "segmentation_miou": miou},
@@ -105,8 +106,9 @@ def test_card_parses_with_metadata_and_one_row_per_budget(model_type, tmp_path):
         data = parsed.data
         assert data.library_name == "transformers"
         assert data.pipeline_tag == "image-feature-extraction"
-        assert data.base_model == "facebook/dinov2-small"
-        assert data.license == "apache-2.0"
+        # LookWhere's extractor starts as a copy of its teacher; a VECA student starts from random weights
+        assert data.base_model == ("facebook/dinov2-small" if model_type == "lookwhere" else None)
+        assert data.license == "apache-2.0"  # the teacher's
         assert data.datasets == ["org/images"]
         assert set(data.tags) == TAGS | {model_type}
         assert data.model_name == f"tiny-{model_type}"
@@ -125,6 +127,8 @@ def test_card_parses_with_metadata_and_one_row_per_budget(model_type, tmp_path):
 
     text = card.text
     assert "the mean over images ± its standard error." in text
+    assert "in brackets, its interquartile range over 10 runs" in text and "not to be trusted" not in text
+    assert "As a student of `facebook/dinov2-small`, it carries that teacher's licence: `apache-2.0`." in text
     assert "![Quality against cost for every budget](evaluation.png)" in text
     assert "python -m training.distill_" in text and "<details>" in text and '"lr": 0.001' in text
     assert "Elastic Attention Cores for Scalable Vision Transformers" in text and "arXiv:2605.12491" in text
@@ -226,7 +230,7 @@ def test_no_local_path_reaches_the_card_and_a_converted_teacher_is_its_hub_model
     }
     evaluation = {**make_evaluation("veca"), "teacher": str(teacher), "checkpoint": str(output / "final")}
     card = render_card(CONFIGS["veca"](), evaluation, recipe, repo_id="org/veca-demo")
-    assert card.data.base_model == "facebook/dinov2-small" and card.data.datasets is None
+    assert "distilled from `facebook/dinov2-small`" in card.text and card.data.datasets is None
     assert str(tmp_path) not in card.content
     assert ("--teacher facebook/dinov2-small --data '<my photos>' --output-dir '<demo>'" in card.text)
     other = tmp_path / "some-teacher"
@@ -245,3 +249,31 @@ def test_the_pictures_evaluate_budgets_drew_are_in_the_card(tmp_path):
     assert "](features.png)" in text and "where.png" not in text
     both = render_card(CONFIGS["lookwhere"](), evaluation, pictures=evaluation["pictures"]).text
     assert "![The selector map and the patches kept at each budget](where.png)" in both
+
+
+def test_base_model_and_licence_follow_the_teacher():
+    """A student of DINOv3 carries the DINOv3 licence (metadata and text); a VECA whose patch embedding was copied
+    from its teacher names it as base_model; an explicit licence wins."""
+    recipe = {**make_recipe("veca"), "teacher": "facebook/dinov3-vits16-pretrain-lvd1689m"}
+    evaluation = {**make_evaluation("veca"), "teacher": recipe["teacher"]}
+    card = ModelCard(render_card(CONFIGS["veca"](), evaluation, recipe).content)
+    assert (card.data.license, card.data.license_name) == ("other", "dinov3-license")
+    assert card.data.license_link.startswith("https://ai.meta.com/") and card.data.base_model is None
+    assert "it carries that teacher's licence: [dinov3-license](https://ai.meta.com/" in card.text
+    copied = {**recipe, "args": {**recipe["args"], "patch_embed_from_teacher": True}}
+    assert render_card(CONFIGS["veca"](), evaluation, copied).data.base_model == recipe["teacher"]
+    assert render_card(CONFIGS["veca"](), evaluation, recipe, license="mit").data.license == "mit"
+
+
+def test_the_card_says_when_latencies_are_not_to_be_trusted():
+    noisy = {**make_evaluation("veca"), "latency_warnings": ["num_cores=8 came out faster at 64 px (1.0 ms) than at "
+                                                             "32 px (2.4 ms)"]}
+    text = render_card(CONFIGS["veca"](), noisy).text
+    assert "**These latencies are not to be trusted**: num_cores=8 came out faster at 64 px" in text
+    old = make_evaluation("veca")
+    for result in old["results"]:
+        for cost in result["cost"].values():
+            del cost["latency_iqr_ms"]
+    text = render_card(CONFIGS["veca"](), old).text
+    assert "**These latencies come without their spread**" in text
+    assert [row[3:5] for row in budget_rows(text)] == [["1.0", "3.1"], ["1.3", "4.3"], ["2.4", "6.8"]]

@@ -10,9 +10,13 @@ from transformers import (
     Dinov2Model,
     Dinov2WithRegistersConfig,
     Dinov2WithRegistersModel,
+    Trainer,
+    TrainingArguments,
 )
+from transformers.utils import logging as transformers_logging
 
 from corevision_hf import (
+    LookWhereBackbone,
     LookWhereConfig,
     LookWhereForImageClassification,
     LookWhereForSemanticSegmentation,
@@ -225,6 +229,63 @@ def test_classification_head_freezes_the_selector(pixel_values):
     assert model.lookwhere.extractor.layers[-1].mlp.fc2.weight.grad is not None
 
 
+def trainable_selector_parameters(model) -> int:
+    return sum(p.numel() for p in model.lookwhere.selector.parameters() if p.requires_grad)
+
+
+HEADS = [LookWhereForImageClassification, LookWhereForSemanticSegmentation, LookWhereBackbone]
+
+
+@pytest.mark.parametrize("head", HEADS, ids=lambda head: head.__name__)
+def test_task_heads_keep_the_selector_frozen_however_they_are_made(tmp_path, head):
+    """Built, loaded (from_pretrained replaces every parameter) and switched to training: no selector parameter
+    trains and the selector stays in eval mode; the extractor trains."""
+    torch.manual_seed(0)
+    head(tiny_lookwhere_config(num_labels=3)).save_pretrained(tmp_path / "head")
+    for model in (head(tiny_lookwhere_config(num_labels=3)), head.from_pretrained(tmp_path / "head")):
+        model.train()
+        assert trainable_selector_parameters(model) == 0
+        assert not model.lookwhere.selector.training and model.lookwhere.extractor.training
+        assert all(p.requires_grad for p in model.lookwhere.extractor.parameters())
+
+
+def test_unfreezing_the_selector_is_explicit_and_logged_once(tmp_path, caplog):
+    LookWhereForImageClassification(tiny_lookwhere_config(num_labels=3)).save_pretrained(tmp_path / "head")
+    transformers_logging.enable_propagation()
+    try:
+        with caplog.at_level("WARNING"):
+            models = [LookWhereForImageClassification.from_pretrained(tmp_path / "head", freeze_selector=False)
+                      for _ in range(2)]
+    finally:
+        transformers_logging.disable_propagation()
+    models[0].train()
+    assert trainable_selector_parameters(models[0]) == sum(p.numel() for p in models[0].lookwhere.selector.parameters())
+    assert models[0].lookwhere.selector.training
+    lines = [r.getMessage() for r in caplog.records if "freeze_selector=False" in r.getMessage()]
+    assert len(lines) <= 1  # once per process: an earlier test may have logged it already
+
+
+def test_a_trainer_run_leaves_the_selector_bit_identical(tmp_path):
+    """Fine-tuning a loaded classifier with the Trainer (weight decay on, a large learning rate) changes the
+    extractor and the head and leaves every selector tensor as it was, bit for bit."""
+    torch.manual_seed(0)
+    LookWhereForImageClassification(tiny_lookwhere_config(num_labels=2, drop_path_rate=0.1)).save_pretrained(tmp_path / "head")
+    model = LookWhereForImageClassification.from_pretrained(tmp_path / "head")
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    generator = torch.Generator().manual_seed(0)
+    data = [{"pixel_values": torch.randn(3, 32, 32, generator=generator), "labels": i % 2} for i in range(8)]
+    arguments = TrainingArguments(
+        output_dir=str(tmp_path / "run"), max_steps=3, per_device_train_batch_size=4, learning_rate=1e-2,
+        weight_decay=0.1, report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True,
+    )
+    Trainer(model=model, args=arguments, train_dataset=data).train()
+    after = model.state_dict()
+    selector = [name for name in before if name.startswith("lookwhere.selector.")]
+    assert selector and all(torch.equal(before[name], after[name]) for name in selector)
+    assert not torch.equal(before["classifier.weight"], after["classifier.weight"])
+    assert not torch.equal(before["lookwhere.extractor.norm.weight"], after["lookwhere.extractor.norm.weight"])
+
+
 def bilinear_weights(size: int, grid: int) -> torch.Tensor:
     """(size, grid): each output pixel's weights over the grid cells along one axis, for a bilinear resize with
     half-pixel centres (align_corners=False): pixel i samples grid position (i + 0.5) * grid / size - 0.5, clamped."""
@@ -261,6 +322,20 @@ def test_segmentation_head(pixel_values):
     torch.testing.assert_close(out.loss, -picked[kept].mean(), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("swiglu, mlp", [(False, 4), (True, 6)])
+def test_flops_match_hand_count(swiglu, mlp):
+    """At 32 px, patch 4, k = 7: the selector sees a 12 px copy (3 x 3 patches + CLS + 4 registers = 14 tokens, 1
+    block), its map head maps each of the 9 patches through 32 -> 128 -> 3 x 3 cells; the extractor runs 3 blocks on
+    7 + 5 = 12 tokens. A plain MLP costs 4 L d h, a SwiGLU one (fc1 to 2h) 6 L d h."""
+    config = tiny_lookwhere_config(use_swiglu_ffn=swiglu)
+    d, h = 32, 64
+    selector = 8 * 14 * d * d + 4 * d * 14 * 14 + mlp * 14 * d * h + 2 * 9 * d * 3 * 4 * 4
+    map_head = 2 * 9 * (d * 4 * d + 4 * d * 3 * 3)
+    extractor = 3 * (8 * 12 * d * d + 4 * d * 12 * 12 + mlp * 12 * d * h) + 2 * 7 * d * 3 * 4 * 4
+    assert config.map_upsampling == 3
+    assert lookwhere_flops(config, 32, k=7) == selector + map_head + extractor
+
+
 def test_flops_fall_with_k():
     config = LookWhereConfig.from_preset("base")
     costs = [lookwhere_flops(config, 518, k=k) for k in (16, 136, 512)]
@@ -283,6 +358,11 @@ LOADER = textwrap.dedent(
     segmenter = AutoModelForSemanticSegmentation.from_pretrained(source, trust_remote_code=True).eval()
     outputs["classifier"] = classifier(inputs).logits
     outputs["segmenter"] = segmenter(inputs).logits
+    # fine-tuning the hub code's heads trains no selector parameter
+    outputs["trainable_selector"] = torch.tensor([
+        sum(p.numel() for p in head.train().lookwhere.selector.parameters() if p.requires_grad)
+        for head in (classifier, segmenter)
+    ])
     outputs["processor_size"] = torch.tensor(AutoImageProcessor.from_pretrained(source, trust_remote_code=True).size["shortest_edge"])
     torch.save(outputs, outputs_path)
     """
@@ -302,6 +382,7 @@ def test_trust_remote_code_without_package(tmp_path, model, pixel_values, via_hu
         for k in (5, 96):
             torch.testing.assert_close(outputs[k], model(pixel_values, k=k).last_hidden_state, atol=0, rtol=0)
     assert outputs["classifier"].shape == (2, 3)
+    assert outputs["trainable_selector"].tolist() == [0, 0]
     assert outputs["segmenter"].shape == (2, 3, 32, 48)
     assert outputs["processor_size"] == 32
     assert isinstance(AutoModel.from_pretrained(tmp_path / "lookwhere"), LookWhereModel)

@@ -12,6 +12,10 @@ from corevision_hf import LookWhereModel, VecaModel
 
 # The aten operators behind reading a tensor's value on the host.
 HOST_READS = {"_local_scalar_dense", "is_nonzero", "nonzero", "item", "equal", "allclose"}
+# A padded batch of two images: 32 x 48 px and 24 x 16 px.
+PIXEL_MASK = torch.zeros(2, 32, 48, dtype=torch.int64)
+PIXEL_MASK[0] = 1
+PIXEL_MASK[1, :24, :16] = 1
 
 
 class RecordOperators(TorchDispatchMode):
@@ -45,6 +49,9 @@ def test_the_recorder_sees_a_host_read():
         (lambda: LookWhereModel(tiny_lookwhere_config()), {"k_ratio": 0.3, "fill_dense": False}),
         (lambda: LookWhereModel(tiny_lookwhere_config()), {"k": 20, "output_hidden_states": True}),
         (lambda: LookWhereModel(tiny_lookwhere_config()), {"max_gflops": 0.002}),
+        (lambda: VecaModel(tiny_veca_config()), {"num_cores": 3, "pixel_mask": PIXEL_MASK}),
+        (lambda: LookWhereModel(tiny_lookwhere_config()), {"k_ratio": 0.3, "pixel_mask": PIXEL_MASK}),
+        (lambda: LookWhereModel(tiny_lookwhere_config()), {"k": 20, "fill_dense": False, "pixel_mask": PIXEL_MASK}),
     ],
 )
 def test_forward_reads_no_value_on_the_host(build, call):

@@ -91,7 +91,8 @@ PIPELINE_LOADER = textwrap.dedent(
     pipe = pipeline("image-feature-extraction", model=source, trust_remote_code=True)
     assert type(pipe).__module__.startswith("transformers_modules"), type(pipe).__module__
     assert type(pipe.image_processor).__module__.startswith("transformers_modules"), type(pipe.image_processor)
-    torch.save({"features": pipe(image, num_cores=4, return_tensors=True)}, outputs_path)
+    mixed = pipe([image, image.transpose(Image.Transpose.ROTATE_90)], batch_size=2, num_cores=4, return_tensors=True)
+    torch.save({"features": pipe(image, num_cores=4, return_tensors=True), "mixed": mixed}, outputs_path)
     """
 )
 
@@ -101,6 +102,10 @@ def test_pipeline_and_processor_load_without_the_package(tmp_path, folders, phot
     image = torch.frombuffer(bytearray(photo.tobytes()), dtype=torch.uint8).view(30, 45, 3)
     outputs = load_without_package(tmp_path, PIPELINE_LOADER, folders["veca"], image)
     torch.testing.assert_close(outputs["features"], reference(folders["veca"], photo, num_cores=4))
+    # a batch of a landscape and a portrait photo: padded with a mask by the hub code, each as it is alone
+    rotated = photo.transpose(Image.Transpose.ROTATE_90)
+    torch.testing.assert_close(outputs["mixed"][0], reference(folders["veca"], photo, num_cores=4), atol=1e-5, rtol=0)
+    torch.testing.assert_close(outputs["mixed"][1], reference(folders["veca"], rotated, num_cores=4), atol=1e-5, rtol=0)
 
 
 def test_older_checkpoints_take_the_pipeline_class(tmp_path, folders, photo):

@@ -233,7 +233,7 @@ def test_publish_veca_sends_exactly_the_staged_files_which_load_without_the_pack
         assert "/data/photos" not in files[name].decode() and str(veca_run) not in files[name].decode()
     assert files["evaluation.png"] == (veca_run / "eval" / "evaluation.png").read_bytes()
     card = ModelCard(files["README.md"].decode())
-    assert card.data.base_model == "facebook/dinov2-small" and "custom_code" in card.data.tags
+    assert card.data.base_model is None and "custom_code" in card.data.tags  # a VECA starts from random weights
     assert "evaluation.png" in card.text and f'"{REPO_ID}"' in card.text
 
     # what the hub now holds, served from an offline hub cache to a Python without corevision_hf
@@ -385,6 +385,81 @@ def test_the_same_code_with_other_weights_or_config_is_another_model(hub, veca_r
     assert len(hub.commits) == 1
 
 
+CODE_REPO = "org/corevision-code"
+
+
+def code_repo_files() -> dict[str, bytes]:
+    """What a code repo serving VECA holds: this package's hub files of VECA, and a README."""
+    return {**publish.code_files("veca"), "README.md": b"# corevision code\n"}
+
+
+def test_code_repo_makes_the_weight_repo_name_one_code_repo_at_a_pinned_commit(hub, veca_run):
+    hub.add_repo(CODE_REPO, code_repo_files())
+    publish_veca(veca_run, "--code-repo", CODE_REPO)
+
+    assert ("GET", f"/api/models/{CODE_REPO}") in hub.requests  # its commit and files, checked before any work
+    (commit,) = hub.commits
+    files = commit["files"]
+    assert commit["repo"] == REPO_ID and set(files) == {name for name in VECA_FILES if not name.endswith(".py")}
+    config, preprocessor = json.loads(files["config.json"]), json.loads(files["preprocessor_config.json"])
+    assert config["auto_map"] == {key: f"{CODE_REPO}--{value}" for key, value in {
+        "AutoConfig": "configuration_veca.VecaConfig", "AutoModel": "modeling_veca.VecaModel",
+        "AutoModelForImageClassification": "modeling_veca.VecaForImageClassification",
+        "AutoBackbone": "modeling_veca.VecaBackbone"}.items()}
+    assert config["custom_pipelines"]["image-feature-extraction"]["impl"] == (
+        f"{CODE_REPO}--pipeline_veca.VecaImageFeatureExtractionPipeline")
+    assert preprocessor["auto_map"] == {"AutoImageProcessor": f"{CODE_REPO}--image_processing_veca.VecaImageProcessor"}
+    card = files["README.md"].decode()
+    assert f'trust_remote_code=True, code_revision="{"0" * 40}"' in card and f"[{CODE_REPO}](" in card
+    assert hub.files(CODE_REPO) == code_repo_files()  # the code repo is only read
+
+
+@pytest.mark.slow
+def test_weights_and_code_from_two_repos_load_without_the_package(tmp_path, hub, veca_run, images):
+    hub.add_repo(CODE_REPO, code_repo_files())
+    publish_veca(veca_run, "--code-repo", CODE_REPO)
+    for repo_id in (REPO_ID, CODE_REPO):  # both served from one offline hub cache, the code at the pinned commit
+        folder = tmp_path / repo_id.replace("/", "--")
+        folder.mkdir()
+        for name, data in hub.files(repo_id).items():
+            (folder / name).write_bytes(data)
+        env = make_offline_hub_cache(tmp_path, folder, repo_id, commit="0" * 40)
+    loader = LOADER.replace("trust_remote_code=True", f'trust_remote_code=True, code_revision="{"0" * 40}"')
+    outputs = load_without_package(tmp_path, loader, REPO_ID, images, env=env)
+    model = VecaModel.from_pretrained(veca_run / "final").eval()
+    with torch.no_grad():
+        for num_cores in (2, 8):
+            torch.testing.assert_close(outputs[num_cores], model(images, num_cores=num_cores).last_hidden_state,
+                                       atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("case, message", [
+    ("missing", f"error: --code-repo {CODE_REPO} does not exist on the hub: create it and upload"),
+    ("other code", f"error: {CODE_REPO} at {'0' * 40} lacks this package's modeling_veca.py (missing or other code)"),
+    ("no such revision", f"error: --code-repo {CODE_REPO} has no revision 'v9'"),
+])
+def test_a_code_repo_that_cannot_serve_is_one_line(hub, veca_run, capsys, case, message):
+    extra = ["--code-revision", "v9"] if case == "no such revision" else []
+    if case != "missing":
+        hub.add_repo(CODE_REPO, {**code_repo_files(), "modeling_veca.py": b"# other code\n"} if case == "other code"
+                     else code_repo_files())
+    code = publish.cli([str(veca_run / "final"), "--evaluation", str(veca_run / "eval" / "evaluation.json"),
+                        "--repo-id", REPO_ID, "--code-repo", CODE_REPO, *extra])
+    error = capsys.readouterr().err
+    assert code == 2 and error.count("\n") == 1 and error.startswith(message)
+    assert hub.commits == []
+
+
+def test_a_dry_run_with_a_code_repo_needs_its_revision(tmp_path, hub, veca_run):
+    with pytest.raises(ValueError, match="--dry-run asks the hub nothing, so it cannot look up the commit"):
+        publish_veca(veca_run, "--dry-run", "--code-repo", CODE_REPO)
+    publish_veca(veca_run, "--dry-run", "--code-repo", CODE_REPO, "--code-revision", "v1", "--staging-dir",
+                 str(tmp_path / "staged"))
+    assert hub.requests == [] and not list((tmp_path / "staged").glob("*.py"))
+    config = json.loads((tmp_path / "staged" / "config.json").read_text())
+    assert config["auto_map"]["AutoModel"] == f"{CODE_REPO}--modeling_veca.VecaModel"
+
+
 BAD_INPUTS = {
     "no_weights": "holds no weights",
     "missing_evaluation": "does not exist: run python -m evaluation.evaluate_budgets",
@@ -395,6 +470,8 @@ BAD_INPUTS = {
     "no_namespace": "is not a hub repo id",
     "bad_repo_id": "is not a hub repo id",
     "pr_to_branch": "--create-pr opens a pull request against the default branch",
+    "bad_code_repo": "--code-repo 'corevision code' is not a hub repo id",
+    "revision_without_code_repo": "--code-revision pins the code of --code-repo",
 }
 BAD_EVALUATIONS = {
     "invalid_json": "{not json",
@@ -424,6 +501,10 @@ def test_bad_input_is_a_clear_error_before_any_work(tmp_path, hub, veca_run, mon
         repo_id = "org/veca tiny"
     elif case == "pr_to_branch":
         extra = ["--create-pr", "--revision", "v1"]
+    elif case == "bad_code_repo":
+        extra = ["--code-repo", "corevision code"]
+    elif case == "revision_without_code_repo":
+        extra = ["--code-revision", "v1"]
 
     with pytest.raises((ValueError, FileNotFoundError), match=BAD_INPUTS[case]):
         publish.main([str(checkpoint), "--evaluation", str(evaluation_path), "--repo-id", repo_id, *extra])

@@ -9,6 +9,7 @@ import torch
 from conftest import tiny_lookwhere_config, tiny_veca_config
 from matplotlib.patches import Rectangle
 from PIL import Image
+from transformers.modeling_outputs import BaseModelOutput
 
 from corevision_hf import LookWhereModel, VecaModel
 from corevision_hf.images import to_pixel_values
@@ -30,11 +31,13 @@ from corevision_hf.visualize import (
 PHOTO = np.random.default_rng(0).random((64, 96, 3))  # H=64, W=96: not square, so x and y cannot be swapped
 
 
-def test_patch_features_are_the_last_tokens_on_the_grid():
-    tokens = torch.arange(2 * (3 + 6) * 4, dtype=torch.float32).reshape(2, 9, 4)  # 3 prefix tokens, a 2 x 3 grid
-    grid = patch_features(tokens, (2, 3))
+def test_patch_features_are_the_patch_tokens_on_the_grid():
+    tokens = torch.arange(2 * (1 + 6) * 4, dtype=torch.float32).reshape(2, 7, 4)  # CLS, then a 2 x 3 grid
+    grid = patch_features(BaseModelOutput(last_hidden_state=tokens), (2, 3))
     assert grid.shape == (2, 2, 3, 4)
-    torch.testing.assert_close(grid[1, 1, 0], tokens[1, 3 + 3])  # row 1, column 0 = patch 3
+    torch.testing.assert_close(grid[1, 1, 0], tokens[1, 1 + 3])  # row 1, column 0 = patch 3
+    with pytest.raises(ValueError, match="grid given does not match"):
+        patch_features(BaseModelOutput(last_hidden_state=tokens), (2, 2))
 
 
 def test_pca_colours_follow_feature_directions_not_norms():
@@ -150,9 +153,9 @@ def test_command_draws_the_cores_a_direct_call_computes(tmp_path, veca_folder):
         xy = direct[n].core_coordinates[0]
         expected = torch.stack([(xy[:, 0] + 1) / 2 * 32, (xy[:, 1] + 1) / 2 * 24], -1)
         np.testing.assert_allclose(axis.collections[0].get_offsets(), expected.numpy(), atol=1e-4)
-    colours = PCAColors(patch_features(direct[8].last_hidden_state, (3, 4))[0])
+    colours = PCAColors(patch_features(direct[8], (3, 4))[0])
     np.testing.assert_allclose(pictures["features"].axes[2].images[0].get_array(),
-                               colours(patch_features(direct[2].last_hidden_state, (3, 4))[0]), atol=1e-6)
+                               colours(patch_features(direct[2], (3, 4))[0]), atol=1e-6)
 
 
 def test_command_draws_the_patches_a_direct_call_keeps(tmp_path, lookwhere_folder):

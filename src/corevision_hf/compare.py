@@ -6,10 +6,11 @@
 For each budget (VECA: the budgets the checkpoint was trained at, `config.training_budgets`; LookWhere: k_ratio
 0.05, 0.1, 0.2, 0.4 and 1; or --budgets) and for the teacher: CLS and patch cosine to the teacher (mean and spread
 over the images of --data, each resized to --resolution x --resolution, the teacher's input resized so that its
-patch grid is the model's), the median latency of one image (--runs timed calls) and the analytic GFLOPs
-(`corevision_hf.flops`). The table goes to stdout (markdown), the plot (quality against GFLOPs, latency per budget)
-to --output, written under a temporary name and renamed (an existing file only with --force, and only one this
-package wrote).
+patch grid is the model's), the latency of one image (median and interquartile range over --runs calls, every
+budget and the teacher timed in turn) and the analytic GFLOPs (`corevision_hf.flops`). The table goes to stdout
+(markdown), with a warning under it when the latencies are not to be trusted (a large spread, or a cheaper budget
+that came out slower: a busy machine); the plot (quality against GFLOPs, latency per budget) to --output, written
+under a temporary name and renamed (an existing file only with --force, and only one this package wrote).
 """
 
 import argparse
@@ -20,7 +21,7 @@ import torch
 from transformers import AutoModel
 from transformers.utils import logging as transformers_logging
 
-from .measure import median_latency_ms
+from .measure import alternated_latency, latency_warnings
 from .evaluation import (
     agreement,
     cost_entry,
@@ -53,7 +54,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--budgets", nargs="+", type=float, default=None,
                         help="VECA: core counts; LookWhere: k_ratio fractions (default: see above)")
     parser.add_argument("--resolution", type=int, default=None, help="square side in pixels (default: image_size)")
-    parser.add_argument("--runs", type=int, default=5, help="timed calls per budget (median)")
+    parser.add_argument("--runs", type=int, default=7,
+                        help="timed calls per budget and of the teacher, in turn (default: %(default)s)")
     parser.add_argument("--output", required=True, help="the plot: a .png, .pdf or .svg file")
     parser.add_argument("--force", action="store_true", help="replace a plot that this package wrote before")
     return parser.parse_args(argv)
@@ -84,21 +86,25 @@ def compare(model, teacher, images: torch.Tensor, budget_name: str, budgets: lis
               for start in range(0, len(images), BATCH_SIZE)]
     targets = tuple(torch.cat([chunk[j] for chunk in chunks]) for j in range(2))
     one, teacher_one = images[:1], teacher_pixels[:1]
-    teacher_ms = median_latency_ms(lambda: teacher(teacher_one), device, runs)
+    forwards = {budget: (lambda kwargs: lambda: model(one, **kwargs))({budget_name: budget}) for budget in budgets}
+    latencies = alternated_latency({**forwards, "teacher": lambda: teacher(teacher_one)}, device, runs)
     report = {
         "model_type": config.model_type, "budget_name": budget_name, "budgets": budgets, "resolutions": [size],
         "quality_resolution": size, "agreement_images": len(images),
-        "teacher_cost": {str(size): cost_entry(teacher_flops(teacher, *teacher_one.shape[-2:]), teacher_ms, 1)},
+        "teacher_cost": {str(size): cost_entry(teacher_flops(teacher, *teacher_one.shape[-2:]), latencies["teacher"],
+                                               1)},
         "environment": {"device": device, "dtype": "float32", "batch_size": 1}, "results": [],
+        "latency_warnings": latency_warnings({("the teacher", size): latencies["teacher"]}),
     }
     for budget in budgets:
         kwargs = {budget_name: budget}
-        latency = median_latency_ms(lambda: model(one, **kwargs), device, runs)
         report["results"].append({
             "budget": budget,
-            "cost": {str(size): cost_entry(model_flops(config, size, budget_name, budget), latency, 1)},
+            "cost": {str(size): cost_entry(model_flops(config, size, budget_name, budget), latencies[budget], 1)},
             "quality": agreement(*features(model, images, kwargs, BATCH_SIZE, device, torch.float32), targets),
         })
+    # a budget is a larger input here: more cores or patches must not come out faster than fewer
+    report["latency_warnings"] += latency_warnings({(budget_name, budget): latencies[budget] for budget in budgets})
     return report
 
 
@@ -110,13 +116,17 @@ def table(report: dict) -> str:
         std = quality[name + "_std"]
         return f"{quality[name]:.3f}" + (f" ± {std:.3f}" if std is not None else "")
 
-    lines = [f"| {report['budget_name']} | GFLOPs | ms | CLS cosine | patch cosine |", "|---|---|---|---|---|"]
+    lines = [f"| {report['budget_name']} | GFLOPs | ms, median (IQR) | CLS cosine | patch cosine |",
+             "|---|---|---|---|---|"]
     for entry in report["results"]:
         cost, quality = entry["cost"][size], entry["quality"]
-        lines.append(f"| {entry['budget']} | {cost['gflops']:.2f} | {cost['latency_ms']:.1f} | "
-                     f"{spread(quality, 'cls_cosine')} | {spread(quality, 'patch_cosine')} |")
+        lines.append(f"| {entry['budget']} | {cost['gflops']:.2f} | {cost['latency_ms']:.1f} ({cost['latency_iqr_ms']:.1f}) "
+                     f"| {spread(quality, 'cls_cosine')} | {spread(quality, 'patch_cosine')} |")
     teacher = report["teacher_cost"][size]
-    lines.append(f"| teacher | {teacher['gflops']:.2f} | {teacher['latency_ms']:.1f} | 1 | 1 |")
+    lines.append(f"| teacher | {teacher['gflops']:.2f} | {teacher['latency_ms']:.1f} ({teacher['latency_iqr_ms']:.1f}) "
+                 "| 1 | 1 |")
+    lines += [f"\nlatency warning: {line}; the latencies are not to be trusted: rerun on an idle machine"
+              for line in report["latency_warnings"]]
     return "\n".join(lines)
 
 

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from .finite import check_output_finite
 from .flops import dense_vit_flops, lookwhere_flops, veca_flops
+from .tokens import patch_tokens
 
 
 # ---------------------------------------------------------------- the teacher
@@ -32,14 +33,10 @@ def teacher_input(pixel_values: torch.Tensor, teacher_patch: int, student_patch:
 @torch.no_grad()
 def teacher_targets(teacher, pixel_values: torch.Tensor, grid: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
     """CLS (B, D) and patch tokens (B, Hp * Wp, D) of the teacher's final (normalised) output; a ValueError when it
-    holds NaN or infinity."""
-    hidden = teacher(pixel_values).last_hidden_state
-    check_output_finite(hidden, f"The teacher {type(teacher).__name__}'s output")
-    hidden = hidden.float()
-    num_patches = grid[0] * grid[1]
-    if hidden.shape[1] < num_patches + 1:
-        raise ValueError(f"The teacher returned {hidden.shape[1]} tokens, fewer than CLS + {num_patches} patches.")
-    return hidden[:, 0], hidden[:, -num_patches:]
+    holds NaN or infinity, or when its tokens do not fill the grid."""
+    output = teacher(pixel_values)
+    check_output_finite(output.last_hidden_state, f"The teacher {type(teacher).__name__}'s output")
+    return output.last_hidden_state[:, 0].float(), patch_tokens(output, grid).float()
 
 
 # ---------------------------------------------------------------- cost
@@ -74,11 +71,15 @@ def teacher_flops(teacher, height: int, width: int) -> int:
     )
 
 
-def cost_entry(flops: int, latency_ms: float, batch_size: int) -> dict:
+def cost_entry(flops: int, latency: dict, batch_size: int) -> dict:
+    """One budget's cost at one size: GFLOPs, the median latency and its IQR (`corevision_hf.measure.spread_ms`),
+    throughput, and room for the peak memory."""
     return {
         "gflops": flops / 1e9,
-        "latency_ms": latency_ms,
-        "throughput_images_per_s": 1e3 * batch_size / latency_ms,
+        "latency_ms": latency["latency_ms"],
+        "latency_iqr_ms": latency["latency_iqr_ms"],
+        "latency_runs": latency["runs"],
+        "throughput_images_per_s": 1e3 * batch_size / latency["latency_ms"],
         "peak_memory_mib": None,
     }
 
@@ -90,14 +91,13 @@ def cost_entry(flops: int, latency_ms: float, batch_size: int) -> dict:
 def features(model, images: torch.Tensor, budget: dict, batch_size: int, device: str, dtype) -> tuple:
     """Pooled output (N, D) and patch tokens (N, Hp * Wp, D) of a frozen model, in float32 on the CPU; a ValueError
     when the model's output holds NaN or infinity."""
-    grid = (images.shape[-2] // model.config.patch_size) * (images.shape[-1] // model.config.patch_size)
+    grid = (images.shape[-2] // model.config.patch_size, images.shape[-1] // model.config.patch_size)
     pooled, patches = [], []
     for start in range(0, len(images), batch_size):
         output = model(images[start : start + batch_size].to(device, dtype), **budget)
         check_output_finite(output.last_hidden_state, f"{type(model).__name__}'s output at {budget or 'its budget'}")
         pooled.append(output.pooler_output.float().cpu())
-        # patches last: VECA [cores; patches], LookWhere [prefix; patches]
-        patches.append(output.last_hidden_state[:, -grid:].float().cpu())
+        patches.append(patch_tokens(output, grid).float().cpu())
     return torch.cat(pooled), torch.cat(patches)
 
 

@@ -50,6 +50,7 @@ from .finite import check_forward_finite
 from .images import check_pixels_fit, open_image, to_pixel_values, to_rgb
 from .offline import check_hub_reachable
 from .outputs import check_folder_output, exchange_folders, files_under, record, refuse_overlap
+from .tokens import patch_tokens
 
 
 INFO_FILE = "extraction.json"
@@ -196,7 +197,7 @@ def extract_batch(model, pixel_values: torch.Tensor, budget: dict, dense_stride:
     result = {"pooled": pooled.float().cpu().numpy()}
     if dense_stride:
         rows, columns = (s // patch_size(model.config) for s in pixel_values.shape[-2:])
-        patches = output.last_hidden_state[:, -rows * columns :].float()
+        patches = patch_tokens(output, (rows, columns)).float()
         grid = patches.transpose(1, 2).reshape(len(patches), -1, rows, columns)
         if dense_stride > 1:  # a side the stride does not divide (aspect ratio kept) ends in a smaller block
             grid = F.avg_pool2d(grid, dense_stride, ceil_mode=True)

@@ -45,6 +45,41 @@ def alternate(fns: dict, device: str, warmup: int, runs: int) -> dict:
     return times
 
 
+# An interquartile range above this fraction of the median: the runs disagree, and so would a rerun.
+NOISY_SPREAD = 0.25
+
+
+def spread_ms(seconds: list[float]) -> dict:
+    """Timed runs (seconds) -> {"latency_ms": median, "latency_iqr_ms": interquartile range, "runs"}, in ms."""
+    ms = [1e3 * s for s in seconds]
+    q1, median, q3 = statistics.quantiles(ms, n=4, method="inclusive") if len(ms) > 1 else ms * 3
+    return {"latency_ms": median, "latency_iqr_ms": q3 - q1, "runs": len(ms)}
+
+
+def alternated_latency(fns: dict, device: str, runs: int, warmup: int = 2) -> dict:
+    """`alternate`'s runs of every fn, each summarised by `spread_ms`: name -> {"latency_ms", "latency_iqr_ms", ...}."""
+    return {name: spread_ms(times) for name, times in alternate(fns, device, warmup, runs).items()}
+
+
+def latency_warnings(latencies: dict) -> list[str]:
+    """What makes latencies untrustworthy, one line each: a spread (IQR) above NOISY_SPREAD of its median, and a model
+    that came out faster on a larger input. `latencies` maps (model label, input size in px) to a `spread_ms` dict;
+    the sizes of one label are compared in increasing order. Both usually mean that the machine was busy."""
+    warnings = []
+    for (label, size), latency in latencies.items():
+        if latency["latency_iqr_ms"] > NOISY_SPREAD * latency["latency_ms"]:
+            warnings.append(f"{label} at {size} px: the spread (IQR {latency['latency_iqr_ms']:.3g} ms) exceeds "
+                            f"{NOISY_SPREAD:.0%} of the median {latency['latency_ms']:.3g} ms")
+    for label in dict.fromkeys(label for label, _ in latencies):
+        sizes = sorted(size for other, size in latencies if other == label)
+        for smaller, larger in zip(sizes, sizes[1:]):
+            fast, slow = latencies[label, larger]["latency_ms"], latencies[label, smaller]["latency_ms"]
+            if fast < slow:
+                warnings.append(f"{label} came out faster at {larger} px ({fast:.3g} ms) than at {smaller} px "
+                                f"({slow:.3g} ms)")
+    return warnings
+
+
 def rss_kib(field: str) -> int:
     """A field of /proc/self/status in KiB: "VmRSS" (resident now) or "VmHWM" (the peak since the last reset)."""
     with open("/proc/self/status") as f:
@@ -89,6 +124,6 @@ def peak_memory_mib(forward, device: str, warm: bool = True) -> float:
 
 
 __all__ = [
-    "alternate", "median_latency_ms", "peak_memory_mib", "return_freed_memory_to_the_os", "rss_kib", "synchronize",
-    "timed",
+    "NOISY_SPREAD", "alternate", "alternated_latency", "latency_warnings", "median_latency_ms", "peak_memory_mib",
+    "return_freed_memory_to_the_os", "rss_kib", "spread_ms", "synchronize", "timed",
 ]

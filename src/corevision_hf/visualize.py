@@ -32,6 +32,7 @@ from .finite import check_forward_finite
 from .images import open_image, to_display, to_pixel_values
 from .offline import check_hub_reachable
 from .outputs import check_file_output, follow_umask, record_file, refuse_overlap
+from .tokens import patch_tokens
 
 try:
     from matplotlib import colormaps, patheffects
@@ -53,12 +54,12 @@ TITLE_SIZE = 11
 LABEL_SIZE = 9
 
 
-def patch_features(last_hidden_state: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
-    """The patch tokens of a model output laid out on the grid: (B, tokens, D) -> (B, Hp, Wp, D), float32 on CPU.
-    Works for VECA ([cores ; patches]), LookWhere with the dense fill and DINOv2 / DINOv3 (patches last)."""
-    height, width = grid
-    patches = last_hidden_state[:, -height * width :].detach().float().cpu()
-    return patches.reshape(len(patches), height, width, -1)
+def patch_features(output, grid: tuple[int, int]) -> torch.Tensor:
+    """The patch tokens of a model output laid out on its (Hp, Wp) grid: (B, Hp, Wp, D), float32 on CPU. Works for
+    VECA, LookWhere with the dense fill and DINOv2 / DINOv3 outputs; a grid that does not match the output's patch
+    tokens is a ValueError (`corevision_hf.tokens.patch_tokens`)."""
+    patches = patch_tokens(output, grid).detach().float().cpu()
+    return patches.reshape(len(patches), *grid, -1)
 
 
 class PCAColors:
@@ -235,7 +236,8 @@ def plot_evaluation(report: dict) -> Figure:
     Quality panels: each measured metric against GFLOPs at the quality resolution, on a 0-1 scale with the dense
     teacher's GFLOPs as a vertical line (and, for the cosines, the teacher's agreement with itself, 1, as a
     horizontal one); error bars are one standard deviation over the images where several were measured. The last
-    panel: latency per budget at every resolution, the teacher's as dashed lines.
+    panel: latency per budget at every resolution (median; bars as long as the interquartile range), the teacher's
+    as dashed lines; the evaluation's latency warnings, when it has any, in red under it.
     """
     results = report["results"]
     resolution = str(report["quality_resolution"])
@@ -275,13 +277,18 @@ def plot_evaluation(report: dict) -> Figure:
     positions = range(len(budgets))
     for index, r in enumerate(report["resolutions"]):
         latency = [entry["cost"][str(r)]["latency_ms"] for entry in results]
-        axis.plot(positions, latency, "o-", color=f"C{index}", label=f"{r} px")
+        spread = [entry["cost"][str(r)].get("latency_iqr_ms") for entry in results]
+        axis.errorbar(positions, latency, yerr=None if None in spread else [s / 2 for s in spread], fmt="o-",
+                      color=f"C{index}", capsize=3, label=f"{r} px")
         teacher_latency = (teacher_cost.get(str(r)) or {}).get("latency_ms")
         if teacher_latency:
             axis.axhline(teacher_latency, color=f"C{index}", linestyle="--", linewidth=1, label=f"teacher, {r} px")
     axis.set_xticks(list(positions), [str(b) for b in budgets])
     axis.set_xlabel(report["budget_name"], fontsize=LABEL_SIZE)
-    axis.set_ylabel("latency per batch (ms)", fontsize=LABEL_SIZE)
+    axis.set_ylabel("latency per batch (ms; median, bars: IQR)", fontsize=LABEL_SIZE)
+    if report.get("latency_warnings"):
+        axis.set_title("not to be trusted: the machine was busy\n(latency_warnings in evaluation.json)", color="red",
+                       fontsize=LABEL_SIZE)
     axis.set_ylim(0, None)
     axis.grid(alpha=0.3)
     axis.legend(fontsize=LABEL_SIZE - 1)
@@ -353,7 +360,7 @@ def model_pictures(model, image: Image.Image, budgets: list[dict], resolution: i
                 label = f"k = {output.selected_indices.shape[1]}"
             outputs[label] = output
     title = f"{MODEL_NAMES[config.model_type]} at {pixel_values.shape[-1]} x {pixel_values.shape[-2]} px"
-    features = {label: patch_features(out.last_hidden_state, grid)[0] for label, out in outputs.items()}
+    features = {label: patch_features(out, grid)[0] for label, out in outputs.items()}
     pictures = {"features": plot_feature_pca([(photo, features)], title=f"{title}: dense features")}
     if config.model_type == "veca":
         coordinates = {label: out.core_coordinates[0] for label, out in outputs.items()}

@@ -37,7 +37,8 @@ class LookWhereImageProcessor(BaseImageProcessor):
     r"""
     RGB conversion, aspect-preserving resize with both sides snapped to multiples of `patch_size`, rescale to
     [0, 1], ImageNet normalisation and, for batches of different sizes, zero padding (bottom and right, after
-    normalisation) to the largest. Runs in torch; nothing is squashed to a fixed square unless asked.
+    normalisation) to the largest, with a `pixel_mask` (B, H, W) that the model takes: 1 on each image, 0 on its
+    padding. Runs in torch; nothing is squashed to a fixed square unless asked.
 
     Args:
         size (`dict`, defaults to `{"shortest_edge": 256}`): one of `{"shortest_edge": s}` (shorter side ~ s),
@@ -51,7 +52,7 @@ class LookWhereImageProcessor(BaseImageProcessor):
     """
 
     valid_kwargs = LookWhereImageProcessorKwargs
-    model_input_names = ["pixel_values"]
+    model_input_names = ["pixel_values", "pixel_mask"]
 
     def __init__(
         self,
@@ -84,9 +85,9 @@ class LookWhereImageProcessor(BaseImageProcessor):
 
     def preprocess(self, images, return_tensors: str | None = "pt", **kwargs) -> BatchFeature:
         """One image or a list of them (PIL images, (H, W, C) or (C, H, W) arrays / tensors, or a (B, C, H, W)
-        tensor) -> `BatchFeature` with `pixel_values` (B, C, H, W) float32, a torch tensor (`return_tensors="pt"`
-        or None) or a numpy array (`"np"`). Keyword arguments override the processor's fields for this call
-        (`size`, `do_pad`, ...)."""
+        tensor) -> `BatchFeature` with `pixel_values` (B, C, H, W) float32 and, when the images resize to different
+        sizes, `pixel_mask` (B, H, W) int64 (see `pad`); torch tensors (`return_tensors="pt"` or None) or numpy
+        arrays (`"np"`). Keyword arguments override the processor's fields for this call (`size`, `do_pad`, ...)."""
         unknown = set(kwargs) - set(OPTIONS)
         if unknown:
             raise ValueError(f"Unknown image processor arguments {sorted(unknown)}; choose from {list(OPTIONS)}.")
@@ -101,18 +102,29 @@ class LookWhereImageProcessor(BaseImageProcessor):
         if not processed:
             raise ValueError("No images were given; pass one image or a non-empty list of images.")
         sizes = {tuple(image.shape[-2:]) for image in processed}
-        if len(sizes) > 1:
-            if not options["do_pad"]:
-                raise ValueError(
-                    f"The images resize to different sizes {sorted(sizes)}; pass do_pad=True to pad them to the largest, "
-                    "process them one at a time, or give size={'height': h, 'width': w}."
-                )
-            height, width = max(s[0] for s in sizes), max(s[1] for s in sizes)
-            processed = [F.pad(image, (0, width - image.shape[-1], 0, height - image.shape[-2])) for image in processed]
-        pixel_values = torch.stack(processed)
+        if len(sizes) > 1 and not options["do_pad"]:
+            raise ValueError(
+                f"The images resize to different sizes {sorted(sizes)}; pass do_pad=True to pad them to the largest, "
+                "process them one at a time, or give size={'height': h, 'width': w}."
+            )
+        data = self.pad(processed)
         if return_tensors == "np":
-            pixel_values = pixel_values.numpy()
-        return BatchFeature(data={"pixel_values": pixel_values}, tensor_type=return_tensors)
+            data = {name: tensor.numpy() for name, tensor in data.items()}
+        return BatchFeature(data=data, tensor_type=return_tensors)
+
+    def pad(self, images: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Processed (C, H_i, W_i) images -> {"pixel_values": (B, C, H, W)}, the images zero-padded at the bottom and
+        right to the largest height and width, and, when any was padded, "pixel_mask": (B, H, W) int64, 1 on each
+        image and 0 on its padding, which the model takes to give each image the features it gets alone."""
+        height, width = max(image.shape[-2] for image in images), max(image.shape[-1] for image in images)
+        pixel_values = torch.stack([F.pad(image, (0, width - image.shape[-1], 0, height - image.shape[-2]))
+                                    for image in images])
+        if all(image.shape[-2:] == (height, width) for image in images):
+            return {"pixel_values": pixel_values}
+        pixel_mask = torch.zeros(len(images), height, width, dtype=torch.int64)
+        for mask, image in zip(pixel_mask, images):
+            mask[: image.shape[-2], : image.shape[-1]] = 1
+        return {"pixel_values": pixel_values, "pixel_mask": pixel_mask}
 
     def process_one(self, image, options: dict) -> torch.Tensor:
         """One image -> (C, H', W') float32 tensor, H' and W' multiples of the patch size."""

@@ -32,6 +32,7 @@ from transformers.modeling_outputs import (
     SemanticSegmenterOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils import logging
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
@@ -40,6 +41,8 @@ from .configuration_lookwhere import LookWhereConfig
 from .image_processing_lookwhere import IMAGENET_MEAN, IMAGENET_STD, LookWhereImageProcessor
 from .pipeline_lookwhere import LookWhereImageFeatureExtractionPipeline
 
+
+logger = logging.get_logger(__name__)
 
 # Hub code for every head, so that any saved LookWhere checkpoint loads with each Auto class.
 AUTO_MAP = {
@@ -73,10 +76,15 @@ class LookWhereModelOutput(BaseModelOutputWithPooling):
         Row-major indices of the kept high-resolution patches, ascending.
     selector_map (`torch.FloatTensor` of shape `(batch_size, Hp * Wp)`):
         The selector's logits for every high-resolution patch.
+    patch_tokens (`torch.FloatTensor` of shape `(batch_size, Hp * Wp, hidden_size)`):
+        With the dense fill, the patch tokens of `last_hidden_state` alone, row-major on the patch grid (a view, not
+        a copy): DINOv2's `last_hidden_state[:, 1:]` here is `last_hidden_state[:, 1 + num_registers:]`. None
+        without the fill.
     """
 
     selected_indices: torch.LongTensor | None = None
     selector_map: torch.FloatTensor | None = None
+    patch_tokens: torch.FloatTensor | None = None
 
 
 class LookWherePatchEmbeddings(nn.Module):
@@ -127,6 +135,59 @@ def bicubic_weights(source: int, target: int, antialias: bool, device: torch.dev
     return resized[0, 0]
 
 
+def cubic_filter(x: torch.Tensor, a: float) -> torch.Tensor:
+    """Keys' cubic convolution kernel with parameter `a` (torch: -0.75, and -0.5 when antialiasing), zero beyond 2."""
+    x = x.abs()
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return torch.where(x < 1, near, torch.where(x < 2, far, torch.zeros_like(x)))
+
+
+def interpolation_weights(
+    source: torch.Tensor, target: torch.Tensor, source_extent: int, target_extent: int, mode: str, antialias: bool
+) -> torch.Tensor:
+    """The weights of `F.interpolate(mode="bilinear" | "bicubic", align_corners=False, antialias=...)` along one axis,
+    per image: from each image's `source` cells to its `target` cells ((B,) tensors), as (B, target_extent,
+    source_extent) matrices, zero beyond them. Computed on the device from the sizes, in torch's float32 arithmetic
+    (its source index is one fused multiply-add), so they equal torch's to about 1e-6 (bilinear: exactly)."""
+    source, target = source.float()[:, None, None], target.float()[:, None, None]
+    scale = source / target
+    out = torch.arange(target_extent, dtype=torch.float32, device=source.device)[None, :, None]
+    cells = torch.arange(source_extent, dtype=torch.float32, device=source.device)[None, None, :]
+    if antialias:  # PIL's filters, widened by the scale when shrinking, normalised over the image's own cells
+        invscale = torch.where(scale >= 1, 1.0 / scale, torch.ones_like(scale))
+        x = (cells - scale * (out + 0.5) + 0.5) * invscale
+        weights = cubic_filter(x, -0.5) if mode == "bicubic" else (1 - x.abs()).clamp(min=0)
+        weights = weights * (cells < source)
+        total = weights.sum(dim=-1, keepdim=True)
+        weights = weights / torch.where(total > 0, total, torch.ones_like(total))
+    elif mode == "bilinear":
+        position = torch.addcmul(torch.full_like(scale, -0.5), scale, out + 0.5).clamp(min=0)
+        low = torch.minimum(position.floor(), source - 1)
+        fraction = (position - low).clamp(0, 1)
+        weights = (cells == low) * (1 - fraction) + (cells == torch.minimum(low + 1, source - 1)) * fraction
+    else:  # the four nearest cells, the image's border cells repeated
+        position = torch.addcmul(torch.full_like(scale, -0.5), scale, out + 0.5)
+        low = position.floor()
+        t = position - low
+        taps = zip((-1, 0, 1, 2), (t + 1, t, 1 - t, 2 - t))
+        weights = sum((cells == (low + tap).clamp(min=0).minimum(source - 1)) * cubic_filter(x, -0.75)
+                      for tap, x in taps)
+    return weights * (out < target)
+
+
+def resize_in_images(
+    images: torch.Tensor, sources: torch.Tensor, targets: torch.Tensor, size: tuple[int, int], mode: str,
+    antialias: bool,
+) -> torch.Tensor:
+    """`F.interpolate` of each image of a padded batch on its own: (B or 1, C, H, W) images whose top-left `sources`
+    (B, 2) cells are their content -> (B, C, *size), each image's content resized to its `targets` (B, 2) at the top
+    left, zero elsewhere, in float32. Two matrix products with per-image weights: no host-side loop over the images."""
+    rows = interpolation_weights(sources[:, 0], targets[:, 0], images.shape[-2], size[0], mode, antialias)
+    columns = interpolation_weights(sources[:, 1], targets[:, 1], images.shape[-1], size[1], mode, antialias)
+    return rows[:, None] @ images.float() @ columns[:, None].transpose(-1, -2)
+
+
 # Same as modeling_veca.eager_attention_forward
 def eager_attention_forward(
     module: nn.Module,
@@ -161,7 +222,10 @@ class LookWhereAttention(nn.Module):
         self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.qkv_bias)
         self.proj = nn.Linear(config.hidden_size, config.hidden_size)
 
-    def forward(self, hidden_states: torch.Tensor, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`attention_mask` (B, 1, 1, L), additive: the keys of an image's unused slots in a padded batch."""
         batch_size, seq_len, hidden_size = hidden_states.shape
         qkv = self.qkv(hidden_states).view(batch_size, seq_len, 3, self.num_heads, self.head_dim)
         query, key, value = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, L, head_dim)
@@ -173,7 +237,7 @@ class LookWhereAttention(nn.Module):
             query,
             key,
             value,
-            None,
+            None if attention_mask is None else attention_mask.to(query.dtype),
             dropout=self.dropout if self.training else 0.0,
             scaling=self.scaling,
             **kwargs,
@@ -246,8 +310,10 @@ class LookWhereLayer(GradientCheckpointingLayer):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.drop_path = LookWhereDropPath(drop_path_rate)
 
-    def forward(self, hidden_states: torch.Tensor, **kwargs) -> torch.Tensor:
-        attn_output, _ = self.attention(self.norm1(hidden_states), **kwargs)
+    def forward(
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs
+    ) -> torch.Tensor:
+        attn_output, _ = self.attention(self.norm1(hidden_states), attention_mask=attention_mask, **kwargs)
         hidden_states = hidden_states + self.drop_path(self.layer_scale1(self.dropout(attn_output)))
         mlp_output = self.mlp(self.norm2(hidden_states))
         return hidden_states + self.drop_path(self.layer_scale2(self.dropout(mlp_output)))
@@ -274,16 +340,27 @@ class LookWhereSelector(nn.Module):
         m, r = config.map_upsampling, config.map_head_ratio
         self.map_head = nn.Sequential(nn.Linear(d, r * d), nn.GELU(), nn.Linear(r * d, m * m))
 
-    def forward(self, pixel_values: torch.Tensor, grid: tuple[int, int], **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, pixel_values: torch.Tensor, grid: tuple[int, int], image_grids: torch.Tensor | None = None, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, C, H, W) high-res images, the high-res patch grid (Hp, Wp) ->
-        global tokens (B, 1 + R, D) and selector map logits (B, Hp * Wp)."""
+        global tokens (B, 1 + R, D) and selector map logits (B, Hp * Wp). With `image_grids` (B, 2), each image's
+        patch grid in a padded batch, each image's own content is resized (the copy, the map), as if it ran alone;
+        the map is 0 on padding cells."""
         batch_size = pixel_values.shape[0]
         size = self.config.selector_image_size
-        # In float32: CPU kernels for antialiased resizing take no bf16 / fp16.
-        low_res = F.interpolate(
-            pixel_values.float(), size=(size, size), mode="bilinear", align_corners=False,
-            antialias=self.config.selector_antialias,
-        ).to(pixel_values.dtype)
+        # In float32: CPU kernels for antialiased resizing take no bf16 / fp16. F.interpolate where one size serves the
+        # batch (fewer operations, and ONNX export maps it to Resize); per-image weights in a padded batch.
+        if image_grids is None:
+            low_res = F.interpolate(
+                pixel_values.float(), size=(size, size), mode="bilinear", align_corners=False,
+                antialias=self.config.selector_antialias,
+            )
+        else:
+            low_res = resize_in_images(pixel_values.float(), image_grids * self.config.patch_size,
+                                       torch.full_like(image_grids, size), (size, size), "bilinear",
+                                       self.config.selector_antialias)
+        low_res = low_res.to(pixel_values.dtype)
         patches = self.patch_embeddings(low_res) + self.position_embeddings
         prefix = torch.cat([self.cls_token, self.register_tokens], dim=1).expand(batch_size, -1, -1)
         hidden_states = torch.cat([prefix.to(patches.dtype), patches], dim=1)
@@ -295,7 +372,11 @@ class LookWhereSelector(nn.Module):
         g, m = self.config.selector_grid_size, self.config.map_upsampling
         cells = self.map_head(hidden_states[:, num_prefix:])  # (B, g * g, m * m): an m x m block per patch
         fine_map = cells.view(batch_size, g, g, m, m).permute(0, 1, 3, 2, 4).reshape(batch_size, 1, g * m, g * m)
-        selector_map = F.interpolate(fine_map, size=grid, mode="bilinear", align_corners=False)
+        if image_grids is None:
+            selector_map = F.interpolate(fine_map, size=grid, mode="bilinear", align_corners=False)
+        else:
+            selector_map = resize_in_images(fine_map, torch.full_like(image_grids, g * m), image_grids, grid,
+                                            "bilinear", False).to(fine_map.dtype)
         return hidden_states[:, :num_prefix], selector_map.flatten(1)
 
 
@@ -311,17 +392,36 @@ class LookWhereExtractor(nn.Module):
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def forward(
-        self, pixel_values: torch.Tensor, indices: torch.Tensor, prefix_tokens: torch.Tensor, **kwargs
+        self,
+        pixel_values: torch.Tensor,
+        indices: torch.Tensor,
+        prefix_tokens: torch.Tensor,
+        image_grids: torch.Tensor | None = None,
+        **kwargs,
     ) -> torch.Tensor:
-        """(B, C, H, W) images, (B, k) kept patch indices, (B, P, D) prefix tokens -> (B, P + k, D) normalised."""
+        """(B, C, H, W) images, (B, k) kept patch indices, (B, P, D) prefix tokens -> (B, P + k, D) normalised. With
+        `image_grids` (B, 2), each image's patch grid in a padded batch: positions come from each image's own grid,
+        and slots an image does not use (index -1) are attended by no token."""
         p = self.patch_embeddings.patch_size
         grid = (pixel_values.shape[2] // p, pixel_values.shape[3] // p)
-        positions = resize_position_table(self.position_embeddings, grid, self.antialias)[0][indices]  # (B, k, D)
+        attention_mask = None
+        if image_grids is None:
+            positions = resize_position_table(self.position_embeddings, grid, self.antialias)[0][indices]  # (B, k, D)
+        else:
+            side = int(self.position_embeddings.shape[1] ** 0.5)
+            table = self.position_embeddings.transpose(1, 2).unflatten(-1, (side, side))  # (1, D, G, G)
+            tables = resize_in_images(table, torch.full_like(image_grids, side), image_grids, grid, "bicubic",
+                                      self.antialias).flatten(2).transpose(1, 2)  # (B, Hp * Wp, D), float32
+            kept = indices >= 0
+            indices = indices.clamp(min=0)  # an unused slot embeds cell 0, and no token attends to it
+            positions = tables.gather(1, indices[..., None].expand(-1, -1, tables.shape[-1])).to(table.dtype)
+            prefix = kept.new_ones(kept.shape[0], prefix_tokens.shape[1])
+            attention_mask = additive_key_mask(torch.cat([prefix, kept], dim=1))
         # Positions are added per patch before anything mixes tokens, so the order of kept tokens does not matter.
         tokens = self.patch_embeddings.embed_selected(pixel_values, indices) + positions
         hidden_states = torch.cat([prefix_tokens.to(tokens.dtype), tokens], dim=1)
         for layer in self.layers:
-            hidden_states = layer(hidden_states, **kwargs)
+            hidden_states = layer(hidden_states, attention_mask, **kwargs)
         return self.norm(hidden_states)
 
 
@@ -334,21 +434,25 @@ def nearest_kept_cells(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """For every cell of the grid, its n = min(`num_nearest`, k) nearest kept cells: (B, N, n) positions in `indices`
     (B, k) and their (B, N, n) Euclidean distances in grid units, nearest first. Equidistant kept cells are ordered
-    by `priority` (B, k), a permutation of 0..k-1, lower first.
+    by `priority` (B, k), a permutation of 0..k-1, lower first. A slot that holds no cell (index -1: one an image of
+    a padded batch does not use) comes after every kept cell, at an infinite distance.
 
     Each (cell, kept cell) pair gets the integer key `k * squared distance + priority`, all different, so the result
     never depends on how topk breaks ties. A squared distance is a row term plus a column term, so the (B, N, k)
     int64 keys, the only large tensor, take one broadcast addition."""
     k = indices.shape[1]
     height, width = grid
+    unused = indices < 0
     rows = torch.arange(height, device=indices.device)[None, :, None]
     cols = torch.arange(width, device=indices.device)[None, :, None]
-    row_keys = k * (rows - (indices // width)[:, None]) ** 2 + priority[:, None]  # (B, Hp, k)
+    rank = priority + unused * (k * (height**2 + width**2))  # past any squared distance on the grid
+    row_keys = k * (rows - (indices // width)[:, None]) ** 2 + rank[:, None]  # (B, Hp, k)
     col_keys = k * (cols - (indices % width)[:, None]) ** 2  # (B, Wp, k)
     keys = (row_keys[:, :, None] + col_keys[:, None]).flatten(1, 2)  # (B, Hp * Wp, k)
     num_nearest = indices[:, :num_nearest].shape[1]  # min(num_nearest, k), as a size: symbolic in an exported graph
     keys, nearest = keys.topk(num_nearest, dim=-1, largest=False)
-    return nearest, torch.div(keys, k, rounding_mode="floor").float().sqrt()
+    distances = torch.div(keys, k, rounding_mode="floor").float().sqrt()
+    return nearest, distances.masked_fill(unused.gather(1, nearest.flatten(1)).view_as(nearest), float("inf"))
 
 
 def inverse_distance_fill(
@@ -379,11 +483,13 @@ class DenseFill:
         if priority is None:
             priority = torch.arange(k, device=indices.device).expand(batch_size, -1)
         nearest, distances = nearest_kept_cells(indices, priority, grid, num_neighbors)  # (B, N, n)
-        weights = 1.0 / (distances + FILL_EPSILON)
+        weights = 1.0 / (distances + FILL_EPSILON)  # 0 for unused slots
         self.weights = (weights / weights.sum(dim=-1, keepdim=True)).flatten(0, 1)  # (B * N, n)
         # Neighbours as rows of the (B * k, D) kept tokens, so one gather serves the whole batch: (B * N, n).
         self.neighbours = (nearest + k * torch.arange(batch_size, device=indices.device)[:, None, None]).flatten(0, 1)
-        self.indices = indices
+        self.num_cells = grid[0] * grid[1]
+        # Where each kept token goes; unused slots go to a spare cell past the grid, dropped afterwards.
+        self.destinations = torch.where(indices >= 0, indices, self.num_cells)
 
     def __call__(self, kept: torch.Tensor) -> torch.Tensor:
         batch_size, k, dim = kept.shape
@@ -392,8 +498,21 @@ class DenseFill:
         dense = tokens.new_zeros(self.neighbours.shape[0], dim)
         for neighbour, weight in zip(self.neighbours.unbind(1), self.weights.unbind(1)):
             dense.addcmul_(tokens.index_select(0, neighbour), weight[:, None])
-        dense = dense.view(batch_size, -1, dim).to(kept.dtype)
-        return dense.scatter(1, self.indices[..., None].expand(-1, -1, dim), kept)
+        dense = torch.cat([dense.view(batch_size, -1, dim), dense.new_zeros(batch_size, 1, dim)], dim=1).to(kept.dtype)
+        return dense.scatter(1, self.destinations[..., None].expand(-1, -1, dim), kept)[:, : self.num_cells]
+
+
+def select_in_images(
+    selector_map: torch.Tensor, k: int, kept: torch.Tensor, cells: torch.Tensor
+) -> torch.Tensor:
+    """The top-`kept[b]` cells of each image of a padded batch by selector score, never a padding cell: (B, k)
+    row-major indices, ascending, then -1 in the slots past an image's own count. `selector_map` (B, N), `k` the
+    slots (at least every `kept`), `kept` (B,) and `cells` (B, N), True on each image's own cells."""
+    num_cells = selector_map.shape[1]
+    ranked = selector_map.masked_fill(~cells, float("-inf")).topk(k, dim=-1).indices  # best first
+    used = torch.arange(k, device=kept.device) < kept[:, None]
+    ordered = torch.where(used, ranked, ranked + num_cells).sort(dim=-1).values  # unused slots sort last
+    return torch.where(ordered < num_cells, ordered, -1)
 
 
 class LookWherePreTrainedModel(PreTrainedModel):
@@ -544,6 +663,55 @@ def check_pixel_values(pixel_values: torch.Tensor, config: LookWhereConfig, weig
         )
 
 
+# Same as modeling_veca.check_attention_outputs
+def check_attention_outputs(config: LookWhereConfig, kwargs: dict) -> None:
+    """Attention maps come from eager attention only: sdpa, flex and flash attention never form them."""
+    if kwargs.get("output_attentions", config.output_attentions) and config._attn_implementation != "eager":
+        raise ValueError(
+            f"output_attentions=True needs attention maps, which {config._attn_implementation!r} attention does not "
+            'compute: load the model with attn_implementation="eager" (or call model.set_attn_implementation("eager")).'
+        )
+
+
+# Same as modeling_veca.grids_from_mask
+def grids_from_mask(pixel_mask: torch.Tensor, pixel_values: torch.Tensor, config: LookWhereConfig) -> torch.Tensor:
+    """Each image's patch grid (rows, columns), (B, 2), in a batch padded at the bottom and right as the image
+    processor pads it: `pixel_mask` (B, H, W) is nonzero on each image and zero on its padding. Its shape and device
+    are checked; its values are not read on the host."""
+    expected = (pixel_values.shape[0], *pixel_values.shape[2:])
+    if not isinstance(pixel_mask, torch.Tensor) or tuple(pixel_mask.shape) != expected:
+        shape = tuple(pixel_mask.shape) if isinstance(pixel_mask, torch.Tensor) else type(pixel_mask).__name__
+        raise ValueError(
+            f"pixel_mask has shape {shape} but pixel_values is {tuple(pixel_values.shape)}: pass the (batch, height, "
+            f"width) = {expected} pixel_mask the image processor returned with these pixel_values."
+        )
+    if pixel_mask.device != pixel_values.device:
+        raise ValueError(f"pixel_mask is on {pixel_mask.device} but pixel_values on {pixel_values.device}; move it.")
+    if config._attn_implementation not in ("eager", "sdpa"):  # flash takes no such mask; flex's CPU kernel fails on it
+        raise ValueError(
+            f"pixel_mask needs eager or sdpa attention, not {config._attn_implementation!r}: load the model with "
+            'attn_implementation="sdpa", or run the images of each size as a batch of their own.'
+        )
+    patch_mask = pixel_mask[:, :: config.patch_size, :: config.patch_size] != 0  # (B, Hp, Wp)
+    return torch.stack([patch_mask[:, :, 0].sum(dim=1), patch_mask[:, 0].sum(dim=1)], dim=1)
+
+
+# Same as modeling_veca.cells_in_images
+def cells_in_images(image_grids: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+    """(B, Hp * Wp) bool, row-major on the padded grid: whether each cell lies in its image's own (rows, columns)."""
+    rows = torch.arange(grid[0], device=image_grids.device) < image_grids[:, :1]  # (B, Hp)
+    columns = torch.arange(grid[1], device=image_grids.device) < image_grids[:, 1:]  # (B, Wp)
+    return (rows[:, :, None] & columns[:, None, :]).flatten(1)
+
+
+# Same as modeling_veca.additive_key_mask
+def additive_key_mask(keep: torch.Tensor) -> torch.Tensor:
+    """(B, L) True for the keys each query may attend to -> (B, 1, 1, L) float32 mask added to the attention scores:
+    0, or float32's lowest value, which the softmax turns into a weight of exactly 0."""
+    mask = torch.zeros(keep.shape, device=keep.device).masked_fill(~keep, torch.finfo(torch.float32).min)
+    return mask[:, None, None]
+
+
 class LookWhereModel(LookWherePreTrainedModel):
     def __init__(self, config: LookWhereConfig):
         super().__init__(config)
@@ -588,6 +756,20 @@ class LookWhereModel(LookWherePreTrainedModel):
             raise ValueError(f"k_ratio must be a number in (0, 1], got {k_ratio!r}.")
         return max(1, int(k_ratio * num_patches))
 
+    def kept_in_images(
+        self, image_grids: torch.Tensor, k: int, k_ratio: float | None, budget_given: bool
+    ) -> torch.Tensor:
+        """(B,) patches each image of a padded batch keeps, as it would alone: `k_ratio` of its own grid when the
+        call's budget is a ratio (given, or `config.k_ratio` by default), else `k` (the padded grid's), at most all of
+        its patches."""
+        patches = image_grids.prod(dim=1)
+        config = self.config
+        if k_ratio is None and not budget_given and config.default_k is None and config.default_max_gflops is None:
+            k_ratio = config.k_ratio
+        if k_ratio is None:
+            return patches.clamp(max=k)
+        return (patches.double() * k_ratio).floor().long().clamp(min=1)  # int(k_ratio * patches), as num_kept
+
     def forward(
         self,
         pixel_values: torch.Tensor,
@@ -596,11 +778,19 @@ class LookWhereModel(LookWherePreTrainedModel):
         fill_dense: bool = True,
         max_gflops: float | None = None,
         max_ms: float | None = None,
+        pixel_mask: torch.Tensor | None = None,
         **kwargs,
     ) -> LookWhereModelOutput:
         r"""
         pixel_values (`torch.FloatTensor` of shape `(batch_size, num_channels, height, width)`):
             Normalised high-resolution images; height and width any multiples of `patch_size`.
+        pixel_mask (`torch.Tensor` of shape `(batch_size, height, width)`, *optional*):
+            For images of different sizes padded at the bottom and right into one batch (the image processor returns
+            it with such a batch): nonzero on each image, zero on its padding. Each image is selected from, embedded
+            and filled as it is alone: the selector sees its own content, k follows its own grid (`k_ratio`; a `k` or
+            a target is resolved on the padded grid and capped at the image's patches), nothing is kept from or
+            filled from padding. `selected_indices` are row-major on the padded grid, -1 in the slots an image does
+            not use (last); the tokens of padding cells are meaningless.
         k (`int`, *optional*):
             Patches kept per image, 1..Hp * Wp; default `config.default_k` if set.
         k_ratio (`float`, *optional*):
@@ -616,20 +806,28 @@ class LookWhereModel(LookWherePreTrainedModel):
             Fill every grid cell (DINOv2-style `last_hidden_state` and `hidden_states`); `False` skips the fill when
             only the image-level output or the kept tokens are needed.
         """
-        check_forward_kwargs(kwargs, ("k", "k_ratio", "fill_dense", "max_gflops", "max_ms"))
+        check_forward_kwargs(kwargs, ("k", "k_ratio", "fill_dense", "max_gflops", "max_ms", "pixel_mask"))
+        check_attention_outputs(self.config, kwargs)
         check_pixel_values(pixel_values, self.config, self.get_input_embeddings().weight)
+        grids = None if pixel_mask is None else grids_from_mask(pixel_mask, pixel_values, self.config)
         return_dict = kwargs.pop("return_dict", self.config.return_dict)
         patch = self.config.patch_size
         grid = (pixel_values.shape[2] // patch, pixel_values.shape[3] // patch)
+        budget_given = not (k is None and k_ratio is None and max_gflops is None and max_ms is None)
+        kept_ratio = k_ratio
         k = self.num_kept(grid, k, k_ratio, max_gflops, max_ms, pixel_values)
         pixel_values = pixel_values.to(self.get_input_embeddings().weight.dtype)
 
         # Where: the selector scores every high-resolution patch from a low-resolution copy.
-        global_tokens, selector_map = self.selector(pixel_values, grid)
+        global_tokens, selector_map = self.selector(pixel_values, grid, grids)
         # top-k is not differentiable: the selector learns from its map loss and through the global tokens.
-        selected_indices = selector_map.topk(k, dim=-1).indices.sort(dim=-1).values
+        if grids is None:
+            selected_indices = selector_map.topk(k, dim=-1).indices.sort(dim=-1).values
+        else:
+            kept = self.kept_in_images(grids, k, kept_ratio, budget_given)
+            selected_indices = select_in_images(selector_map, k, kept, cells_in_images(grids, grid))
         # What: the extractor embeds and runs the kept patches only, after the selector's global tokens.
-        extracted = self.extract(pixel_values, selected_indices, global_tokens, **kwargs)
+        extracted = self.extract(pixel_values, selected_indices, global_tokens, grids, **kwargs)
         outputs = LookWhereModelOutput(
             last_hidden_state=extracted.last_hidden_state,
             pooler_output=extracted.last_hidden_state[:, 0],
@@ -641,17 +839,25 @@ class LookWhereModel(LookWherePreTrainedModel):
         if fill_dense:  # back onto the full grid, as a dense ViT lays out its tokens
             fill = self.dense_fill(selected_indices, selector_map, grid)
             outputs.last_hidden_state = fill(outputs.last_hidden_state)
+            outputs.patch_tokens = outputs.last_hidden_state[:, 1 + self.config.num_register_tokens :]
             if outputs.hidden_states is not None:
                 outputs.hidden_states = tuple(fill(state) for state in outputs.hidden_states)
         return outputs if return_dict else outputs.to_tuple()
 
     @capture_outputs(tie_last_hidden_states=False)
     def extract(
-        self, pixel_values: torch.Tensor, selected_indices: torch.Tensor, global_tokens: torch.Tensor, **kwargs
+        self,
+        pixel_values: torch.Tensor,
+        selected_indices: torch.Tensor,
+        global_tokens: torch.Tensor,
+        image_grids: torch.Tensor | None = None,
+        **kwargs,
     ) -> BaseModelOutput:
         """The extractor on the kept patches, its hidden states and attentions recorded when asked:
         last_hidden_state (B, 1 + R + k, D)."""
-        return BaseModelOutput(last_hidden_state=self.extractor(pixel_values, selected_indices, global_tokens, **kwargs))
+        return BaseModelOutput(
+            last_hidden_state=self.extractor(pixel_values, selected_indices, global_tokens, image_grids, **kwargs)
+        )
 
     def dense_fill(
         self, selected_indices: torch.Tensor, selector_map: torch.Tensor, grid: tuple[int, int]
@@ -660,7 +866,8 @@ class LookWhereModel(LookWherePreTrainedModel):
         its (Hp, Wp) grid: a function from any (B, 1 + R + k, D) tokens of that call (the output, a hidden state, a
         normalised one) to (B, 1 + R + Hp * Wp, D). Equidistant kept cells rank by selector score, as in the authors'
         code."""
-        scores = selector_map.gather(1, selected_indices)
+        unused = selected_indices < 0  # slots an image of a padded batch does not use rank last
+        scores = selector_map.gather(1, selected_indices.clamp(min=0)).masked_fill(unused, float("-inf"))
         score_rank = scores.argsort(dim=-1, descending=True).argsort(dim=-1)
         fill = DenseFill(selected_indices, grid, self.config.num_fill_neighbors, score_rank)
         num_prefix = 1 + self.config.num_register_tokens
@@ -675,12 +882,14 @@ class LookWhereModel(LookWherePreTrainedModel):
         norm: bool = True,
         k: int | None = None,
         k_ratio: float | None = None,
+        pixel_mask: torch.Tensor | None = None,
     ) -> tuple:
         """DINOv2's `get_intermediate_layers` on the filled grid: the patch tokens after the last `n` extractor blocks
         (an int) or after the blocks of these 0-based indices (a list), through the final norm if `norm` (before the
         fill, as for `last_hidden_state`). Returns a tuple with one (B, Hp * Wp, D) tensor per block, (B, D, Hp, Wp)
         maps if `reshape`, or (patch tokens, (B, D) CLS) pairs if `return_class_token`."""
-        outputs = self(pixel_values, k=k, k_ratio=k_ratio, fill_dense=False, output_hidden_states=True)
+        outputs = self(pixel_values, k=k, k_ratio=k_ratio, fill_dense=False, pixel_mask=pixel_mask,
+                       output_hidden_states=True)
         blocks = outputs.hidden_states[1:]  # [0] is the embedding output
         num_prefix = 1 + self.config.num_register_tokens
         grid = (pixel_values.shape[2] // self.config.patch_size, pixel_values.shape[3] // self.config.patch_size)
@@ -696,16 +905,33 @@ class LookWhereModel(LookWherePreTrainedModel):
         return tuple(layers)
 
 
-class LookWhereForImageClassification(LookWherePreTrainedModel):
+class LookWhereTaskModel(LookWherePreTrainedModel):
+    """The base of the task heads: fine-tuning trains the extractor and the head, as the method does, and the selector
+    stays frozen (no gradients, eval mode) unless `config.freeze_selector` is False. `from_pretrained` replaces every
+    parameter after `__init__` and ends with `eval()`, and the Trainer calls `train()` each step: both land in `train`,
+    which freezes it again."""
+
+    def __init__(self, config: LookWhereConfig):
+        super().__init__(config)
+        self.lookwhere = LookWhereModel(config)
+        if not config.freeze_selector:
+            logger.warning_once("freeze_selector=False: the selector is fine-tuned with the extractor and the head.")
+        self.train(self.training)
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        if self.config.freeze_selector:
+            self.lookwhere.selector.requires_grad_(False).eval()
+        return self
+
+
+class LookWhereForImageClassification(LookWhereTaskModel):
     """LookWhere with a linear classifier on the extractor's CLS token. The selector stays frozen by default."""
 
     def __init__(self, config: LookWhereConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.lookwhere = LookWhereModel(config)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels) if config.num_labels > 0 else nn.Identity()
-        if config.freeze_selector:
-            self.lookwhere.selector.requires_grad_(False)
         self.post_init()
 
     @can_return_tuple
@@ -729,17 +955,14 @@ class LookWhereForImageClassification(LookWherePreTrainedModel):
         )
 
 
-class LookWhereForSemanticSegmentation(LookWherePreTrainedModel):
+class LookWhereForSemanticSegmentation(LookWhereTaskModel):
     """LookWhere with a per-patch linear head on the filled grid; logits upsampled to the input size.
     The selector stays frozen by default."""
 
     def __init__(self, config: LookWhereConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.lookwhere = LookWhereModel(config)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-        if config.freeze_selector:
-            self.lookwhere.selector.requires_grad_(False)
         self.post_init()
 
     @can_return_tuple
@@ -749,37 +972,37 @@ class LookWhereForSemanticSegmentation(LookWherePreTrainedModel):
         labels: torch.Tensor | None = None,
         k: int | None = None,
         k_ratio: float | None = None,
+        pixel_mask: torch.Tensor | None = None,
         **kwargs,
     ) -> SemanticSegmenterOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, height, width)`, *optional*):
-            Per-pixel class indices; `config.semantic_loss_ignore_index` (255) is ignored.
+            Per-pixel class indices; `config.semantic_loss_ignore_index` (255) is ignored, and so is padding.
         """
-        outputs = self.lookwhere(pixel_values, k=k, k_ratio=k_ratio, fill_dense=True, **kwargs)
+        outputs = self.lookwhere(pixel_values, k=k, k_ratio=k_ratio, fill_dense=True, pixel_mask=pixel_mask, **kwargs)
         batch_size, _, height, width = pixel_values.shape
         patch = self.config.patch_size
-        num_prefix = 1 + self.config.num_register_tokens
-        patch_logits = self.classifier(outputs.last_hidden_state[:, num_prefix:])  # (B, Hp * Wp, labels)
+        patch_logits = self.classifier(outputs.patch_tokens)  # (B, Hp * Wp, labels)
         patch_logits = patch_logits.transpose(1, 2).reshape(batch_size, -1, height // patch, width // patch)
         logits = F.interpolate(patch_logits, size=(height, width), mode="bilinear", align_corners=False)
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(logits, labels, ignore_index=self.config.semantic_loss_ignore_index)
+            ignore = self.config.semantic_loss_ignore_index
+            if pixel_mask is not None:
+                labels = labels.masked_fill(pixel_mask == 0, ignore)
+            loss = F.cross_entropy(logits, labels, ignore_index=ignore)
         return SemanticSegmenterOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
 
 
-class LookWhereBackbone(BackboneMixin, LookWherePreTrainedModel):
+class LookWhereBackbone(BackboneMixin, LookWhereTaskModel):
     """LookWhere feature maps at chosen extractor layers ("stem", "stage1", ...) on the filled grid, for
     dense-prediction heads: (B, D, Hp, Wp). The selector stays frozen by default."""
 
     def __init__(self, config: LookWhereConfig):
         super().__init__(config)
-        self.lookwhere = LookWhereModel(config)
         self.num_features = [config.hidden_size] * (config.num_hidden_layers + 1)
-        if config.freeze_selector:
-            self.lookwhere.selector.requires_grad_(False)
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Module:

@@ -58,9 +58,13 @@ class VecaModelOutput(BaseModelOutputWithPooling):
         Core 0 after the final norm, the image-level token.
     core_coordinates (`torch.FloatTensor` of shape `(batch_size, num_cores, 2)`):
         Final (x, y) coordinates of the active cores in (-1, 1), image-relative.
+    patch_tokens (`torch.FloatTensor` of shape `(batch_size, Hp * Wp, hidden_size)`):
+        The patch tokens of `last_hidden_state` alone, row-major on the patch grid (a view, not a copy): DINOv2's
+        `last_hidden_state[:, 1:]` here is `last_hidden_state[:, num_cores:]`.
     """
 
     core_coordinates: torch.FloatTensor | None = None
+    patch_tokens: torch.FloatTensor | None = None
 
 
 class VecaPatchEmbeddings(nn.Module):
@@ -158,12 +162,21 @@ class VecaRotaryEmbedding(nn.Module):
         return torch.polar(torch.ones_like(angles), angles)
 
 
-def patch_center_coordinates(height: int, width: int, device: torch.device) -> torch.Tensor:
-    """(height * width, 2) patch centres (i + 0.5) / n * 2 - 1 in (x, y) order, rows first like the patch tokens."""
-    ys = (torch.arange(height, device=device, dtype=torch.float32) + 0.5) / height * 2 - 1
-    xs = (torch.arange(width, device=device, dtype=torch.float32) + 0.5) / width * 2 - 1
-    grid_y, grid_x = torch.meshgrid(ys, xs, indexing="ij")
-    return torch.stack([grid_x, grid_y], dim=-1).flatten(0, 1)
+def patch_center_coordinates(
+    height: int, width: int, device: torch.device, image_grids: torch.Tensor | None = None
+) -> torch.Tensor:
+    """(height * width, 2) patch centres (i + 0.5) / n * 2 - 1 in (x, y) order, rows first like the patch tokens.
+    With `image_grids` (B, 2), each image's (rows, columns) in a padded batch: (B, height * width, 2), each image's
+    centres relative to its own grid (padding cells fall outside (-1, 1))."""
+    ys = torch.arange(height, device=device, dtype=torch.float32) + 0.5
+    xs = torch.arange(width, device=device, dtype=torch.float32) + 0.5
+    if image_grids is None:
+        grid_y, grid_x = torch.meshgrid(ys / height * 2 - 1, xs / width * 2 - 1, indexing="ij")
+        return torch.stack([grid_x, grid_y], dim=-1).flatten(0, 1)
+    ys = ys / image_grids[:, :1] * 2 - 1  # (B, height)
+    xs = xs / image_grids[:, 1:] * 2 - 1  # (B, width)
+    grid_x, grid_y = xs[:, None, :].expand(-1, height, -1), ys[:, :, None].expand(-1, -1, width)
+    return torch.stack([grid_x, grid_y], dim=-1).flatten(1, 2)
 
 
 def augment_patch_coordinates(coordinates: torch.Tensor, shift: float | None, rescale: float | None) -> torch.Tensor:
@@ -219,8 +232,14 @@ class VecaCorePeripheryAttention(nn.Module):
         self.proj = nn.Linear(config.hidden_size, config.hidden_size)
 
     def forward(
-        self, hidden_states: torch.Tensor, num_cores: int, rotations: torch.Tensor, **kwargs
+        self,
+        hidden_states: torch.Tensor,
+        num_cores: int,
+        rotations: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`attention_mask` (B, 1, 1, L), additive: the cores' mask over [cores ; patches] in a padded batch."""
         batch_size, seq_len, hidden_size = hidden_states.shape
         qkv = self.qkv(hidden_states).view(batch_size, seq_len, 3, self.num_heads, self.head_dim)
         query, key = apply_rotary(qkv[:, :, :2], rotations).unbind(2)
@@ -231,8 +250,10 @@ class VecaCorePeripheryAttention(nn.Module):
         )
         dropout = self.dropout if self.training else 0.0
         core_keys, core_values = key[:, :, :num_cores], value[:, :, :num_cores]
+        if attention_mask is not None:
+            attention_mask = attention_mask.to(query.dtype)
         core_output, core_weights = attention_interface(
-            self, query[:, :, :num_cores], key, value, None, dropout=dropout, scaling=self.scaling, **kwargs
+            self, query[:, :, :num_cores], key, value, attention_mask, dropout=dropout, scaling=self.scaling, **kwargs
         )
         patch_output, patch_weights = attention_interface(
             self, query[:, :, num_cores:], core_keys, core_values, None, dropout=dropout, scaling=self.scaling, **kwargs
@@ -291,9 +312,16 @@ class VecaLayer(GradientCheckpointingLayer):
         self.drop_path = VecaDropPath(drop_path_rate)
 
     def forward(
-        self, hidden_states: torch.Tensor, num_cores: int, rotations: torch.Tensor, **kwargs
+        self,
+        hidden_states: torch.Tensor,
+        num_cores: int,
+        rotations: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        **kwargs,
     ) -> torch.Tensor:
-        attn_output, _ = self.attention(self.norm1(hidden_states), num_cores, rotations, **kwargs)
+        attn_output, _ = self.attention(
+            self.norm1(hidden_states), num_cores, rotations, attention_mask=attention_mask, **kwargs
+        )
         hidden_states = hidden_states + self.drop_path(self.dropout(attn_output))
         # Token chunks keep the 2h-wide MLP activations small: less peak memory, fewer fresh pages on CPU.
         chunk_size = self.chunk_size_feed_forward
@@ -436,6 +464,51 @@ def check_pixel_values(pixel_values: torch.Tensor, config: VecaConfig, weight: t
         )
 
 
+def check_attention_outputs(config: VecaConfig, kwargs: dict) -> None:
+    """Attention maps come from eager attention only: sdpa, flex and flash attention never form them."""
+    if kwargs.get("output_attentions", config.output_attentions) and config._attn_implementation != "eager":
+        raise ValueError(
+            f"output_attentions=True needs attention maps, which {config._attn_implementation!r} attention does not "
+            'compute: load the model with attn_implementation="eager" (or call model.set_attn_implementation("eager")).'
+        )
+
+
+def grids_from_mask(pixel_mask: torch.Tensor, pixel_values: torch.Tensor, config: VecaConfig) -> torch.Tensor:
+    """Each image's patch grid (rows, columns), (B, 2), in a batch padded at the bottom and right as the image
+    processor pads it: `pixel_mask` (B, H, W) is nonzero on each image and zero on its padding. Its shape and device
+    are checked; its values are not read on the host."""
+    expected = (pixel_values.shape[0], *pixel_values.shape[2:])
+    if not isinstance(pixel_mask, torch.Tensor) or tuple(pixel_mask.shape) != expected:
+        shape = tuple(pixel_mask.shape) if isinstance(pixel_mask, torch.Tensor) else type(pixel_mask).__name__
+        raise ValueError(
+            f"pixel_mask has shape {shape} but pixel_values is {tuple(pixel_values.shape)}: pass the (batch, height, "
+            f"width) = {expected} pixel_mask the image processor returned with these pixel_values."
+        )
+    if pixel_mask.device != pixel_values.device:
+        raise ValueError(f"pixel_mask is on {pixel_mask.device} but pixel_values on {pixel_values.device}; move it.")
+    if config._attn_implementation not in ("eager", "sdpa"):  # flash takes no such mask; flex's CPU kernel fails on it
+        raise ValueError(
+            f"pixel_mask needs eager or sdpa attention, not {config._attn_implementation!r}: load the model with "
+            'attn_implementation="sdpa", or run the images of each size as a batch of their own.'
+        )
+    patch_mask = pixel_mask[:, :: config.patch_size, :: config.patch_size] != 0  # (B, Hp, Wp)
+    return torch.stack([patch_mask[:, :, 0].sum(dim=1), patch_mask[:, 0].sum(dim=1)], dim=1)
+
+
+def cells_in_images(image_grids: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+    """(B, Hp * Wp) bool, row-major on the padded grid: whether each cell lies in its image's own (rows, columns)."""
+    rows = torch.arange(grid[0], device=image_grids.device) < image_grids[:, :1]  # (B, Hp)
+    columns = torch.arange(grid[1], device=image_grids.device) < image_grids[:, 1:]  # (B, Wp)
+    return (rows[:, :, None] & columns[:, None, :]).flatten(1)
+
+
+def additive_key_mask(keep: torch.Tensor) -> torch.Tensor:
+    """(B, L) True for the keys each query may attend to -> (B, 1, 1, L) float32 mask added to the attention scores:
+    0, or float32's lowest value, which the softmax turns into a weight of exactly 0."""
+    mask = torch.zeros(keep.shape, device=keep.device).masked_fill(~keep, torch.finfo(torch.float32).min)
+    return mask[:, None, None]
+
+
 class VecaModel(VecaPreTrainedModel):
     def __init__(self, config: VecaConfig):
         super().__init__(config)
@@ -489,11 +562,17 @@ class VecaModel(VecaPreTrainedModel):
         num_cores: int | None = None,
         max_gflops: float | None = None,
         max_ms: float | None = None,
+        pixel_mask: torch.Tensor | None = None,
         **kwargs,
     ) -> VecaModelOutput:
         r"""
         pixel_values (`torch.FloatTensor` of shape `(batch_size, num_channels, height, width)`):
             Normalised images; height and width any multiples of `patch_size`.
+        pixel_mask (`torch.Tensor` of shape `(batch_size, height, width)`, *optional*):
+            For images of different sizes padded at the bottom and right into one batch (the image processor returns
+            it with such a batch): nonzero on each image, zero on its padding. Each image's patch positions are
+            those of its own grid and the cores never attend to padding, so every image gets the features it gets
+            alone; the tokens of padding cells are meaningless.
         num_cores (`int`, *optional*):
             Active prefix of the core bank, 1..`config.num_cores` (default: `config.default_num_cores`, else
             `config.default_max_gflops`, else the whole bank).
@@ -505,18 +584,24 @@ class VecaModel(VecaPreTrainedModel):
             `config.latency_table` (`corevision_hf.calibrate_latency`, one forward at its batch size, 1 by default),
             fits.
         """
-        check_forward_kwargs(kwargs, ("num_cores", "max_gflops", "max_ms"))
+        check_forward_kwargs(kwargs, ("num_cores", "max_gflops", "max_ms", "pixel_mask"))
+        check_attention_outputs(self.config, kwargs)
         check_pixel_values(pixel_values, self.config, self.patch_embeddings.projection.weight)
+        grids = None if pixel_mask is None else grids_from_mask(pixel_mask, pixel_values, self.config)
         num_cores = self.active_cores(num_cores, pixel_values, max_gflops, max_ms)
         batch_size, _, height, width = pixel_values.shape
-        patch = self.config.patch_size
+        grid = (height // self.config.patch_size, width // self.config.patch_size)
 
         patches = self.patch_embeddings(pixel_values.to(self.patch_embeddings.projection.weight.dtype))
         cores, raw_coordinates = self.core_bank(batch_size, num_cores)
         hidden_states = torch.cat([cores.to(patches.dtype), patches], dim=1)
+        attention_mask = None
+        if grids is not None:  # the cores attend to the active cores and their own image's patches
+            cells = cells_in_images(grids, grid)
+            attention_mask = additive_key_mask(torch.cat([cells.new_ones(batch_size, num_cores), cells], dim=1))
 
         # Patch rotations are fixed for the whole forward; only the cores move between layers.
-        patch_coordinates = patch_center_coordinates(height // patch, width // patch, pixel_values.device)
+        patch_coordinates = patch_center_coordinates(*grid, pixel_values.device, grids)
         if self.training:
             patch_coordinates = augment_patch_coordinates(
                 patch_coordinates, self.config.pos_embed_shift, self.config.pos_embed_rescale
@@ -528,7 +613,7 @@ class VecaModel(VecaPreTrainedModel):
                 raw_coordinates = self.coordinate_heads[index - 1](raw_coordinates, hidden_states[:, :num_cores])
             core_rotations = self.rotary_embedding(torch.tanh(raw_coordinates))
             rotations = torch.cat([core_rotations, patch_rotations], dim=1)
-            hidden_states = layer(hidden_states, num_cores, rotations, **kwargs)
+            hidden_states = layer(hidden_states, num_cores, rotations, attention_mask, **kwargs)
 
         sequence_output = self.norm(hidden_states)
         if self.output_projection is not None:
@@ -537,6 +622,7 @@ class VecaModel(VecaPreTrainedModel):
             last_hidden_state=sequence_output,
             pooler_output=sequence_output[:, 0],
             core_coordinates=torch.tanh(raw_coordinates),
+            patch_tokens=sequence_output[:, num_cores:],
         )
 
 
@@ -548,12 +634,13 @@ class VecaModel(VecaPreTrainedModel):
         return_class_token: bool = False,
         norm: bool = True,
         num_cores: int | None = None,
+        pixel_mask: torch.Tensor | None = None,
     ) -> tuple:
         """DINOv2's `get_intermediate_layers`: the patch tokens after the last `n` blocks (an int) or after the blocks
         of these 0-based indices (a list), through the final norm if `norm`. Returns a tuple with one (B, Hp * Wp, D)
         tensor per block, (B, D, Hp, Wp) maps if `reshape`, or (patch tokens, (B, D) core 0) pairs if
         `return_class_token`."""
-        outputs = self(pixel_values, num_cores=num_cores, output_hidden_states=True)
+        outputs = self(pixel_values, num_cores=num_cores, pixel_mask=pixel_mask, output_hidden_states=True)
         blocks = outputs.hidden_states[1:]  # [0] is the embedding output
         active_cores = outputs.core_coordinates.shape[1]
         grid = (pixel_values.shape[2] // self.config.patch_size, pixel_values.shape[3] // self.config.patch_size)
@@ -580,7 +667,8 @@ def chosen_blocks(n, depth: int) -> list[int]:
 
 
 class VecaForImageClassification(VecaPreTrainedModel):
-    """VECA with a linear classifier on [core 0 ; mean patch token]."""
+    """VECA with a linear classifier on [core 0 ; mean patch token] (the mean over each image's own patches in a
+    padded batch)."""
 
     def __init__(self, config: VecaConfig):
         super().__init__(config)
@@ -596,16 +684,23 @@ class VecaForImageClassification(VecaPreTrainedModel):
         pixel_values: torch.Tensor,
         labels: torch.Tensor | None = None,
         num_cores: int | None = None,
+        pixel_mask: torch.Tensor | None = None,
         **kwargs,
     ) -> ImageClassifierOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
             Class indices for the cross-entropy loss (mean-squared error when `num_labels == 1`).
         """
-        outputs: VecaModelOutput = self.veca(pixel_values, num_cores=num_cores, **kwargs)
-        sequence_output = outputs.last_hidden_state
-        active_cores = outputs.core_coordinates.shape[1]
-        features = torch.cat([sequence_output[:, 0], sequence_output[:, active_cores:].mean(dim=1)], dim=-1)
+        outputs: VecaModelOutput = self.veca(pixel_values, num_cores=num_cores, pixel_mask=pixel_mask, **kwargs)
+        patch_tokens = outputs.patch_tokens
+        if pixel_mask is None:
+            mean_patch = patch_tokens.mean(dim=1)
+        else:
+            grids = grids_from_mask(pixel_mask, pixel_values, self.config)
+            patch = self.config.patch_size
+            cells = cells_in_images(grids, (pixel_values.shape[2] // patch, pixel_values.shape[3] // patch))
+            mean_patch = (patch_tokens * cells[..., None]).sum(dim=1) / grids.prod(dim=1, keepdim=True)
+        features = torch.cat([outputs.pooler_output, mean_patch], dim=-1)
         logits = self.classifier(features)
         loss = self.loss_function(labels, logits, self.config, **kwargs) if labels is not None else None
         return ImageClassifierOutput(

@@ -1,14 +1,17 @@
 """`pipeline("image-feature-extraction")` for VECA with the budget per call: `pipe(image, num_cores=8)`.
 
-Hub-copied: imports only transformers. Saved checkpoints name this class in `config.custom_pipelines`, so
+Hub-copied: imports only torch and transformers. Saved checkpoints name this class in `config.custom_pipelines`, so
 `pipeline(task, model=folder_or_repo, trust_remote_code=True)` uses it; the stock pipeline drops unknown arguments.
 """
 
+import torch
 from transformers.pipelines.image_feature_extraction import ImageFeatureExtractionPipeline
 
 
 class VecaImageFeatureExtractionPipeline(ImageFeatureExtractionPipeline):
-    """The stock image feature extraction pipeline, plus the model's budget arguments, forwarded to the model."""
+    """The stock image feature extraction pipeline, plus the model's budget arguments, forwarded to the model, and
+    batches of images of different sizes (`batch_size=`): padded with the mask the model takes, each image's
+    features cropped back to its own grid, as it gets them alone."""
 
     budget_arguments = ("num_cores", "max_gflops", "max_ms")
     pipeline_arguments = ("image_processor_kwargs", "return_tensors", "pool", "timeout")
@@ -23,8 +26,39 @@ class VecaImageFeatureExtractionPipeline(ImageFeatureExtractionPipeline):
         preprocess_params, _, postprocess_params = super()._sanitize_parameters(**kwargs)
         return preprocess_params, forward_params, postprocess_params
 
+    def get_iterator(self, inputs, num_workers, batch_size, *args, **kwargs):
+        iterator = super().get_iterator(inputs, num_workers, batch_size, *args, **kwargs)
+        if batch_size > 1:  # the stock collate concatenates pixel_values, which fails for different sizes
+            iterator.loader.loader.collate_fn = self.collate
+        return iterator
+
+    def collate(self, items: list[dict]) -> dict:
+        return self.image_processor.pad([item["pixel_values"][0] for item in items])
+
     def _forward(self, model_inputs, **forward_params):
-        return self.model(**model_inputs, **forward_params)
+        outputs = self.model(**model_inputs, **forward_params)
+        return {"last_hidden_state": outputs.last_hidden_state, "pooler_output": outputs.pooler_output,
+                "pixel_mask": model_inputs.get("pixel_mask")}
+
+    def postprocess(self, model_outputs, pool=None, return_tensors=False):
+        if pool:
+            outputs = model_outputs["pooler_output"]
+        else:
+            outputs = unpadded_tokens(model_outputs["last_hidden_state"], model_outputs["pixel_mask"],
+                                      self.model.config.patch_size)
+        return outputs if return_tensors else outputs.tolist()
+
+
+def unpadded_tokens(tokens: torch.Tensor, pixel_mask: torch.Tensor | None, patch_size: int) -> torch.Tensor:
+    """One image's (1, prefix + Hp * Wp, D) tokens from a padded batch -> (1, prefix + hp * wp, D), the patch tokens
+    of its own (hp, wp) grid alone; unchanged without a mask."""
+    if pixel_mask is None:
+        return tokens
+    grid = (pixel_mask.shape[-2] // patch_size, pixel_mask.shape[-1] // patch_size)
+    rows, columns = int(pixel_mask[0, :, 0].sum()) // patch_size, int(pixel_mask[0, 0].sum()) // patch_size
+    prefix = tokens.shape[1] - grid[0] * grid[1]
+    patches = tokens[:, prefix:].unflatten(1, grid)[:, :rows, :columns].flatten(1, 2)
+    return torch.cat([tokens[:, :prefix], patches], dim=1)
 
 
 __all__ = ["VecaImageFeatureExtractionPipeline"]
