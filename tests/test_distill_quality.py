@@ -1,108 +1,194 @@
-"""The arithmetic of benchmarks/distill_quality.py, checked by hand: its standard errors, its goals and its guards.
-(The benchmark itself trains nine students for an hour; these run in a second.)"""
+"""benchmarks/distill_quality.py: its intervals and paired ratios checked by hand, its reference lines and guards, and
+its smoke mode end to end (the benchmark itself trains thirteen students for an hour and a half)."""
 
 import json
 import math
-import shlex
+import shutil
+import statistics
 
 import pytest
+import torch
+from transformers import Dinov2Config, Dinov2Model
 
 from benchmarks import distill_quality as dq
+from benchmarks import quality_stats as qs
+from training.data import HELDOUT_PHOTOS
 
 
-def test_standard_error_adds_the_photo_and_the_seed_terms():
+# ---------------------------------------------------------------------------------------------------- statistics
+
+
+@pytest.mark.parametrize("df, quantile", [(1, 12.7062), (2, 4.3027), (5, 2.5706), (20, 2.0860), (math.inf, 1.9600)])
+def test_t_quantiles_are_the_tables(df, quantile):
+    assert qs.t_quantile(0.975, df) == pytest.approx(quantile, abs=1e-4)
+    assert qs.t_cdf(qs.t_quantile(0.975, df), df) == pytest.approx(0.975, abs=1e-9) if math.isfinite(df) else True
+
+
+def test_interval_adds_the_photo_and_seed_terms_with_satterthwaite_df():
     # seeds x photos; per-photo means 2, 3, 4 (variance 1), per-seed means 2, 4 (variance 2)
-    mean, error = dq.mean_and_error([[1.0, 2.0, 3.0], [3.0, 4.0, 5.0]])
-    assert mean == pytest.approx(3.0)
-    assert error == pytest.approx(math.sqrt(1 / 3 + 2 / 2))
+    result = qs.mean_interval([[1.0, 2.0, 3.0], [3.0, 4.0, 5.0]])
+    photos, seeds = 1 / 3, 2 / 2  # variances of the mean, with 2 and 1 df
+    df = (photos + seeds) ** 2 / (photos**2 / 2 + seeds**2 / 1)
+    assert result["mean"] == pytest.approx(3.0)
+    assert result["se"] == pytest.approx(math.sqrt(photos + seeds))
+    assert result["df"] == pytest.approx(df)
+    assert result["half_width"] == pytest.approx(qs.t_quantile(0.975, df) * math.sqrt(photos + seeds))
+    assert (result["low"], result["high"]) == pytest.approx((3 - result["half_width"], 3 + result["half_width"]))
+    assert result["terms"] == pytest.approx({"photos": math.sqrt(photos), "seeds": math.sqrt(seeds)})
 
 
-def test_standard_error_with_one_seed_is_the_spread_over_photos():
-    mean, error = dq.mean_and_error([[1.0, 2.0, 3.0]])
-    assert (mean, error) == pytest.approx((2.0, math.sqrt(1 / 3)))
-    assert dq.mean_and_error([[0.7]]) == (0.7, None)
+def test_one_seed_is_the_photo_term_on_photos_minus_one_df():
+    result = qs.mean_interval([[1.0, 2.0, 3.0]])
+    assert (result["mean"], result["se"], result["df"]) == pytest.approx((2.0, math.sqrt(1 / 3), 2))
+    assert result["half_width"] == pytest.approx(4.3027 * math.sqrt(1 / 3), abs=1e-4)
 
 
-def test_accuracy_error_is_binomial_plus_seed_spread():
-    mean, error = dq.accuracy_and_error([0.5, 0.7], images=100)
-    assert mean == pytest.approx(0.6)
-    assert error == pytest.approx(math.sqrt(0.6 * 0.4 / 100 + 0.02 / 2))
-    assert dq.accuracy_and_error([0.9, 0.9, 0.9], images=50)[1] == pytest.approx(math.sqrt(0.9 * 0.1 / 50))
+def test_rerun_drift_is_a_term_of_its_own_with_one_df():
+    first, second = [0.50, 0.60, 0.70], [0.48, 0.58, 0.68]  # the same student trained twice: d = 0.02
+    drift = qs.drift_variance(first, second)
+    assert drift == pytest.approx(0.02**2 / 2)
+    result = qs.mean_interval([[1.0, 2.0, 3.0], [3.0, 4.0, 5.0]], drift)
+    assert result["terms"]["drift"] == pytest.approx(math.sqrt(drift / 2))  # averaged over the two seeds
+    assert result["se"] ** 2 == pytest.approx(1 / 3 + 1 + drift / 2)
 
 
-def test_paired_ratio_error_by_hand():
+def test_paired_ratio_by_hand():
     # A - 1.05 B = [[-0.15, 0.05], [-0.05, 0.15]]: photo means -0.1, 0.1 (variance 0.02), seed means -0.05, 0.05
     # (variance 0.005); over mean(B) = 1
-    ratio, error = dq.paired_ratio([[0.9, 1.1], [1.0, 1.2]], [[1.0, 1.0], [1.0, 1.0]])
-    assert ratio == pytest.approx(1.05)
-    assert error == pytest.approx(math.sqrt(0.02 / 2 + 0.005 / 2))
+    result = qs.paired_ratio([[0.9, 1.1], [1.0, 1.2]], [[1.0, 1.0], [1.0, 1.0]])
+    assert result["mean"] == pytest.approx(1.05)
+    assert result["se"] == pytest.approx(math.sqrt(0.02 / 2 + 0.005 / 2))
+    df = (0.01 + 0.0025) ** 2 / (0.01**2 / 1 + 0.0025**2 / 1)
+    assert result["half_width"] == pytest.approx(qs.t_quantile(0.975, df) * result["se"])
 
 
-def test_paired_ratio_cancels_what_both_share():
-    # hard and easy photos, a good and a bad seed, but A is always 0.9 B: the ratio is known exactly
-    reference = [[0.3, 0.9, 0.6], [0.5, 0.8, 0.4]]
-    ratio, error = dq.paired_ratio([[0.9 * b for b in row] for row in reference], reference)
-    assert ratio == pytest.approx(0.9)
-    assert error == pytest.approx(0.0, abs=1e-12)
-    assert dq.mean_and_error(reference)[1] > 0.1  # while each mean on its own is uncertain
+def test_paired_ratio_cancels_what_both_share_and_a_fixed_reference_serves_every_seed():
+    reference = [[0.3, 0.9, 0.6], [0.5, 0.8, 0.4]]  # hard and easy photos, a good and a bad seed
+    result = qs.paired_ratio([[0.9 * b for b in row] for row in reference], reference)
+    assert (result["mean"], result["se"], result["half_width"]) == pytest.approx((0.9, 0.0, 0.0), abs=1e-12)
+    assert qs.mean_interval(reference)["se"] > 0.1  # while each mean on its own is uncertain
+    fixed = [[0.5, 0.6]]  # a baseline measured once (the constant, the teacher): the same row for both seeds
+    values = [[0.55, 0.62], [0.45, 0.64]]
+    assert qs.paired_ratio(values, fixed)["mean"] == pytest.approx(statistics.fmean([0.55, 0.62, 0.45, 0.64]) / 0.55)
+    assert qs.paired_difference(values, fixed)["mean"] == pytest.approx(statistics.fmean([0.05, 0.02, -0.05, 0.04]))
 
 
-def test_goals_compare_the_right_rows():
-    def entry(cls, patch):  # two seeds x two photos, spread around the given means
-        return {"cls": [[cls - 0.01, cls + 0.01], [cls, cls]], "patch": [[patch - 0.01, patch + 0.01], [patch, patch]]}
-
-    agreements = {
-        ("VECA-S", "cores=4", 224): entry(0.60, 0.40),
-        ("VECA-S", "cores=32", 224): entry(0.62, 0.50),
-        ("dense ViT-S", "all", 224): entry(0.70, 0.51),
-        ("LookWhere-S", "k_ratio=0.1", 224): entry(0.56, 0.30),
-    }
-    goals = dq.goal_rows(agreements, 224, smallest=4, largest=32)
-    assert [round(g["ratio"], 4) for g in goals] == [round(0.60 / 0.62, 4), 0.8, round(0.50 / 0.51, 4), 0.8]
-    assert [g["met"] for g in goals] == [True, False, True, False]
-    assert [g["target"] for g in goals] == [0.96, 0.96, 0.97, 0.90]
-    assert [g["value"] for g in goals] == pytest.approx([0.60, 0.40, 0.50, 0.56])
-    first = goals[0]
-    assert first["ratio_se"] == pytest.approx(dq.paired_ratio(agreements["VECA-S", "cores=4", 224]["cls"],
-                                                              agreements["VECA-S", "cores=32", 224]["cls"])[1])
+def test_paired_ratio_carries_both_drifts():
+    values, reference = [[1.0, 2.0]], [[1.0, 2.0]]  # ratio 1, nothing else varies
+    result = qs.paired_ratio(values, reference, drift=0.01, reference_drift=0.04)
+    assert result["se"] == pytest.approx(math.sqrt(0.01 + 0.04) / 1.5)
+    assert result["df"] == pytest.approx(1)
 
 
-def test_the_recipe_command_parses_back_to_the_same_training():
-    args = dq.parse_args(["--seeds", "0", "1", "--steps", "7", "--lr", "3e-4", "--k-max", "64", "--copies", "2"])
-    again = dq.parse_args(shlex.split(dq.reproducing_command(args, 1))[3:])
-    assert again.seeds == [1]
-    assert {name: getattr(again, name) for name in dq.TRAINING_SETTINGS} == {
-        name: getattr(args, name) for name in dq.TRAINING_SETTINGS}
+# ---------------------------------------------------------------------------------------------------- reference lines
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["--resolutions", "230"], "not a positive multiple of the patch size 14; use e.g. 224"),
-    (["--k-max", "300"], "--k-max <= 256"),
-    (["--seeds", "1", "1"], "repeats a seed"),
-])
-def test_bad_arguments_are_one_line(argv, words, capsys):
+def teacher(tmp_path=None, hidden=32, layers=3):
+    torch.manual_seed(0)
+    model = Dinov2Model(Dinov2Config(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=2,
+                                     intermediate_size=2 * hidden, patch_size=14, image_size=56))
+    if tmp_path is not None:
+        model.save_pretrained(tmp_path / "teacher")
+    return model.eval()
+
+
+def test_the_teacher_at_equal_flops_never_costs_more_than_the_student():
+    model = teacher()
+    gflops = {size: dq.gflops(model, size, {}) for size in (14, 28, 42, 56)}
+    assert dq.equal_flops_resolution(model, gflops[42], 56) == 42
+    assert dq.equal_flops_resolution(model, (gflops[42] + gflops[56]) / 2, 56) == 42
+    assert dq.equal_flops_resolution(model, gflops[14] / 2, 56) == 14  # at least one patch
+    assert dq.equal_flops_resolution(model, 10 * gflops[56], 56) == 56  # at most the size measured: agrees with itself
+
+
+def test_the_constant_predictor_is_the_same_for_every_photo_and_patch():
+    class Photos:
+        targets = {28: (torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.ones(2, 4, 2))}
+        paths = ["a", "b"]
+
+    values = dq.constant_agreement((torch.tensor([1.0, 1.0]), torch.tensor([1.0, 0.0])), Photos, 28)
+    assert values["cls"] == pytest.approx([2**-0.5, 2**-0.5])
+    assert values["patch"] == pytest.approx([2**-0.5, 2**-0.5])
+
+
+# ---------------------------------------------------------------------------------------------------- the run
+
+
+def test_smoke_run_writes_every_baseline_beside_the_students(tmp_path):
+    held_out = tmp_path / "held_out"
+    held_out.mkdir()
+    for photo in sorted(dq.VAL_PHOTOS.glob("*.jpg"))[:4]:  # stand-ins: the test only checks the plumbing
+        shutil.copy(photo, held_out)
+    teacher(tmp_path)
+    out, plot = tmp_path / "quality.json", tmp_path / "quality.png"
+    result = dq.main(["--smoke", "--teacher", str(tmp_path / "teacher"), "--scratch-dir", str(tmp_path / "scratch"),
+                      "--heldout-photos", str(held_out), "--out", str(out), "--plot", str(plot)])
+    assert json.loads(out.read_text())["command"].startswith("python -m benchmarks.distill_quality --smoke")
+    assert plot.stat().st_size > 0
+    assert result["same_data_for_all_students_of_a_seed"]
+    assert set(result["results"]) == {"28", "56"}
+    interval_keys = {"mean", "se", "df", "half_width", "low", "high"}
+    for block in result["results"].values():
+        baselines = block["baselines"]
+        assert set(baselines) == {"constant", "teacher_equal_flops", "init"}
+        entries = [baselines["constant"], *baselines["teacher_equal_flops"].values(), *baselines["init"].values()]
+        assert all(interval_keys <= set(entry[m]) for entry in entries for m in ("cls", "patch"))
+        assert {key.split("/")[0] for key in baselines["init"]} == {
+            "VECA", "dense ViT", "LookWhere-S random", "LookWhere-S from teacher"}
+        students = {(s["student"], s["setting"]) for s in block["students"]}
+        assert ("VECA fixed-4", "cores=1") in students and ("LookWhere-S random init", "k_ratio=0.1") in students
+        for row in block["students"]:
+            assert set(row["ratios"]) == {"constant", "teacher_equal_flops", "init"}
+            assert str(row["teacher_equal_flops_resolution"]) in baselines["teacher_equal_flops"]
+            assert len(row["cls"]["per_seed_per_photo"]) == 2  # two seeds
+    kinds = {row["kind"] for row in result["teacher_free"]["rows"]}
+    assert kinds == {"ceiling", "floor", "init", "trained"}
+    assert {row["cores"] for row in result["elasticity"]} >= set(dq.ELASTIC_BUDGETS)
+    assert len(result["goals"]) == 2 * 8 and all("met" in goal for goal in result["goals"])
+    assert set(result["training"]) == {f"{name}/seed{s}" for name in dq.STUDENTS for s in (0, 1)} | {
+        "VECA elastic rerun/seed0"}
+
+
+def test_a_missing_teacher_is_one_line(tmp_path):
     with pytest.raises(SystemExit) as stop:
-        dq.parse_args(argv)
-    assert stop.value.code == 2
-    assert words in capsys.readouterr().err
+        dq.main(["--smoke", "--teacher", str(tmp_path / "nowhere"), "--scratch-dir", str(tmp_path / "scratch")])
+    assert str(stop.value).startswith("error: --teacher") and "\n" not in str(stop.value)
+
+
+def test_a_held_out_photo_among_the_training_photos_is_one_line(tmp_path):
+    teacher(tmp_path)
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    shutil.copy(sorted(HELDOUT_PHOTOS.glob("*.jpg"))[0], photos / "holiday.jpg")
+    with pytest.raises(SystemExit) as stop:
+        dq.main(["--smoke", "--teacher", str(tmp_path / "teacher"), "--scratch-dir", str(tmp_path / "scratch"),
+                 "--train-photos", str(photos)])
+    message = str(stop.value)
+    assert message.startswith("error: Image folder") and "held-out photos" in message and "\n" not in message
+    assert not (tmp_path / "scratch" / "train_photos").exists() or not any((tmp_path / "scratch" / "train_photos").iterdir())
 
 
 def test_scratch_folder_is_refused_unless_the_benchmark_made_it(tmp_path):
     foreign = tmp_path / "mine"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("keep me")
-    with pytest.raises(SystemExit, match="was not made by this benchmark"):
-        dq.scratch_folder(dq.parse_args(["--scratch-dir", str(foreign)]))
+    with pytest.raises(ValueError, match="was not made by this benchmark"):
+        dq.scratch_folder(foreign)
     assert (foreign / "notes.txt").read_text() == "keep me"
+    ours = dq.scratch_folder(tmp_path / "ours")
+    (ours / "old").mkdir()
+    assert not (dq.scratch_folder(ours) / "old").exists()  # every run starts from scratch
 
 
-def test_scratch_folder_keeps_students_only_for_the_same_settings(tmp_path):
-    scratch = tmp_path / "scratch"
-    args = dq.parse_args(["--scratch-dir", str(scratch)])
-    dq.scratch_folder(args)
-    (scratch / "seed0").mkdir()
-    dq.scratch_folder(args)
-    assert (scratch / "seed0").exists()  # same settings: the saved students are reused
-    dq.scratch_folder(dq.parse_args(["--scratch-dir", str(scratch), "--steps", "3"]))
-    assert not (scratch / "seed0").exists()
-    assert json.loads((scratch / ".distill-quality.json").read_text())["steps"] == 3
+@pytest.mark.parametrize("argv, words", [
+    (["--resolutions", "230"], "not a positive multiple of the patch size 14; use e.g. 224"),
+    (["--resolutions", "224"], "must include the training size --image-size 112"),
+    (["--k-max", "300"], "--k-max <= 64"),
+    (["--seeds", "1", "1"], "repeats a seed"),
+    (["--rerun-seed", "5"], "is not one of --seeds"),
+])
+def test_bad_arguments_are_one_line(argv, words, capsys):
+    with pytest.raises(SystemExit) as stop:
+        dq.parse_args(argv)
+    assert stop.value.code == 2
+    assert words in capsys.readouterr().err

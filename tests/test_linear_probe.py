@@ -1,5 +1,6 @@
-"""The labelled probe set ships whole and licensed; benchmarks/linear_probe.py probes the teacher, a dense student and
-every budget (tiny random models here, on a few of the shipped photos)."""
+"""The labelled probe set ships whole and licensed; benchmarks/linear_probe.py probes raw pixels, the teacher, a dense
+student and every budget of a student beside its untrained architecture (tiny random models here, on a few of the
+shipped images)."""
 
 import importlib.util
 import json
@@ -51,7 +52,8 @@ def test_the_probe_reports_teacher_dense_and_every_budget(tmp_path):
 
     assert json.loads((tmp_path / "probe.json").read_text()) == report
     assert [row["name"] for row in report["rows"]] == [
-        f"teacher ({tmp_path / 'teacher'})", "dense student", "veca, num_cores=2", "veca, num_cores=8"]
+        "raw pixels", f"teacher ({tmp_path / 'teacher'})", "dense student", "veca, num_cores=2",
+        "veca untrained, num_cores=2", "veca, num_cores=8", "veca untrained, num_cores=8"]
     for row in report["rows"]:
         p = row["accuracy"]
         assert row["val_images"] == 6 and p in {i / 6 for i in range(7)}
