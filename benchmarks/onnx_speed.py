@@ -1,11 +1,13 @@
-"""onnxruntime (CPU) against our PyTorch path, for VECA-B and LookWhere-B exported by `corevision_hf.export`.
+"""onnxruntime (CPU) against our PyTorch path, for VECA-B and LookWhere-B exported by `corevision_hf.export`, and the
+elastic graph (the budget an input) against the fixed graph of each budget.
 
 Random-init base-size models (speed does not depend on the weights), fp32, batch 1, one process: each model is
-exported once with dynamic height and width, then the ONNX graph and the PyTorch model (with the CPU opt-in
-`optimize_for_cpu`, inference mode) are warmed up and timed in alternation at each resolution; medians and their ratio are
-reported. The machine may be shared with other jobs: absolute seconds drift, the same-run ratios carry over.
+exported once per budget with dynamic height and width, and once elastic; then at each budget and resolution the
+PyTorch model (with the CPU opt-in `optimize_for_cpu`, inference mode), the fixed graph and the elastic graph are warmed
+up and timed in alternation; medians and their ratios are reported. The machine may be shared with other jobs:
+absolute seconds drift, the same-run ratios carry over.
 
-    python benchmarks/onnx_speed.py            # VECA-B C=64 at 512 / 1024 px, LookWhere-B k_ratio 0.1 at 518 / 1036 px
+    python benchmarks/onnx_speed.py    # VECA-B C=64, 16 at 512 / 1024 px, LookWhere-B k_ratio 0.1, 0.5 at 518 / 1036 px
 """
 
 import argparse
@@ -19,7 +21,7 @@ import torch
 from common import alternate
 
 from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel, optimize_for_cpu
-from corevision_hf.export import budget_for, check_onnx, export_onnx
+from corevision_hf.export import BUDGET_INPUTS, budget_for, check_onnx, export_onnx
 
 
 def build(name: str, **overrides) -> torch.nn.Module:
@@ -27,6 +29,13 @@ def build(name: str, **overrides) -> torch.nn.Module:
     if name == "veca":
         return VecaModel(VecaConfig.from_preset("base", **overrides)).eval()
     return LookWhereModel(LookWhereConfig.from_preset("base", **overrides)).eval()
+
+
+# Per model: the resolutions, and the budgets (the first the config's default).
+PLAN = {
+    "veca": (((512, 512), (1024, 1024)), [{"num_cores": 64}, {"num_cores": 16}]),
+    "lookwhere": (((518, 518), (1036, 1036)), [{"k_ratio": 0.1}, {"k_ratio": 0.5}]),
+}
 
 
 def main() -> None:
@@ -38,44 +47,60 @@ def main() -> None:
     torch.set_num_threads(os.cpu_count())
 
     rows = []
-    plan = {"veca": ((512, 512), (1024, 1024)), "lookwhere": ((518, 518), (1036, 1036))}
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = os.cpu_count()
     with tempfile.TemporaryDirectory() as folder:
-        for name, sizes in plan.items():
+        for name, (sizes, budgets) in PLAN.items():
             model = build(name)
-            budget = budget_for(model.config)
             # As `python -m corevision_hf.export` loads it: VECA's token chunks would freeze the sequence length
             # into the graph, so the exported copy runs its MLP unchunked; the PyTorch row keeps the default.
             export_model = build(name, **({"chunk_size_feed_forward": 0} if name == "veca" else {}))
             export_model.load_state_dict(model.state_dict())
-            path = export_onnx(export_model, os.path.join(folder, f"{name}.onnx"), budget)
-            check = check_onnx(model, path, budget, [(1, 3, *sizes[0])])[0]["max_abs_diff"]
+            elastic = export_onnx(export_model, os.path.join(folder, f"{name}_elastic.onnx"),
+                                  budget_for(model.config, elastic=""))
+            fixed = [export_onnx(export_model, os.path.join(folder, f"{name}_{i}.onnx"), budget)
+                     for i, budget in enumerate(budgets)]
+            checks = [{graph: check_onnx(model, path, budget, [(1, 3, *sizes[0])])[0]["max_abs_diff"]
+                       for graph, path in (("fixed", fixed_path), ("elastic", elastic))}
+                      for budget, fixed_path in zip(budgets, fixed)]
             optimize_for_cpu(model)
-            options = onnxruntime.SessionOptions()
-            options.intra_op_num_threads = os.cpu_count()
-            session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-            for (height, width), runs in zip(sizes, args.runs):
-                pixel_values = torch.randn(1, 3, height, width)
-                feed = {"pixel_values": pixel_values.numpy()}
-                times = alternate(
-                    {"pytorch": lambda: model(pixel_values, **budget), "onnxruntime": lambda: session.run(None, feed)},
-                    "cpu", args.warmup, runs,
-                )
-                row = {
-                    "model": f"{name} {budget}",
-                    "resolution": f"{height}x{width}",
-                    "pytorch_s": statistics.median(times["pytorch"]),
-                    "onnxruntime_s": statistics.median(times["onnxruntime"]),
-                    "max_abs_diff_at_small_size": check,
-                    "runs": runs,
-                }
-                row["pytorch_over_onnxruntime"] = row["pytorch_s"] / row["onnxruntime_s"]
-                rows.append(row)
-                print(
-                    f"{row['model']:<28} {row['resolution']:>9}  PyTorch {row['pytorch_s']:.3f} s  "
-                    f"onnxruntime {row['onnxruntime_s']:.3f} s  PyTorch / ORT {row['pytorch_over_onnxruntime']:.2f}x  "
-                    f"(max abs diff {check:.1e})",
-                    flush=True,
-                )
+            elastic_session = onnxruntime.InferenceSession(elastic, options, providers=["CPUExecutionProvider"])
+            for budget, fixed_path, check in zip(budgets, fixed, checks):
+                session = onnxruntime.InferenceSession(fixed_path, options, providers=["CPUExecutionProvider"])
+                ((budget_name, value),) = budget.items()
+                budget_feed = {budget_name: torch.tensor(value, dtype=BUDGET_INPUTS[budget_name]).numpy()}
+                for (height, width), runs in zip(sizes, args.runs):
+                    pixel_values = torch.randn(1, 3, height, width)
+                    feed = {"pixel_values": pixel_values.numpy()}
+                    times = alternate(
+                        {
+                            "pytorch": lambda: model(pixel_values, **budget),
+                            "onnxruntime": lambda: session.run(None, feed),
+                            "elastic": lambda: elastic_session.run(None, {**feed, **budget_feed}),
+                        },
+                        "cpu", args.warmup, runs,
+                    )
+                    row = {
+                        "model": f"{name} {budget}",
+                        "resolution": f"{height}x{width}",
+                        "pytorch_s": statistics.median(times["pytorch"]),
+                        "onnxruntime_s": statistics.median(times["onnxruntime"]),
+                        "elastic_s": statistics.median(times["elastic"]),
+                        "max_abs_diff_at_small_size": check["fixed"],
+                        "elastic_max_abs_diff_at_small_size": check["elastic"],
+                        "runs": runs,
+                    }
+                    row["pytorch_over_onnxruntime"] = row["pytorch_s"] / row["onnxruntime_s"]
+                    row["elastic_over_fixed"] = row["elastic_s"] / row["onnxruntime_s"]
+                    rows.append(row)
+                    print(
+                        f"{row['model']:<28} {row['resolution']:>9}  PyTorch {row['pytorch_s']:.3f} s  "
+                        f"onnxruntime {row['onnxruntime_s']:.3f} s  elastic {row['elastic_s']:.3f} s  "
+                        f"PyTorch / ORT {row['pytorch_over_onnxruntime']:.2f}x  elastic / fixed "
+                        f"{row['elastic_over_fixed']:.2f}x  (max abs diff {check['fixed']:.1e}, elastic "
+                        f"{check['elastic']:.1e})",
+                        flush=True,
+                    )
     os.makedirs(os.path.dirname(args.output), exist_ok=True)
     with open(args.output, "w") as f:
         json.dump(
@@ -83,7 +108,8 @@ def main() -> None:
                 "threads": os.cpu_count(),
                 "torch": torch.__version__,
                 "onnxruntime": onnxruntime.__version__,
-                "note": "one process, runs alternated, medians; the machine may have been shared",
+                "note": "one process, runs alternated (PyTorch, fixed graph, elastic graph), medians; the machine may "
+                        "have been shared",
                 "rows": rows,
             },
             f,

@@ -2,6 +2,7 @@
 
 import re
 
+import numpy as np
 import onnx
 import onnxruntime
 import pytest
@@ -121,3 +122,113 @@ def test_graph_refuses_a_size_that_is_not_a_patch_multiple(tmp_path, name, flags
     onnx_outputs(out, torch.randn(1, 3, 6 * patch, 5 * patch))  # a multiple runs
     with pytest.raises(onnxruntime.capi.onnxruntime_pybind11_state.Fail, match="cannot be reshaped"):
         onnx_outputs(out, torch.randn(1, 3, 6 * patch + 1, 5 * patch))
+
+
+# An elastic graph, checked at the budgets a user would pick: VECA 1, 8, 16 and the whole bank; LookWhere the fewest
+# kept patches the dense fill takes (5), 10% and all of the grid, as k or as k_ratio.
+def elastic_grid(name: str, model, shape) -> list[dict]:
+    if name == "veca":
+        return [{"num_cores": cores} for cores in (1, 8, 16, model.config.num_cores)]
+    patches = (shape[2] // model.config.patch_size) * (shape[3] // model.config.patch_size)
+    ks = [5, max(5, patches // 10), patches]
+    if name == "lookwhere-k":
+        return [{"k": k} for k in ks]
+    return [{"k_ratio": (k + 0.5) / patches if k < patches else 1.0} for k in ks]  # the floor keeps k
+
+
+def saved_elastic(tmp_path, name: str):
+    """A tiny model with a bank of 24 cores (VECA) or a LookWhere, saved; the input the elastic graph takes."""
+    torch.manual_seed(0)
+    if name == "veca":
+        model = VecaModel(tiny_veca_config(num_cores=24))
+    else:
+        model = LookWhereModel(tiny_lookwhere_config())
+    model.eval().save_pretrained(tmp_path / "model")
+    return model, str(tmp_path / "model"), {"veca": "num_cores", "lookwhere-k": "k", "lookwhere-k_ratio": "k_ratio"}[name]
+
+
+def budget_feed(budget: dict) -> dict:
+    return {name: np.array(value, dtype=np.float64 if name == "k_ratio" else np.int64) for name, value in budget.items()}
+
+
+@pytest.mark.parametrize("name", ["veca", "lookwhere-k", "lookwhere-k_ratio"])
+def test_one_elastic_graph_matches_pytorch_at_every_budget_and_two_sizes(tmp_path, capsys, name):
+    model, folder, budget_input = saved_elastic(tmp_path, name)
+    out = str(tmp_path / "elastic.onnx")
+    assert main([folder, out, "--elastic", *([budget_input] if name == "lookwhere-k" else [])]) == 0
+    assert f"{budget_input}=" in capsys.readouterr().out  # the command checked it at several budgets
+    session = onnxruntime.InferenceSession(out, providers=["CPUExecutionProvider"])
+    inputs = {graph_input.name: graph_input for graph_input in session.get_inputs()}
+    assert list(inputs) == ["pixel_values", budget_input] and inputs[budget_input].shape == []
+    assert inputs[budget_input].type == ("tensor(double)" if budget_input == "k_ratio" else "tensor(int64)")
+    generator = torch.Generator().manual_seed(2)
+    shapes = SHAPES["veca" if name == "veca" else "lookwhere"]
+    for shape in shapes:
+        pixel_values = torch.randn(shape, generator=generator)
+        for budget in elastic_grid(name, model, shapes[0]):
+            with torch.no_grad():
+                expected = model(pixel_values, **budget)
+            actual = session.run(None, {"pixel_values": pixel_values.numpy(), **budget_feed(budget)})
+            assert actual[0].shape == tuple(expected.last_hidden_state.shape), budget
+            torch.testing.assert_close(torch.from_numpy(actual[0]), expected.last_hidden_state, atol=1e-4, rtol=0)
+            torch.testing.assert_close(torch.from_numpy(actual[1]), expected.pooler_output, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["veca", "lookwhere-k_ratio"])
+def test_elastic_fp16_graph_runs_close_to_float32_at_every_budget(tmp_path, name):
+    model, folder, budget_input = saved_elastic(tmp_path, name)
+    out = str(tmp_path / "half.onnx")
+    assert main([folder, out, "--elastic", "--dtype", "fp16", "--no-check"]) == 0
+    session = onnxruntime.InferenceSession(out, providers=["CPUExecutionProvider"])
+    assert session.get_inputs()[0].type == "tensor(float16)"
+    shape = SHAPES["veca" if name == "veca" else "lookwhere"][1]
+    pixel_values = torch.randn(shape, generator=torch.Generator().manual_seed(3))
+    for budget in elastic_grid(name, model, shape):
+        with torch.no_grad():
+            expected = model(pixel_values, **budget).last_hidden_state
+        actual = torch.from_numpy(session.run(None, {"pixel_values": pixel_values.half().numpy(), **budget_feed(budget)})[0])
+        assert torch.nn.functional.cosine_similarity(actual.float().flatten(1), expected.flatten(1)).min() >= 0.999
+
+
+@pytest.mark.parametrize(
+    "name, bad, message",
+    [
+        ("veca", np.array(0), r"Name:'num_cores must lie in 1\.\.24'"),
+        ("veca", np.array(25), r"Name:'num_cores must lie in 1\.\.24'"),
+        ("veca", np.array(8, dtype=np.int32), r"Unexpected input data type\. Actual: \(tensor\(int32\)\) , expected: \(tensor\(int64\)\)"),
+        ("lookwhere-k", np.array(4), r"Name:'k must lie in 5\.\.the image's patches'"),
+        ("lookwhere-k", np.array(64), r"Name:'k must lie in 5\.\.the image's patches'"),  # the 36 x 28 image has 63
+        ("lookwhere-k_ratio", np.array(1.5), r"Name:'k_ratio must lie in \(0, 1\] and keep at least 5 patches"),
+        ("lookwhere-k_ratio", np.array(0.05), r"Name:'k_ratio must lie in \(0, 1\] and keep at least 5 patches"),
+        ("lookwhere-k_ratio", np.array(0.5, dtype=np.float32), r"Actual: \(tensor\(float\)\) , expected: \(tensor\(double\)\)"),
+    ],
+)
+def test_elastic_graph_refuses_a_budget_out_of_range_or_of_another_dtype(tmp_path, name, bad, message):
+    model, folder, budget_input = saved_elastic(tmp_path, name)
+    out = str(tmp_path / "elastic.onnx")
+    assert main([folder, out, "--elastic", budget_input, "--no-check"]) == 0
+    session = onnxruntime.InferenceSession(out, providers=["CPUExecutionProvider"])
+    pixel_values = torch.randn(SHAPES["veca" if name == "veca" else "lookwhere"][0]).numpy()
+    with pytest.raises(onnxruntime.capi.onnxruntime_pybind11_state.InvalidArgument, match=message):
+        session.run(None, {"pixel_values": pixel_values, budget_input: bad})
+
+
+@pytest.mark.parametrize(
+    "name, flags, message",
+    [
+        ("veca", ["--elastic", "--num-cores", "3"], "argument --num-cores: not allowed with argument --elastic"),
+        ("lookwhere", ["--k-ratio", "0.2", "--elastic"], "argument --elastic: not allowed with argument --k-ratio"),
+        ("lookwhere", ["--elastic", "num_cores"], "--elastic num_cores: a lookwhere graph's budget input is k_ratio or k"),
+        ("veca", ["--elastic", "k"], "--elastic k: a veca graph's budget input is num_cores"),
+    ],
+)
+def test_elastic_with_a_fixed_budget_or_another_models_input_is_one_error(tmp_path, capsys, name, flags, message):
+    _, folder = saved(tmp_path, name)
+    try:
+        status = main([folder, str(tmp_path / "out.onnx"), *flags])
+    except SystemExit as exit:  # argparse refuses two budget flags itself
+        status = exit.code
+    assert status == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and message in err.strip().splitlines()[-1], err
+    assert not (tmp_path / "out.onnx").exists()

@@ -1,16 +1,20 @@
 """ONNX export of VECA and LookWhere with dynamic batch, height and width.
 
-    python -m corevision_hf.export MODEL_DIR OUT.onnx [--num-cores K | --k-ratio R | --k K] [--dtype fp32|fp16]
+    python -m corevision_hf.export MODEL_DIR OUT.onnx [--num-cores K | --k-ratio R | --k K | --elastic [INPUT]]
+                                   [--dtype fp32|fp16]
 
 The graph takes `pixel_values` (batch, channels, height, width), any multiples of the patch size, and returns
-`last_hidden_state` and `pooler_output` as the PyTorch model does. The budget is fixed per graph: VECA's number of
-cores, LookWhere's k_ratio (k then follows the image size inside the graph) or a fixed k. After writing, the graph is
-run with onnxruntime (when installed) against PyTorch at two resolutions and batch sizes.
+`last_hidden_state` and `pooler_output` as the PyTorch model does. The budget is fixed per graph (VECA's number of
+cores, LookWhere's k_ratio, k then following the image size inside the graph, or a fixed k), or, with `--elastic`, a
+second input of the graph: `num_cores` (int64 scalar) for VECA, `k_ratio` (float64 scalar) or `k` (int64 scalar) for
+LookWhere; onnxruntime refuses a budget out of range. After writing, the graph is run with onnxruntime (when installed)
+against PyTorch at two resolutions and batch sizes (an elastic graph at several budgets).
 
 TorchScript-based `torch.onnx.export` (dynamo=False): it keeps height and width symbolic through both models'
 shape arithmetic. What only a graph needs lives here, not in the modeling files: ONNX has no complex numbers, so
 while tracing, VECA's rotary multiply is swapped for its cos/sin form on the angles (`onnx_rotary`); LookWhere's
-graph computes k from the symbolic image size (`LookWhereGraph`).
+graph computes k from the symbolic image size (`LookWhereGraph`); an elastic VECA graph slices its core bank by its
+`num_cores` input (`cores_from_input`).
 """
 
 import argparse
@@ -31,6 +35,9 @@ from .veca import VecaConfig, VecaModel
 
 OPSET = 18  # Resize with antialias (LookWhere's selector input and position table) needs opset 18
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
+# An elastic graph's budget input and its dtype, whatever the graph's dtype: k_ratio in float64, so that
+# k = floor(k_ratio * patches) rounds as the model's Python float does.
+BUDGET_INPUTS = {"num_cores": torch.int64, "k": torch.int64, "k_ratio": torch.float64}
 
 
 class ExportError(ValueError):
@@ -84,6 +91,40 @@ def onnx_rotary(model: nn.Module):
         module.apply_rotary, rotary.forward = original_apply, original_forward
 
 
+@contextlib.contextmanager
+def cores_from_input(model: nn.Module, num_cores: torch.Tensor):
+    """While tracing an elastic graph, the VECA's active cores are the graph's `num_cores` input (a 0-d tensor)
+    instead of a Python int, so that every slice of the bank and the tokens by it stays symbolic."""
+    model.active_cores = lambda *args, **kwargs: num_cores
+    try:
+        yield
+    finally:
+        del model.active_cores
+
+
+class BudgetCheck(nn.Module):
+    """A budget, unchanged, where `within` holds (a 0-d bool), else a Gather of index 1 from one element, which
+    onnxruntime refuses. A graph cannot raise a message: `name_budget_check` names that node `message`, and
+    onnxruntime's error quotes the name."""
+
+    def __init__(self, message: str):
+        super().__init__()
+        self.message = message
+
+    def forward(self, budget: torch.Tensor, within: torch.Tensor) -> torch.Tensor:
+        return budget.reshape(1).index_select(0, 1 - within.long().reshape(1)).reshape(())
+
+
+def name_budget_check(path: str, message: str) -> None:
+    """Names the node of the graph at `path` that refuses a budget out of range (`BudgetCheck`) `message`."""
+    import onnx
+
+    graph = onnx.load(path)
+    (node,) = (node for node in graph.graph.node if node.name == "/budget_check/Gather")
+    node.name = message
+    onnx.save(graph, path)
+
+
 def require_patch_multiples(pixel_values: torch.Tensor, patch: int) -> torch.Tensor:
     """`pixel_values`, unchanged, through a reshape into whole patches: a graph cannot raise the model's ValueError,
     but onnxruntime refuses this reshape for a height or width that is not a multiple of the patch size."""
@@ -92,36 +133,57 @@ def require_patch_multiples(pixel_values: torch.Tensor, patch: int) -> torch.Ten
 
 
 class VecaGraph(nn.Module):
-    """VECA at a fixed number of cores: pixel_values -> (last_hidden_state, pooler_output)."""
+    """VECA at a fixed number of cores, or (`num_cores` None) at the graph's `num_cores` input, 1..bank:
+    pixel_values [, num_cores] -> (last_hidden_state, pooler_output)."""
 
-    def __init__(self, model: nn.Module, num_cores: int):
+    def __init__(self, model: nn.Module, num_cores: int | None):
         super().__init__()
         self.model, self.num_cores = model, num_cores
+        if num_cores is None:
+            self.budget_check = BudgetCheck(f"num_cores must lie in 1..{model.config.num_cores}")
 
-    def forward(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, pixel_values: torch.Tensor, num_cores: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         pixel_values = require_patch_multiples(pixel_values, self.model.config.patch_size)
-        outputs = self.model(pixel_values, num_cores=self.num_cores)
+        if self.num_cores is not None:
+            outputs = self.model(pixel_values, num_cores=self.num_cores)
+        else:
+            num_cores = self.budget_check(num_cores, (num_cores >= 1) & (num_cores <= self.model.config.num_cores))
+            with cores_from_input(self.model, num_cores):
+                outputs = self.model(pixel_values)
         return outputs.last_hidden_state, outputs.pooler_output
 
 
 class LookWhereGraph(nn.Module):
-    """LookWhere at a fixed k or k_ratio, with the dense fill: pixel_values -> (last_hidden_state, pooler_output).
-    The model's forward, step by step, except that k is a tensor computed from the symbolic image size, so that
-    with a k_ratio it follows the image inside the graph (the model computes k in Python, which tracing would fix)."""
+    """LookWhere at a fixed k or k_ratio, or at the graph's `k` or `k_ratio` input (`budget` {"k": None} or
+    {"k_ratio": None}: at least num_fill_neighbors and at most all patches kept), with the dense fill:
+    pixel_values [, budget] -> (last_hidden_state, pooler_output). The model's forward, step by step, except that k is
+    a tensor computed from the symbolic image size, so that with a k_ratio it follows the image inside the graph (the
+    model computes k in Python, which tracing would fix)."""
 
-    def __init__(self, model: nn.Module, k: int | None = None, k_ratio: float | None = None):
+    def __init__(self, model: nn.Module, budget: dict):
         super().__init__()
-        self.model, self.k, self.k_ratio = model, k, k_ratio
+        ((self.name, self.value),) = budget.items()
+        self.model = model
+        if self.value is None:
+            fewest = model.config.num_fill_neighbors
+            self.budget_check = BudgetCheck(
+                f"k must lie in {fewest}..the image's patches" if self.name == "k"
+                else f"k_ratio must lie in (0, 1] and keep at least {fewest} patches (floor(k_ratio * patches))"
+            )
 
-    def forward(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, pixel_values: torch.Tensor, budget: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         model = self.model
         patch = model.config.patch_size
         pixel_values = require_patch_multiples(pixel_values, patch)
         grid = (pixel_values.shape[2] // patch, pixel_values.shape[3] // patch)
-        if self.k is not None:
-            k = self.k
+        value = budget if self.value is None else self.value
+        if self.name == "k":
+            k = value
         else:  # float64 rounds as the model's int(k_ratio * num_patches) does
-            k = (torch.ones((), dtype=torch.float64) * grid[0] * grid[1] * self.k_ratio).floor().clamp(min=1).long()
+            k = (torch.ones((), dtype=torch.float64) * grid[0] * grid[1] * value).floor().clamp(min=1).long()
+        if self.value is None:
+            within = (k >= model.config.num_fill_neighbors) & (k <= grid[0] * grid[1])
+            k = self.budget_check(k, within if self.name == "k" else within & (value > 0) & (value <= 1))
         global_tokens, selector_map = model.selector(pixel_values, grid)
         selected_indices = selector_map.topk(k, dim=-1).indices.sort(dim=-1).values
         kept = model.extractor(pixel_values, selected_indices, global_tokens)
@@ -132,12 +194,22 @@ def graph_for(model: nn.Module, budget: dict) -> nn.Module:
     """The traceable module of `model` at `budget` (from `budget_for`)."""
     if "num_cores" in budget:
         return VecaGraph(model, budget["num_cores"]).eval()
-    return LookWhereGraph(model, budget.get("k"), budget.get("k_ratio")).eval()
+    return LookWhereGraph(model, budget).eval()
 
 
-def budget_for(config, num_cores: int | None = None, k_ratio: float | None = None, k: int | None = None) -> dict:
-    """The forward keyword arguments that fix a model's budget (from its config); an option the model does not
-    take is an ExportError."""
+def budget_for(
+    config, num_cores: int | None = None, k_ratio: float | None = None, k: int | None = None, elastic: str | None = None
+) -> dict:
+    """The forward keyword arguments that fix a model's budget (from its config), or with `elastic` (the name of
+    the budget input, "" for the model's own: VECA's num_cores, LookWhere's k_ratio) {name: None}, the budget a
+    graph input; an option the model does not take is an ExportError."""
+    if elastic is not None:
+        if num_cores is not None or k_ratio is not None or k is not None:
+            raise ExportError("--elastic takes the budget at run time; drop --num-cores / --k-ratio / --k.")
+        inputs = ["num_cores"] if isinstance(config, VecaConfig) else ["k_ratio", "k"]
+        if elastic not in ("", *inputs):
+            raise ExportError(f"--elastic {elastic}: a {config.model_type} graph's budget input is {' or '.join(inputs)}.")
+        return {elastic or inputs[0]: None}
     if isinstance(config, VecaConfig):
         if k_ratio is not None or k is not None:
             raise ExportError("--k-ratio / --k are LookWhere budgets; a VECA graph takes --num-cores (or none: all cores).")
@@ -176,15 +248,26 @@ def example_size(config, batch_size: int = 1, scale: float = 1.0) -> tuple[int, 
     return batch_size, config.num_channels, side * patch, (side + 1) * patch
 
 
+def example_budget(config, name: str, shape: tuple[int, int, int, int]):
+    """A budget to trace an elastic graph with at a (B, C, H, W) input: none that is 1, which the tracer could take
+    for a broadcast (the whole bank, half the patches)."""
+    if name == "num_cores":
+        return config.num_cores
+    return (shape[2] // config.patch_size) * (shape[3] // config.patch_size) // 2 if name == "k" else 0.5
+
+
 def export_onnx(model: nn.Module, path: str, budget: dict, dtype: str = "fp32", verbose: bool = False) -> str:
     """Writes `model` at `budget` as an ONNX graph with dynamic batch, height and width to `path` (through a
-    temporary file in the same folder, renamed when complete). The model is cast to `dtype` in place. Returns `path`."""
+    temporary file in the same folder, renamed when complete); a budget of None is an input of the graph (elastic).
+    The model is cast to `dtype` in place. Returns `path`."""
     if dtype not in DTYPES:
         raise ExportError(f"--dtype must be one of {sorted(DTYPES)}, got {dtype!r}.")
     register_symbolics()
     graph = graph_for(model.to(DTYPES[dtype]), budget)
     # Non-square, so that no size-dependent shortcut (an unresized position table) is traced in.
     example = torch.randn(example_size(model.config), dtype=DTYPES[dtype])
+    inputs = [name for name, value in budget.items() if value is None]
+    budgets = [torch.tensor(example_budget(model.config, name, example.shape), dtype=BUDGET_INPUTS[name]) for name in inputs]
     folder = os.path.dirname(os.path.abspath(path))
     handle, temporary = tempfile.mkstemp(suffix=".onnx.partial", dir=folder)
     os.close(handle)
@@ -196,11 +279,11 @@ def export_onnx(model: nn.Module, path: str, budget: dict, dtype: str = "fp32", 
                 warnings.simplefilter("ignore", torch.jit.TracerWarning)
             torch.onnx.export(
                 graph,
-                (example,),
+                (example, *budgets),
                 temporary,
                 dynamo=False,
                 opset_version=OPSET,
-                input_names=["pixel_values"],
+                input_names=["pixel_values", *inputs],
                 output_names=["last_hidden_state", "pooler_output"],
                 dynamic_axes={
                     "pixel_values": {0: "batch", 2: "height", 3: "width"},
@@ -208,6 +291,8 @@ def export_onnx(model: nn.Module, path: str, budget: dict, dtype: str = "fp32", 
                     "pooler_output": {0: "batch"},
                 },
             )
+        if inputs:
+            name_budget_check(temporary, graph.budget_check.message)
         os.replace(temporary, path)
     finally:
         if os.path.exists(temporary):
@@ -216,11 +301,14 @@ def export_onnx(model: nn.Module, path: str, budget: dict, dtype: str = "fp32", 
 
 
 def check_onnx(model: nn.Module, path: str, budget: dict, shapes: list[tuple[int, int, int, int]]) -> list[dict]:
-    """Runs the graph with onnxruntime (CPU) and the model in PyTorch on random inputs of each (B, C, H, W) shape;
-    returns one {"shape", "max_abs_diff"} per shape (the larger of both outputs)."""
+    """Runs the graph with onnxruntime (CPU) and the model in PyTorch at `budget` (fed to the graph when it takes
+    the budget as an input) on random inputs of each (B, C, H, W) shape; returns one {"shape", "max_abs_diff"} per
+    shape (the larger of both outputs)."""
     import onnxruntime
 
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    inputs = {graph_input.name for graph_input in session.get_inputs()}
+    feed = {name: torch.tensor(value, dtype=BUDGET_INPUTS[name]).numpy() for name, value in budget.items() if name in inputs}
     dtype = next(model.parameters()).dtype
     results = []
     generator = torch.Generator().manual_seed(0)
@@ -229,10 +317,27 @@ def check_onnx(model: nn.Module, path: str, budget: dict, shapes: list[tuple[int
         with torch.no_grad():
             outputs = model(pixel_values, **budget)
         expected = (outputs.last_hidden_state, outputs.pooler_output)
-        actual = session.run(None, {"pixel_values": pixel_values.numpy()})
+        actual = session.run(None, {"pixel_values": pixel_values.numpy(), **feed})
         diff = max((torch.from_numpy(a).float() - e.float()).abs().max().item() for a, e in zip(actual, expected))
         results.append({"shape": tuple(shape), "max_abs_diff": diff})
     return results
+
+
+def check_budgets(config, budget: dict, shape: tuple[int, int, int, int]) -> list[dict]:
+    """The budgets a graph is checked at: its own, or an elastic graph's smallest, largest and some between: VECA 1, 8,
+    16 and the whole bank; LookWhere num_fill_neighbors, 10% and all of the patches of a (B, C, H, W) input."""
+    ((name, value),) = budget.items()
+    if value is not None:
+        return [budget]
+    patches = (shape[2] // config.patch_size) * (shape[3] // config.patch_size)
+    fewest = config.num_fill_neighbors if name != "num_cores" else 1
+    if name == "num_cores":
+        values = [cores for cores in (1, 8, 16) if cores < config.num_cores] + [config.num_cores]
+    elif name == "k":
+        values = sorted({fewest, max(fewest, patches // 10), patches})
+    else:  # fewest + 0.5 patches, so that the floor keeps `fewest`
+        values = sorted({(fewest + 0.5) / patches, max(0.1, (fewest + 0.5) / patches), 1.0})
+    return [{name: value} for value in values]
 
 
 def load_config(model_dir: str):
@@ -269,6 +374,9 @@ def export_command(argv: list[str] | None) -> None:
     budget.add_argument("--num-cores", type=int, help="VECA: active cores (default: config.default_num_cores or all)")
     budget.add_argument("--k-ratio", type=float, help="LookWhere: fraction of the grid kept (default: config.k_ratio)")
     budget.add_argument("--k", type=int, help="LookWhere: a fixed number of kept patches, whatever the image size")
+    budget.add_argument("--elastic", nargs="?", const="", metavar="INPUT",
+                        help="one graph for every budget, an input at run time: VECA's num_cores; LookWhere's k_ratio "
+                             "(the default) or k")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="weights and input dtype")
     parser.add_argument("--force", action="store_true", help="replace an existing output file that this package wrote")
     parser.add_argument("--no-check", action="store_true", help="skip the onnxruntime comparison")
@@ -280,12 +388,14 @@ def export_command(argv: list[str] | None) -> None:
     if not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
         raise ExportError(f"The folder of {args.output} does not exist; create it first.")
     config = load_config(args.model_dir)
-    fixed_budget = budget_for(config, args.num_cores, args.k_ratio, args.k)
+    budget = budget_for(config, args.num_cores, args.k_ratio, args.k, args.elastic)
     with reading_weights(args.model_dir):
         model = load_model(args.model_dir, config)
-    export_onnx(model, args.output, fixed_budget, args.dtype, verbose=args.verbose)
+    export_onnx(model, args.output, budget, args.dtype, verbose=args.verbose)
     record_file(args.output)
-    print(f"wrote {args.output} ({os.path.getsize(args.output) / 2**20:.1f} MiB; budget {fixed_budget}, {args.dtype})")
+    ((name, value),) = budget.items()
+    print(f"wrote {args.output} ({os.path.getsize(args.output) / 2**20:.1f} MiB; "
+          f"{f'budget {budget}' if value is not None else f'elastic: the {name} input'}, {args.dtype})")
 
     if args.no_check:
         return
@@ -295,8 +405,10 @@ def export_command(argv: list[str] | None) -> None:
         print("onnxruntime is not installed: skipped the comparison (pip install onnxruntime)")
         return
     shapes = [example_size(model.config, 1), example_size(model.config, 2, scale=1.5)]
-    for result in check_onnx(model, args.output, fixed_budget, shapes):
-        print(f"onnxruntime vs PyTorch at {result['shape']}: max abs diff {result['max_abs_diff']:.2e}")
+    for checked in check_budgets(model.config, budget, shapes[0]):
+        for result in check_onnx(model, args.output, checked, shapes):
+            at = "" if value is not None else f", {name}={checked[name]:g}"
+            print(f"onnxruntime vs PyTorch at {result['shape']}{at}: max abs diff {result['max_abs_diff']:.2e}")
 
 
 if __name__ == "__main__":

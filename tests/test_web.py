@@ -1,0 +1,144 @@
+"""The web page (web/): a tiny model's elastic graph served by web/serve.py, run by onnxruntime-web in headless
+Chromium at two budgets, against onnxruntime in Python.
+
+Chromium is driven as in test_app.py (DevTools over a pipe); the test is skipped, with the reason, where Chromium
+(Debian's `chromium`) or the npm packages (`npm ci` in web/; `make web` and .ci/run install both) are absent.
+"""
+
+import base64
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime
+import pytest
+import torch
+from conftest import tiny_lookwhere_config, tiny_veca_config
+from PIL import Image
+from test_app import CHROMIUM, SCREENSHOT_DIR, DevTools, free_port, wait_for
+
+from corevision_hf import LookWhereModel, VecaModel
+
+
+ROOT = Path(__file__).resolve().parents[1]
+ORT_WEB = ROOT / "web" / "node_modules" / "onnxruntime-web"
+# Per model: the image side in px and two budgets, the higher one doing over four times the work of the lower, so that
+# the medians of alternated calls order them even on a busy machine. VECA (width 256, patch 8): 16 patches, and 1 core
+# (17 tokens) against 64 (80 tokens, the cores attending to all); LookWhere (patch 4): 1024 patches, 10% of them
+# through the extractor against all of them.
+CASES = {
+    "veca": (lambda: VecaModel(tiny_veca_config(num_cores=64, hidden_size=256, intermediate_size=384)), 32, (1, 64)),
+    "lookwhere": (lambda: LookWhereModel(tiny_lookwhere_config()), 128, (0.1, 1.0)),
+}
+TIMED_ROUNDS = 9
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium here (Debian: apt-get install chromium; .ci/run does)")
+@pytest.mark.skipif(not ORT_WEB.is_dir(), reason="onnxruntime-web is not installed: run `npm ci` in web/ (make web does)")
+@pytest.mark.parametrize("name", ["veca", "lookwhere"])
+def test_the_page_gives_onnxruntimes_features_and_a_lower_budget_is_not_slower(tmp_path, name):
+    build, side, (low, high) = CASES[name]
+    torch.manual_seed(0)
+    model = build()
+    model.save_pretrained(tmp_path / "checkpoint")
+    patch = model.config.patch_size
+    photo = Image.open(ROOT / "assets" / "photos" / "chelsea.jpg").convert("RGB")
+    photo.resize((side, side)).save(tmp_path / "photo.png")  # PNG: the browser and PIL decode the same bytes
+    photo.resize((side + 2, side)).save(tmp_path / "uneven.png")
+
+    port = free_port()
+    served = tmp_path / "served"
+    server = subprocess.Popen(
+        [sys.executable, str(ROOT / "web" / "serve.py"), str(tmp_path / "checkpoint"), "--model-dir", str(served),
+         "--port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    browser = None
+    try:
+        def serving():
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return True
+            except OSError:
+                assert server.poll() is None, server.stdout.read().decode()
+                return False
+
+        wait_for(serving, 120, "web/serve.py to export the graph and listen")
+        browser = DevTools(tmp_path / "chromium-profile", width=900, height=700)
+        target = browser.call("Target.createTarget", url=f"http://127.0.0.1:{port}/")["targetId"]
+        session = browser.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+
+        def evaluate(expression: str):
+            answer = browser.call("Runtime.evaluate", session, expression=expression, awaitPromise=True,
+                                  returnByValue=True)
+            assert "exceptionDetails" not in answer, answer["exceptionDetails"]
+            return answer["result"].get("value")
+
+        def choose(path: Path) -> None:  # as a user picks a file
+            element = browser.call("Runtime.evaluate", session, expression="document.querySelector('#image')")
+            browser.call("DOM.setFileInputFiles", session, files=[str(path)], objectId=element["result"]["objectId"])
+            wait_for(lambda: evaluate("window.corevision.state.chosen !== undefined"), 10, "the page to take the file")
+
+        def loaded():
+            try:
+                return evaluate("window.corevision !== undefined")
+            except RuntimeError:  # no page to evaluate in yet
+                return False
+
+        wait_for(loaded, 60, "the page's script")
+        budget_input = evaluate("window.corevision.ready")
+        choose(tmp_path / "photo.png")
+        evaluate("window.corevision.state.chosen.then(() => true)")  # its first run, at the slider's default budget
+        pixels = np.array(evaluate("Array.from(window.corevision.state.image.pixels)"), dtype=np.float32)
+        results = {budget: evaluate(f"window.corevision.run({budget})") for budget in (low, high)}
+        latency_text = evaluate("document.querySelector('#latency').textContent")
+        colours = evaluate("(() => { const c = document.querySelector('#features'); const d = c.getContext('2d')"
+                           ".getImageData(0, 0, c.width, c.height).data; const s = new Set();"
+                           " for (let i = 0; i < d.length; i += 4) s.add(d[i] * 65536 + d[i + 1] * 256 + d[i + 2]);"
+                           " return [c.width, c.height, s.size]; })()")
+        shot = base64.b64decode(browser.call("Page.captureScreenshot", session, format="png")["data"])
+        folder = Path(SCREENSHOT_DIR or tmp_path)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"web_page_{name}.png").write_bytes(shot)
+
+        # Latency: the two budgets alternated, after a call of each, so that the machine's drift hits both alike.
+        times = {low: [], high: []}
+        for _ in range(TIMED_ROUNDS):
+            for budget in (low, high):
+                times[budget].append(evaluate(f"window.corevision.run({budget}).then(r => r.ms)"))
+
+        choose(tmp_path / "uneven.png")
+        error = wait_for(lambda: evaluate("document.querySelector('#error').textContent"), 10, "the page's error")
+    finally:
+        if browser is not None:
+            browser.close()
+        server.kill()
+        server.wait(timeout=10)
+
+    assert budget_input == ("num_cores" if name == "veca" else "k_ratio")
+    # The page's pixels are the processor's: rescaled to [0, 1], normalised with its mean and std, at the image's size.
+    processor = json.loads((served / "preprocessor_config.json").read_text())
+    mean, std = np.array(processor["image_mean"]), np.array(processor["image_std"])
+    expected_pixels = ((np.asarray(Image.open(tmp_path / "photo.png"), np.float64) / 255 - mean) / std).transpose(2, 0, 1)
+    np.testing.assert_allclose(pixels.reshape(3, side, side), expected_pixels.astype(np.float32), atol=1e-6, rtol=0)
+
+    graph = onnxruntime.InferenceSession(str(served / "onnx" / "model_elastic.onnx"), providers=["CPUExecutionProvider"])
+    cells = (side // patch) ** 2
+    for budget, result in results.items():
+        feed = {"pixel_values": expected_pixels[None].astype(np.float32),
+                budget_input: np.array(budget, dtype=np.float64 if budget_input == "k_ratio" else np.int64)}
+        expected = graph.run(None, feed)[0][0, -cells:]
+        page = np.array(result["features"], dtype=np.float32).reshape(expected.shape)
+        assert np.abs(page - expected).max() <= 1e-3, (budget, np.abs(page - expected).max())
+
+    assert "ms this call" in latency_text and colours[:2] == [side, side] and colours[2] > cells // 2  # a picture, not a fill
+    print(f"page latency medians, {name}: " + ", ".join(f"{b}: {statistics.median(t):.1f} ms" for b, t in times.items()))
+    assert statistics.median(times[low]) <= statistics.median(times[high]), times
+    assert error == (f"This image is {side + 2}x{side} px; the graph takes sides that are multiples of the {patch} px "
+                     f"patch: crop or resize it to {side}x{side} px.")

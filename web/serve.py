@@ -1,0 +1,104 @@
+"""The web page (web/index.html): prepares a model folder and serves the page and the folder on localhost.
+
+    python web/serve.py [MODEL] [--model-dir DIR] [--port 8000]     # `make web`; then open http://127.0.0.1:8000/
+
+MODEL is a saved VECA or LookWhere folder or hub id (default: the checkpoint `make demo` distilled when there is one,
+else a random-init VECA-S/14, whose features show the mechanics only). Its elastic graph
+(`python -m corevision_hf.export MODEL DIR/onnx/model_elastic.onnx --elastic`), config.json and
+preprocessor_config.json are written to DIR (default outputs/web/model), laid out as a hub repo's `onnx/` is; without
+MODEL, a DIR that already holds them (a repo staged by `python -m publishing.publish --onnx`) is served as it is. The
+page reads DIR at /model/ and onnxruntime-web from web/node_modules (`npm ci` in web/ installs the pinned version).
+"""
+
+import argparse
+import functools
+import http.server
+import os
+import shutil
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+DEMO_CHECKPOINT = ROOT / "outputs" / "demo" / "run" / "final"
+GRAPH = Path("onnx") / "model_elastic.onnx"
+
+
+def prepare(model: str, folder: Path) -> None:
+    """Writes MODEL's elastic graph, config.json and preprocessor_config.json (when it has one) into `folder`."""
+    from transformers.utils import cached_file
+
+    from corevision_hf.export import main as export
+
+    (folder / GRAPH.parent).mkdir(parents=True, exist_ok=True)
+    if export([model, str(folder / GRAPH), "--elastic", "--force"]) != 0:
+        raise SystemExit(2)
+    for name, required in (("config.json", True), ("preprocessor_config.json", False)):
+        path = cached_file(model, name, _raise_exceptions_for_missing_entries=required)
+        if path is not None:
+            shutil.copy(path, folder / name)
+
+
+def random_veca(folder: Path) -> str:
+    """A random-init VECA-S/14 with a bank of 32 cores, saved in `folder` (when not there yet)."""
+    if not (folder / "config.json").is_file():
+        import torch
+
+        from corevision_hf import VecaConfig, VecaModel
+
+        torch.manual_seed(0)
+        VecaModel(VecaConfig.from_preset("small", patch_size=14, num_cores=32, image_size=224)).save_pretrained(folder)
+    return str(folder)
+
+
+class Handler(http.server.SimpleHTTPRequestHandler):
+    """web/ at /, the model folder at /model/; module scripts and WebAssembly with the types browsers require, the
+    headers that let onnxruntime-web use threads (cross-origin isolation), nothing cached (a re-exported graph shows)."""
+
+    extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
+                      ".js": "text/javascript", ".mjs": "text/javascript", ".wasm": "application/wasm"}
+
+    def __init__(self, *args, model_dir: Path, **kwargs):
+        self.model_dir = model_dir
+        super().__init__(*args, directory=str(HERE), **kwargs)
+
+    def translate_path(self, path: str) -> str:
+        if path.startswith("/model/"):  # resolved as web/'s own paths are (no step out of the folder), then moved
+            return str(self.model_dir / os.path.relpath(super().translate_path(path[len("/model"):]), HERE))
+        return super().translate_path(path)
+
+    def end_headers(self) -> None:
+        self.send_header("Cross-Origin-Opener-Policy", "same-origin")
+        self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
+        self.send_header("Cache-Control", "no-store")
+        super().end_headers()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model", nargs="?", help="a saved VECA or LookWhere folder or hub id")
+    parser.add_argument("--model-dir", type=Path, default=ROOT / "outputs" / "web" / "model",
+                        help="the folder the page reads: written from MODEL, or served as it is without MODEL")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    args = parser.parse_args(argv)
+
+    if not (HERE / "node_modules" / "onnxruntime-web").is_dir():
+        raise SystemExit("error: onnxruntime-web is not installed: run `npm ci` in web/ (make web does).")
+    model = args.model
+    if model is None and not (args.model_dir / GRAPH).is_file():
+        model = str(DEMO_CHECKPOINT) if DEMO_CHECKPOINT.is_dir() else random_veca(ROOT / "outputs" / "web" / "random-veca-s")
+    if model is not None:
+        prepare(model, args.model_dir)
+    server = http.server.ThreadingHTTPServer(
+        (args.host, args.port), functools.partial(Handler, model_dir=args.model_dir.resolve())
+    )
+    print(f"serving {args.model_dir} on http://{args.host}:{args.port}/ (Ctrl-C stops)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
