@@ -50,6 +50,7 @@ def render_card(
     pictures: dict | None = None,
     code_repo: str | None = None,
     code_revision: str | None = None,
+    elastic_onnx: str | None = None,
 ) -> ModelCard:
     """The model card (README.md) of a VECA or LookWhere checkpoint.
 
@@ -64,6 +65,8 @@ def render_card(
             cores or kept patches), relative to the card; None or missing keys for none.
         code_repo, code_revision: the hub repo whose code the checkpoint's auto_map names, and the commit the usage
             snippet pins (`publish --code-repo`); None when the code ships with the weights.
+        elastic_onnx: the repo's elastic ONNX graph (`publish --onnx-elastic`), which the card then shows how to run
+            with onnxruntime; None for none.
 
     Returns:
         A `huggingface_hub.ModelCard`; `card.save(path)` writes it. Nothing here touches the network.
@@ -134,6 +137,7 @@ def render_card(
         recipe_args=json.dumps(recipe.get("args", {}), indent=2, sort_keys=True) if recipe else None,
         code_repo=code_repo,
         code_revision=code_revision,
+        elastic_onnx=elastic_onnx,
     )
 
 

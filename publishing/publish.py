@@ -5,10 +5,12 @@
 Stages one folder: the weights (safetensors), config.json with `auto_map`, the hub code files, preprocessor_config.json
 (the checkpoint's own wins), training_recipe.json (if the checkpoint has one), evaluation.json, the plot (evaluation.png
 next to the evaluation JSON, if present; the pictures it names, files inside its folder only) and README.md (the card
-rendered by publishing.model_card); then uploads it with `HfApi.upload_folder`. `--dry-run` lists the files and
-sends nothing. A repo whose code, config or weights differ from ours holds another model (or another version of this
-one): its files of the names we send are only overwritten with `--force` (the repo's history keeps them); no file
-of the repo is ever deleted, and those we do not send are named. `--create-pr` proposes the upload as a pull request.
+rendered by publishing.model_card) and, with `--onnx-elastic`, the elastic ONNX graph as `onnx/model_elastic.onnx`
+(`python -m corevision_hf.export --elastic`, checked against PyTorch with onnxruntime; the card shows how to run it);
+then uploads it with `HfApi.upload_folder`. `--dry-run` lists the files and sends nothing. A repo whose code, config
+or weights differ from ours holds another model (or another version of this one): its files of the names we send are
+only overwritten with `--force` (the repo's history keeps them); no file of the repo is ever deleted, and those we do
+not send are named. `--create-pr` proposes the upload as a pull request.
 
 With `--code-repo org/corevision-code`, many weight repos share one code repo: the weight repo gets no code files, its
 config's `auto_map`, `custom_pipelines` and processor `auto_map` name `org/corevision-code--modeling_veca.VecaModel`
@@ -20,6 +22,7 @@ repo must hold this package's hub files of the model, byte for byte, at that com
 import argparse
 import contextlib
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -34,6 +37,7 @@ from huggingface_hub.utils.sha import git_hash
 from transformers import AutoConfig, AutoModel
 
 import corevision_hf
+from corevision_hf import export
 from corevision_hf.cli import reading_weights, run
 from corevision_hf.offline import use_hub_timeouts
 from corevision_hf.outputs import refuse_overlap
@@ -51,6 +55,7 @@ from .model_card import (
 
 
 MODEL_TYPES = ("veca", "lookwhere")
+ELASTIC_ONNX = "onnx/model_elastic.onnx"  # where onnx-community repos keep their graphs, under onnx/
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -73,6 +78,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--code-revision", default=None,
                         help="with --code-repo: the commit, branch or tag whose code to pin (default: the code repo's "
                              "current commit; needed with --dry-run, which asks the hub nothing)")
+    parser.add_argument("--onnx-elastic", action="store_true",
+                        help=f"also export the model as one ONNX graph for every budget to {ELASTIC_ONNX} (VECA's "
+                             "num_cores, LookWhere's k_ratio an input of the graph), which the card shows how to run")
     return parser.parse_args(argv)
 
 
@@ -112,6 +120,9 @@ def check_inputs(args: argparse.Namespace) -> tuple:
         )
     if args.staging_dir:
         refuse_overlap(args.staging_dir, args.checkpoint, args.evaluation)
+    if args.onnx_elastic and not all(importlib.util.find_spec(name) for name in ("onnx", "onnxruntime")):
+        raise ValueError("--onnx-elastic writes the graph with onnx and checks it with onnxruntime: pip install onnx "
+                         "onnxruntime, or leave --onnx-elastic out.")
 
     checkpoint = args.checkpoint
     check_export(checkpoint)
@@ -178,6 +189,20 @@ def stage(checkpoint: str, evaluation_path: str, plot: str | None, config, card,
         shutil.copy(os.path.join(os.path.dirname(os.path.abspath(evaluation_path)), picture),
                     os.path.join(folder, picture))
     card.save(os.path.join(folder, "README.md"))
+
+
+def stage_elastic_graph(checkpoint: str, folder: str) -> None:
+    """Writes the checkpoint's elastic graph (float32; VECA's num_cores, LookWhere's k_ratio an input) to
+    `folder`/onnx/model_elastic.onnx and prints how far onnxruntime is from PyTorch at its budgets, as
+    `python -m corevision_hf.export --elastic` does."""
+    config = export.load_config(checkpoint)
+    budget = export.budget_for(config, elastic="")
+    with reading_weights(checkpoint):
+        model = export.load_model(checkpoint, config)
+    path = os.path.join(folder, ELASTIC_ONNX)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    export.export_onnx(model, path, budget)
+    export.report_checks(model, path, budget)
 
 
 def code_files(model_type: str) -> dict[str, bytes]:
@@ -319,6 +344,7 @@ def main(argv=None) -> None:
         config, evaluation, read_recipe(args.checkpoint), repo_id=args.repo_id,
         plot_filename="evaluation.png" if plot is not None else None,
         pictures=existing_pictures(evaluation, args.evaluation), code_repo=args.code_repo, code_revision=code_revision,
+        elastic_onnx=ELASTIC_ONNX if args.onnx_elastic else None,
     )
     revision = args.revision or constants.DEFAULT_REVISION
     target = (
@@ -334,6 +360,8 @@ def main(argv=None) -> None:
     with staging as folder:
         print(f"staging {args.checkpoint} for {args.repo_id} in {folder}")
         stage(args.checkpoint, args.evaluation, plot, config, card, folder, args.repo_id)
+        if args.onnx_elastic:
+            stage_elastic_graph(args.checkpoint, folder)
         if args.code_repo:
             point_at_code_repo(folder, args.code_repo)
         files = staged_files(folder)

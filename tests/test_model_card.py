@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from conftest import TINY_LOOKWHERE_FIELDS, TINY_VECA_FIELDS
 from huggingface_hub import ModelCard
 
 from corevision_hf import LookWhereConfig, VecaConfig
@@ -10,13 +11,8 @@ from publishing.model_card import existing_pictures, main, render_card
 
 
 CONFIGS = {
-    "veca": lambda: VecaConfig(
-        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=48, patch_size=8, num_cores=8
-    ),
-    "lookwhere": lambda: LookWhereConfig(
-        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, patch_size=8, image_size=32,
-        selector_image_size=16, selector_depth=1,
-    ),
+    "veca": lambda: VecaConfig(**TINY_VECA_FIELDS),
+    "lookwhere": lambda: LookWhereConfig(**TINY_LOOKWHERE_FIELDS),
 }
 BUDGETS = {"veca": ("num_cores", [2, 4, 8]), "lookwhere": ("k_ratio", [0.05, 0.1, 0.5])}
 # Per budget: GFLOPs at 32 and 64 px, latency (ms) at 32 and 64 px, peak memory at the quality resolution (64 px);
@@ -164,6 +160,16 @@ def test_usage_snippet_loads_remote_code_with_a_budget(model_type):
 
     placeholder = render_card(CONFIGS[model_type](), make_evaluation(model_type)).text
     assert 'AutoModel.from_pretrained("<org>/<name>", trust_remote_code=True)' in placeholder
+
+
+@pytest.mark.parametrize("model_type, feed", [("veca", '"num_cores": numpy.array(4)'),
+                                               ("lookwhere", '"k_ratio": numpy.array(0.1)')])
+def test_an_elastic_graph_is_in_the_card_with_its_onnxruntime_usage_only_when_published(model_type, feed):
+    card = render_card(CONFIGS[model_type](), make_evaluation(model_type), repo_id="org/name",
+                       elastic_onnx="onnx/model_elastic.onnx").text
+    snippet = card.split("## Usage", 1)[1].split("```python", 2)[2].split("```", 1)[0]
+    assert 'hf_hub_download("org/name", "onnx/model_elastic.onnx")' in snippet and feed in snippet
+    assert "model_elastic" not in render_card(CONFIGS[model_type](), make_evaluation(model_type)).text
 
 
 def test_unknown_recipe_local_teacher_and_no_measurements():

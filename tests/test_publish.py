@@ -4,6 +4,7 @@
 import base64
 import json
 import re
+import sys
 import textwrap
 from pathlib import Path
 from urllib.parse import unquote
@@ -12,7 +13,13 @@ import httpx2
 import huggingface_hub
 import pytest
 import torch
-from conftest import TINY_LOOKWHERE_FIELDS, load_without_package, make_offline_hub_cache, tiny_veca_config
+from conftest import (
+    TINY_LOOKWHERE_FIELDS,
+    load_without_package,
+    make_offline_hub_cache,
+    tiny_lookwhere_config,
+    tiny_veca_config,
+)
 from huggingface_hub import ModelCard
 from huggingface_hub.utils._http import default_client_factory
 from huggingface_hub.utils.sha import git_hash
@@ -251,11 +258,7 @@ def test_publish_veca_sends_exactly_the_staged_files_which_load_without_the_pack
 
 def test_publish_bfloat16_lookwhere_without_recipe_or_plot(tmp_path, hub):
     """What is sent; the weights keep their dtype. (Hub loading of LookWhere folders: test_modeling_lookwhere.)"""
-    config = LookWhereConfig(
-        hidden_size=32, num_hidden_layers=3, num_attention_heads=2, intermediate_size=64, patch_size=4, image_size=32,
-        selector_depth=1, selector_image_size=12, k_ratio=0.25,
-    )  # fmt: skip
-    LookWhereModel(config).to(torch.bfloat16).save_pretrained(tmp_path / "final")
+    LookWhereModel(tiny_lookwhere_config()).to(torch.bfloat16).save_pretrained(tmp_path / "final")
     (tmp_path / "evaluation.json").write_text(json.dumps(evaluation("lookwhere", "k_ratio", [0.25, 1.0])))
     publish.main([str(tmp_path / "final"), "--evaluation", str(tmp_path / "evaluation.json"), "--repo-id", REPO_ID])
 
@@ -312,6 +315,61 @@ def test_the_published_cards_usage_snippet_runs_as_written(tmp_path, hub, veca_r
         out = model(expected_pixels, **{name: int(value) if name == "num_cores" else float(value)})
     torch.testing.assert_close(saved["last_hidden_state"], out.last_hidden_state, atol=0, rtol=0)
     torch.testing.assert_close(saved["pooler_output"], out.pooler_output, atol=0, rtol=0)
+
+
+ELASTIC_ONNX = "onnx/model_elastic.onnx"
+
+
+@pytest.mark.parametrize("model_type, onnx_elastic", [("veca", True), ("lookwhere", True), ("veca", False)])
+def test_onnx_elastic_publishes_the_graph_whose_card_block_matches_pytorch(tmp_path, hub, veca_run, images,
+                                                                          monkeypatch, model_type, onnx_elastic):
+    """With --onnx-elastic, the staged and sent repo holds onnx/model_elastic.onnx, and the card's onnxruntime block,
+    as written, fetches it from the published repo and gives the model's outputs at the card's budget; without, the
+    repo and the card have no graph."""
+    flags = ["--onnx-elastic"] if onnx_elastic else []
+    if model_type == "veca":
+        checkpoint = veca_run / "final"
+        publish_veca(veca_run, *flags, "--staging-dir", str(tmp_path / "staged"))
+    else:
+        checkpoint = tmp_path / "final"
+        torch.manual_seed(0)
+        LookWhereModel(LookWhereConfig(**TINY_LOOKWHERE_FIELDS, k_ratio=0.25)).save_pretrained(checkpoint)
+        (tmp_path / "evaluation.json").write_text(json.dumps(evaluation("lookwhere", "k_ratio", [0.25, 1.0])))
+        publish.main([str(checkpoint), "--evaluation", str(tmp_path / "evaluation.json"), "--repo-id", REPO_ID,
+                      "--staging-dir", str(tmp_path / "staged"), *flags])
+    files = hub.files(REPO_ID)
+    card = files["README.md"].decode()
+    if not onnx_elastic:
+        assert ELASTIC_ONNX not in files and not (tmp_path / "staged" / "onnx").exists() and ELASTIC_ONNX not in card
+        return
+    assert files[ELASTIC_ONNX] == (tmp_path / "staged" / ELASTIC_ONNX).read_bytes()
+    assert set(files) - {ELASTIC_ONNX} == (VECA_FILES if model_type == "veca" else LOOKWHERE_FILES)
+
+    (tmp_path / "downloaded" / "onnx").mkdir(parents=True)
+    for name, data in files.items():
+        (tmp_path / "downloaded" / name).write_bytes(data)
+    cache = make_offline_hub_cache(tmp_path, tmp_path / "downloaded", REPO_ID)["HF_HUB_CACHE"]
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", cache)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    huggingface_hub.set_client_factory(default_client_factory)  # which refuses every request offline
+    block = card.split("## Usage", 1)[1].split("```python\n", 2)[2].split("```", 1)[0]
+    namespace = {"inputs": {"pixel_values": images}}
+    exec(block, namespace)
+
+    name, value = re.search(r'"(num_cores|k_ratio)": numpy\.array\(([\d.]+)\)', block).groups()
+    model = AutoModel.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    with torch.no_grad():
+        expected = model(images, **{name: int(value) if name == "num_cores" else float(value)})
+    for actual, wanted in zip((namespace["last_hidden_state"], namespace["pooler_output"]),
+                              (expected.last_hidden_state, expected.pooler_output)):
+        torch.testing.assert_close(torch.from_numpy(actual), wanted, atol=1e-4, rtol=0)
+
+
+def test_onnx_elastic_does_not_overwrite_another_graph_of_that_name_without_force(hub, veca_run):
+    hub.add_repo(REPO_ID, {ELASTIC_ONNX: b"the user's export"})
+    with pytest.raises(RuntimeError, match=rf"already holds another model \(its {ELASTIC_ONNX} differ.*--force"):
+        publish_veca(veca_run, "--onnx-elastic")
+    assert hub.commits == [] and hub.files(REPO_ID) == {ELASTIC_ONNX: b"the user's export"}
 
 
 @pytest.mark.parametrize(
@@ -472,6 +530,7 @@ BAD_INPUTS = {
     "pr_to_branch": "--create-pr opens a pull request against the default branch",
     "bad_code_repo": "--code-repo 'corevision code' is not a hub repo id",
     "revision_without_code_repo": "--code-revision pins the code of --code-repo",
+    "onnx_elastic_without_onnxruntime": "--onnx-elastic writes the graph with onnx and checks it with onnxruntime: pip",
 }
 BAD_EVALUATIONS = {
     "invalid_json": "{not json",
@@ -505,6 +564,9 @@ def test_bad_input_is_a_clear_error_before_any_work(tmp_path, hub, veca_run, mon
         extra = ["--code-repo", "corevision code"]
     elif case == "revision_without_code_repo":
         extra = ["--code-revision", "v1"]
+    elif case == "onnx_elastic_without_onnxruntime":
+        monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if not installed: importing it fails
+        extra = ["--onnx-elastic"]
 
     with pytest.raises((ValueError, FileNotFoundError), match=BAD_INPUTS[case]):
         publish.main([str(checkpoint), "--evaluation", str(evaluation_path), "--repo-id", repo_id, *extra])

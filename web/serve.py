@@ -6,8 +6,9 @@ MODEL is a saved VECA or LookWhere folder or hub id (default: the checkpoint `ma
 else a random-init VECA-S/14, whose features show the mechanics only). Its elastic graph
 (`python -m corevision_hf.export MODEL DIR/onnx/model_elastic.onnx --elastic`), config.json and
 preprocessor_config.json are written to DIR (default outputs/web/model), laid out as a hub repo's `onnx/` is; without
-MODEL, a DIR that already holds them (a repo staged by `python -m publishing.publish --onnx`) is served as it is. The
-page reads DIR at /model/ and onnxruntime-web from web/node_modules (`npm ci` in web/ installs the pinned version).
+MODEL, a DIR that already holds them (a repo staged by `python -m publishing.publish --onnx-elastic --staging-dir DIR`)
+is served as it is. The page reads DIR at /model/ and onnxruntime-web from web/node_modules (`npm ci` in web/ installs
+the pinned version).
 """
 
 import argparse

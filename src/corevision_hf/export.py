@@ -340,6 +340,17 @@ def check_budgets(config, budget: dict, shape: tuple[int, int, int, int]) -> lis
     return [{name: value} for value in values]
 
 
+def report_checks(model: nn.Module, path: str, budget: dict) -> None:
+    """Runs the graph at `path` against the model at `budget` (an elastic graph at each of `check_budgets`), at two
+    sizes and batch sizes (`check_onnx`), and prints the largest difference of each."""
+    ((name, value),) = budget.items()
+    shapes = [example_size(model.config, 1), example_size(model.config, 2, scale=1.5)]
+    for checked in check_budgets(model.config, budget, shapes[0]):
+        for result in check_onnx(model, path, checked, shapes):
+            at = "" if value is not None else f", {name}={checked[name]:g}"
+            print(f"onnxruntime vs PyTorch at {result['shape']}{at}: max abs diff {result['max_abs_diff']:.2e}")
+
+
 def load_config(model_dir: str):
     """The config of a saved VECA or LookWhere folder or hub id."""
     from transformers import AutoConfig
@@ -404,11 +415,7 @@ def export_command(argv: list[str] | None) -> None:
     except ImportError:
         print("onnxruntime is not installed: skipped the comparison (pip install onnxruntime)")
         return
-    shapes = [example_size(model.config, 1), example_size(model.config, 2, scale=1.5)]
-    for checked in check_budgets(model.config, budget, shapes[0]):
-        for result in check_onnx(model, args.output, checked, shapes):
-            at = "" if value is not None else f", {name}={checked[name]:g}"
-            print(f"onnxruntime vs PyTorch at {result['shape']}{at}: max abs diff {result['max_abs_diff']:.2e}")
+    report_checks(model, args.output, budget)
 
 
 if __name__ == "__main__":
