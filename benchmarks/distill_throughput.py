@@ -97,7 +97,7 @@ def step_gflops(name: str, metrics: dict, batch: int, teacher) -> float:
     """Analytic GFLOPs of one optimisation step: the teacher's forward (none once cached) and 3x the student's forward
     (forward + backward) at the step's budget, for `batch` images per process, all processes."""
     from corevision_hf import VecaConfig, lookwhere_flops, lookwhere_from_teacher, veca_flops
-    from corevision_hf.evaluation import teacher_flops
+    from corevision_hf.agreement import teacher_flops
 
     processes = len(metrics.get("k_all_processes", metrics.get("num_cores_all_processes", [0])))
     if name.startswith("VECA"):

@@ -43,9 +43,7 @@ import transformers
 from transformers import AutoConfig, AutoModel
 
 import corevision_hf
-from corevision_hf.cli import reading_weights, run
-from corevision_hf.cpu import optimize_for_cpu
-from corevision_hf.evaluation import (
+from corevision_hf.agreement import (
     agreement,
     cost_entry,
     features,
@@ -55,9 +53,11 @@ from corevision_hf.evaluation import (
     teacher_patch_size,
     teacher_targets,
 )
+from corevision_hf.cli import reading_weights, run
+from corevision_hf.cpu import optimize_for_cpu
 from corevision_hf.images import to_display
-from corevision_hf.metrics import ACCURACY, MEAN_IOU
 from corevision_hf.measure import alternated_latency, latency_warnings, peak_memory_mib, return_freed_memory_to_the_os
+from corevision_hf.metrics import ACCURACY, MEAN_IOU
 from corevision_hf.offline import check_hub_reachable
 from corevision_hf.outputs import check_file_output, record
 from corevision_hf.visualize import (

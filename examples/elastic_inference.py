@@ -11,8 +11,10 @@ shows what the budget buys and costs. For each resolution and core budget it pri
   - how closely the outputs follow the full bank at the same resolution: mean cosine similarity of
     `pooler_output` (core 0) and of the patch tokens (the last N tokens of `last_hidden_state`).
 
-The photos are the small set shipped in `assets/photos/` (see its LICENSES.md), each resized to a square
-resolution (bicubic, aspect ratio not kept) and normalised with the ImageNet mean and std.
+The photos are the small set shipped in `assets/photos/` (see its LICENSES.md), each prepared by the package's one
+image path (`corevision_hf.images.to_pixel_values`, the models' image processor): resized to a square resolution
+(bicubic, aspect ratio not kept) and normalised with the ImageNet mean and std. Latency is timed by the package's
+harness (`corevision_hf.measure.median_latency_ms`).
 
 No trained VECA checkpoint exists yet, so the model is randomly initialised with a fixed seed: FLOPs and
 latency are real, but the agreement columns only describe how an untrained network reacts to a smaller
@@ -23,17 +25,17 @@ budget, not the accuracy of a trained one.
 """
 
 import argparse
+import functools
 import json
-import statistics
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 from PIL import Image
 
 from corevision_hf import VECA_PRESETS, VecaConfig, VecaModel, dense_vit_flops, veca_flops
-from corevision_hf.images import IMAGENET_MEAN, IMAGENET_STD
+from corevision_hf.images import open_image, to_pixel_values
+from corevision_hf.measure import median_latency_ms
 
 try:
     from tqdm.auto import tqdm
@@ -64,33 +66,7 @@ def load_photos(folder: Path) -> list[Image.Image]:
     paths = sorted(p for p in folder.iterdir() if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
     if not paths:
         raise SystemExit(f"No photos found in {folder}.")
-    return [Image.open(p).convert("RGB") for p in paths]
-
-
-def to_pixel_values(photos: list[Image.Image], resolution: int) -> torch.Tensor:
-    """Photos -> (B, 3, resolution, resolution) float32, ImageNet-normalised."""
-    arrays = [np.asarray(p.resize((resolution, resolution), Image.BICUBIC), dtype=np.float32) / 255 for p in photos]
-    pixels = torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2)
-    mean = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
-    std = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
-    return ((pixels - mean) / std).contiguous()
-
-
-def median_latency_ms(model: VecaModel, pixel_values: torch.Tensor, num_cores: int, repeats: int) -> float:
-    """Median wall time of one forward, after one warm-up call."""
-    def synchronize():
-        if pixel_values.device.type == "cuda":
-            torch.cuda.synchronize()
-
-    model(pixel_values, num_cores=num_cores)
-    synchronize()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        model(pixel_values, num_cores=num_cores)
-        synchronize()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
+    return [open_image(p) for p in paths]
 
 
 def mean_cosine(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -138,7 +114,7 @@ def main(argv=None) -> list[dict]:
     progress = tqdm(total=len(steps), desc="VECA", leave=False) if tqdm is not None else None
     with torch.inference_mode():
         for resolution in args.resolutions:
-            pixel_values = to_pixel_values(photos, resolution).to(args.device)
+            pixel_values = torch.stack([to_pixel_values(photo, resolution) for photo in photos]).to(args.device)
             num_patches = (resolution // patch) ** 2
             dense = dense_vit_flops(
                 resolution,
@@ -165,7 +141,8 @@ def main(argv=None) -> list[dict]:
                         gflops=flops / 1e9,
                         dense_vit_gflops=dense / 1e9,
                         flop_ratio_vs_dense=flops / dense,
-                        latency_ms=median_latency_ms(model, pixel_values[:1], budget, args.repeats),
+                        latency_ms=median_latency_ms(functools.partial(model, pixel_values[:1], num_cores=budget),
+                                                     args.device, args.repeats, warmup=1),
                         pooler_cosine=mean_cosine(output.pooler_output, reference.pooler_output),
                         patch_cosine=mean_cosine(output.patch_tokens, reference.patch_tokens),
                     )

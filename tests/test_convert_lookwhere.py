@@ -122,15 +122,13 @@ def test_cli_roundtrip_loads_with_remote_code(reference_checkpoint, tmp_path):
 def test_refuses_pickled_objects(tmp_path, capsys):
     path = tmp_path / "pickled.pt"
     torch.save({**to_reference(tiny_model()), "loader": Opaque()}, path)
-    with pytest.raises(SystemExit):
-        main([str(path), str(tmp_path / "out"), "--num-attention-heads", "2"])
+    assert main([str(path), str(tmp_path / "out"), "--num-attention-heads", "2"]) == 2
     assert "not a plain tensor checkpoint and will not be unpickled" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 
 def test_missing_file(tmp_path, capsys):
-    with pytest.raises(SystemExit):
-        main([str(tmp_path / "nope.pt"), str(tmp_path / "out")])
+    assert main([str(tmp_path / "nope.pt"), str(tmp_path / "out")]) == 2
     assert "does not exist" in capsys.readouterr().err
 
 
@@ -139,8 +137,7 @@ def test_refuses_non_empty_out_dir_without_force(reference_checkpoint, tmp_path,
     out = tmp_path / "out"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    with pytest.raises(SystemExit):
-        main([str(path), str(out), "--num-attention-heads", "2"])
+    assert main([str(path), str(out), "--num-attention-heads", "2"]) == 2
     assert "not empty; choose a new folder or pass --force" in capsys.readouterr().err
     assert os.listdir(out) == ["notes.txt"]
     main([str(path), str(out), "--num-attention-heads", "2", "--force"])

@@ -106,15 +106,13 @@ def capsys_text(capsys) -> str:
 def test_refuses_pickled_objects(tmp_path, capsys):
     path = tmp_path / "pickled.pt"
     torch.save({"student": to_reference(tiny_model()), "loader": Opaque()}, path)
-    with pytest.raises(SystemExit):
-        main([str(path), str(tmp_path / "out")])
+    assert main([str(path), str(tmp_path / "out")]) == 2
     assert "not a plain tensor checkpoint and will not be unpickled" in capsys_text(capsys)
     assert not (tmp_path / "out").exists()
 
 
 def test_missing_file(tmp_path, capsys):
-    with pytest.raises(SystemExit):
-        main([str(tmp_path / "nope.pt"), str(tmp_path / "out")])
+    assert main([str(tmp_path / "nope.pt"), str(tmp_path / "out")]) == 2
     assert "does not exist" in capsys_text(capsys)
 
 
@@ -123,8 +121,7 @@ def test_refuses_non_empty_out_dir_without_force(reference_checkpoint, tmp_path,
     out = tmp_path / "out"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    with pytest.raises(SystemExit):
-        main([str(path), str(out), "--num-attention-heads", "2"])
+    assert main([str(path), str(out), "--num-attention-heads", "2"]) == 2
     assert "not empty; choose a new folder or pass --force" in capsys_text(capsys)
     assert os.listdir(out) == ["notes.txt"]
     main([str(path), str(out), "--num-attention-heads", "2", "--force"])
@@ -147,6 +144,5 @@ def test_rejects_unknown_missing_and_misshaped_keys():
 
 def test_preset_mismatch_is_refused(reference_checkpoint, tmp_path, capsys):
     _, path = reference_checkpoint
-    with pytest.raises(SystemExit):
-        main([str(path), str(tmp_path / "out"), "--preset", "base", "--num-attention-heads", "2"])
+    assert main([str(path), str(tmp_path / "out"), "--preset", "base", "--num-attention-heads", "2"]) == 2
     assert "hidden_size is 64, not 768" in capsys_text(capsys)

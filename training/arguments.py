@@ -1,12 +1,10 @@
-"""The command-line arguments both distillation scripts share, and how their errors reach the user.
+"""The command-line arguments both distillation scripts share.
 
 Deliberately light (argparse only): the scripts parse their arguments before importing torch, so `--help` answers
 at once.
 """
 
 import argparse
-import os
-import sys
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -121,35 +119,3 @@ def check_positive(args: argparse.Namespace, *names: str) -> None:
     for name in names:
         if getattr(args, name) <= 0:
             raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}.")
-
-
-class RunStopped(Exception):
-    """A run that stopped on its own (a stuck or dead process, a full disk, Ctrl-C): its message says what happened
-    and how to continue; exit status 130 after Ctrl-C, else 1."""
-
-    def __init__(self, message: str, code: int = 1):
-        super().__init__(message)
-        self.code = code
-
-
-def run_cli(main) -> None:
-    """Runs `main()`; a user error (ValueError, FileNotFoundError) becomes one line on stderr and exit status 2, a
-    stopped run (FloatingPointError, RunStopped) one line and status 1 (130 after Ctrl-C). Under `accelerate launch`
-    other processes than 0 name themselves, and each leaves at once (no destructors): a process group torn down by
-    the garbage collector can hang."""
-    try:
-        main()
-    except (ValueError, FileNotFoundError, FloatingPointError, RunStopped, KeyboardInterrupt) as error:
-        from corevision_hf.cli import error_line  # here: `--help` stays free of torch
-
-        rank = os.environ.get("RANK", "0")
-        if isinstance(error, KeyboardInterrupt):  # outside the training loop, which says where to continue
-            error = RunStopped("interrupted (Ctrl-C); what was half-written stays under a temporary name, never in "
-                               "place of a complete file.", 130)
-        print(error_line(error, "error" if rank == "0" else f"error (process {rank})"), file=sys.stderr)
-        code = error.code if isinstance(error, RunStopped) else 1 if isinstance(error, FloatingPointError) else 2
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-        sys.exit(code)

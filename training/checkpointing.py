@@ -3,7 +3,6 @@ they were taken at (for `--resume`), the final export and the end of a run."""
 
 import contextlib
 import gc
-import hashlib
 import json
 import os
 import pickle
@@ -14,7 +13,8 @@ import shutil
 from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list, gather_object
 
-from .arguments import RunStopped
+from corevision_hf.cli import RunStopped
+from corevision_hf.outputs import sha256
 
 # Arguments a resumed run may change: where and how often things are written, how (not what) is computed, and the step
 # size (a run that diverged
@@ -113,11 +113,7 @@ def file_digests(folder: str) -> dict[str, str]:
             relative = os.path.relpath(path, folder)
             if relative == MANIFEST:
                 continue
-            digest = hashlib.sha256()
-            with open(path, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(block)
-            digests[relative] = digest.hexdigest()
+            digests[relative] = sha256(path)
     return digests
 
 

@@ -14,8 +14,9 @@ folder.
 """
 
 import argparse
+import sys
 
-from .arguments import check_positive, parse, run_cli, training_parser
+from .arguments import check_positive, parse, training_parser
 
 SCRIPT = "training.distill_lookwhere"
 
@@ -99,4 +100,9 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    run_cli(main)
+    try:
+        main()
+    except (Exception, KeyboardInterrupt) as error:  # corevision_hf.cli (and torch) only now: --help answers at once
+        from corevision_hf.cli import exit_status
+
+        sys.exit(exit_status(error))

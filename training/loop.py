@@ -25,7 +25,9 @@ from accelerate.utils import (
 )
 from tqdm.auto import tqdm
 
-from .arguments import RunStopped, check_positive
+from corevision_hf.cli import RunStopped
+
+from .arguments import check_positive
 from .checkpointing import (
     LISTING, best_score, check_output_dir, clear_run, export, finish, load_checkpoint, run_record, save_checkpoint,
     write_json,

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModel
 
-from corevision_hf.evaluation import teacher_input, teacher_patch_size, teacher_targets  # noqa: F401  (shared)
+from corevision_hf.agreement import teacher_input, teacher_patch_size, teacher_targets  # noqa: F401  (shared)
 from corevision_hf.offline import check_hub_reachable
 
 from .checkpointing import check_export

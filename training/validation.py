@@ -3,7 +3,7 @@ budgets and resolutions. The grid average, `score`, picks the `best/` checkpoint
 
 A cell (resolution, budget) holds the mean over images of the CLS cosine (student pooler_output vs teacher token 0)
 and of the patch cosine (student patch tokens vs the teacher's last Hp * Wp tokens, mean over patches), as
-`corevision_hf.evaluation.per_image_agreement` computes them. Both models put the patch tokens last: VECA
+`corevision_hf.agreement.per_image_agreement` computes them. Both models put the patch tokens last: VECA
 [active cores; patches], LookWhere [prefix; filled grid].
 """
 
@@ -14,7 +14,7 @@ import torch
 from accelerate.utils import extract_model_from_parallel
 from torch.utils.data import DataLoader
 
-from corevision_hf.evaluation import per_image_agreement, teacher_input, teacher_patch_size, teacher_targets
+from corevision_hf.agreement import per_image_agreement, teacher_input, teacher_patch_size, teacher_targets
 
 from .data import build_dataset, collate
 

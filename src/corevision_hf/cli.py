@@ -1,11 +1,13 @@
 """What every command line shares: a bad input ends in one line on stderr and exit status 2, never a traceback.
 
-Two forms of one rule: `run(main, argv)` for a command whose `main` raises, returning the exit status, and
-`one_line_errors()` around the part of a `main` that can fail on the user's input (it exits with status 2). Running
-out of memory is one line too: the size or batch asked for was too large for this machine."""
+`run(main, argv)` calls a command's `main` and returns its exit status (`exit_status` of what it raised). Running out of
+memory is one line too (the size or batch asked for was too large for this machine), and so is a run that stopped
+before its end (`RunStopped`, a non-finite loss, Ctrl-C). The distillation scripts call `exit_status` alone, after the
+error: they import this module (and so torch) only then, so that their `--help` answers at once."""
 
 import contextlib
 import errno
+import os
 import pickle
 import sys
 
@@ -16,49 +18,58 @@ from safetensors import SafetensorError
 USER_ERRORS = (ValueError, OSError, SafetensorError)
 
 
+class RunStopped(Exception):
+    """A run that stopped on its own (a stuck or dead process, a full disk, Ctrl-C): its message says what happened
+    and how to continue; exit status `code`, 130 after Ctrl-C, else 1."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
 def error_line(error: BaseException, prefix: str = "error") -> str:
     """`error` as one line, whatever its message holds (transformers' and torch's messages span several)."""
     return f"{prefix}: " + " ".join(str(error).split())
 
 
-def out_of_memory(error: BaseException) -> str | None:
+def out_of_memory(error: BaseException, prefix: str = "error") -> str | None:
     """The one line for torch's GPU OutOfMemoryError or its CPU allocator's failure (a plain RuntimeError), else
     None."""
     if type(error).__name__ == "OutOfMemoryError" or "can't allocate memory" in str(error):
-        return error_line(error, "error: out of memory") + " Choose a smaller size or batch."
+        return error_line(error, f"{prefix}: out of memory") + " Choose a smaller size or batch."
     return None
 
 
 def run(main, argv: list[str] | None = None, errors: tuple = USER_ERRORS) -> int:
-    """Calls `main(argv)`; returns 0, or 2 after printing an error of the `errors` types (or running out of memory)
-    as one line on stderr."""
+    """Calls `main(argv)` and returns the exit status: 0, or `exit_status`'s for what it raised."""
     try:
         main(argv)
-    except errors as error:
-        print(error_line(error), file=sys.stderr)
-        return 2
-    except RuntimeError as error:
-        if not out_of_memory(error):
-            raise
-        print(out_of_memory(error), file=sys.stderr)
-        return 2
+    except (Exception, KeyboardInterrupt) as error:  # exit_status raises again what it has no line for
+        return exit_status(error, errors)
     return 0
 
 
-@contextlib.contextmanager
-def one_line_errors(errors: tuple = USER_ERRORS):
-    """Inside, an error of the `errors` types, or running out of memory, is printed as one line on stderr and ends the
-    program with status 2."""
-    try:
-        yield
-    except errors as error:
-        print(error_line(error), file=sys.stderr)
-        raise SystemExit(2) from None
-    except RuntimeError as error:
-        if not out_of_memory(error):
-            raise
-        print(out_of_memory(error), file=sys.stderr)
-        raise SystemExit(2) from None
+def exit_status(error: BaseException, errors: tuple = USER_ERRORS) -> int:
+    """Prints `error` as one line on stderr and returns the exit status: 2 for an error of the `errors` types or
+    running out of memory; a RunStopped's code, 1 for a FloatingPointError (a loss that is no longer finite), 130 for
+    Ctrl-C. Any other error is raised again. Under `accelerate launch`, processes other than 0 name themselves, and
+    each leaves at once (no destructors): a process group torn down by the garbage collector can hang."""
+    if isinstance(error, KeyboardInterrupt):
+        error, code = RunStopped("interrupted (Ctrl-C)."), 130
+    elif isinstance(error, (RunStopped, FloatingPointError)):
+        code = getattr(error, "code", 1)
+    elif isinstance(error, errors) or isinstance(error, RuntimeError) and out_of_memory(error):
+        code = 2
+    else:
+        raise error
+    rank = os.environ.get("RANK", "0")
+    prefix = "error" if rank == "0" else f"error (process {rank})"
+    print(out_of_memory(error, prefix) or error_line(error, prefix), file=sys.stderr)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 @contextlib.contextmanager

@@ -21,8 +21,7 @@ import torch
 from transformers import AutoModel
 from transformers.utils import logging as transformers_logging
 
-from .measure import alternated_latency, latency_warnings
-from .evaluation import (
+from .agreement import (
     agreement,
     cost_entry,
     features,
@@ -35,6 +34,7 @@ from .evaluation import (
 from .cli import USER_ERRORS, reading_weights, run
 from .extract import IMAGE_EXTENSIONS
 from .images import open_image, to_pixel_values
+from .measure import alternated_latency, latency_warnings
 from .offline import check_hub_reachable
 from .outputs import check_file_output, record_file, refuse_overlap
 

@@ -1,6 +1,7 @@
-"""The one latency and memory harness: evaluation, calibration, the demo page and the benchmarks all time and
-measure through these functions (habits: ../shared/spec/measuring.md; medians of runs, alternated between models,
-the device synchronised around each call)."""
+"""The one latency and memory harness: evaluation, calibration, the demo page, the examples and the benchmarks all
+time and measure through these functions: medians of runs after warm-up calls, runs alternated between models so that
+a busy machine slows all alike, the device synchronised around each call (docs/speed.md states the protocol behind
+each figure)."""
 
 import ctypes
 import statistics

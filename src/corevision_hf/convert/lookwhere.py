@@ -22,7 +22,7 @@ import sys
 import torch
 
 from corevision_hf import LookWhereConfig, LookWhereModel
-from corevision_hf.cli import one_line_errors
+from corevision_hf.cli import run
 from corevision_hf.convert.common import (
     check_finite,
     check_out_dir,
@@ -31,6 +31,14 @@ from corevision_hf.convert.common import (
     load_tensor_checkpoint,
     save_converted,
     strip_wrapper_prefixes,
+)
+from corevision_hf.convert.lookwhere_release import (
+    RELEASE_SHA256,
+    RELEASES,
+    REPO_ID,
+    REVISION,
+    UNPINNED,
+    download_release,
 )
 
 
@@ -255,12 +263,14 @@ def convert(
     return save_converted(LookWhereModel, config, state_dict, out_dir)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
+    """The command line: a bad input ends in one line on stderr and exit status 2."""
     argv = sys.argv[1:] if argv is None else argv
-    if any(arg.split("=")[0] == "--from-hub" for arg in argv):  # the released weights, downloaded first
-        from corevision_hf.convert import lookwhere_release
+    from_hub = any(arg.split("=")[0] == "--from-hub" for arg in argv)  # the released weights, downloaded first
+    return run(convert_release if from_hub else convert_command, argv)
 
-        return lookwhere_release.main(argv)
+
+def convert_command(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(
         description="Convert the reference LookWhere checkpoint into a hub folder.",
         epilog="Or: --from-hub {dinov2,franca} OUT_DIR downloads the authors' released file and converts it (its "
@@ -271,8 +281,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--num-attention-heads", type=int, help="heads (default: hidden_size // 64)")
     parser.add_argument("--force", action="store_true", help="write into OUT_DIR even if it is not empty")
     args = parser.parse_args(argv)
-    with one_line_errors():
-        model = convert(args.checkpoint, args.out_dir, args.num_attention_heads, args.force)
+    model = convert(args.checkpoint, args.out_dir, args.num_attention_heads, args.force)
     c = model.config
     heads = "" if args.num_attention_heads else " (head dim 64 assumed, as in DINOv2 and Franca)"
     print(f"Wrote {args.out_dir}: LookWhere hidden {c.hidden_size}, {c.num_attention_heads} heads{heads}, extractor "
@@ -281,5 +290,36 @@ def main(argv: list[str] | None = None) -> None:
           f"{'SwiGLU' if c.use_swiglu_ffn else 'GELU'} MLP, patch {c.patch_size}.")
 
 
+def convert_release(argv: list[str]) -> None:
+    """`--from-hub RELEASE OUT_DIR`: downloads the released file (`lookwhere_release.download_release`), converts it."""
+    parser = argparse.ArgumentParser(
+        prog="python -m corevision_hf.convert.lookwhere --from-hub",
+        description=f"Download the authors' released LookWhere weights from the hub repo {REPO_ID} and convert them.",
+        epilog=UNPINNED if not RELEASE_SHA256 else None,
+    )
+    parser.add_argument("--from-hub", required=True, metavar="RELEASE", help=f"one of {sorted(RELEASES)}")
+    parser.add_argument("out_dir", help="folder to write the hub model into")
+    parser.add_argument("--force", action="store_true", help="write into OUT_DIR even if it is not empty")
+    args = parser.parse_args(argv)
+    check_out_dir(args.out_dir, args.force)  # before a download of hundreds of MB
+    path, note = download_release(args.from_hub)
+    convert(path, args.out_dir, force=args.force)
+    print(f"Wrote {args.out_dir} from {REPO_ID}/{RELEASES[args.from_hub]} (revision {REVISION}; {note}). Next:")
+    for line in usage_lines(args.out_dir, args.from_hub):
+        print("  " + line)
+
+
+def usage_lines(out_dir: str, name: str) -> list[str]:
+    """What to run next: load, evaluate, publish."""
+    evaluation = f"{out_dir.rstrip('/')}-evaluation"
+    return [
+        f"load:     AutoModel.from_pretrained({out_dir!r}, trust_remote_code=True)",
+        f"evaluate: python -m evaluation.evaluate_budgets {out_dir} --budgets 0.05 0.1 0.2 --resolutions 518 1036 "
+        f"--output-dir {evaluation}",
+        f"publish:  python -m publishing.publish {out_dir} --evaluation {evaluation}/evaluation.json "
+        f"--repo-id your-name/lookwhere-{name} --dry-run   # then without --dry-run",
+    ]
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

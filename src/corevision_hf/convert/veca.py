@@ -13,11 +13,12 @@ LayerNorm eps 1e-5, which the converted config records.
 
 import argparse
 import re
+import sys
 
 import torch
 
 from corevision_hf import VECA_PRESETS, VecaConfig, VecaModel
-from corevision_hf.cli import one_line_errors
+from corevision_hf.cli import run
 from corevision_hf.convert.common import (
     WRAPPER_PREFIXES,
     check_finite,
@@ -274,7 +275,12 @@ def convert(
     return save_converted(VecaModel, config, state_dict, out_dir), notes
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
+    """The command line: a bad input ends in one line on stderr and exit status 2."""
+    return run(convert_command, argv)
+
+
+def convert_command(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description="Convert a reference VECA checkpoint into a hub folder.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -291,11 +297,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="which frequencies are zeroed, for a checkpoint without 'config' (reference: low)")
     parser.add_argument("--force", action="store_true", help="write into OUT_DIR even if it is not empty")
     args = parser.parse_args(argv)
-    with one_line_errors():
-        model, notes = convert(
-            args.checkpoint, args.out_dir, args.preset, args.num_attention_heads, args.patch_size, args.force,
-            rope_zero_fraction=args.rope_zero_fraction, rope_zero_from=args.rope_zero_from,
-        )
+    model, notes = convert(
+        args.checkpoint, args.out_dir, args.preset, args.num_attention_heads, args.patch_size, args.force,
+        rope_zero_fraction=args.rope_zero_fraction, rope_zero_from=args.rope_zero_from,
+    )
     c = model.config
     print(f"Wrote {args.out_dir}: VECA hidden {c.hidden_size}, {c.num_hidden_layers} layers, "
           f"{c.num_attention_heads} heads, {c.num_cores} cores (trained budgets {c.training_budgets}), patch "
@@ -307,4 +312,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
