@@ -20,13 +20,14 @@ from pathlib import Path
 
 import torch
 
+from corevision_hf.cli import HelpFormatter
 from corevision_hf import VecaConfig, VecaModel
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--backend", default="inductor", help="torch.compile backend")
     parser.add_argument("--preset", default="small")
     parser.add_argument("--budgets", type=int, nargs="+", default=[8, 16, 24, 32, 40, 48, 56, 64])

@@ -68,6 +68,7 @@ from transformers import AutoModel, Dinov2Config, Dinov2Model  # noqa: E402
 from transformers.modeling_outputs import BaseModelOutputWithPooling  # noqa: E402
 from transformers.models.dinov2.modeling_dinov2 import Dinov2PreTrainedModel  # noqa: E402
 
+from corevision_hf.cli import HelpFormatter
 import corevision_hf  # noqa: E402
 from corevision_hf import (  # noqa: E402
     LookWhereModel, VecaConfig, VecaModel, lookwhere_flops, lookwhere_from_teacher, veca_flops,
@@ -119,7 +120,7 @@ SMOKE = dict(steps=2, batch_size=2, image_size=28, resolutions=[28, 56], copies=
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="one training run per student each")
     parser.add_argument("--steps", type=int, default=1000, help="optimisation steps per student")
     parser.add_argument("--batch-size", type=int, default=8)

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from corevision_hf.cli import HelpFormatter
 
 ROOT = Path(__file__).resolve().parents[1]
 PHOTOS = ROOT / "assets" / "photos"
@@ -44,7 +45,7 @@ CACHED = "LookWhere-S 518 px, teacher cache"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--steps", type=int, default=4,
                         help="optimisation steps per configuration (the cached one: this many after its first epoch)")
     parser.add_argument("--warmup", type=int, default=1, help="first steps left out of the figures")

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from transformers import DINOv3ViTConfig, DINOv3ViTModel, Dinov2Config, Dinov2Model
 
+from corevision_hf.cli import HelpFormatter
 from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel, extract
 
 
@@ -46,7 +47,7 @@ def models() -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--output", default=str(RESULTS / "extract_cpu.json"))
     args = parser.parse_args()

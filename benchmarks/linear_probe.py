@@ -33,6 +33,7 @@ import torch
 
 from transformers import AutoModel
 
+from corevision_hf.cli import HelpFormatter
 import corevision_hf  # noqa: F401  (registers VECA and LookWhere with the Auto classes)
 from evaluation.probes import classification_folder, fit_linear_classifier, load_image
 from evaluation.teacher_free import pixel_features
@@ -60,7 +61,7 @@ def probe(train: tuple, val: tuple, num_classes: int) -> dict:
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--model", required=True, help="a VECA or LookWhere save_pretrained folder (the student)")
     parser.add_argument("--dense", default=None, help="a dense ViT student's save_pretrained folder (optional)")
     parser.add_argument("--teacher", default="offline-dinov2-small", help="hub id, folder, or offline-dinov2-small")

@@ -29,6 +29,7 @@ from common import (
 )
 from transformers import Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 
+from corevision_hf.cli import HelpFormatter
 from corevision_hf import LookWhereConfig, LookWhereModel, dense_vit_flops, lookwhere_flops, optimize_for_cpu
 
 
@@ -53,7 +54,7 @@ def forward_fn(name: str, model, pixel_values, k_ratio: float):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--resolutions", type=int, nargs="+", default=[518, 1036])
     parser.add_argument("--k-ratio", type=float, default=0.1)
     parser.add_argument("--runs", type=int, default=5)

@@ -23,6 +23,7 @@ import torch
 from common import rss_kib
 from transformers import AutoModel, DINOv3ViTConfig, DINOv3ViTModel, Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 
+from corevision_hf.cli import HelpFormatter
 import corevision_hf  # noqa: F401  (registers VECA and LookWhere with the Auto classes)
 from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel, optimize_for_cpu
 
@@ -77,7 +78,7 @@ def probe(folder: str, name: str, optimized: bool, resolution: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--resolution", type=int, default=1024, help="forward size (snapped down to the patch size)")
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--out", default="benchmarks/results/memory_cpu.json")

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from PIL import Image
 
+from corevision_hf.cli import HelpFormatter
 from corevision_hf import LookWhereConfig, LookWhereImageProcessor, LookWhereModel, VecaConfig, VecaImageProcessor
 from corevision_hf import VecaModel
 from corevision_hf.measure import alternated_latency, latency_warnings
@@ -40,7 +41,7 @@ def models() -> dict:
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--shortest-edge", type=int, default=320, help="the processor's size (default: %(default)s)")
     parser.add_argument("--runs", type=int, default=7, help="timed runs of each way (default: %(default)s)")
     parser.add_argument("--output", default=str(RESULTS / "mixed_sizes_cpu.json"),

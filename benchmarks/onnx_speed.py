@@ -20,6 +20,7 @@ import onnxruntime
 import torch
 from common import alternate
 
+from corevision_hf.cli import HelpFormatter
 from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel, optimize_for_cpu
 from corevision_hf.export import BUDGET_INPUTS, budget_for, check_onnx, export_onnx
 
@@ -39,7 +40,7 @@ PLAN = {
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     parser.add_argument("--runs", type=int, nargs=2, default=[5, 3], help="timed runs at the small / large size")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--output", default=os.path.join(os.path.dirname(__file__), "results", "onnx_cpu.json"))

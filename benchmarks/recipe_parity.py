@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+from corevision_hf.cli import HelpFormatter
 from corevision_hf import VecaModel
 from corevision_hf.convert.veca import RENAMES, convert_reference_state_dict, load_reference_checkpoint
 from training.losses import veca_loss
@@ -201,7 +202,7 @@ def check_case(folder: Path, replay_gradients: bool = True, replay_orthogonaliza
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("method", choices=["veca"], help="the recipe family the fixtures were made with")
     parser.add_argument("folders", nargs="+", type=Path, help="fixture folders (case.json, *.safetensors, *.pt)")
     parser.add_argument("--no-gradient-replay", action="store_true",

@@ -33,6 +33,7 @@ from common import (
 )
 from transformers import DINOv3ViTConfig, DINOv3ViTModel
 
+from corevision_hf.cli import HelpFormatter
 from corevision_hf import VecaConfig, VecaModel, dense_vit_flops, optimize_for_cpu, veca_flops
 
 LABELS = {"dinov3": "DINOv3-B", "dinov3_cpu": "DINOv3-B, optimize_for_cpu (reference)",
@@ -102,7 +103,7 @@ def log_log_slope(rows, label, low, high) -> float | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--resolutions", type=int, nargs="+", default=[256, 512, 1024, 2048])
     parser.add_argument("--budgets", type=int, nargs="+", default=[64, 16, 8])
     parser.add_argument("--runs", type=int, default=5, help="timed runs per configuration (3 at >= 2048 px on CPU)")

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 import transformers
 from transformers import AutoConfig, AutoModel
 
+from corevision_hf.cli import HelpFormatter
 import corevision_hf
 from corevision_hf.agreement import (
     agreement,
@@ -85,7 +86,7 @@ from .probes import (
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("checkpoint", help="a save_pretrained folder (e.g. OUT/final of a distillation) or a hub id")
     parser.add_argument("--budgets", nargs="+", required=True, help="VECA: core counts; LookWhere: k or k_ratio values")
     parser.add_argument("--resolutions", nargs="+", type=int, default=[224], help="square sizes to measure cost at")

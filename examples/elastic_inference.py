@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 from PIL import Image
 
+from corevision_hf.cli import HelpFormatter
 from corevision_hf import VECA_PRESETS, VecaConfig, VecaModel, dense_vit_flops, veca_flops
 from corevision_hf.images import open_image, to_pixel_values
 from corevision_hf.measure import median_latency_ms
@@ -49,7 +50,7 @@ TINY_CONFIG = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, i
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     parser.add_argument("--preset", default="small", choices=sorted(VECA_PRESETS), help="VECA size (default: small)")
     parser.add_argument("--tiny", action="store_true", help="use a tiny config instead of --preset (for tests)")
     parser.add_argument("--resolutions", type=int, nargs="+", default=[224, 256, 512], help="square sizes, px")

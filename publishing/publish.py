@@ -36,6 +36,7 @@ from huggingface_hub.utils import validate_repo_id
 from huggingface_hub.utils.sha import git_hash
 from transformers import AutoConfig, AutoModel
 
+from corevision_hf.cli import HelpFormatter
 import corevision_hf
 from corevision_hf import export
 from corevision_hf.cli import reading_weights, run
@@ -59,7 +60,7 @@ ELASTIC_ONNX = "onnx/model_elastic.onnx"  # where onnx-community repos keep thei
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("checkpoint", help="a save_pretrained folder, e.g. OUT/final of a distillation run")
     parser.add_argument("--evaluation", required=True, help="evaluation.json written by evaluation.evaluate_budgets")
     parser.add_argument("--repo-id", required=True, help='hub repo to publish to, "org/name"')

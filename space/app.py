@@ -26,6 +26,7 @@ import torch
 from PIL import Image
 from transformers import AutoModel, Dinov2Config, Dinov2Model
 
+from corevision_hf.cli import HelpFormatter
 import corevision_hf
 from corevision_hf import (
     LookWhereConfig,
@@ -202,7 +203,7 @@ def build(models: list[str], default_photo: str | None = None, default_resolutio
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--model", action="append", default=[], help="a folder or hub id to offer (repeatable)")
     # a hub Space sets GRADIO_SERVER_NAME=0.0.0.0; locally the page is served to this machine only
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))

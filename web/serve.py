@@ -18,6 +18,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from corevision_hf.cli import HelpFormatter
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -76,7 +77,7 @@ class Handler(http.server.SimpleHTTPRequestHandler):
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     parser.add_argument("model", nargs="?", help="a saved VECA or LookWhere folder or hub id")
     parser.add_argument("--model-dir", type=Path, default=ROOT / "outputs" / "web" / "model",
                         help="the folder the page reads: written from MODEL, or served as it is without MODEL")

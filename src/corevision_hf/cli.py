@@ -5,6 +5,7 @@ memory is one line too (the size or batch asked for was too large for this machi
 before its end (`RunStopped`, a non-finite loss, Ctrl-C). The distillation scripts call `exit_status` alone, after the
 error: they import this module (and so torch) only then, so that their `--help` answers at once."""
 
+import argparse
 import contextlib
 import errno
 import os
@@ -16,6 +17,17 @@ from safetensors import SafetensorError
 # bad values; missing, unreadable or existing files; an unreachable hub; weights that cannot be read or written (a full
 # disk under safetensors)
 USER_ERRORS = (ValueError, OSError, SafetensorError)
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """`--help` with the description as written and every option's default (where it has one and its help does not
+    already name it)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in text.lower():
+            return text
+        return f"{text} (default: %(default)s)".lstrip()
 
 
 class RunStopped(Exception):

@@ -21,6 +21,7 @@ import torch
 from transformers import AutoModel
 from transformers.utils import logging as transformers_logging
 
+from .cli import HelpFormatter
 from .agreement import (
     agreement,
     cost_entry,
@@ -46,7 +47,7 @@ BATCH_SIZE = 8  # images per forward for the cosines (latency is timed on one im
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m corevision_hf.compare", description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("model", help="VECA or LookWhere: folder or hub id")
     parser.add_argument("teacher", help="the dense ViT it was distilled or converted from: folder or hub id")

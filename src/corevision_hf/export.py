@@ -27,6 +27,7 @@ import warnings
 import torch
 from torch import nn
 
+from .cli import HelpFormatter
 from .cli import reading_weights, run
 from .lookwhere import LookWhereConfig, LookWhereModel
 from .outputs import check_file_output, follow_umask, record_file, refuse_overlap
@@ -378,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def export_command(argv: list[str] | None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m corevision_hf.export", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m corevision_hf.export", description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     parser.add_argument("model_dir", help="a saved VECA or LookWhere folder (or hub id)")
     parser.add_argument("output", help="the .onnx file to write")
     budget = parser.add_mutually_exclusive_group()

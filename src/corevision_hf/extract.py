@@ -42,6 +42,7 @@ from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel
 from transformers.utils import logging as transformers_logging
 
+from .cli import HelpFormatter
 import corevision_hf  # noqa: F401  (registers VECA and LookWhere with the Auto classes)
 
 from .cli import reading_weights, run
@@ -61,7 +62,7 @@ IMAGE_EXTENSIONS = {ext for ext, name in Image.registered_extensions().items() i
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m corevision_hf.extract", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m corevision_hf.extract", description=__doc__, formatter_class=HelpFormatter
     )
     parser.add_argument("model", metavar="MODEL_OR_DIR", help="hub id or save_pretrained folder")
     parser.add_argument("--data", required=True, help="image folder, save_to_disk folder or hub dataset name")

@@ -27,6 +27,7 @@ from PIL import Image
 from transformers import AutoModel  # the package's import registered VECA and LookWhere with it
 from transformers.utils import logging as transformers_logging
 
+from .cli import HelpFormatter
 from .cli import reading_weights, run
 from .finite import check_forward_finite
 from .images import open_image, to_display, to_pixel_values
@@ -402,6 +403,7 @@ def save_figures_atomically(figures: dict[str, Figure]) -> None:
 def main(argv: list[str] | None = None) -> dict[str, str]:
     """The command; returns {picture: path written}."""
     parser = argparse.ArgumentParser(
+        formatter_class=HelpFormatter,
         prog="python -m corevision_hf.visualize",
         description="Draws one photo through a VECA or LookWhere model: its dense features as RGB (3 principal "
                     "components), and where its budget went (VECA's cores, LookWhere's kept patches), one panel "

