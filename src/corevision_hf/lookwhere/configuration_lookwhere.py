@@ -2,10 +2,6 @@
 
 from transformers import PreTrainedConfig
 from transformers.backbone_utils import BackboneConfigMixin
-from transformers.utils import logging
-
-
-logger = logging.get_logger(__name__)
 
 
 # ViT-S/14 and ViT-B/14 widths of DINOv2 with registers, the teachers of the paper.
@@ -136,11 +132,6 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         self._validate()  # before the stage names, whose errors would hide a bad num_hidden_layers
         self.stage_names = ["stem"] + [f"stage{i}" for i in range(1, num_hidden_layers + 1)]
         self.set_output_features_output_indices(out_indices=out_indices, out_features=out_features)
-        if kwargs.pop("prepack_cpu_weights", None):  # a retired field: CPU prepacking is an opt-in now
-            logger.warning_once(
-                "Ignoring prepack_cpu_weights from this config: CPU weight prepacking is now an opt-in outside the "
-                "model files, `corevision_hf.optimize_for_cpu(model)`."
-            )
         super().__init__(**kwargs)
 
     def _validate(self):

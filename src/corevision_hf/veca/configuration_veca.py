@@ -2,10 +2,6 @@
 
 from transformers import PreTrainedConfig
 from transformers.backbone_utils import BackboneConfigMixin
-from transformers.utils import logging
-
-
-logger = logging.get_logger(__name__)
 
 
 # Reference sizes of the paper (all patch 16, a bank of 64 cores, SwiGLU MLP).
@@ -161,11 +157,6 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
         self.stage_names = ["stem"] + [f"stage{i}" for i in range(1, num_hidden_layers + 1)]
         self.set_output_features_output_indices(out_indices=out_indices, out_features=out_features)
         kwargs.setdefault("chunk_size_feed_forward", 1024)
-        if kwargs.pop("prepack_cpu_weights", None):  # a retired field: CPU prepacking is an opt-in now
-            logger.warning_once(
-                "Ignoring prepack_cpu_weights from this config: CPU weight prepacking is now an opt-in outside the "
-                "model files, `corevision_hf.optimize_for_cpu(model)`."
-            )
         super().__init__(**kwargs)
         chunk = self.chunk_size_feed_forward
         if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 0:
