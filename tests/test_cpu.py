@@ -3,7 +3,6 @@ of it saved; and the default model keeps one copy of its weights."""
 
 import copy
 import json
-import logging
 import pickle
 
 import pytest
@@ -11,7 +10,7 @@ import torch
 from conftest import tiny_lookwhere_config, tiny_veca_config
 from transformers import AutoModel
 
-from corevision_hf import LookWhereModel, VecaConfig, VecaModel, optimize_for_cpu, restore_default_linear
+from corevision_hf import LookWhereModel, VecaModel, optimize_for_cpu, restore_default_linear
 from corevision_hf.cpu import PrepackedLinear, onednn_prepacking_available
 
 needs_onednn = pytest.mark.skipif(not onednn_prepacking_available(), reason="this torch build has no oneDNN prepacked linear")
@@ -93,15 +92,3 @@ def test_optimized_model_saves_what_the_default_saves(tmp_path, images):
     assert all(type(m) is torch.nn.Linear for m in reloaded.modules() if isinstance(m, torch.nn.Linear))
     with torch.no_grad():
         torch.testing.assert_close(reloaded(images).last_hidden_state, expected, atol=1e-5, rtol=1e-5)
-
-
-def test_a_config_with_the_retired_prepack_flag_loads_and_says_so_once(tmp_path, caplog):
-    VecaModel(tiny_veca_config()).save_pretrained(tmp_path)
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps({**json.loads(path.read_text()), "prepack_cpu_weights": True}))
-    with caplog.at_level(logging.WARNING):
-        model = AutoModel.from_pretrained(tmp_path)
-        VecaConfig.from_pretrained(tmp_path)
-    assert isinstance(model, VecaModel) and not hasattr(model.config, "prepack_cpu_weights")
-    messages = [r.getMessage() for r in caplog.records if "prepack_cpu_weights" in r.getMessage()]
-    assert len(messages) == 1 and "optimize_for_cpu" in messages[0]

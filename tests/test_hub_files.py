@@ -13,8 +13,7 @@ from corevision_hf import LookWhereModel, VecaModel
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "corevision_hf"
 HUB_FILES = sorted(PACKAGE.glob("veca/*_veca.py")) + sorted(PACKAGE.glob("lookwhere/*_lookwhere.py"))
 # What the model files used to hold and must not again: export / trace / compile branches, oneDNN prepacking,
-# version-counter tricks, a DINOv2 weight mapping (the configs may still name the retired prepack_cpu_weights field,
-# which they drop).
+# version-counter tricks, a DINOv2 weight mapping.
 FORBIDDEN = ["is_in_onnx_export", "is_tracing", "is_compiling", "torch.ops.mkldnn", "._version", "from_teacher("]
 
 
@@ -26,8 +25,7 @@ def test_the_hub_files_are_found():
 def test_hub_file_holds_no_machine_or_exporter_branch(path):
     text = path.read_text()
     assert [word for word in FORBIDDEN if word in text] == []
-    if not path.name.startswith("configuration_"):
-        assert "prepack" not in text
+    assert "prepack" not in text
 
 
 @pytest.mark.parametrize(
