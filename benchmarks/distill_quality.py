@@ -503,6 +503,15 @@ def sweep(args, teacher, source, scratch, train_dir, train_names) -> dict:
 
 
 def main(argv=None) -> dict:
+    """The benchmark, called as a command or from Python; the caller's torch thread count is restored afterwards."""
+    threads = torch.get_num_threads()
+    try:
+        return benchmark(argv)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def benchmark(argv=None) -> dict:
     args = parse_args(argv)
     run_start = time.perf_counter()
     torch.set_num_threads(1 if args.smoke else os.cpu_count())  # tiny tensors run faster on one thread

@@ -64,6 +64,18 @@ def save_tiny_checkpoints(root) -> dict[str, str]:
     return {name: str(root / name) for name in ("veca", "lookwhere")}
 
 
+@pytest.fixture(autouse=True)
+def process_state_restored():
+    """Every test leaves torch's thread count and the SIGINT handler as it found them: a test that changed the thread
+    count (a benchmark's main run in process) would change the float rounding of every later test that compares with
+    a subprocess, and an ignored SIGINT is inherited by every later subprocess, which Ctrl-C then cannot stop."""
+    threads, sigint = torch.get_num_threads(), signal.getsignal(signal.SIGINT)
+    yield
+    torch.set_num_threads(threads)
+    if signal.getsignal(signal.SIGINT) is not sigint:
+        signal.signal(signal.SIGINT, sigint)
+
+
 @pytest.fixture
 def tiny_config() -> VecaConfig:
     return tiny_veca_config()

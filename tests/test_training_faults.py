@@ -151,7 +151,8 @@ def test_ctrl_c_is_one_line_that_says_how_to_continue(teacher_dir, image_dir, tm
     run = tmp_path / "run"
     args = veca_args(teacher_dir, image_dir, run, "--max-steps", "200", "--checkpoint-every", "2")
     process = subprocess.Popen([sys.executable, "-m", "training.distill_veca", *args], cwd=ROOT,
-                               stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+                               stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as from a shell
     deadline = time.time() + 120
     while logged_steps(run) < 3 and time.time() < deadline and process.poll() is None:
         time.sleep(0.2)
