@@ -56,6 +56,7 @@ from corevision_hf.agreement import (
 )
 from corevision_hf.cli import reading_weights, run
 from corevision_hf.cpu import optimize_for_cpu
+from corevision_hf.lookwhere.budget_lookwhere import num_kept
 from corevision_hf.images import to_display
 from corevision_hf.measure import alternated_latency, latency_warnings, peak_memory_mib, return_freed_memory_to_the_os
 from corevision_hf.metrics import ACCURACY, MEAN_IOU
@@ -184,7 +185,7 @@ def trained(model, budget_name: str, budget, recipe: dict | None, resolution: in
     if args.get("k_min") is None or args.get("k_max") is None:
         return None
     side = resolution // config.patch_size
-    k = model.num_kept((side, side), **{"k": None, "k_ratio": None, budget_name: budget})
+    k = num_kept(model.config, (side, side), **{budget_name: budget})
     return args["k_min"] <= k <= args["k_max"]
 
 

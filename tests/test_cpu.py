@@ -92,3 +92,37 @@ def test_optimized_model_saves_what_the_default_saves(tmp_path, images):
     assert all(type(m) is torch.nn.Linear for m in reloaded.modules() if isinstance(m, torch.nn.Linear))
     with torch.no_grad():
         torch.testing.assert_close(reloaded(images).last_hidden_state, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_cpu_opt_in_chunks_veca_mlp_and_resizes_lookwhere_positions_by_matrices(images):
+    """The hub models run VECA's MLP at once and resize LookWhere's position table with F.interpolate; the opt-in
+    chunks the MLP (1024 tokens, here 4) and resizes by matrix products, with the same outputs, and restore undoes it."""
+    from corevision_hf.cpu import CPU_MLP_CHUNK, MatrixPositionResize, resize_position_table_by_matrices
+    from corevision_hf.lookwhere.modeling_lookwhere import resize_position_table
+
+    torch.manual_seed(0)
+    veca = VecaModel(tiny_veca_config()).eval()
+    assert {layer.chunk_size_feed_forward for layer in veca.layers} == {0}
+    with torch.no_grad():
+        default = veca(images).last_hidden_state
+        optimize_for_cpu(veca)
+        assert {layer.chunk_size_feed_forward for layer in veca.layers} == {CPU_MLP_CHUNK}
+        for layer in veca.layers:
+            layer.chunk_size_feed_forward = 4  # several chunks of this tiny sequence, the last one shorter
+            layer._chunked_for_cpu = True
+        torch.testing.assert_close(veca(images).last_hidden_state, default, atol=1e-5, rtol=1e-5)
+    restore_default_linear(veca)
+    assert {layer.chunk_size_feed_forward for layer in veca.layers} == {0}
+
+    table = torch.randn(1, 8 * 8, 16, generator=torch.Generator().manual_seed(1))
+    for grid, antialias in (((5, 11), False), ((12, 3), True)):
+        torch.testing.assert_close(resize_position_table_by_matrices(table, grid, antialias),
+                                   resize_position_table(table, grid, antialias), atol=2e-6, rtol=0)
+    lookwhere = LookWhereModel(tiny_lookwhere_config()).eval()
+    with torch.no_grad():
+        default = lookwhere(images, k=20).last_hidden_state
+        optimize_for_cpu(lookwhere)
+        assert isinstance(lookwhere.extractor, MatrixPositionResize)
+        torch.testing.assert_close(lookwhere(images, k=20).last_hidden_state, default, atol=1e-5, rtol=1e-5)
+    restore_default_linear(lookwhere)
+    assert not isinstance(lookwhere.extractor, MatrixPositionResize)

@@ -232,3 +232,20 @@ def test_elastic_with_a_fixed_budget_or_another_models_input_is_one_error(tmp_pa
     err = capsys.readouterr().err
     assert err.count("error:") == 1 and message in err.strip().splitlines()[-1], err
     assert not (tmp_path / "out.onnx").exists()
+
+
+def test_fixed_k_ratio_graph_refuses_an_image_whose_k_is_below_the_fill(tmp_path):
+    """A --k-ratio graph keeps floor(k_ratio * patches) of each image, at least num_fill_neighbors (5) for the fill:
+    a large image runs, one too small for 5 kept patches is refused by name."""
+    model, folder, _ = saved_elastic(tmp_path, "lookwhere-k_ratio")
+    out = str(tmp_path / "fixed.onnx")
+    assert main([folder, out, "--k-ratio", "0.25", "--no-check"]) == 0
+    session = onnxruntime.InferenceSession(out, providers=["CPUExecutionProvider"])
+    patch = model.config.patch_size
+    pixel_values = torch.randn(1, 3, 6 * patch, 5 * patch, generator=torch.Generator().manual_seed(4))  # k = 7
+    with torch.no_grad():
+        expected = model(pixel_values, k_ratio=0.25).last_hidden_state
+    torch.testing.assert_close(torch.from_numpy(session.run(None, {"pixel_values": pixel_values.numpy()})[0]), expected,
+                               atol=1e-4, rtol=0)
+    with pytest.raises(onnxruntime.capi.onnxruntime_pybind11_state.InvalidArgument, match="keep at least 5 patches"):
+        session.run(None, {"pixel_values": torch.randn(1, 3, 4 * patch, 4 * patch).numpy()})  # k = 4

@@ -12,8 +12,9 @@ against PyTorch at two resolutions and batch sizes (an elastic graph at several 
 
 TorchScript-based `torch.onnx.export` (dynamo=False): it keeps height and width symbolic through both models'
 shape arithmetic. What only a graph needs lives here, not in the modeling files: ONNX has no complex numbers, so
-while tracing, VECA's rotary multiply is swapped for its cos/sin form on the angles (`onnx_rotary`); LookWhere's
-graph computes k from the symbolic image size (`LookWhereGraph`); an elastic VECA graph slices its core bank by its
+while tracing, VECA's rotary multiply is swapped for its cos/sin form on the angles (`onnx_rotary`) and LookWhere's
+position table is resized by matrix products (`onnx_position_resize`); LookWhere's graph computes k from the symbolic
+image size (`LookWhereGraph`) and keeps at least `num_fill_neighbors` patches (the fill's neighbour count is fixed); an elastic VECA graph slices its core bank by its
 `num_cores` input (`cores_from_input`).
 """
 
@@ -29,6 +30,7 @@ from torch import nn
 
 from .cli import HelpFormatter
 from .cli import reading_weights, run
+from .cpu import resize_position_table_by_matrices
 from .lookwhere import LookWhereConfig, LookWhereModel
 from .outputs import check_file_output, follow_umask, record_file, refuse_overlap
 from .veca import VecaConfig, VecaModel
@@ -93,14 +95,30 @@ def onnx_rotary(model: nn.Module):
 
 
 @contextlib.contextmanager
-def cores_from_input(model: nn.Module, num_cores: torch.Tensor):
-    """While tracing an elastic graph, the VECA's active cores are the graph's `num_cores` input (a 0-d tensor)
-    instead of a Python int, so that every slice of the bank and the tokens by it stays symbolic."""
-    model.active_cores = lambda *args, **kwargs: num_cores
+def onnx_position_resize(model: nn.Module):
+    """While tracing a LookWhere, its modeling module (ours or a hub copy) resizes the position table by two matrix
+    products (`corevision_hf.cpu.resize_position_table_by_matrices`): a fraction of a bicubic Resize's cost in
+    onnxruntime."""
+    module = sys.modules[type(model).__module__]
+    original = module.resize_position_table
+    module.resize_position_table = resize_position_table_by_matrices
     try:
         yield
     finally:
-        del model.active_cores
+        module.resize_position_table = original
+
+
+@contextlib.contextmanager
+def cores_from_input(model: nn.Module, num_cores: torch.Tensor):
+    """While tracing an elastic graph, the VECA's active cores are the graph's `num_cores` input (a 0-d tensor)
+    instead of a Python int, so that every slice of the bank and the tokens by it stays symbolic."""
+    module = sys.modules[type(model).__module__]
+    original = module.active_cores
+    module.active_cores = lambda *args, **kwargs: num_cores
+    try:
+        yield
+    finally:
+        module.active_cores = original
 
 
 class BudgetCheck(nn.Module):
@@ -156,7 +174,8 @@ class VecaGraph(nn.Module):
 
 class LookWhereGraph(nn.Module):
     """LookWhere at a fixed k or k_ratio, or at the graph's `k` or `k_ratio` input (`budget` {"k": None} or
-    {"k_ratio": None}: at least num_fill_neighbors and at most all patches kept), with the dense fill:
+    {"k_ratio": None}), with the dense fill; a graph refuses a k or k_ratio that keeps fewer than num_fill_neighbors
+    patches (or, as an input, more than all of them):
     pixel_values [, budget] -> (last_hidden_state, pooler_output). The model's forward, step by step, except that k is
     a tensor computed from the symbolic image size, so that with a k_ratio it follows the image inside the graph (the
     model computes k in Python, which tracing would fix)."""
@@ -165,7 +184,7 @@ class LookWhereGraph(nn.Module):
         super().__init__()
         ((self.name, self.value),) = budget.items()
         self.model = model
-        if self.value is None:
+        if self.value is None or self.name == "k_ratio":  # a fixed k was checked at export (`budget_for`)
             fewest = model.config.num_fill_neighbors
             self.budget_check = BudgetCheck(
                 f"k must lie in {fewest}..the image's patches" if self.name == "k"
@@ -182,9 +201,11 @@ class LookWhereGraph(nn.Module):
             k = value
         else:  # float64 rounds as the model's int(k_ratio * num_patches) does
             k = (torch.ones((), dtype=torch.float64) * grid[0] * grid[1] * value).floor().clamp(min=1).long()
-        if self.value is None:
+        if self.value is None or self.name == "k_ratio":
             within = (k >= model.config.num_fill_neighbors) & (k <= grid[0] * grid[1])
-            k = self.budget_check(k, within if self.name == "k" else within & (value > 0) & (value <= 1))
+            if self.value is None and self.name == "k_ratio":
+                within = within & (value > 0) & (value <= 1)
+            k = self.budget_check(k, within)
         global_tokens, selector_map = model.selector(pixel_values, grid)
         selected_indices = selector_map.topk(k, dim=-1).indices.sort(dim=-1).values
         kept = model.extractor(pixel_values, selected_indices, global_tokens)
@@ -273,9 +294,9 @@ def export_onnx(model: nn.Module, path: str, budget: dict, dtype: str = "fp32", 
     handle, temporary = tempfile.mkstemp(suffix=".onnx.partial", dir=folder)
     os.close(handle)
     follow_umask(temporary)
-    rotary = onnx_rotary(model) if "num_cores" in budget else contextlib.nullcontext()
+    patches = onnx_rotary(model) if "num_cores" in budget else onnx_position_resize(model)
     try:
-        with torch.no_grad(), rotary, warnings.catch_warnings():
+        with torch.no_grad(), patches, warnings.catch_warnings():
             if not verbose:  # the tracer warns about every Python value it fixes; the checks below are what counts
                 warnings.simplefilter("ignore", torch.jit.TracerWarning)
             torch.onnx.export(
@@ -292,7 +313,7 @@ def export_onnx(model: nn.Module, path: str, budget: dict, dtype: str = "fp32", 
                     "pooler_output": {0: "batch"},
                 },
             )
-        if inputs:
+        if hasattr(graph, "budget_check"):
             name_budget_check(temporary, graph.budget_check.message)
         os.replace(temporary, path)
     finally:

@@ -1,4 +1,4 @@
-"""What a LookWhere forward costs, and the largest k that fits a target: analytic GFLOPs (`max_gflops`) or the
+"""A LookWhere forward's budget (`num_kept`, `kept_in_images`), what it costs, and the largest k that fits a target: analytic GFLOPs (`max_gflops`) or the
 latency measured on this machine (`max_ms`, from the table `corevision_hf.calibrate_latency` stores in the config).
 
 Hub-copied: imported by modeling_lookwhere.py; standard library and torch. `corevision_hf.lookwhere_flops` and
@@ -64,6 +64,48 @@ def lookwhere_flops(
     per_layer = 8 * tokens * d * d + 4 * d * tokens * tokens + (6 if config.use_swiglu_ffn else 4) * tokens * d * h
     extractor = config.num_hidden_layers * per_layer + 2 * k * d * config.num_channels * config.patch_size**2
     return selector + map_head + extractor
+
+
+def num_kept(config, grid: tuple[int, int], k=None, k_ratio=None, max_gflops=None, max_ms=None, pixel_values=None) -> int:
+    """k, the patches a forward keeps per image on a (Hp, Wp) grid, for its `k` or `k_ratio`, or the largest k that
+    fits its target (`max_gflops` or `max_ms`); default: `config.default_k` if set, else `config.default_max_gflops`
+    if set, else `config.k_ratio`. `max_ms` needs the call's `pixel_values` (its device, dtype and batch size)."""
+    height, width = (side * config.patch_size for side in grid)
+    num_patches = grid[0] * grid[1]
+    check_one_budget(k=k, k_ratio=k_ratio, max_gflops=max_gflops, max_ms=max_ms)
+    name = "k"
+    if k is None and k_ratio is None and max_gflops is None and max_ms is None:
+        if config.default_k is not None:
+            k, name = config.default_k, "config.default_k"
+        max_gflops = config.default_max_gflops
+    if k is None and (max_gflops is not None or max_ms is not None):
+        return kept_for_target(config, height, width, pixel_values, max_gflops, max_ms)
+    if k is not None:
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+            raise ValueError(f"{name} must be an int in 1..{num_patches}, got {k!r}.")
+        if not 1 <= k <= num_patches:
+            raise ValueError(
+                f"{name}={k} is out of range: a {height}x{width} image has {num_patches} patches, so choose "
+                f"1..{num_patches} (or give k_ratio, a fraction of the grid)."
+            )
+        return int(k)
+    if k_ratio is None:
+        k_ratio = config.k_ratio
+    if isinstance(k_ratio, bool) or not isinstance(k_ratio, numbers.Real) or not 0 < k_ratio <= 1:
+        raise ValueError(f"k_ratio must be a number in (0, 1], got {k_ratio!r}.")
+    return max(1, int(k_ratio * num_patches))
+
+
+def kept_in_images(config, image_grids: torch.Tensor, k: int, k_ratio, budget_given: bool) -> torch.Tensor:
+    """(B,) patches each image of a padded batch keeps, as it would alone: `k_ratio` of its own grid when the call's
+    budget is a ratio (given, or `config.k_ratio` by default), else `k` (the padded grid's), at most all of its
+    patches. Computed on the device from `image_grids` (B, 2)."""
+    patches = image_grids.prod(dim=1)
+    if k_ratio is None and not budget_given and config.default_k is None and config.default_max_gflops is None:
+        k_ratio = config.k_ratio
+    if k_ratio is None:
+        return patches.clamp(max=k)
+    return (patches.double() * k_ratio).floor().long().clamp(min=1)  # int(k_ratio * patches), as num_kept
 
 
 def kept_for_target(config, height: int, width: int, pixel_values, max_gflops=None, max_ms=None) -> int:

@@ -10,7 +10,6 @@ marked "Same as modeling_veca", as transformers does across its model files; cha
 """
 
 import difflib
-import json
 import numbers
 import os
 from collections.abc import Callable
@@ -36,9 +35,9 @@ from transformers.utils import logging
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .budget_lookwhere import check_one_budget, kept_for_target
+from .budget_lookwhere import kept_in_images, num_kept
 from .configuration_lookwhere import LookWhereConfig
-from .image_processing_lookwhere import IMAGENET_MEAN, IMAGENET_STD, LookWhereImageProcessor
+from .image_processing_lookwhere import LookWhereImageProcessor
 from .pipeline_lookwhere import LookWhereImageFeatureExtractionPipeline
 
 
@@ -114,25 +113,14 @@ class LookWherePatchEmbeddings(nn.Module):
 
 
 def resize_position_table(table: torch.Tensor, grid: tuple[int, int], antialias: bool) -> torch.Tensor:
-    """(1, G * G, D) learned positions -> (1, Hp * Wp, D) by DINOv2's bicubic resize (align_corners=False, float32),
-    unchanged if the grid is G x G. Bicubic resizing is separable: two small matrix products with the per-axis
-    weights, which equal `F.interpolate` on the (D, G, G) table and cost a fraction of it (in onnxruntime too)."""
+    """(1, G * G, D) learned positions -> (1, Hp * Wp, D) by DINOv2's bicubic resize (align_corners=False, in
+    float32), unchanged if the grid is G x G."""
     side = int(table.shape[1] ** 0.5)
     if (side, side) == tuple(grid):
         return table
-    rows = bicubic_weights(side, grid[0], antialias, table.device)  # (Hp, G)
-    cols = bicubic_weights(side, grid[1], antialias, table.device)  # (Wp, G)
-    dim = table.shape[-1]
-    resized_rows = (rows @ table.float().reshape(side, side * dim)).reshape(grid[0], side, dim)
-    return torch.matmul(cols, resized_rows).reshape(1, grid[0] * grid[1], dim).to(table.dtype)
-
-
-def bicubic_weights(source: int, target: int, antialias: bool, device: torch.device) -> torch.Tensor:
-    """(target, source) weights of a bicubic resize along one axis, from `source` to `target` cells: resizing the
-    identity along that axis gives them (the other axis keeps its size, where the weights are the identity)."""
-    identity = torch.eye(source, device=device)[None, None]
-    resized = F.interpolate(identity, size=(target, source), mode="bicubic", align_corners=False, antialias=antialias)
-    return resized[0, 0]
+    square = table.float().reshape(1, side, side, -1).permute(0, 3, 1, 2).contiguous()  # (1, D, G, G)
+    resized = F.interpolate(square, size=grid, mode="bicubic", align_corners=False, antialias=antialias)
+    return resized.flatten(2).transpose(1, 2).to(table.dtype)
 
 
 def cubic_filter(x: torch.Tensor, a: float) -> torch.Tensor:
@@ -406,7 +394,7 @@ class LookWhereExtractor(nn.Module):
         grid = (pixel_values.shape[2] // p, pixel_values.shape[3] // p)
         attention_mask = None
         if image_grids is None:
-            positions = resize_position_table(self.position_embeddings, grid, self.antialias)[0][indices]  # (B, k, D)
+            positions = self.resize_positions(grid)[0][indices]  # (B, k, D)
         else:
             side = int(self.position_embeddings.shape[1] ** 0.5)
             table = self.position_embeddings.transpose(1, 2).unflatten(-1, (side, side))  # (1, D, G, G)
@@ -423,6 +411,10 @@ class LookWhereExtractor(nn.Module):
         for layer in self.layers:
             hidden_states = layer(hidden_states, attention_mask, **kwargs)
         return self.norm(hidden_states)
+
+    def resize_positions(self, grid: tuple[int, int]) -> torch.Tensor:
+        """The position table on a (Hp, Wp) grid: (1, Hp * Wp, D)."""
+        return resize_position_table(self.position_embeddings, grid, self.antialias)
 
 
 # Weights are 1 / (d + FILL_EPSILON), as the authors': finite at a kept cell's own distance 0.
@@ -449,7 +441,7 @@ def nearest_kept_cells(
     row_keys = k * (rows - (indices // width)[:, None]) ** 2 + rank[:, None]  # (B, Hp, k)
     col_keys = k * (cols - (indices % width)[:, None]) ** 2  # (B, Wp, k)
     keys = (row_keys[:, :, None] + col_keys[:, None]).flatten(1, 2)  # (B, Hp * Wp, k)
-    num_nearest = indices[:, :num_nearest].shape[1]  # min(num_nearest, k), as a size: symbolic in an exported graph
+    num_nearest = min(num_nearest, k)
     keys, nearest = keys.topk(num_nearest, dim=-1, largest=False)
     distances = torch.div(keys, k, rounding_mode="floor").float().sqrt()
     return nearest, distances.masked_fill(unused.gather(1, nearest.flatten(1)).view_as(nearest), float("inf"))
@@ -553,8 +545,7 @@ class LookWherePreTrainedModel(PreTrainedModel):
     # Same as modeling_veca.VecaPreTrainedModel.from_pretrained
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
-        """`PreTrainedModel.from_pretrained`, refusing weights that hold NaN or infinity (which make every output NaN):
-        one check of each parameter and buffer at load, naming the first such tensor."""
+        """Kept: transformers loads NaN or infinite weights without a word, and then every output is NaN."""
         loaded = super().from_pretrained(*args, **kwargs)
         model = loaded[0] if isinstance(loaded, tuple) else loaded  # output_loading_info=True adds a dict
         for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
@@ -568,28 +559,18 @@ class LookWherePreTrainedModel(PreTrainedModel):
 
     # Same as modeling_veca.VecaPreTrainedModel.save_pretrained
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """`PreTrainedModel.save_pretrained`, plus a `preprocessor_config.json` for our image processor (an existing
-        one is kept). Models registered for hub code map every head and the budget-aware pipeline; the processor and
-        pipeline files travel with the modeling file, which imports them."""
+        """Kept: transformers maps only the saved class in `auto_map`; this maps every head and the budget-aware
+        pipeline, and has the image processor save itself beside the weights (an existing one is kept)."""
         if self._auto_class is not None:
             self.config.auto_map = {**AUTO_MAP, **(getattr(self.config, "auto_map", None) or {})}
             self.config.custom_pipelines = {**CUSTOM_PIPELINES, **(getattr(self.config, "custom_pipelines", None) or {})}
         super().save_pretrained(save_directory, *args, **kwargs)
-        path = os.path.join(save_directory, "preprocessor_config.json")
-        if kwargs.get("is_main_process", True) and not os.path.exists(path):
-            with open(path, "w") as f:
-                json.dump(image_processor_dict(self.config), f, indent=2)
-
-
-# Same as modeling_veca.image_processor_dict
-def image_processor_dict(config: LookWhereConfig) -> dict:
-    """The `preprocessor_config.json` of a checkpoint: our processor (shortest edge at the training size, sides
-    snapped to patch multiples, ImageNet normalisation) and the hub code that loads it."""
-    processor = LookWhereImageProcessor(
-        size={"shortest_edge": config.image_size}, patch_size=config.patch_size, image_mean=list(IMAGENET_MEAN),
-        image_std=list(IMAGENET_STD),
-    )
-    return {**processor.to_dict(), "auto_map": {"AutoImageProcessor": f"image_processing_lookwhere.{LookWhereImageProcessor.__name__}"}}
+        if kwargs.get("is_main_process", True) and not os.path.exists(
+            os.path.join(save_directory, "preprocessor_config.json")
+        ):
+            processor = LookWhereImageProcessor(size={"shortest_edge": self.config.image_size}, patch_size=self.config.patch_size)
+            processor.register_for_auto_class()  # its preprocessor_config.json names the hub code that loads it
+            processor.save_pretrained(save_directory)
 
 
 # Same as modeling_veca.chosen_blocks
@@ -609,39 +590,33 @@ def chosen_blocks(n, depth: int) -> list[int]:
 STANDARD_FORWARD_KWARGS = frozenset(TransformersKwargs.__annotations__) | {"return_dict"}
 
 
-# Same as modeling_veca.check_forward_kwargs
-def check_forward_kwargs(kwargs: dict, own_arguments: tuple[str, ...]) -> None:
-    """Refuses a keyword argument that is neither one of the model's own nor a transformers standard one, naming the
-    closest valid argument: a typo such as `num_core=8` must not silently run the default budget."""
+# Same as modeling_veca.check_inputs
+def check_inputs(
+    config: LookWhereConfig, pixel_values: torch.Tensor, pixel_mask: torch.Tensor | None, kwargs: dict, own: tuple[str, ...]
+) -> None:
+    """What forward needs to fail clearly, from shapes and names only (no host synchronisation): a batch of
+    normalised float images with the config's channels and sides in whole patches, a pixel_mask to match, no
+    misspelt keyword (`num_core=8` must not silently run the default budget), attention maps only where they are
+    formed. The budget is checked where it is chosen (budget file); NaN pixels are the image processor's to refuse."""
     for name in kwargs:
         if name not in STANDARD_FORWARD_KWARGS:
-            valid = sorted(own_arguments) + sorted(STANDARD_FORWARD_KWARGS)
-            close = difflib.get_close_matches(name, valid, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else f"this model's own arguments are {', '.join(own_arguments)}."
+            close = difflib.get_close_matches(name, [*own, *STANDARD_FORWARD_KWARGS], n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"this model's own arguments are {', '.join(own)}."
             raise ValueError(f"forward() got an unexpected argument {name!r}; {hint}")
-
-
-# Same as modeling_veca.check_pixel_values
-def check_pixel_values(pixel_values: torch.Tensor, config: LookWhereConfig, weight: torch.Tensor) -> None:
-    """Shape, dtype and device checks: cheap, and none reads the values (no host synchronisation). NaN or infinite
-    pixels are the image processor's to refuse."""
-    if not isinstance(pixel_values, torch.Tensor) or pixel_values.ndim != 4:
-        shape = tuple(pixel_values.shape) if isinstance(pixel_values, torch.Tensor) else type(pixel_values).__name__
+    attention = config._attn_implementation
+    if kwargs.get("output_attentions", config.output_attentions) and attention != "eager":
         raise ValueError(
-            f"pixel_values must be a (batch, channels, height, width) tensor, got {shape}; "
-            "add a batch dimension with pixel_values[None] for a single image."
+            f"output_attentions=True needs attention maps, which {attention!r} attention does not compute: load the "
+            'model with attn_implementation="eager" (or call model.set_attn_implementation("eager")).'
         )
-    if not pixel_values.is_floating_point():
+    if not isinstance(pixel_values, torch.Tensor) or pixel_values.ndim != 4 or not pixel_values.is_floating_point():
+        got = f"{tuple(pixel_values.shape)} {pixel_values.dtype}" if isinstance(pixel_values, torch.Tensor) else type(pixel_values).__name__
         raise ValueError(
-            f"pixel_values has dtype {pixel_values.dtype}; the model expects normalised floating-point images. "
-            "Use AutoImageProcessor (or convert with .float() / 255 and normalise)."
-        )
-    if pixel_values.device != weight.device:
-        raise ValueError(
-            f"pixel_values is on {pixel_values.device} but the model is on {weight.device}; "
-            f"move it with pixel_values.to({str(weight.device)!r})."
+            f"pixel_values must be a floating-point (batch, channels, height, width) tensor of normalised images, got "
+            f"{got}: use the model's image processor (pixel_values[None] adds the batch dimension to one image)."
         )
     batch_size, channels, height, width = pixel_values.shape
+    patch = config.patch_size
     if batch_size == 0:
         raise ValueError("pixel_values holds no images (batch size 0); pass at least one image.")
     if channels != config.num_channels:
@@ -649,50 +624,32 @@ def check_pixel_values(pixel_values: torch.Tensor, config: LookWhereConfig, weig
             f"pixel_values has {channels} channels but the model expects {config.num_channels}; "
             "convert images to RGB (PIL: image.convert('RGB'))."
         )
-    patch = config.patch_size
-    if height < patch or width < patch:
+    if height % patch or width % patch or min(height, width) < patch:
         raise ValueError(
-            f"Image size {height}x{width} is smaller than one {patch}x{patch} patch; resize it to at least "
-            f"{patch}x{patch} (the model's image processor does)."
+            f"Image size {height}x{width} is not a multiple of the patch size {patch} (one patch at least); resize or crop it to "
+            f"{max(patch, height // patch * patch)}x{max(patch, width // patch * patch)}, or use the model's image "
+            "processor, which snaps sizes to patch multiples."
         )
-    if height % patch or width % patch:
+    if pixel_mask is None:
+        return
+    if not isinstance(pixel_mask, torch.Tensor) or tuple(pixel_mask.shape) != (batch_size, height, width):
+        shape = tuple(pixel_mask.shape) if isinstance(pixel_mask, torch.Tensor) else type(pixel_mask).__name__
         raise ValueError(
-            f"Image size {height}x{width} is not a multiple of the patch size {patch}; resize or crop to "
-            f"{max(patch, height // patch * patch)}x{max(patch, width // patch * patch)} (multiples of {patch}), "
-            "or use the model's image processor, which snaps sizes to patch multiples."
+            f"pixel_mask has shape {shape} but pixel_values is {tuple(pixel_values.shape)}: pass the (batch, height, "
+            f"width) = {(batch_size, height, width)} pixel_mask the image processor returned with these pixel_values."
         )
-
-
-# Same as modeling_veca.check_attention_outputs
-def check_attention_outputs(config: LookWhereConfig, kwargs: dict) -> None:
-    """Attention maps come from eager attention only: sdpa, flex and flash attention never form them."""
-    if kwargs.get("output_attentions", config.output_attentions) and config._attn_implementation != "eager":
+    if attention not in ("eager", "sdpa"):  # flash takes no such mask; flex's CPU kernel fails on it
         raise ValueError(
-            f"output_attentions=True needs attention maps, which {config._attn_implementation!r} attention does not "
-            'compute: load the model with attn_implementation="eager" (or call model.set_attn_implementation("eager")).'
+            f"pixel_mask needs eager or sdpa attention, not {attention!r}: load the model with "
+            'attn_implementation="sdpa", or run the images of each size as a batch of their own.'
         )
 
 
 # Same as modeling_veca.grids_from_mask
-def grids_from_mask(pixel_mask: torch.Tensor, pixel_values: torch.Tensor, config: LookWhereConfig) -> torch.Tensor:
+def grids_from_mask(pixel_mask: torch.Tensor, patch_size: int) -> torch.Tensor:
     """Each image's patch grid (rows, columns), (B, 2), in a batch padded at the bottom and right as the image
-    processor pads it: `pixel_mask` (B, H, W) is nonzero on each image and zero on its padding. Its shape and device
-    are checked; its values are not read on the host."""
-    expected = (pixel_values.shape[0], *pixel_values.shape[2:])
-    if not isinstance(pixel_mask, torch.Tensor) or tuple(pixel_mask.shape) != expected:
-        shape = tuple(pixel_mask.shape) if isinstance(pixel_mask, torch.Tensor) else type(pixel_mask).__name__
-        raise ValueError(
-            f"pixel_mask has shape {shape} but pixel_values is {tuple(pixel_values.shape)}: pass the (batch, height, "
-            f"width) = {expected} pixel_mask the image processor returned with these pixel_values."
-        )
-    if pixel_mask.device != pixel_values.device:
-        raise ValueError(f"pixel_mask is on {pixel_mask.device} but pixel_values on {pixel_values.device}; move it.")
-    if config._attn_implementation not in ("eager", "sdpa"):  # flash takes no such mask; flex's CPU kernel fails on it
-        raise ValueError(
-            f"pixel_mask needs eager or sdpa attention, not {config._attn_implementation!r}: load the model with "
-            'attn_implementation="sdpa", or run the images of each size as a batch of their own.'
-        )
-    patch_mask = pixel_mask[:, :: config.patch_size, :: config.patch_size] != 0  # (B, Hp, Wp)
+    processor pads it: `pixel_mask` (B, H, W) is nonzero on each image and zero on its padding."""
+    patch_mask = pixel_mask[:, ::patch_size, ::patch_size] != 0  # (B, Hp, Wp)
     return torch.stack([patch_mask[:, :, 0].sum(dim=1), patch_mask[:, 0].sum(dim=1)], dim=1)
 
 
@@ -722,53 +679,6 @@ class LookWhereModel(LookWherePreTrainedModel):
 
     def get_input_embeddings(self) -> nn.Module:
         return self.extractor.patch_embeddings.projection
-
-    def num_kept(
-        self, grid: tuple[int, int], k: int | None, k_ratio: float | None, max_gflops: float | None = None,
-        max_ms: float | None = None, pixel_values: torch.Tensor | None = None,
-    ) -> int:
-        """k, the patches kept per image on a (Hp, Wp) grid, for a call's `k` or `k_ratio`, or the largest k that fits
-        its target (`max_gflops` or `max_ms`); default: `config.default_k` if set, else `config.default_max_gflops` if
-        set, else `config.k_ratio`. `max_ms` needs the call's `pixel_values` (its device, dtype and batch size)."""
-        config = self.config
-        height, width = (side * config.patch_size for side in grid)
-        num_patches = grid[0] * grid[1]
-        check_one_budget(k=k, k_ratio=k_ratio, max_gflops=max_gflops, max_ms=max_ms)
-        name = "k"
-        if k is None and k_ratio is None and max_gflops is None and max_ms is None:
-            if config.default_k is not None:
-                k, name = config.default_k, "config.default_k"
-            max_gflops = config.default_max_gflops
-        if k is None and (max_gflops is not None or max_ms is not None):
-            return kept_for_target(config, height, width, pixel_values, max_gflops, max_ms)
-        if k is not None:
-            if isinstance(k, bool) or not isinstance(k, numbers.Integral):
-                raise ValueError(f"{name} must be an int in 1..{num_patches}, got {k!r}.")
-            if not 1 <= k <= num_patches:
-                raise ValueError(
-                    f"{name}={k} is out of range: a {height}x{width} image has {num_patches} patches, so choose "
-                    f"1..{num_patches} (or give k_ratio, a fraction of the grid)."
-                )
-            return int(k)
-        if k_ratio is None:
-            k_ratio = config.k_ratio
-        if isinstance(k_ratio, bool) or not isinstance(k_ratio, numbers.Real) or not 0 < k_ratio <= 1:
-            raise ValueError(f"k_ratio must be a number in (0, 1], got {k_ratio!r}.")
-        return max(1, int(k_ratio * num_patches))
-
-    def kept_in_images(
-        self, image_grids: torch.Tensor, k: int, k_ratio: float | None, budget_given: bool
-    ) -> torch.Tensor:
-        """(B,) patches each image of a padded batch keeps, as it would alone: `k_ratio` of its own grid when the
-        call's budget is a ratio (given, or `config.k_ratio` by default), else `k` (the padded grid's), at most all of
-        its patches."""
-        patches = image_grids.prod(dim=1)
-        config = self.config
-        if k_ratio is None and not budget_given and config.default_k is None and config.default_max_gflops is None:
-            k_ratio = config.k_ratio
-        if k_ratio is None:
-            return patches.clamp(max=k)
-        return (patches.double() * k_ratio).floor().long().clamp(min=1)  # int(k_ratio * patches), as num_kept
 
     def forward(
         self,
@@ -806,16 +716,15 @@ class LookWhereModel(LookWherePreTrainedModel):
             Fill every grid cell (DINOv2-style `last_hidden_state` and `hidden_states`); `False` skips the fill when
             only the image-level output or the kept tokens are needed.
         """
-        check_forward_kwargs(kwargs, ("k", "k_ratio", "fill_dense", "max_gflops", "max_ms", "pixel_mask"))
-        check_attention_outputs(self.config, kwargs)
-        check_pixel_values(pixel_values, self.config, self.get_input_embeddings().weight)
-        grids = None if pixel_mask is None else grids_from_mask(pixel_mask, pixel_values, self.config)
+        check_inputs(self.config, pixel_values, pixel_mask, kwargs,
+                     ("k", "k_ratio", "fill_dense", "max_gflops", "max_ms", "pixel_mask"))
+        grids = None if pixel_mask is None else grids_from_mask(pixel_mask, self.config.patch_size)
         return_dict = kwargs.pop("return_dict", self.config.return_dict)
         patch = self.config.patch_size
         grid = (pixel_values.shape[2] // patch, pixel_values.shape[3] // patch)
         budget_given = not (k is None and k_ratio is None and max_gflops is None and max_ms is None)
         kept_ratio = k_ratio
-        k = self.num_kept(grid, k, k_ratio, max_gflops, max_ms, pixel_values)
+        k = num_kept(self.config, grid, k, k_ratio, max_gflops, max_ms, pixel_values)
         pixel_values = pixel_values.to(self.get_input_embeddings().weight.dtype)
 
         # Where: the selector scores every high-resolution patch from a low-resolution copy.
@@ -824,7 +733,7 @@ class LookWhereModel(LookWherePreTrainedModel):
         if grids is None:
             selected_indices = selector_map.topk(k, dim=-1).indices.sort(dim=-1).values
         else:
-            kept = self.kept_in_images(grids, k, kept_ratio, budget_given)
+            kept = kept_in_images(self.config, grids, k, kept_ratio, budget_given)
             selected_indices = select_in_images(selector_map, k, kept, cells_in_images(grids, grid))
         # What: the extractor embeds and runs the kept patches only, after the selector's global tokens.
         extracted = self.extract(pixel_values, selected_indices, global_tokens, grids, **kwargs)

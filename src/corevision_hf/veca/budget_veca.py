@@ -1,5 +1,6 @@
-"""What a VECA forward costs, and the largest core budget that fits a target: analytic GFLOPs (`max_gflops`) or the
-latency measured on this machine (`max_ms`, from the table `corevision_hf.calibrate_latency` stores in the config).
+"""A VECA forward's budget (`active_cores`), what it costs, and the largest core budget that fits a target: analytic
+GFLOPs (`max_gflops`) or the latency measured on this machine (`max_ms`, from the table
+`corevision_hf.calibrate_latency` stores in the config).
 
 Hub-copied: imported by modeling_veca.py; standard library and torch. `corevision_hf.veca_flops` is this file's
 function, so cost tables and the budget a target picks use one formula. Choosing a budget is arithmetic on the image
@@ -28,6 +29,28 @@ def veca_flops(config, height: int, width: int | None = None, num_cores: int | N
     patch_embedding = 2 * num_patches * d * config.num_channels * config.patch_size**2
     output_projection = 2 * tokens * d * (config.output_projection_size or 0)
     return config.num_hidden_layers * per_layer + coordinate_heads + patch_embedding + output_projection
+
+
+def active_cores(config, pixel_values, num_cores=None, max_gflops=None, max_ms=None) -> int:
+    """The number of active cores for a forward on `pixel_values`: its `num_cores`, else the largest of
+    `config.training_budgets` that fits its target (`max_gflops` or `max_ms`) at this image size, else the config's
+    default (`default_num_cores` or `default_max_gflops`), else the whole bank."""
+    check_one_budget(num_cores=num_cores, max_gflops=max_gflops, max_ms=max_ms)
+    if num_cores is None and max_gflops is None and max_ms is None:
+        num_cores, max_gflops = config.default_num_cores, config.default_max_gflops
+    if max_gflops is not None or max_ms is not None:
+        height, width = pixel_values.shape[-2:]
+        return cores_for_target(config, height, width, pixel_values, max_gflops, max_ms)
+    if num_cores is None:
+        return config.num_cores
+    if isinstance(num_cores, bool) or not isinstance(num_cores, numbers.Integral):
+        raise ValueError(f"num_cores must be an int in 1..{config.num_cores}, got {num_cores!r}.")
+    if not 1 <= num_cores <= config.num_cores:
+        raise ValueError(
+            f"num_cores={num_cores} is out of range: this model's core bank holds {config.num_cores} cores, "
+            f"so choose 1..{config.num_cores} (None uses all of them)."
+        )
+    return int(num_cores)
 
 
 def cores_for_target(config, height: int, width: int, pixel_values, max_gflops=None, max_ms=None) -> int:

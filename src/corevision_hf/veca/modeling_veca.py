@@ -9,7 +9,6 @@ pipeline).
 """
 
 import difflib
-import json
 import math
 import numbers
 import os
@@ -28,9 +27,9 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
 from transformers.utils.output_capturing import capture_outputs
 
-from .budget_veca import check_one_budget, cores_for_target
+from .budget_veca import active_cores
 from .configuration_veca import VecaConfig
-from .image_processing_veca import IMAGENET_MEAN, IMAGENET_STD, VecaImageProcessor
+from .image_processing_veca import VecaImageProcessor
 from .pipeline_veca import VecaImageFeatureExtractionPipeline
 
 
@@ -323,7 +322,8 @@ class VecaLayer(GradientCheckpointingLayer):
             self.norm1(hidden_states), num_cores, rotations, attention_mask=attention_mask, **kwargs
         )
         hidden_states = hidden_states + self.drop_path(self.dropout(attn_output))
-        # Token chunks keep the 2h-wide MLP activations small: less peak memory, fewer fresh pages on CPU.
+        # transformers' chunk_size_feed_forward (0 by default): the MLP over token chunks, the same result with less
+        # peak memory; chunks of any length here, the last one shorter.
         chunk_size = self.chunk_size_feed_forward
         if not chunk_size or hidden_states.shape[1] <= chunk_size:
             mlp_output = self.mlp(self.norm2(hidden_states))
@@ -371,8 +371,7 @@ class VecaPreTrainedModel(PreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
-        """`PreTrainedModel.from_pretrained`, refusing weights that hold NaN or infinity (which make every output NaN):
-        one check of each parameter and buffer at load, naming the first such tensor."""
+        """Kept: transformers loads NaN or infinite weights without a word, and then every output is NaN."""
         loaded = super().from_pretrained(*args, **kwargs)
         model = loaded[0] if isinstance(loaded, tuple) else loaded  # output_loading_info=True adds a dict
         for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
@@ -385,64 +384,50 @@ class VecaPreTrainedModel(PreTrainedModel):
         return loaded
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """`PreTrainedModel.save_pretrained`, plus a `preprocessor_config.json` for our image processor (an existing
-        one is kept). Models registered for hub code map every head and the budget-aware pipeline; the processor and
-        pipeline files travel with the modeling file, which imports them."""
+        """Kept: transformers maps only the saved class in `auto_map`; this maps every head and the budget-aware
+        pipeline, and has the image processor save itself beside the weights (an existing one is kept)."""
         if self._auto_class is not None:
             self.config.auto_map = {**AUTO_MAP, **(getattr(self.config, "auto_map", None) or {})}
             self.config.custom_pipelines = {**CUSTOM_PIPELINES, **(getattr(self.config, "custom_pipelines", None) or {})}
         super().save_pretrained(save_directory, *args, **kwargs)
-        path = os.path.join(save_directory, "preprocessor_config.json")
-        if kwargs.get("is_main_process", True) and not os.path.exists(path):
-            with open(path, "w") as f:
-                json.dump(image_processor_dict(self.config), f, indent=2)
-
-
-def image_processor_dict(config: VecaConfig) -> dict:
-    """The `preprocessor_config.json` of a checkpoint: our processor (shortest edge at the training size, sides
-    snapped to patch multiples, ImageNet normalisation) and the hub code that loads it."""
-    processor = VecaImageProcessor(
-        size={"shortest_edge": config.image_size}, patch_size=config.patch_size, image_mean=list(IMAGENET_MEAN),
-        image_std=list(IMAGENET_STD),
-    )
-    return {**processor.to_dict(), "auto_map": {"AutoImageProcessor": f"image_processing_veca.{VecaImageProcessor.__name__}"}}
+        if kwargs.get("is_main_process", True) and not os.path.exists(
+            os.path.join(save_directory, "preprocessor_config.json")
+        ):
+            processor = VecaImageProcessor(size={"shortest_edge": self.config.image_size}, patch_size=self.config.patch_size)
+            processor.register_for_auto_class()  # its preprocessor_config.json names the hub code that loads it
+            processor.save_pretrained(save_directory)
 
 
 # Forward's own arguments travel by name; these are transformers' standard ones (output capture, attention backends).
 STANDARD_FORWARD_KWARGS = frozenset(TransformersKwargs.__annotations__) | {"return_dict"}
 
 
-def check_forward_kwargs(kwargs: dict, own_arguments: tuple[str, ...]) -> None:
-    """Refuses a keyword argument that is neither one of the model's own nor a transformers standard one, naming the
-    closest valid argument: a typo such as `num_core=8` must not silently run the default budget."""
+def check_inputs(
+    config: VecaConfig, pixel_values: torch.Tensor, pixel_mask: torch.Tensor | None, kwargs: dict, own: tuple[str, ...]
+) -> None:
+    """What forward needs to fail clearly, from shapes and names only (no host synchronisation): a batch of
+    normalised float images with the config's channels and sides in whole patches, a pixel_mask to match, no
+    misspelt keyword (`num_core=8` must not silently run the default budget), attention maps only where they are
+    formed. The budget is checked where it is chosen (budget file); NaN pixels are the image processor's to refuse."""
     for name in kwargs:
         if name not in STANDARD_FORWARD_KWARGS:
-            valid = sorted(own_arguments) + sorted(STANDARD_FORWARD_KWARGS)
-            close = difflib.get_close_matches(name, valid, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else f"this model's own arguments are {', '.join(own_arguments)}."
+            close = difflib.get_close_matches(name, [*own, *STANDARD_FORWARD_KWARGS], n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"this model's own arguments are {', '.join(own)}."
             raise ValueError(f"forward() got an unexpected argument {name!r}; {hint}")
-
-
-def check_pixel_values(pixel_values: torch.Tensor, config: VecaConfig, weight: torch.Tensor) -> None:
-    """Shape, dtype and device checks: cheap, and none reads the values (no host synchronisation). NaN or infinite
-    pixels are the image processor's to refuse."""
-    if not isinstance(pixel_values, torch.Tensor) or pixel_values.ndim != 4:
-        shape = tuple(pixel_values.shape) if isinstance(pixel_values, torch.Tensor) else type(pixel_values).__name__
+    attention = config._attn_implementation
+    if kwargs.get("output_attentions", config.output_attentions) and attention != "eager":
         raise ValueError(
-            f"pixel_values must be a (batch, channels, height, width) tensor, got {shape}; "
-            "add a batch dimension with pixel_values[None] for a single image."
+            f"output_attentions=True needs attention maps, which {attention!r} attention does not compute: load the "
+            'model with attn_implementation="eager" (or call model.set_attn_implementation("eager")).'
         )
-    if not pixel_values.is_floating_point():
+    if not isinstance(pixel_values, torch.Tensor) or pixel_values.ndim != 4 or not pixel_values.is_floating_point():
+        got = f"{tuple(pixel_values.shape)} {pixel_values.dtype}" if isinstance(pixel_values, torch.Tensor) else type(pixel_values).__name__
         raise ValueError(
-            f"pixel_values has dtype {pixel_values.dtype}; the model expects normalised floating-point images. "
-            "Use AutoImageProcessor (or convert with .float() / 255 and normalise)."
-        )
-    if pixel_values.device != weight.device:
-        raise ValueError(
-            f"pixel_values is on {pixel_values.device} but the model is on {weight.device}; "
-            f"move it with pixel_values.to({str(weight.device)!r})."
+            f"pixel_values must be a floating-point (batch, channels, height, width) tensor of normalised images, got "
+            f"{got}: use the model's image processor (pixel_values[None] adds the batch dimension to one image)."
         )
     batch_size, channels, height, width = pixel_values.shape
+    patch = config.patch_size
     if batch_size == 0:
         raise ValueError("pixel_values holds no images (batch size 0); pass at least one image.")
     if channels != config.num_channels:
@@ -450,48 +435,31 @@ def check_pixel_values(pixel_values: torch.Tensor, config: VecaConfig, weight: t
             f"pixel_values has {channels} channels but the model expects {config.num_channels}; "
             "convert images to RGB (PIL: image.convert('RGB'))."
         )
-    patch = config.patch_size
-    if height < patch or width < patch:
+    if height % patch or width % patch or min(height, width) < patch:
         raise ValueError(
-            f"Image size {height}x{width} is smaller than one {patch}x{patch} patch; resize it to at least "
-            f"{patch}x{patch} (the model's image processor does)."
+            f"Image size {height}x{width} is not a multiple of the patch size {patch} (one patch at least); resize or crop it to "
+            f"{max(patch, height // patch * patch)}x{max(patch, width // patch * patch)}, or use the model's image "
+            "processor, which snaps sizes to patch multiples."
         )
-    if height % patch or width % patch:
-        raise ValueError(
-            f"Image size {height}x{width} is not a multiple of the patch size {patch}; resize or crop to "
-            f"{max(patch, height // patch * patch)}x{max(patch, width // patch * patch)} (multiples of {patch}), "
-            "or use the model's image processor, which snaps sizes to patch multiples."
-        )
-
-
-def check_attention_outputs(config: VecaConfig, kwargs: dict) -> None:
-    """Attention maps come from eager attention only: sdpa, flex and flash attention never form them."""
-    if kwargs.get("output_attentions", config.output_attentions) and config._attn_implementation != "eager":
-        raise ValueError(
-            f"output_attentions=True needs attention maps, which {config._attn_implementation!r} attention does not "
-            'compute: load the model with attn_implementation="eager" (or call model.set_attn_implementation("eager")).'
-        )
-
-
-def grids_from_mask(pixel_mask: torch.Tensor, pixel_values: torch.Tensor, config: VecaConfig) -> torch.Tensor:
-    """Each image's patch grid (rows, columns), (B, 2), in a batch padded at the bottom and right as the image
-    processor pads it: `pixel_mask` (B, H, W) is nonzero on each image and zero on its padding. Its shape and device
-    are checked; its values are not read on the host."""
-    expected = (pixel_values.shape[0], *pixel_values.shape[2:])
-    if not isinstance(pixel_mask, torch.Tensor) or tuple(pixel_mask.shape) != expected:
+    if pixel_mask is None:
+        return
+    if not isinstance(pixel_mask, torch.Tensor) or tuple(pixel_mask.shape) != (batch_size, height, width):
         shape = tuple(pixel_mask.shape) if isinstance(pixel_mask, torch.Tensor) else type(pixel_mask).__name__
         raise ValueError(
             f"pixel_mask has shape {shape} but pixel_values is {tuple(pixel_values.shape)}: pass the (batch, height, "
-            f"width) = {expected} pixel_mask the image processor returned with these pixel_values."
+            f"width) = {(batch_size, height, width)} pixel_mask the image processor returned with these pixel_values."
         )
-    if pixel_mask.device != pixel_values.device:
-        raise ValueError(f"pixel_mask is on {pixel_mask.device} but pixel_values on {pixel_values.device}; move it.")
-    if config._attn_implementation not in ("eager", "sdpa"):  # flash takes no such mask; flex's CPU kernel fails on it
+    if attention not in ("eager", "sdpa"):  # flash takes no such mask; flex's CPU kernel fails on it
         raise ValueError(
-            f"pixel_mask needs eager or sdpa attention, not {config._attn_implementation!r}: load the model with "
+            f"pixel_mask needs eager or sdpa attention, not {attention!r}: load the model with "
             'attn_implementation="sdpa", or run the images of each size as a batch of their own.'
         )
-    patch_mask = pixel_mask[:, :: config.patch_size, :: config.patch_size] != 0  # (B, Hp, Wp)
+
+
+def grids_from_mask(pixel_mask: torch.Tensor, patch_size: int) -> torch.Tensor:
+    """Each image's patch grid (rows, columns), (B, 2), in a batch padded at the bottom and right as the image
+    processor pads it: `pixel_mask` (B, H, W) is nonzero on each image and zero on its padding."""
+    patch_mask = pixel_mask[:, ::patch_size, ::patch_size] != 0  # (B, Hp, Wp)
     return torch.stack([patch_mask[:, :, 0].sum(dim=1), patch_mask[:, 0].sum(dim=1)], dim=1)
 
 
@@ -530,31 +498,6 @@ class VecaModel(VecaPreTrainedModel):
     def get_input_embeddings(self) -> nn.Module:
         return self.patch_embeddings.projection
 
-    def active_cores(
-        self, num_cores: int | None, pixel_values: torch.Tensor, max_gflops: float | None = None,
-        max_ms: float | None = None,
-    ) -> int:
-        """The number of active cores for a call: its `num_cores`, else the largest of `config.training_budgets` that
-        fits its target (`max_gflops` or `max_ms`) at this image size, else the config's default
-        (`default_num_cores` or `default_max_gflops`), else the whole bank."""
-        config = self.config
-        check_one_budget(num_cores=num_cores, max_gflops=max_gflops, max_ms=max_ms)
-        if num_cores is None and max_gflops is None and max_ms is None:
-            num_cores, max_gflops = config.default_num_cores, config.default_max_gflops
-        if max_gflops is not None or max_ms is not None:
-            height, width = pixel_values.shape[-2:]
-            return cores_for_target(config, height, width, pixel_values, max_gflops, max_ms)
-        if num_cores is None:
-            return config.num_cores
-        if isinstance(num_cores, bool) or not isinstance(num_cores, numbers.Integral):
-            raise ValueError(f"num_cores must be an int in 1..{config.num_cores}, got {num_cores!r}.")
-        if not 1 <= num_cores <= config.num_cores:
-            raise ValueError(
-                f"num_cores={num_cores} is out of range: this model's core bank holds {config.num_cores} cores, "
-                f"so choose 1..{config.num_cores} (None uses all of them)."
-            )
-        return int(num_cores)
-
     @capture_outputs(tie_last_hidden_states=False)
     def forward(
         self,
@@ -584,11 +527,9 @@ class VecaModel(VecaPreTrainedModel):
             `config.latency_table` (`corevision_hf.calibrate_latency`, one forward at its batch size, 1 by default),
             fits.
         """
-        check_forward_kwargs(kwargs, ("num_cores", "max_gflops", "max_ms", "pixel_mask"))
-        check_attention_outputs(self.config, kwargs)
-        check_pixel_values(pixel_values, self.config, self.patch_embeddings.projection.weight)
-        grids = None if pixel_mask is None else grids_from_mask(pixel_mask, pixel_values, self.config)
-        num_cores = self.active_cores(num_cores, pixel_values, max_gflops, max_ms)
+        check_inputs(self.config, pixel_values, pixel_mask, kwargs, ("num_cores", "max_gflops", "max_ms", "pixel_mask"))
+        grids = None if pixel_mask is None else grids_from_mask(pixel_mask, self.config.patch_size)
+        num_cores = active_cores(self.config, pixel_values, num_cores, max_gflops, max_ms)
         batch_size, _, height, width = pixel_values.shape
         grid = (height // self.config.patch_size, width // self.config.patch_size)
 
@@ -696,7 +637,7 @@ class VecaForImageClassification(VecaPreTrainedModel):
         if pixel_mask is None:
             mean_patch = patch_tokens.mean(dim=1)
         else:
-            grids = grids_from_mask(pixel_mask, pixel_values, self.config)
+            grids = grids_from_mask(pixel_mask, self.config.patch_size)
             patch = self.config.patch_size
             cells = cells_in_images(grids, (pixel_values.shape[2] // patch, pixel_values.shape[3] // patch))
             mean_patch = (patch_tokens * cells[..., None]).sum(dim=1) / grids.prod(dim=1, keepdim=True)
