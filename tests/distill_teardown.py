@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from conftest import TINY_VECA  # noqa: E402  (the tiny VECA of every command-line test)
+from conftest import TINY_VECA  # (after the path: the tiny VECA of every command-line test)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
