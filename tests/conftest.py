@@ -19,18 +19,16 @@ from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# The one tiny VECA and the one tiny LookWhere of the tests: a test passes only the fields it needs changed.
+_VECA_FIELDS = dict(
+    hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96, patch_size=8, num_cores=8
+)
+
+
 def tiny_veca_config(**overrides) -> VecaConfig:
-    """A VECA small enough for CPU tests: width 64, 2 layers, 4 heads of 16, patch 8, a bank of 8 cores."""
-    fields = dict(
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=96,
-        patch_size=8,
-        num_cores=8,
-        image_size=32,
-    )
-    return VecaConfig(**{**fields, **overrides})
+    """A VECA small enough for CPU tests: width 64, 2 layers, 4 heads of 16, patch 8 (a 32 px image is a 4 x 4 grid),
+    a bank of 8 cores."""
+    return VecaConfig(**{**_VECA_FIELDS, "image_size": 32, **overrides})
 
 
 def tiny_lookwhere_config(**overrides) -> LookWhereConfig:
@@ -49,18 +47,19 @@ def tiny_lookwhere_config(**overrides) -> LookWhereConfig:
     return LookWhereConfig(**{**fields, **overrides})
 
 
-# Width 32 at patch 8 (a 32 px image is a 4 x 4 grid): the checkpoints the command-line tests save and run.
-TINY_VECA_FIELDS = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=48, patch_size=8,
-                        num_cores=8)
-TINY_LOOKWHERE_FIELDS = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                             patch_size=8, image_size=32, selector_depth=1, selector_image_size=16)
+# The tiny teachers (`teacher_dir` below, and those of the evaluation and comparison tests) are 32 wide with patch 8. A
+# student distilled from one or compared with one takes these overrides, so that its features are the teacher's width
+# (no output projection) and its patch grid the teacher's.
+AT_TEACHER_WIDTH = dict(hidden_size=32, num_attention_heads=2, intermediate_size=48)  # VECA (LookWhere is 32 wide)
+AT_TEACHER_PATCH = dict(patch_size=8, selector_image_size=16)  # LookWhere (VECA's patch is 8)
 
 
 def save_tiny_checkpoints(root) -> dict[str, str]:
-    """Random (seed 0) patch-8 VECA and LookWhere saved as `root/veca` and `root/lookwhere`: {name: folder}."""
+    """Random (seed 0) VECA and LookWhere at the tiny teachers' width and patch (32, 8), saved as `root/veca` and
+    `root/lookwhere`: {name: folder}."""
     torch.manual_seed(0)
-    VecaModel(VecaConfig(**TINY_VECA_FIELDS, image_size=32)).save_pretrained(root / "veca")
-    LookWhereModel(LookWhereConfig(**TINY_LOOKWHERE_FIELDS)).save_pretrained(root / "lookwhere")
+    VecaModel(tiny_veca_config(**AT_TEACHER_WIDTH)).save_pretrained(root / "veca")
+    LookWhereModel(tiny_lookwhere_config(**AT_TEACHER_PATCH)).save_pretrained(root / "lookwhere")
     return {name: str(root / name) for name in ("veca", "lookwhere")}
 
 
@@ -150,7 +149,8 @@ def _forget_evaluate_modules():
 
 # ------------------------------------------------------------------------------------- distillation runs (tiny, CPU)
 
-TINY_VECA = json.dumps(TINY_VECA_FIELDS)  # training.distill_veca's --config-overrides
+# training.distill_veca's --config-overrides: the tiny VECA at the teacher's width (--image-size sets the resolution)
+TINY_VECA = json.dumps({**_VECA_FIELDS, **AT_TEACHER_WIDTH})
 
 
 @pytest.fixture(scope="module")

@@ -2,12 +2,21 @@
 
     python -m tests.distill_hooks die-inside-a-save SCRIPT_ARGS...
     accelerate launch ... -m tests.distill_hooks spy-on-data RECORD_DIR SCRIPT_ARGS...
+    accelerate launch ... -m tests.distill_hooks check-teardown SCRIPT_ARGS...
 
 - die-inside-a-save: training.distill_veca, killed (SIGKILL) when the step-4 checkpoint's files and state.json are
   written but not its manifest (so neither the rename nor the rotation happens).
 - spy-on-data: training.distill_lookwhere, first with another --seed on each process (refused: the error goes to
   RECORD_DIR/refused_<rank>.txt, and nothing may be written), then as given, recording in RECORD_DIR/seen_<rank>.json
   the gray level of every example (which image of a uniform-gray dataset it is a crop of).
+- check-teardown: training.distill_veca, stopped with exit status 3 and one line on stderr if, when the process group
+  goes down (`end_training` in training.checkpointing `finish`), a DDP model is still alive or the accelerator still
+  holds its prepared model (on GPUs, the DDP wrapper itself). A DDP model's reducer holds the gloo group; when it goes
+  after the group was destroyed, the group's last reference is dropped under the GIL, and its destructor joins the
+  group's work thread, which may still need the GIL to free the tensors of the last barrier: a deadlock, about one
+  two-process CPU run in six before the fix (seen in gdb: ~ProcessGroupGloo in std::thread::join under
+  Reducer::~Reducer, the pt_gloo_runloop thread in gil_scoped_acquire under ~AsyncBarrierWork). The check sees the
+  cause in every run, not only in the runs whose threads happen to interleave badly.
 """
 
 import json
@@ -53,11 +62,38 @@ def spy_on_data(record_dir: str, argv: list[str]) -> None:
         json.dump(seen, f)
 
 
+def check_teardown(argv: list[str]) -> None:
+    import gc
+
+    from accelerate import Accelerator
+    from torch.nn.parallel import DistributedDataParallel
+
+    from training import distill_veca
+
+    end_training = Accelerator.end_training
+
+    def checked(accelerator):
+        held = [f"a live {type(o).__name__}" for o in gc.get_objects() if isinstance(o, DistributedDataParallel)]
+        held += [f"the accelerator's prepared {type(model).__name__}" for model in accelerator._models]
+        end_training(accelerator)
+        if held:
+            print(f"error: process {os.environ['RANK']}: the process group went down before {' and '.join(held)} "
+                  "went (a DDP model's reducer holds the gloo group, and on GPUs the accelerator's prepared model is "
+                  "the DDP model; freed after the group, under the GIL, it can deadlock with the group's work thread)",
+                  file=sys.stderr, flush=True)
+            os._exit(3)  # at once: the destructors that could hang never run
+
+    Accelerator.end_training = checked
+    distill_veca.main(argv)
+
+
 if __name__ == "__main__":
     hook, *rest = sys.argv[1:]
     if hook == "die-inside-a-save":
         die_inside_a_save(rest)
     elif hook == "spy-on-data":
         spy_on_data(rest[0], rest[1:])
+    elif hook == "check-teardown":
+        check_teardown(rest)
     else:
-        sys.exit(f"error: unknown hook {hook!r}: die-inside-a-save or spy-on-data")
+        sys.exit(f"error: unknown hook {hook!r}: die-inside-a-save, spy-on-data or check-teardown")

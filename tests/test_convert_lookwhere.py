@@ -7,9 +7,10 @@ import sys
 
 import pytest
 import torch
+from conftest import tiny_lookwhere_config
 from transformers import AutoModel
 
-from corevision_hf import LookWhereConfig, LookWhereModel
+from corevision_hf import LookWhereModel
 from corevision_hf.convert.lookwhere import convert_reference_state_dict, main
 
 
@@ -22,9 +23,9 @@ class Opaque:
 
 def tiny_model() -> LookWhereModel:
     """Width 32, 3 extractor blocks at 32 px (8 x 8 grid), 1 selector block at 12 px (3 x 3 grid), patch 4."""
-    config = LookWhereConfig(
-        hidden_size=32, num_hidden_layers=3, num_attention_heads=HEADS, intermediate_size=48, patch_size=4,
-        num_register_tokens=2, image_size=32, selector_depth=1, selector_image_size=12, map_head_ratio=2,
+    # the tiny LookWhere with fields off their defaults (the converter must read them from the shapes)
+    config = tiny_lookwhere_config(
+        num_attention_heads=HEADS, intermediate_size=48, num_register_tokens=2, map_head_ratio=2,
         selector_antialias=False,  # as the authors' released inference code
     )
     torch.manual_seed(0)

@@ -17,7 +17,9 @@ class Opaque:
 
 
 def tiny_model(**overrides) -> VecaModel:
-    config = VecaConfig(  # LayerNorm eps 1e-5, PyTorch's default, as in the reference code
+    # Not the tiny VECA of conftest: the reference's own layout (patch 16, a bank of 16 cores in chunks of 8, 2 heads,
+    # LayerNorm eps 1e-5, PyTorch's default, as in the reference code), which the conversion asserts field by field.
+    config = VecaConfig(
         hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=48, num_cores=16,
         layer_norm_eps=1e-5, **overrides
     )

@@ -31,7 +31,7 @@ def test_demo_tiny_writes_rows(tmp_path, capsys):
     assert summary["rows"] == rows
     assert [(r["resolution"], r["patches"], r["budget"]) for r in rows] == [(64, 16, 16), (64, 16, 8)]
 
-    config = VecaConfig(**demo.TINY_CONFIG)
+    config = VecaConfig(**demo.TINY_CONFIG)  # the example's own --tiny model, not conftest's
     for row in rows:
         assert math.isclose(row["gflops"], veca_flops(config, 64, 64, row["budget"]) / 1e9)
         assert math.isclose(row["flop_ratio_vs_dense"], row["gflops"] / row["dense_vit_gflops"])

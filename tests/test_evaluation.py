@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, TINY_LOOKWHERE_FIELDS, make_offline_hub_cache, save_tiny_checkpoints
+from conftest import ROOT, make_offline_hub_cache, save_tiny_checkpoints, tiny_lookwhere_config
 from PIL import Image
 from transformers import Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 
-from corevision_hf import LookWhereConfig, LookWhereModel
+from corevision_hf import LookWhereModel
 from evaluation import evaluate_budgets
 
 pytestmark = pytest.mark.usefixtures("offline_evaluate")
@@ -187,7 +187,7 @@ def test_progress_and_the_spread_over_images(folders, tmp_path, capsys):
 
 
 def test_lookwhere_budget_is_trained_when_its_k_lies_in_the_recipes_range():
-    model = LookWhereModel(LookWhereConfig(**TINY_LOOKWHERE_FIELDS))  # patch 8: 16 patches at 32 px, 64 at 64 px
+    model = LookWhereModel(tiny_lookwhere_config(patch_size=8, selector_image_size=16))  # 16 patches at 32 px, 64 at 64
     recipe = {"args": {"k_min": 4, "k_max": 8}}
     assert evaluate_budgets.trained(model, "k", 4, recipe, 32) is True
     assert evaluate_budgets.trained(model, "k", 9, recipe, 32) is False

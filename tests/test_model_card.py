@@ -3,16 +3,15 @@
 import json
 
 import pytest
-from conftest import TINY_LOOKWHERE_FIELDS, TINY_VECA_FIELDS
+from conftest import tiny_lookwhere_config, tiny_veca_config
 from huggingface_hub import ModelCard
 
-from corevision_hf import LookWhereConfig, VecaConfig
 from publishing.model_card import existing_pictures, main, render_card
 
 
 CONFIGS = {
-    "veca": lambda: VecaConfig(**TINY_VECA_FIELDS),
-    "lookwhere": lambda: LookWhereConfig(**TINY_LOOKWHERE_FIELDS),
+    "veca": tiny_veca_config,
+    "lookwhere": tiny_lookwhere_config,
 }
 BUDGETS = {"veca": ("num_cores", [2, 4, 8]), "lookwhere": ("k_ratio", [0.05, 0.1, 0.5])}
 # Per budget: GFLOPs at 32 and 64 px, latency (ms) at 32 and 64 px, peak memory at the quality resolution (64 px);

@@ -123,7 +123,7 @@ def test_bad_input_is_a_clear_error(tiny_model, kwargs, message):
         tiny_model(**kwargs)
 
 
-def test_config_validation_and_presets():
+def test_config_validation_and_presets():  # configs from explicit values: what the checks see
     with pytest.raises(ValueError, match="divisible by 4"):
         VecaConfig(hidden_size=72, num_attention_heads=12)
     with pytest.raises(ValueError, match="Unknown VECA preset"):
@@ -142,9 +142,9 @@ def test_rope_zeroes_either_end_of_the_spectrum():
     """head_dim 32: 8 frequencies per axis, 1 / 100^(i / 8) for i = 0..7; a quarter of them (2) are zeroed, the
     lowest (the reference default) or the highest (its variant)."""
     expected = 1.0 / 100.0 ** (torch.arange(8) / 8)
-    low = rope_inverse_frequencies(VecaConfig(hidden_size=64, num_attention_heads=2, rope_zero_fraction=0.25))
+    low = rope_inverse_frequencies(tiny_veca_config(num_attention_heads=2, rope_zero_fraction=0.25))  # width 64
     high = rope_inverse_frequencies(
-        VecaConfig(hidden_size=64, num_attention_heads=2, rope_zero_fraction=0.25, rope_zero_from="high")
+        tiny_veca_config(num_attention_heads=2, rope_zero_fraction=0.25, rope_zero_from="high")
     )
     torch.testing.assert_close(low, torch.cat([expected[:6], torch.zeros(2)]))
     torch.testing.assert_close(high, torch.cat([torch.zeros(2), expected[2:]]))

@@ -20,7 +20,7 @@ import datasets
 import numpy as np
 import pytest
 import torch
-from conftest import TINY_VECA_FIELDS, tiny_lookwhere_config
+from conftest import AT_TEACHER_WIDTH, tiny_lookwhere_config, tiny_veca_config
 from huggingface_hub import constants
 from PIL import Image
 from transformers import Dinov2Config, Dinov2Model
@@ -77,9 +77,9 @@ class Pickled:
         return (Path("pwned").write_text, ("code ran",))
 
 
-def tiny_veca(**overrides) -> VecaModel:
+def tiny_veca() -> VecaModel:
     torch.manual_seed(0)
-    return VecaModel(VecaConfig(**TINY_VECA_FIELDS, image_size=32, **overrides))
+    return VecaModel(tiny_veca_config(**AT_TEACHER_WIDTH))  # the workspace's teacher is 32 wide
 
 
 def tiny_lookwhere() -> LookWhereModel:
@@ -426,7 +426,7 @@ def with_table(**changes) -> VecaConfig:
     """The tiny VECA's config with a latency table measured here, `changes` applied to it (a hand edit)."""
     table = {**measurement_setup(torch.zeros(1, 3, 32, 32)), "budget": "num_cores",
              "sizes": [{"height": 32, "width": 32, "ms": [[2, 1.0], [8, 2.0]]}]}
-    return VecaConfig(**TINY_VECA_FIELDS, image_size=32, latency_table={**table, **changes})
+    return tiny_veca_config(latency_table={**table, **changes})
 
 
 def float_image(scale: float, dtype) -> np.ndarray:
@@ -478,7 +478,7 @@ LIBRARY_PROBES = [
     ("table-string-entries", lambda: with_table(sizes=[{"height": "32", "width": 32, "ms": [[2, 1.0]]}]),
      ["latency_table['sizes'][0]['height'] is '32'"]),
     ("table-without-its-setup", lambda: with_table(machine=None), ["latency_table['machine'] is None, not a name"]),
-    ("table-not-a-dict", lambda: VecaConfig(**TINY_VECA_FIELDS, latency_table=[1, 2]),
+    ("table-not-a-dict", lambda: tiny_veca_config(latency_table=[1, 2]),
      ["latency_table is [1, 2], not a dict"]),
     ("table-from-another-machine", lambda: VecaModel(with_table(machine="another CPU"))(
         torch.randn(1, 3, 32, 32), max_ms=5), ["measured in another setup (machine 'another CPU', this call"]),

@@ -14,7 +14,6 @@ import huggingface_hub
 import pytest
 import torch
 from conftest import (
-    TINY_LOOKWHERE_FIELDS,
     load_without_package,
     make_offline_hub_cache,
     tiny_lookwhere_config,
@@ -26,7 +25,7 @@ from huggingface_hub.utils.sha import git_hash
 from PIL import Image
 from transformers import AutoModel
 
-from corevision_hf import LookWhereConfig, LookWhereImageProcessor, LookWhereModel, VecaImageProcessor, VecaModel
+from corevision_hf import LookWhereImageProcessor, LookWhereModel, VecaImageProcessor, VecaModel
 from publishing import publish
 
 
@@ -290,7 +289,7 @@ def test_the_published_cards_usage_snippet_runs_as_written(tmp_path, hub, veca_r
     else:
         checkpoint, processor_class = tmp_path / "final", LookWhereImageProcessor
         torch.manual_seed(0)
-        LookWhereModel(LookWhereConfig(**TINY_LOOKWHERE_FIELDS, k_ratio=0.25)).save_pretrained(checkpoint)
+        LookWhereModel(tiny_lookwhere_config()).save_pretrained(checkpoint)  # k_ratio 0.25
         (tmp_path / "evaluation.json").write_text(json.dumps(evaluation("lookwhere", "k_ratio", [0.25, 1.0])))
         publish.main([str(checkpoint), "--evaluation", str(tmp_path / "evaluation.json"), "--repo-id", REPO_ID])
     card = hub.files(REPO_ID)["README.md"].decode()
@@ -333,7 +332,7 @@ def test_onnx_elastic_publishes_the_graph_whose_card_block_matches_pytorch(tmp_p
     else:
         checkpoint = tmp_path / "final"
         torch.manual_seed(0)
-        LookWhereModel(LookWhereConfig(**TINY_LOOKWHERE_FIELDS, k_ratio=0.25)).save_pretrained(checkpoint)
+        LookWhereModel(tiny_lookwhere_config()).save_pretrained(checkpoint)  # k_ratio 0.25
         (tmp_path / "evaluation.json").write_text(json.dumps(evaluation("lookwhere", "k_ratio", [0.25, 1.0])))
         publish.main([str(checkpoint), "--evaluation", str(tmp_path / "evaluation.json"), "--repo-id", REPO_ID,
                       "--staging-dir", str(tmp_path / "staged"), *flags])

@@ -8,9 +8,10 @@ import re
 
 import pytest
 import torch
+from conftest import AT_TEACHER_WIDTH, tiny_lookwhere_config, tiny_veca_config
 from transformers import Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 
-from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel
+from corevision_hf import LookWhereModel, VecaModel
 from corevision_hf import extract
 
 
@@ -31,12 +32,10 @@ def shared_set_up(request, tmp_path_factory) -> dict[str, str]:
     patch, folder = request.param, tmp_path_factory.mktemp(f"patch{request.param}")
     torch.manual_seed(0)
     VecaModel(
-        VecaConfig(hidden_size=32, num_hidden_layers=4, num_attention_heads=2, intermediate_size=48, patch_size=patch,
-                   num_cores=64, image_size=4 * patch)
+        tiny_veca_config(**AT_TEACHER_WIDTH, num_hidden_layers=4, patch_size=patch, num_cores=64, image_size=4 * patch)
     ).save_pretrained(folder / "veca")
     LookWhereModel(
-        LookWhereConfig(hidden_size=32, num_hidden_layers=12, num_attention_heads=2, intermediate_size=64,
-                        patch_size=patch, image_size=8 * patch, selector_depth=1, selector_image_size=3 * patch)
+        tiny_lookwhere_config(num_hidden_layers=12, patch_size=patch, image_size=8 * patch, selector_image_size=3 * patch)
     ).save_pretrained(folder / "lookwhere")
     Dinov2WithRegistersModel(
         Dinov2WithRegistersConfig(hidden_size=32, num_hidden_layers=4, num_attention_heads=2, mlp_ratio=2,

@@ -11,12 +11,20 @@ from pathlib import Path
 import datasets
 import pytest
 import torch
-from conftest import ROOT, TINY_VECA, launch_two_processes, lookwhere_args, read_metrics, veca_args
+from conftest import (
+    AT_TEACHER_WIDTH,
+    ROOT,
+    launch_two_processes,
+    lookwhere_args,
+    read_metrics,
+    tiny_veca_config,
+    veca_args,
+)
 from PIL import Image
 from safetensors.torch import load_file
 from transformers import AutoModel
 
-from corevision_hf import LookWhereModel, VecaConfig, VecaModel, lookwhere_from_teacher
+from corevision_hf import LookWhereModel, VecaModel, lookwhere_from_teacher
 from training import distill_lookwhere, distill_veca, losses
 from training import teacher as teacher_module
 from training.loop import check_processes_agree
@@ -121,7 +129,7 @@ def test_losses_go_down_on_one_batch(teacher_dir):
     pixel_values = torch.randn(2, 3, 32, 32)
     cls, patches, teacher_map = teacher_targets_and_map(teacher, pixel_values, (4, 4))
 
-    veca = VecaModel(VecaConfig(**json.loads(TINY_VECA)))
+    veca = VecaModel(tiny_veca_config(**AT_TEACHER_WIDTH))
     lookwhere = lookwhere_from_teacher(teacher, selector_depth=1, selector_image_size=16)
     for model, loss_fn in [
         (veca, lambda out: veca_loss(out.pooler_output, out.last_hidden_state[:, 4:], cls, patches)[0]),
