@@ -1,6 +1,7 @@
 """Distillation quality on held-out photos, with the baselines a skeptic asks for.
 
     python -m benchmarks.distill_quality               # the committed run: about 90 min on 2 idle cores
+    python -m benchmarks.distill_quality --resume      # after an interruption: keeps the students it finished
     python -m benchmarks.distill_quality --sweep-lr    # how the learning rates were chosen (validation split)
     python -m benchmarks.distill_quality --smoke --teacher TINY_DINOV2_FOLDER ...   # a few steps, tiny sizes (the test)
 
@@ -151,6 +152,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--sweep-grid", nargs="+", default=None, metavar="LR_ARG=LR,LR",
                         help="with --sweep-lr: sweep only these, e.g. lr_veca=1e-4 (added to the rows already in --out)")
     parser.add_argument("--smoke", action="store_true", help=f"tiny sizes and a few steps: {SMOKE}")
+    parser.add_argument("--resume", action="store_true", help="after an interruption: keep the students the run in "
+                        "--scratch-dir finished (same settings, same code: checked) and train the others")
     parser.add_argument("--teacher", default=TEACHER, help="offline-dinov2-small, or a DINOv2 save_pretrained folder")
     parser.add_argument("--train-photos", type=Path, nargs="+", default=TRAIN_PHOTOS)
     parser.add_argument("--val-photos", type=Path, default=VAL_PHOTOS)
@@ -338,6 +341,7 @@ def prepare_train_folder(scratch: Path, sources: list[Path], copies: int) -> tup
     copied."""
     photos = [Path(p) for source in sources for p in training_image_files(Path(source), "none")[0]]
     train_dir = scratch / "train_photos"
+    shutil.rmtree(train_dir, ignore_errors=True)  # the same copies again on --resume
     train_dir.mkdir(parents=True)
     for index, photo in enumerate(photos):
         for copy in range(copies):
@@ -345,14 +349,36 @@ def prepare_train_folder(scratch: Path, sources: list[Path], copies: int) -> tup
     return train_dir, [f"{p.parent.name}/{p.name}" for p in photos]
 
 
-def scratch_folder(path: Path) -> Path:
-    """The scratch folder, emptied: every run starts from scratch. Refuses a folder this benchmark did not make."""
+# What a finished student depends on besides the settings: the code that trains and measures it.
+CODE = ("src/corevision_hf/**/*.py", "training/**/*.py", "evaluation/**/*.py", "benchmarks/distill_quality.py",
+        "benchmarks/quality_stats.py")
+
+
+def run_fingerprint(args) -> dict:
+    """The settings (every argument but where results go) and a hash of the code: a run resumes only into the same."""
+    settings = {key: jsonable(value) for key, value in sorted(vars(args).items())
+                if key not in ("argv", "resume", "out", "plot", "log_every", "scratch_dir")}
+    digest = hashlib.sha256()
+    for path in sorted({f for pattern in CODE for f in ROOT.glob(pattern)}):
+        digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return {"settings": settings, "code_sha256": digest.hexdigest()}
+
+
+def scratch_folder(path: Path, fingerprint: dict | None = None, resume: bool = False) -> Path:
+    """The scratch folder, emptied (every run starts from scratch), or with `resume` kept as an interrupted run of
+    the same `fingerprint` left it. Refuses a folder this benchmark did not make, and a resume into another run."""
     marker = path / ".distill-quality"
     if path.exists() and any(path.iterdir()) and not (marker.exists() or (path / ".distill-quality.json").exists()):
         raise ValueError(f"{path} exists and was not made by this benchmark; choose another --scratch-dir.")
+    if resume:
+        made = json.loads(marker.read_text() or "null") if marker.exists() else None
+        if made != fingerprint:
+            raise ValueError(f"--resume: {path} holds no interrupted run of these settings and this code (the code or "
+                             "an argument changed since); run without --resume to start from scratch.")
+        return path
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True)
-    marker.touch()
+    marker.write_text(json.dumps(fingerprint))
     return path
 
 
@@ -518,7 +544,7 @@ def benchmark(argv=None) -> dict:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}")
     try:
         teacher, source = load_teacher_model(args.teacher)
-        scratch = scratch_folder(args.scratch_dir)
+        scratch = scratch_folder(args.scratch_dir, run_fingerprint(args), args.resume)
         train_dir, train_names = prepare_train_folder(scratch, args.train_photos, args.copies)
         image_files(str(args.heldout_photos))  # a missing held-out folder is one line here, not after the training
     except (ValueError, OSError) as error:
@@ -534,6 +560,7 @@ def benchmark(argv=None) -> dict:
     heldout = PhotoSet(args.heldout_photos, teacher, args.resolutions, args.image_size, args)
     print(f"2/6 students x seeds {args.seeds}, {args.steps} steps of {args.batch_size}", flush=True)
     measured = {}  # (student or init, seed) -> PhotoSet.measure
+    resumed = []  # "student/seed" kept from an interrupted run (--resume)
     training = {}  # "student/seed" -> record
     for seed in args.seeds:
         cache = teacher_cache(scratch, seed, args, source, train_names)
@@ -542,16 +569,27 @@ def benchmark(argv=None) -> dict:
             runs.append(("VECA elastic", seed, scratch / "rerun" / slug("VECA elastic")))
         for name, _, output_dir in runs:
             rerun = output_dir.parent.name == "rerun"
-            student, step_loss, draws = new_student(name, teacher, args, seed)
             init = STUDENTS[name][1]
-            if (init, seed) not in measured:
-                measured[init, seed] = heldout.measure(student, budgets_of(name))
+            key = (f"{name} rerun" if rerun else name, seed)
             lr = getattr(args, STUDENTS[name][2])
             print(f"    {name}{' (rerun)' if rerun else ''}, seed {seed}: lr {lr:g}", flush=True)
-            key = (f"{name} rerun" if rerun else name, seed)
+            finished = output_dir / "quality_record.pt"  # written last: a student either has all of it or none
+            if args.resume and finished.exists():
+                kept = torch.load(finished, weights_only=False)
+                training[f"{key[0]}/seed{seed}"], measured[key] = kept["record"], kept["measured"]
+                measured.setdefault((init, seed), kept["init"])
+                resumed.append(f"{key[0]}/seed{seed}")
+                print("      finished by the interrupted run: kept", flush=True)
+                continue
+            student, step_loss, draws = new_student(name, teacher, args, seed)
+            if (init, seed) not in measured:
+                measured[init, seed] = heldout.measure(student, budgets_of(name))
             training[f"{key[0]}/seed{seed}"] = train(name, student, step_loss, draws, lr, train_dir, teacher, cache,
                                                      args, seed, args.steps, output_dir)
             measured[key] = heldout.measure(student, budgets_of(name))
+            torch.save({"record": training[f"{key[0]}/seed{seed}"], "measured": measured[key],
+                        "init": measured[init, seed]}, str(finished) + ".partial")
+            os.replace(str(finished) + ".partial", finished)
             print(f"      done; {time.perf_counter() - run_start:.0f} s so far", flush=True)
             del student
 
@@ -584,6 +622,7 @@ def benchmark(argv=None) -> dict:
         "training": training,
         "same_data_for_all_students_of_a_seed": same_data,
         "total_time_s": total,
+        "resumed_students": resumed,  # their training times are in `training`; total_time_s is this session's
     }
     for path in (args.plot, args.out):
         path.parent.mkdir(parents=True, exist_ok=True)

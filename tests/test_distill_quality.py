@@ -148,6 +148,19 @@ def test_smoke_run_writes_every_baseline_beside_the_students(tmp_path):
     assert set(result["training"]) == {f"{name}/seed{s}" for name in dq.STUDENTS for s in (0, 1)} | {
         "VECA elastic rerun/seed0"}
 
+    # Interrupted after every student finished: --resume keeps them all and gives the same tables; a resume with
+    # another setting (or other code) is refused in one line and leaves the run as it was.
+    argv = ["--smoke", "--teacher", str(tmp_path / "teacher"), "--scratch-dir", str(tmp_path / "scratch"),
+            "--heldout-photos", str(held_out), "--out", str(tmp_path / "again.json"), "--plot", str(plot), "--resume"]
+    again = dq.main(argv)
+    assert sorted(again["resumed_students"]) == sorted(result["training"])
+    assert again["results"] == result["results"] and again["training"] == result["training"]
+    with pytest.raises(SystemExit) as stop:
+        dq.main([*argv, "--weight-decay", "0.5"])
+    assert "holds no interrupted run of these settings and this code" in str(stop.value) and "\n" not in str(stop.value)
+    assert sorted(p.name for p in (tmp_path / "scratch" / "seed0").iterdir()) == sorted(
+        [dq.slug(name) for name in dq.STUDENTS] + ["teacher_cache"])
+
 
 def test_a_missing_teacher_is_one_line(tmp_path):
     with pytest.raises(SystemExit) as stop:
