@@ -581,6 +581,7 @@ def benchmark(argv=None) -> dict:
                 resumed.append(f"{key[0]}/seed{seed}")
                 print("      finished by the interrupted run: kept", flush=True)
                 continue
+            shutil.rmtree(output_dir, ignore_errors=True)  # what an interrupted student left: it starts again
             student, step_loss, draws = new_student(name, teacher, args, seed)
             if (init, seed) not in measured:
                 measured[init, seed] = heldout.measure(student, budgets_of(name))

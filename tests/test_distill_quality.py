@@ -152,9 +152,13 @@ def test_smoke_run_writes_every_baseline_beside_the_students(tmp_path):
     # another setting (or other code) is refused in one line and leaves the run as it was.
     argv = ["--smoke", "--teacher", str(tmp_path / "teacher"), "--scratch-dir", str(tmp_path / "scratch"),
             "--heldout-photos", str(held_out), "--out", str(tmp_path / "again.json"), "--plot", str(plot), "--resume"]
+    interrupted = tmp_path / "scratch" / "seed1" / dq.slug("LookWhere-S from teacher")
+    (interrupted / "quality_record.pt").unlink()  # as if stopped while it trained: it trains again, the same way
     again = dq.main(argv)
-    assert sorted(again["resumed_students"]) == sorted(result["training"])
-    assert again["results"] == result["results"] and again["training"] == result["training"]
+    assert sorted(again["resumed_students"]) == sorted(set(result["training"]) - {"LookWhere-S from teacher/seed1"})
+    assert again["results"] == result["results"]
+    assert again["training"]["LookWhere-S from teacher/seed1"]["data_checksum"] == result["training"][
+        "LookWhere-S from teacher/seed1"]["data_checksum"]
     with pytest.raises(SystemExit) as stop:
         dq.main([*argv, "--weight-decay", "0.5"])
     assert "holds no interrupted run of these settings and this code" in str(stop.value) and "\n" not in str(stop.value)
