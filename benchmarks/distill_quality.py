@@ -559,7 +559,9 @@ def benchmark(argv=None) -> dict:
 
     heldout = PhotoSet(args.heldout_photos, teacher, args.resolutions, args.image_size, args)
     print(f"2/6 students x seeds {args.seeds}, {args.steps} steps of {args.batch_size}", flush=True)
-    measured = {}  # (student or init, seed) -> PhotoSet.measure
+    measured = {}  # (student, seed) -> PhotoSet.measure of the trained student
+    untrained = {}  # (initialisation, seed) -> PhotoSet.measure before the first step (its own keys: "dense ViT" is
+    # both a student and its initialisation)
     resumed = []  # "student/seed" kept from an interrupted run (--resume)
     training = {}  # "student/seed" -> record
     for seed in args.seeds:
@@ -574,29 +576,30 @@ def benchmark(argv=None) -> dict:
             lr = getattr(args, STUDENTS[name][2])
             print(f"    {name}{' (rerun)' if rerun else ''}, seed {seed}: lr {lr:g}", flush=True)
             finished = output_dir / "quality_record.pt"  # written last: a student either has all of it or none
-            if args.resume and finished.exists():
-                kept = torch.load(finished, weights_only=False)
+            kept = torch.load(finished, weights_only=False) if args.resume and finished.exists() else {}
+            if "untrained" in kept:
+                untrained.setdefault((init, seed), kept["untrained"])
+            if (init, seed) not in untrained:  # new_student seeds itself: the same weights the student starts from
+                untrained[init, seed] = heldout.measure(new_student(name, teacher, args, seed)[0], budgets_of(name))
+            if kept:
                 training[f"{key[0]}/seed{seed}"], measured[key] = kept["record"], kept["measured"]
-                measured.setdefault((init, seed), kept["init"])
                 resumed.append(f"{key[0]}/seed{seed}")
                 print("      finished by the interrupted run: kept", flush=True)
                 continue
             shutil.rmtree(output_dir, ignore_errors=True)  # what an interrupted student left: it starts again
             student, step_loss, draws = new_student(name, teacher, args, seed)
-            if (init, seed) not in measured:
-                measured[init, seed] = heldout.measure(student, budgets_of(name))
             training[f"{key[0]}/seed{seed}"] = train(name, student, step_loss, draws, lr, train_dir, teacher, cache,
                                                      args, seed, args.steps, output_dir)
             measured[key] = heldout.measure(student, budgets_of(name))
             torch.save({"record": training[f"{key[0]}/seed{seed}"], "measured": measured[key],
-                        "init": measured[init, seed]}, str(finished) + ".partial")
+                        "untrained": untrained[init, seed]}, str(finished) + ".partial")
             os.replace(str(finished) + ".partial", finished)
             print(f"      done; {time.perf_counter() - run_start:.0f} s so far", flush=True)
             del student
 
     print("3/6 reference lines", flush=True)
     constant_cls, constant_patch, crops = mean_teacher_tokens([scratch / f"seed{s}" / "teacher_cache" for s in args.seeds])
-    report = results(args, teacher, heldout, measured, (constant_cls, constant_patch))
+    report = results(args, teacher, heldout, measured, untrained, (constant_cls, constant_patch))
     print(f"    constant: the mean of {crops} cached training crops")
     print_tables(report, args)
     print("5/6 goals")
@@ -636,13 +639,13 @@ def benchmark(argv=None) -> dict:
 # ---------------------------------------------------------------------------------------------------- results
 
 
-def results(args, teacher, heldout: PhotoSet, measured: dict, constant: tuple) -> dict:
+def results(args, teacher, heldout: PhotoSet, measured: dict, untrained: dict, constant: tuple) -> dict:
     """Every table of the run from the per-photo measurements: per resolution the baselines and the students with
     their ratios, the teacher-free rows, the rerun drift and the goals."""
     seeds, rerun_seed = args.seeds, args.rerun_seed
 
-    def per_seed(key: str, label: str, resolution: int, metric: str) -> list[list[float]]:
-        return [measured[key, s][label]["agreement"][resolution][metric] for s in seeds]
+    def per_seed(key: str, label: str, resolution: int, metric: str, source: dict = measured) -> list[list[float]]:
+        return [source[key, s][label]["agreement"][resolution][metric] for s in seeds]
 
     # the rerun drift, per resolution and metric: d^2 / 2 averaged over VECA elastic's budgets
     drift, drift_rows = {}, []
@@ -672,9 +675,9 @@ def results(args, teacher, heldout: PhotoSet, measured: dict, constant: tuple) -
             name = next(n for n in STUDENTS if STUDENTS[n][1] == init)
             for label, _ in budgets_of(name):
                 baselines["init"][f"{init}/{label}"] = {
-                    "gflops": measured[init, seeds[0]][label]["gflops"][r],
-                    **{m: {**stats.mean_interval(per_seed(init, label, r, m)),
-                           "per_seed_per_photo": per_seed(init, label, r, m)} for m in METRICS}}
+                    "gflops": untrained[init, seeds[0]][label]["gflops"][r],
+                    **{m: {**stats.mean_interval(per_seed(init, label, r, m, untrained)),
+                           "per_seed_per_photo": per_seed(init, label, r, m, untrained)} for m in METRICS}}
         students = []
         for name, (family, init, _) in STUDENTS.items():
             for label, _ in budgets_of(name):
@@ -692,7 +695,7 @@ def results(args, teacher, heldout: PhotoSet, measured: dict, constant: tuple) -
                     values = per_seed(name, label, r, m)
                     row[m] = {**stats.mean_interval(values, drift[r, m]), "per_seed_per_photo": values}
                     references = {"constant": [constant_values[m]], "teacher_equal_flops": [teacher_values[size][m]],
-                                  "init": per_seed(init, label, r, m)}
+                                  "init": per_seed(init, label, r, m, untrained)}
                     for line, reference in references.items():
                         row["ratios"][line][m] = stats.paired_ratio(values, reference, drift[r, m])
                     row["differences"].setdefault("constant", {})[m] = stats.paired_difference(
@@ -708,7 +711,8 @@ def results(args, teacher, heldout: PhotoSet, measured: dict, constant: tuple) -
                       *((name, "trained") for name in STUDENTS)]:
         name = key if kind == "trained" else next(n for n in STUDENTS if STUDENTS[n][1] == key)
         for label, _ in budgets_of(name):
-            values = {m: [measured[key, s][label]["teacher_free"][m] for s in seeds] for m in TEACHER_FREE_METRICS}
+            source = measured if kind == "trained" else untrained
+            values = {m: [source[key, s][label]["teacher_free"][m] for s in seeds] for m in TEACHER_FREE_METRICS}
             teacher_free_rows.append({
                 "model": key if kind == "trained" else f"{key} (untrained)", "setting": label, "kind": kind,
                 **{m: stats.mean_interval(v, drift["teacher_free", m] if kind == "trained" else 0.0)

@@ -141,6 +141,19 @@ def test_smoke_run_writes_every_baseline_beside_the_students(tmp_path):
             assert set(row["ratios"]) == {"constant", "teacher_equal_flops", "init"}
             assert str(row["teacher_equal_flops_resolution"]) in baselines["teacher_equal_flops"]
             assert len(row["cls"]["per_seed_per_photo"]) == 2  # two seeds
+    # The init lines are the students before their first step, measured again here; "dense ViT" and "LookWhere-S from
+    # teacher" name both a student and its initialisation, and the trained student must not stand in for it.
+    args = dq.parse_args(["--smoke", "--heldout-photos", str(held_out)])
+    model, _ = dq.load_teacher_model(str(tmp_path / "teacher"))
+    photos = dq.PhotoSet(held_out, model, args.resolutions, args.image_size, args)
+    for name, init, label in (("dense ViT", "dense ViT", "all"), ("LookWhere-S from teacher",
+                                                                 "LookWhere-S from teacher", "k_ratio=0.1")):
+        start = photos.measure(dq.new_student(name, model, args, 1)[0], [(label, dq.budgets_of(name)[0][1])])[label]
+        for r, block in result["results"].items():
+            line = block["baselines"]["init"][f"{init}/{label}"]["patch"]["per_seed_per_photo"][1]
+            trained = next(row for row in block["students"] if row["student"] == name and row["setting"] == label)
+            assert line == pytest.approx(start["agreement"][int(r)]["patch"], abs=1e-5)
+            assert line != pytest.approx(trained["patch"]["per_seed_per_photo"][1], abs=1e-5)
     kinds = {row["kind"] for row in result["teacher_free"]["rows"]}
     assert kinds == {"ceiling", "floor", "init", "trained"}
     assert {row["cores"] for row in result["elasticity"]} >= set(dq.ELASTIC_BUDGETS)

@@ -610,7 +610,8 @@ def check_inputs(
             'model with attn_implementation="eager" (or call model.set_attn_implementation("eager")).'
         )
     if not isinstance(pixel_values, torch.Tensor) or pixel_values.ndim != 4 or not pixel_values.is_floating_point():
-        got = f"{tuple(pixel_values.shape)} {pixel_values.dtype}" if isinstance(pixel_values, torch.Tensor) else type(pixel_values).__name__
+        is_tensor = isinstance(pixel_values, torch.Tensor)
+        got = f"{tuple(pixel_values.shape)} {pixel_values.dtype}" if is_tensor else type(pixel_values).__name__
         raise ValueError(
             f"pixel_values must be a floating-point (batch, channels, height, width) tensor of normalised images, got "
             f"{got}: use the model's image processor (pixel_values[None] adds the batch dimension to one image)."
@@ -626,9 +627,9 @@ def check_inputs(
         )
     if height % patch or width % patch or min(height, width) < patch:
         raise ValueError(
-            f"Image size {height}x{width} is not a multiple of the patch size {patch} (one patch at least); resize or crop it to "
-            f"{max(patch, height // patch * patch)}x{max(patch, width // patch * patch)}, or use the model's image "
-            "processor, which snaps sizes to patch multiples."
+            f"Image size {height}x{width} is not a multiple of the patch size {patch} (one patch at least); resize or "
+            f"crop it to {max(patch, height // patch * patch)}x{max(patch, width // patch * patch)}, or use the "
+            "model's image processor, which snaps sizes to patch multiples."
         )
     if pixel_mask is None:
         return
