@@ -1,6 +1,6 @@
 """Distillation quality on held-out photos, with the baselines a skeptic asks for.
 
-    python -m benchmarks.distill_quality               # the committed run: about 90 min on 2 idle cores
+    python -m benchmarks.distill_quality               # the committed run: about 140 min on 2 idle cores
     python -m benchmarks.distill_quality --resume      # after an interruption: keeps the students it finished
     python -m benchmarks.distill_quality --sweep-lr    # how the learning rates were chosen (validation split)
     python -m benchmarks.distill_quality --smoke --teacher TINY_DINOV2_FOLDER ...   # a few steps, tiny sizes (the test)
