@@ -1,5 +1,6 @@
 """The authors' recipes: presets and their overrides, the optimiser split and arithmetic, schedules, the VECA
-multi-resolution stage and validation, and one training step against the VECA authors' own (their fixtures)."""
+multi-resolution stage and validation, and one training step of each method against its authors' own (their
+fixtures: VECA's PyTorch step, LookWhere's JAX step)."""
 
 import json
 import math
@@ -15,12 +16,14 @@ from corevision_hf import LookWhereModel, VecaModel, lookwhere_from_teacher
 from corevision_hf.convert.veca import convert_reference_state_dict, load_reference_checkpoint
 from training import distill_lookwhere, distill_veca, optim
 from training.optim import DistillOptimizer, build_optimizer
+from training.arguments import parse_config_overrides
 from training.recipes import load_recipe
 from training.schedule import draw, draw_int, warmup_cosine
 from training.teacher import copy_patch_embedding, teacher_targets_and_map
 
 FIXTURE = ROOT / "tests" / "fixtures" / "parity" / "training" / "veca" / "tiny_a"
 CASE = json.loads((FIXTURE / "case.json").read_text())
+LOOKWHERE_FIXTURE = ROOT / "tests" / "fixtures" / "parity" / "training" / "lookwhere" / "case_a"
 
 
 def fixture_student() -> VecaModel:
@@ -64,6 +67,89 @@ def test_the_step_comparison_fails_on_a_wrong_recipe(monkeypatch, mutation):
 def test_the_benchmark_command_exits_0_on_the_fixtures(capsys):
     assert recipe_parity.main(["veca", str(FIXTURE)]) == 0
     assert "worst of all" in capsys.readouterr().out.splitlines()[-1]
+
+
+def lookwhere_recipe_with(**numerics) -> dict:
+    """The lookwhere-dinov2 recipe with some of its student numerics changed."""
+    recipe = load_recipe("lookwhere-dinov2")
+    return {**recipe, "config_overrides": json.dumps({**parse_config_overrides(recipe["config_overrides"]), **numerics})}
+
+
+def test_a_lookwhere_step_equals_the_authors_jax_step_on_their_fixture(capsys):
+    report = recipe_parity.check_lookwhere_case(LOOKWHERE_FIXTURE)
+    assert report.print(), capsys.readouterr().out
+    kinds = {quantity.split(" ", 1)[0] for quantity, _, _ in report.rows}
+    assert {"flax-names-read", "teacher-target", "learning-rate", "loss", "selector-map", "selected-patches", "output",
+            "gradient", "weights-after-step-1", "weights-after-step-2", "weights-within-2e-7-after-step-2"} <= kinds
+    parameters = len(list(LookWhereModel(tiny_lookwhere_config(selector_depth=2)).parameters()))  # as the case_a model
+    assert len([row for row in report.rows if row[0].startswith("weights-after-step-2")]) == parameters
+    assert len([row for row in report.rows if row[0].startswith("teacher-target")]) == 2 * 4
+
+
+@pytest.mark.parametrize("difference", [
+    "LayerNorm epsilon 1e-6", "exact GELU in the MLPs", "exact GELU in the map head", "map resize without antialiasing",
+    "k = M + 1 runs M + 1 patches", "weight decay on every parameter", "teacher with LayerNorm epsilon 1e-6",
+])
+def test_the_lookwhere_step_comparison_fails_on_each_difference_put_back(monkeypatch, difference):
+    """The four places where our step differed from the authors' (issue #36), and two more: each is caught."""
+    recipe = {
+        "LayerNorm epsilon 1e-6": lookwhere_recipe_with(layer_norm_eps=1e-6),
+        "exact GELU in the MLPs": lookwhere_recipe_with(hidden_act="gelu"),
+        "exact GELU in the map head": lookwhere_recipe_with(map_head_act="gelu"),
+        "map resize without antialiasing": lookwhere_recipe_with(selector_map_antialias=False),
+    }.get(difference)
+    if difference == "k = M + 1 runs M + 1 patches":
+        monkeypatch.setattr(recipe_parity, "patches_kept", lambda k, slots: k)
+    elif difference == "weight decay on every parameter":
+        monkeypatch.setattr(optim, "lookwhere_groups", lambda model, decay: [optim.group(
+            list(model.named_parameters()), "adamw", decay, **optim.ADAMW_DEFAULTS, nested_rows=False)])
+    elif difference == "teacher with LayerNorm epsilon 1e-6":
+        build = recipe_parity.dinov2_from_flax
+        monkeypatch.setattr(recipe_parity, "dinov2_from_flax", lambda weights, heads, eps, act: build(
+            weights, heads, 1e-6, act))
+    assert not recipe_parity.check_lookwhere_case(LOOKWHERE_FIXTURE, recipe).print()
+
+
+def test_the_lookwhere_benchmark_command_exits_0_on_the_fixtures(capsys):
+    assert recipe_parity.main(["lookwhere", str(LOOKWHERE_FIXTURE)]) == 0
+    assert "worst of all" in capsys.readouterr().out.splitlines()[-1]
+
+
+def test_a_converted_release_keeps_the_release_numerics():
+    """The release's inference code: exact GELU, epsilon 1e-6, no antialiasing; the recipe's student differs."""
+    from corevision_hf.convert.lookwhere import convert_reference_state_dict, load_lookwhere_checkpoint
+
+    checkpoint = load_lookwhere_checkpoint(str(LOOKWHERE_FIXTURE / "reference_checkpoint.pt"))
+    config, _ = convert_reference_state_dict(checkpoint, 3)
+    release = dict(hidden_act="gelu", map_head_act="gelu", layer_norm_eps=1e-6, selector_antialias=False,
+                   selector_map_antialias=False)
+    assert {name: getattr(config, name) for name in release} == release
+    training = parse_config_overrides(load_recipe("lookwhere-dinov2")["config_overrides"])
+    assert training == dict(hidden_act="gelu_pytorch_tanh", map_head_act="gelu_pytorch_tanh", layer_norm_eps=1e-5,
+                            selector_antialias=True, selector_map_antialias=True)
+
+
+def test_a_lookwhere_run_keeps_its_numerics_and_runs_at_most_k_slots(teacher_dir, image_dir, tmp_path):
+    numerics = dict(hidden_act="gelu_pytorch_tanh", map_head_act="gelu_pytorch_tanh", layer_norm_eps=1e-5,
+                    selector_map_antialias=True)
+    distill_lookwhere.main(lookwhere_args(teacher_dir, image_dir, tmp_path, "--max-steps", "3", "--k-slots", "5",
+                                          "--config-overrides", json.dumps(numerics)))
+    assert [m["k"] for m in read_metrics(tmp_path)] == [min(draw_int(2, 8, 3, step), 5) for step in range(3)]
+    config = AutoModel.from_pretrained(tmp_path / "final").config
+    assert {name: getattr(config, name) for name in numerics} == numerics
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--config-overrides", '{"hidden_size": 64}'], "sets hidden_size, which the teacher fixes"),
+    (["--config-overrides", '{"layer_norm_epsilon": 1e-5}'], "sets layer_norm_epsilon, which LookWhereConfig does not"),
+    (["--config-overrides", '{"hidden_act": "gelu_tanh"}'], "hidden_act='gelu_tanh' is not an activation"),
+    (["--config-overrides", "[1]"], "must be a JSON object"),
+    (["--k-slots", "1"], "--k-slots 1 is below --k-min 2"),
+])
+def test_bad_lookwhere_numerics_or_slots_are_one_clear_error(teacher_dir, image_dir, tmp_path, extra, message):
+    with pytest.raises(ValueError, match=message):
+        distill_lookwhere.main(lookwhere_args(teacher_dir, image_dir, tmp_path / "run", "--max-steps", "1", *extra))
+    assert not (tmp_path / "run").exists()
 
 
 # ------------------------------------------------------------------------ who gets which optimiser
@@ -183,10 +269,12 @@ def test_the_lookwhere_schedule_is_optax_warmup_cosine_decay(step, lr):
 
 
 def test_the_lookwhere_k_range_is_the_authors_randint():
-    """random.randint(16, 128 + 1) in the authors' main.py draws 16..129, both ends included."""
+    """random.randint(16, 128 + 1) in the authors' main.py draws 16..129, both ends included; they select M = 128
+    patches, so k = 129 runs 128."""
     recipe = load_recipe("lookwhere-dinov2")
-    drawn = {draw_int(recipe["k_min"], recipe["k_max"], 0, step) for step in range(3000)}
-    assert drawn == set(range(16, 130))
+    drawn = [draw_int(recipe["k_min"], recipe["k_max"], 0, step) for step in range(3000)]
+    assert set(drawn) == set(range(16, 130))
+    assert {distill_lookwhere.patches_kept(k, recipe["k_slots"]) for k in drawn} == set(range(16, 129))
 
 
 def test_the_map_target_is_float32_under_bf16_autocast(teacher_dir):

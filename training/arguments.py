@@ -114,6 +114,19 @@ def recipe_defaults(parser: argparse.ArgumentParser, name: str, script: str) -> 
     return values
 
 
+def parse_config_overrides(text: str) -> dict:
+    """--config-overrides: a JSON object of model config fields; raises ValueError for anything else."""
+    import json
+
+    try:
+        overrides = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"--config-overrides is not valid JSON ({error}): e.g. '{{\"num_hidden_layers\": 6}}'.") from None
+    if not isinstance(overrides, dict):
+        raise ValueError(f"--config-overrides must be a JSON object of config fields, got {text!r}.")
+    return overrides
+
+
 def check_positive(args: argparse.Namespace, *names: str) -> None:
     """Raises ValueError naming the first of `names` (argument attributes) that is not a positive number."""
     for name in names:

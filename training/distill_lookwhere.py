@@ -5,10 +5,11 @@
         --data /path/to/images --image-size 518 --batch-size 64 --max-steps 500000
 
 The student starts from the teacher (`lookwhere_from_teacher`: the extractor is a copy, the selector its first
-blocks). The teacher sees the full image once per sample: one forward gives its tokens and, through a hook, its
+blocks), with the numerics --config-overrides gives (the recipe: the authors' JAX training's LayerNorm epsilon, tanh
+GELU and antialiased resizes), which the exported student keeps. The teacher sees the full image once per sample: one forward gives its tokens and, through a hook, its
 last-layer attention map. Loss: CLS MSE + dense patch MSE after the fill + 0.1 KL between the teacher's attention map
 and the selector map. One k per step, uniform in [k_min, k_max] and a function of (seed, step) alone, so every
-process agrees. AdamW decays only kernels (Linear and Conv2d weights), as the authors do. The loop (data per process,
+process agrees; at most --k-slots patches run (the authors draw k up to 129 and select 128). AdamW decays only kernels (Linear and Conv2d weights), as the authors do. The loop (data per process,
 schedule, guarded update, validation, checkpoints, resume, export) is training.loop's. The final export is a hub-ready
 folder.
 """
@@ -16,9 +17,19 @@ folder.
 import argparse
 import sys
 
-from .arguments import check_positive, parse, training_parser
+from .arguments import check_positive, parse, parse_config_overrides, training_parser
 
 SCRIPT = "training.distill_lookwhere"
+# Fields the teacher fixes: the student is a copy of it (depth and size of the selector have their own flags).
+TEACHER_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "patch_size",
+                  "num_channels", "num_register_tokens", "use_swiglu_ffn", "qkv_bias", "image_size",
+                  "selector_depth", "selector_image_size")
+
+
+def patches_kept(k: int, slots: int) -> int:
+    """The patches a drawn k runs: the authors select `slots` (M) patches, best first, and mask those past k, so a k
+    above M runs M."""
+    return min(k, slots)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -27,18 +38,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--selector-image-size", type=int, default=154, help="the selector's low-resolution input")
     parser.add_argument("--image-size", type=int, default=518)
     parser.add_argument("--k-min", type=int, default=16, help="fewest patches the extractor keeps")
-    parser.add_argument("--k-max", type=int, default=128, help="most patches the extractor keeps")
+    parser.add_argument("--k-max", type=int, default=128, help="largest k drawn")
+    parser.add_argument("--k-slots", type=int, default=None,
+                        help="M, the most patches the extractor keeps: a k drawn above it runs M (default: --k-max)")
+    parser.add_argument("--config-overrides", default="{}",
+                        help='JSON of LookWhereConfig fields the teacher does not fix, e.g. {"layer_norm_eps": 1e-5}')
     parser.add_argument("--map-weight", type=float, default=0.1, help="weight of the attention-map KL")
     parser.add_argument("--teacher-microbatch", type=int, default=None, help="images per teacher forward (default: "
                         "the batch)")
-    parser.add_argument("--eval-budgets", default=None, help='k validated, "16,128" (default: --k-min and --k-max)')
+    parser.add_argument("--eval-budgets", default=None, help='k validated, "16,128" (default: --k-min and --k-slots)')
     return parse(parser, argv, SCRIPT)
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
     # heavy imports after parsing, so that --help answers at once
-    from corevision_hf import lookwhere_from_teacher
+    from corevision_hf import LookWhereConfig, lookwhere_from_teacher
 
     from .loop import distill, start, training_data
     from .losses import lookwhere_loss
@@ -49,15 +64,21 @@ def main(argv=None) -> None:
     from .validation import HeldOutAgreement
 
     check_optimizer("lookwhere", args.optimizer)
+    if unknown := sorted(set(parse_config_overrides(args.config_overrides)) - set(LookWhereConfig().to_dict())):
+        raise ValueError(f"--config-overrides sets {', '.join(unknown)}, which LookWhereConfig does not have.")
     accelerator = start(args, SCRIPT)
     check_positive(args, "image_size", "selector_depth", "selector_image_size")
+    overrides = parse_config_overrides(args.config_overrides)
+    if fixed := sorted(set(overrides) & set(TEACHER_FIELDS)):
+        raise ValueError(f"--config-overrides sets {', '.join(fixed)}, which the teacher fixes (the student is a copy of "
+                         "it); use --selector-depth / --selector-image-size / --image-size for the selector and size.")
     if args.teacher_microbatch is not None and not 1 <= args.teacher_microbatch <= args.batch_size:
         raise ValueError(f"--teacher-microbatch must lie in 1..--batch-size {args.batch_size}, got "
                          f"{args.teacher_microbatch}.")
 
     teacher = load_teacher(args.teacher).to(accelerator.device)
     student = lookwhere_from_teacher(
-        teacher, selector_depth=args.selector_depth, selector_image_size=args.selector_image_size
+        teacher, selector_depth=args.selector_depth, selector_image_size=args.selector_image_size, **overrides
     )
     teacher.to(TEACHER_DTYPES[args.teacher_dtype])  # after the student copied its float32 weights
     patch = student.config.patch_size
@@ -66,12 +87,15 @@ def main(argv=None) -> None:
     grid = (args.image_size // patch, args.image_size // patch)
     if not 1 <= args.k_min <= args.k_max <= grid[0] * grid[1]:
         raise ValueError(f"Need 1 <= k_min <= k_max <= {grid[0] * grid[1]} patches, got [{args.k_min}, {args.k_max}].")
+    slots = args.k_max if args.k_slots is None else args.k_slots
+    if not args.k_min <= slots:
+        raise ValueError(f"--k-slots {slots} is below --k-min {args.k_min}: every k would run {slots} patches.")
     dataset, stats = training_data(accelerator, args, args.image_size)
     cache = teacher_cache(args, dataset)
 
     validate = None
     if args.eval_every:
-        budgets = [int(k) for k in args.eval_budgets.split(",")] if args.eval_budgets else [args.k_min, args.k_max]
+        budgets = [int(k) for k in args.eval_budgets.split(",")] if args.eval_budgets else [args.k_min, slots]
         held_out = HeldOutAgreement(args.eval_data, "k", budgets, [args.image_size], args.batch_size, args.eval_images,
                                     accelerator, args.augment)
 
@@ -79,7 +103,7 @@ def main(argv=None) -> None:
             return held_out(student, teacher)
 
     def draws(step: int) -> dict:
-        return {"k": draw_int(args.k_min, args.k_max, args.seed, step)}
+        return {"k": patches_kept(draw_int(args.k_min, args.k_max, args.seed, step), slots)}
 
     def loss_fn(student, batch, step_draws):
         pixel_values = batch["pixel_values"]

@@ -15,10 +15,9 @@ a hub-ready folder: `AutoModel.from_pretrained(OUT/final, trust_remote_code=True
 """
 
 import argparse
-import json
 import sys
 
-from .arguments import check_positive, parse, training_parser
+from .arguments import check_positive, parse, parse_config_overrides, training_parser
 
 SCRIPT = "training.distill_veca"
 
@@ -108,12 +107,7 @@ def main(argv=None) -> None:
     too_large = [size for size in sizes if microbatches[size] and microbatches[size] > batch_sizes[size]]
     if too_large:
         raise ValueError(f"--teacher-microbatch is larger than the batch at {too_large} px: at most the batch size.")
-    try:
-        overrides = json.loads(args.config_overrides)
-    except json.JSONDecodeError as error:
-        raise ValueError(
-            f"--config-overrides is not valid JSON ({error}): e.g. '{{\"num_hidden_layers\": 6}}'."
-        ) from None
+    overrides = parse_config_overrides(args.config_overrides)
     if args.teacher_cache and len(sizes) > 1:
         raise ValueError("--teacher-cache needs one resolution (its targets are per image and size): drop --resolutions.")
 

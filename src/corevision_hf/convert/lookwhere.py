@@ -238,8 +238,14 @@ def _infer_config(ours: dict, parts: dict, num_attention_heads: int | None) -> L
         selector_image_size=patch_size
         * _grid_side(ours["selector.position_embeddings"], "selector.backbone.pos_embed"),
         map_head_ratio=map_hidden // hidden_size,
-        # What the released inference code does: no antialiasing for the selector's input or the position table.
+        # What the released inference code computes (timm's DINOv2 blocks and F.interpolate), which its training
+        # differed from (training.distill_lookwhere's recipe sets those values): exact GELU, LayerNorm epsilon 1e-6, no
+        # antialiasing for the selector's input, its map or the position table.
+        hidden_act="gelu",
+        map_head_act="gelu",
+        layer_norm_eps=1e-6,
         selector_antialias=False,
+        selector_map_antialias=False,
         interpolate_antialias=False,
     )
     cells = ours["selector.map_head.2.weight"].shape[0]

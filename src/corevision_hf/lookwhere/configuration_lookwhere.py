@@ -1,6 +1,7 @@
 """LookWhere configuration. Hub-copied: imports only transformers."""
 
 from transformers import PreTrainedConfig
+from transformers.activations import ACT2FN
 from transformers.backbone_utils import BackboneConfigMixin
 
 
@@ -22,14 +23,16 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         num_hidden_layers (`int`, defaults to 12): extractor depth.
         num_attention_heads (`int`, defaults to 12): attention heads.
         intermediate_size (`int`, defaults to 3072): MLP hidden size.
-        hidden_act (`str`, defaults to "gelu"): MLP activation (of the plain MLP; the SwiGLU MLP uses SiLU).
+        hidden_act (`str`, defaults to "gelu"): MLP activation (of the plain MLP; the SwiGLU MLP uses SiLU), a name of
+            transformers' `ACT2FN`: "gelu" (exact, DINOv2 and the released LookWhere) or "gelu_pytorch_tanh" (the tanh
+            approximation, flax's `nn.gelu`, which the authors' JAX pretraining uses).
         use_swiglu_ffn (`bool`, defaults to `False`): a packed SwiGLU MLP (fc1: D -> 2h, `silu(u) * v`, fc2: h -> D,
             h = `intermediate_size`), as in the Franca-based LookWhere, instead of Linear-act-Linear.
         patch_size (`int`, defaults to 14): side of the square patches.
         num_channels (`int`, defaults to 3): input channels.
         num_register_tokens (`int`, defaults to 4): register tokens next to CLS (0: CLS alone is handed over).
         layerscale_value (`float`, defaults to 1.0): initial LayerScale.
-        layer_norm_eps (`float`, defaults to 1e-6): LayerNorm epsilon.
+        layer_norm_eps (`float`, defaults to 1e-6): LayerNorm epsilon (DINOv2's; the authors' JAX pretraining: 1e-5).
         qkv_bias (`bool`, defaults to `True`): bias on the q/k/v projection.
         image_size (`int`, defaults to 518): high-resolution training size; the extractor's position table is
             (image_size / patch_size)^2 and is resized bicubically for other sizes.
@@ -41,6 +44,11 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
             authors' pretraining did and our distillation does. Their released PyTorch inference code does not, so
             checkpoints converted from it set `False`.
         map_head_ratio (`int`, defaults to 4): hidden width of the selector's map head, in multiples of hidden_size.
+        map_head_act (`str`, defaults to "gelu"): the map head's activation, as `hidden_act` ("gelu_pytorch_tanh" in
+            the authors' JAX pretraining, "gelu" in their released inference code).
+        selector_map_antialias (`bool`, defaults to `False`): antialias the bilinear resize of the selector map to the
+            extractor's grid when it shrinks (44 -> 37 cells at 518 px), as the authors' JAX pretraining does
+            (`jax.image.resize`); their released PyTorch inference code does not, nor do checkpoints converted from it.
         k_ratio (`float`, defaults to 0.1): default fraction of the high-resolution grid kept.
         default_k (`int`, *optional*): default number of patches kept per image, whatever its size; when set it wins
             over `k_ratio` for calls that give neither `k` nor `k_ratio`. Set either at load time:
@@ -81,6 +89,8 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         selector_image_size=154,
         selector_antialias=True,
         map_head_ratio=4,
+        map_head_act="gelu",
+        selector_map_antialias=False,
         k_ratio=0.1,
         default_k=None,
         default_max_gflops=None,
@@ -116,6 +126,8 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         self.selector_image_size = selector_image_size
         self.selector_antialias = selector_antialias
         self.map_head_ratio = map_head_ratio
+        self.map_head_act = map_head_act
+        self.selector_map_antialias = selector_map_antialias
         self.k_ratio = k_ratio
         self.default_k = default_k
         self.default_max_gflops = default_max_gflops
@@ -143,6 +155,10 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
             positive_numbers=("layer_norm_eps",),
             probabilities=("hidden_dropout_prob", "attention_dropout", "drop_path_rate"),
         )
+        for name in ("hidden_act", "map_head_act"):
+            if getattr(self, name) not in ACT2FN:
+                raise ValueError(f"{name}={getattr(self, name)!r} is not an activation of transformers' ACT2FN; use e.g. "
+                                 "'gelu' (exact) or 'gelu_pytorch_tanh' (tanh approximation).")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads ({self.num_attention_heads})."

@@ -326,7 +326,7 @@ class LookWhereSelector(nn.Module):
         self.layers = make_layers(config, config.selector_depth)
         self.norm = nn.LayerNorm(d, eps=config.layer_norm_eps)
         m, r = config.map_upsampling, config.map_head_ratio
-        self.map_head = nn.Sequential(nn.Linear(d, r * d), nn.GELU(), nn.Linear(r * d, m * m))
+        self.map_head = nn.Sequential(nn.Linear(d, r * d), ACT2FN[config.map_head_act], nn.Linear(r * d, m * m))
 
     def forward(
         self, pixel_values: torch.Tensor, grid: tuple[int, int], image_grids: torch.Tensor | None = None, **kwargs
@@ -361,10 +361,11 @@ class LookWhereSelector(nn.Module):
         cells = self.map_head(hidden_states[:, num_prefix:])  # (B, g * g, m * m): an m x m block per patch
         fine_map = cells.view(batch_size, g, g, m, m).permute(0, 1, 3, 2, 4).reshape(batch_size, 1, g * m, g * m)
         if image_grids is None:
-            selector_map = F.interpolate(fine_map, size=grid, mode="bilinear", align_corners=False)
+            selector_map = F.interpolate(fine_map.float(), size=grid, mode="bilinear", align_corners=False,
+                                         antialias=self.config.selector_map_antialias).to(fine_map.dtype)
         else:
             selector_map = resize_in_images(fine_map, torch.full_like(image_grids, g * m), image_grids, grid,
-                                            "bilinear", False).to(fine_map.dtype)
+                                            "bilinear", self.config.selector_map_antialias).to(fine_map.dtype)
         return hidden_states[:, :num_prefix], selector_map.flatten(1)
 
 
