@@ -85,31 +85,35 @@ class Report:
     """The worst difference of each quantity, as a fraction of its tolerance."""
 
     def __init__(self):
-        self.rows = []  # (quantity, max abs difference, worst difference / tolerance)
+        self.rows = []  # (quantity, value, value / tolerance at the worst element, what the value is)
 
     def add(self, quantity: str, ours: torch.Tensor, reference: torch.Tensor, atol: float, rtol: float = 0.0,
             ignore: torch.Tensor | None = None) -> None:
         if ours.shape != reference.shape:  # e.g. another number of patches kept
-            self.rows.append((f"{quantity} (shape {tuple(ours.shape)}, theirs {tuple(reference.shape)})", float("inf"),
-                              float("inf")))
+            self.add_value(f"{quantity} (shape {tuple(ours.shape)}, theirs {tuple(reference.shape)})", float("inf"),
+                           float("inf"), "max abs diff")
             return
         difference = (ours.double() - reference.double()).abs()
         tolerance = atol + rtol * reference.double().abs()
         if ignore is not None:
             difference, tolerance = difference[~ignore], tolerance[~ignore]
         ratio = (difference / tolerance).max().item() if difference.numel() else 0.0
-        self.rows.append((quantity, difference.max().item() if difference.numel() else 0.0, ratio))
+        self.add_value(quantity, difference.max().item() if difference.numel() else 0.0, ratio, "max abs diff")
+
+    def add_value(self, quantity: str, value: float, ratio: float, what: str) -> None:
+        """A row computed by the caller: `value` (`what` it is) and its ratio to the tolerance."""
+        self.rows.append((quantity, value, ratio, what))
 
     def print(self) -> bool:
         """Prints one line per quantity kind (the worst over its tensors), the worst of all last; True when all pass."""
         kinds = {}
-        for quantity, difference, ratio in self.rows:
-            kind = quantity.split(" ", 1)[0]
-            if kind not in kinds or ratio > kinds[kind][2]:
-                kinds[kind] = (quantity, difference, ratio)
-        for quantity, difference, ratio in kinds.values():
-            print(f"{quantity:60s} max abs diff {difference:.2e}  ({ratio:.2f} of its tolerance)")
-        quantity, difference, ratio = max(self.rows, key=lambda row: row[2])
+        for row in self.rows:
+            kind = row[0].split(" ", 1)[0]
+            if kind not in kinds or row[2] > kinds[kind][2]:
+                kinds[kind] = row
+        for quantity, difference, ratio, what in kinds.values():
+            print(f"{quantity:60s} {what} {difference:.2e}  ({ratio:.2f} of its tolerance)")
+        quantity, difference, ratio, _ = max(self.rows, key=lambda row: row[2])
         verdict = "within" if ratio <= 1 else "ABOVE"
         print(f"worst of all: {quantity}: {difference:.2e}, {ratio:.2f} of its tolerance ({verdict} tolerance)")
         return ratio <= 1
@@ -128,8 +132,8 @@ def replay(expected: dict, step: int, report: Report, chunk_names: dict[str, str
             report.add(f"orthogonalisation-input step {step} {reference}", update.float(), expected_in.float(),
                        scale, ORTHO_RTOL)
             equal = (update == expected_in).float().mean().item()
-            report.rows.append((f"orthogonalisation-input-equal step {step} {reference} ({equal:.2%} equal)",
-                                1 - equal, (1 - equal) / (1 - ORTHO_MIN_EQUAL)))
+            report.add_value(f"orthogonalisation-input-equal step {step} {reference} ({equal:.2%} equal)",
+                             1 - equal, (1 - equal) / (1 - ORTHO_MIN_EQUAL), "share unequal")
             outputs.append(expected[f"normuon/step{step}/ortho_out/{reference}"])
         return torch.stack(outputs)
 
@@ -214,7 +218,8 @@ def check_case(folder: Path, replay_gradients: bool = True, replay_orthogonaliza
                 if name in matrices and s == len(case["steps"]):
                     change, reference_change = (value.detach() - state_dict[name]).norm(), (reference - state_dict[name]).norm()
                     relative = abs(change / reference_change - 1).item()
-                    report.rows.append((f"step-norm-over-both-steps {name}", relative, relative / STEP_NORM_RTOL))
+                    report.add_value(f"step-norm-over-both-steps {name}", relative, relative / STEP_NORM_RTOL,
+                                     "relative diff")
                 continue
             report.add(f"weights-after-step-{s} {name}", value.detach(), reference, WEIGHT_ATOL, WEIGHT_RTOL,
                        ignored.get(name))
@@ -388,8 +393,8 @@ def check_lookwhere_case(folder: Path, recipe: dict | None = None) -> Report:
             value, reference, keep = param.detach(), reference_weights[name], ~ignored[name]
             report.add(f"weights-after-step-{s} {name}", value, reference, LW_WEIGHT_ATOL_OF_LR * lr, ignore=ignored[name])
             close = ((value - reference).abs() <= LW_WEIGHT_ATOL)[keep].float().mean().item()
-            report.rows.append((f"weights-within-2e-7-after-step-{s} {name} ({close:.2%})", 1 - close,
-                                (1 - close) / (1 - LW_WEIGHT_SHARE)))
+            report.add_value(f"weights-within-2e-7-after-step-{s} {name}", 1 - close, (1 - close) / (1 - LW_WEIGHT_SHARE),
+                             "share beyond")
     return report
 
 

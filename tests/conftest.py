@@ -47,6 +47,15 @@ def tiny_lookwhere_config(**overrides) -> LookWhereConfig:
     return LookWhereConfig(**{**fields, **overrides})
 
 
+def lookwhere_training_numerics() -> dict:
+    """The LookWhere student numerics the lookwhere-dinov2 recipe sets (the authors' JAX training): LayerNorm epsilon
+    1e-5, tanh GELU in the MLPs and the map head, antialiased resizes of the selector's input and map."""
+    from training.arguments import parse_config_overrides
+    from training.recipes import load_recipe
+
+    return parse_config_overrides(load_recipe("lookwhere-dinov2")["config_overrides"])
+
+
 # The tiny teachers (`teacher_dir` below, and those of the evaluation and comparison tests) are 32 wide with patch 8. A
 # student distilled from one or compared with one takes these overrides, so that its features are the teacher's width
 # (no output projection) and its patch grid the teacher's.

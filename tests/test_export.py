@@ -7,7 +7,7 @@ import onnx
 import onnxruntime
 import pytest
 import torch
-from conftest import tiny_lookwhere_config, tiny_veca_config
+from conftest import lookwhere_training_numerics, tiny_lookwhere_config, tiny_veca_config
 
 from corevision_hf import LookWhereModel, VecaModel
 from corevision_hf.export import main
@@ -57,6 +57,28 @@ def test_lookwhere_fixed_k_graph(tmp_path):
     with torch.no_grad():
         expected = model(pixel_values, k=7).last_hidden_state
     torch.testing.assert_close(onnx_outputs(out, pixel_values)[0], expected, atol=1e-4, rtol=0)
+
+
+def test_lookwhere_graphs_follow_the_training_numerics(tmp_path):
+    """A student with the authors' training numerics (tanh GELU, epsilon 1e-5, antialiased selector map) exports with
+    them: the fixed and the elastic graph equal PyTorch, whose output they change."""
+    torch.manual_seed(0)
+    model = LookWhereModel(tiny_lookwhere_config(**lookwhere_training_numerics())).eval()
+    model.save_pretrained(tmp_path / "model")
+    release = LookWhereModel(tiny_lookwhere_config(selector_antialias=False)).eval()
+    release.load_state_dict(model.state_dict())
+    fixed, elastic = str(tmp_path / "fixed.onnx"), str(tmp_path / "elastic.onnx")
+    assert main([str(tmp_path / "model"), fixed, "--k-ratio", "0.2", "--no-check"]) == 0
+    assert main([str(tmp_path / "model"), elastic, "--elastic", "--no-check"]) == 0
+    pixel_values = torch.randn(SHAPES["lookwhere"][1], generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        expected, other = model(pixel_values, k_ratio=0.2), release(pixel_values, k_ratio=0.2)
+    assert (expected.selector_map - other.selector_map).abs().max() > 1e-2
+    assert (expected.last_hidden_state - other.last_hidden_state).abs().max() > 1e-3
+    torch.testing.assert_close(onnx_outputs(fixed, pixel_values)[0], expected.last_hidden_state, atol=1e-4, rtol=0)
+    session = onnxruntime.InferenceSession(elastic, providers=["CPUExecutionProvider"])
+    actual = session.run(None, {"pixel_values": pixel_values.numpy(), **budget_feed({"k_ratio": 0.2})})
+    torch.testing.assert_close(torch.from_numpy(actual[0]), expected.last_hidden_state, atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("name", ["veca", "lookwhere"])

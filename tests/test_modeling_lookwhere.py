@@ -3,7 +3,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import load_without_package, make_offline_hub_cache, tiny_lookwhere_config
+from conftest import load_without_package, lookwhere_training_numerics, make_offline_hub_cache, tiny_lookwhere_config
 from transformers import (
     AutoModel,
     Dinov2Config,
@@ -371,8 +371,9 @@ LOADER = textwrap.dedent(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("via_hub_cache", [False, True])
-def test_trust_remote_code_without_package(tmp_path, model, pixel_values, via_hub_cache):
-    model.config.num_labels = 3
+def test_trust_remote_code_without_package(tmp_path, pixel_values, via_hub_cache):
+    torch.manual_seed(0)  # with the numerics of the authors' training, which the hub code must follow too
+    model = LookWhereModel(tiny_lookwhere_config(num_labels=3, **lookwhere_training_numerics())).eval()
     model.save_pretrained(tmp_path / "lookwhere")
     source, env = str(tmp_path / "lookwhere"), None
     if via_hub_cache:

@@ -40,7 +40,7 @@ def fixture_student() -> VecaModel:
 def test_a_training_step_equals_the_authors_on_their_fixture(capsys):
     report = recipe_parity.check_case(FIXTURE)
     assert report.print(), capsys.readouterr().out
-    kinds = {quantity.split(" ", 1)[0] for quantity, _, _ in report.rows}
+    kinds = {row[0].split(" ", 1)[0] for row in report.rows}
     assert {"loss", "output", "gradient", "weights-after-step-1", "weights-after-step-2",
             "orthogonalisation-input"} <= kinds
     assert len([row for row in report.rows if row[0].startswith("weights-after-step-2")]) == len(
@@ -78,7 +78,7 @@ def lookwhere_recipe_with(**numerics) -> dict:
 def test_a_lookwhere_step_equals_the_authors_jax_step_on_their_fixture(capsys):
     report = recipe_parity.check_lookwhere_case(LOOKWHERE_FIXTURE)
     assert report.print(), capsys.readouterr().out
-    kinds = {quantity.split(" ", 1)[0] for quantity, _, _ in report.rows}
+    kinds = {row[0].split(" ", 1)[0] for row in report.rows}
     assert {"flax-names-read", "teacher-target", "learning-rate", "loss", "selector-map", "selected-patches", "output",
             "gradient", "weights-after-step-1", "weights-after-step-2", "weights-within-2e-7-after-step-2"} <= kinds
     parameters = len(list(LookWhereModel(tiny_lookwhere_config(selector_depth=2)).parameters()))  # as the case_a model
