@@ -229,9 +229,9 @@ def check_case(folder: Path, replay_gradients: bool = True, replay_orthogonaliza
 # ---------------------------------------------------------------- LookWhere: the authors' JAX step
 
 # The fixture README's float32 tolerances (its measured floors are 3 to 20 times below them). The teacher's targets: ours
-# are within 4.5e-6 of theirs and within 2.1e-5 on one ill-conditioned register token (case_a); LayerNorm epsilon 1e-6
-# moves them by 2.6e-5 (CLS) to 1.8e-4 (registers), exact GELU by 2.7e-4 to 1e-3.
-TEACHER_ATOL, TEACHER_REGISTERS_ATOL = 1e-5, 5e-5
+# are within 4.5e-6 of theirs, and 2.1e-5 on one ill-conditioned register token (case_a); LayerNorm epsilon 1e-6 moves
+# the patch targets by 1.1e-4 and the registers by 1.8e-4, exact GELU every target by 2.7e-4 to 1e-3.
+TEACHER_ATOL = 5e-5
 LW_LOSS_ATOL, LW_MAP_ATOL, LW_OUTPUT_ATOL, LW_GRADIENT_RTOL_OF_MAX = 2e-6, 5e-6, 2e-5, 2e-5
 LW_WEIGHT_ATOL, LW_WEIGHT_SHARE, LW_WEIGHT_ATOL_OF_LR = 2e-7, 0.995, 0.25
 LR_RTOL = 1e-6  # the float32 learning rate the step read against ours (float64)
@@ -321,8 +321,7 @@ def check_teacher(folder: Path, case: dict, inputs: dict, report: Report) -> Non
         with torch.no_grad():
             register_tokens = teacher(pixel_values).last_hidden_state[:, registers]
         for name, ours in (("cls", cls), ("registers", register_tokens), ("patches", patches), ("map", attention_map)):
-            atol = TEACHER_REGISTERS_ATOL if name == "registers" else TEACHER_ATOL
-            report.add(f"teacher-target step {s} {name}", ours, inputs[f"step{s}/teacher_{name}"], atol)
+            report.add(f"teacher-target step {s} {name}", ours, inputs[f"step{s}/teacher_{name}"], TEACHER_ATOL)
 
 
 def check_lookwhere_case(folder: Path, recipe: dict | None = None) -> Report:
