@@ -197,7 +197,7 @@ def test_training_utilities(tiny_config, images):
     torch.manual_seed(0)
     model = VecaModel(tiny_config).eval()
     reference = model(images, num_cores=4).last_hidden_state
-    model.gradient_checkpointing_enable()
+    model.activation_checkpointing_enable()
     model.train()
     model.config.pos_embed_shift = model.config.pos_embed_rescale = None  # deterministic training forward
     checkpointed = model(images, num_cores=4).last_hidden_state
