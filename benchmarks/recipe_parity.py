@@ -234,7 +234,7 @@ def check_case(folder: Path, replay_gradients: bool = True, replay_orthogonaliza
 TEACHER_ATOL = 5e-5
 LW_LOSS_ATOL, LW_MAP_ATOL, LW_OUTPUT_ATOL, LW_GRADIENT_RTOL_OF_MAX = 2e-6, 5e-6, 2e-5, 2e-5
 LW_WEIGHT_ATOL, LW_WEIGHT_SHARE, LW_WEIGHT_ATOL_OF_LR = 2e-7, 0.995, 0.25
-LR_RTOL = 1e-6  # the float32 learning rate the step read against ours (float64)
+LR_RTOL = 1e-5  # the float32 learning rate the step read against ours (float64): 6.5e-7 apart in a warm-up
 
 # How the authors' flax tensors become the released layout: the rules name_map.json states for each released name.
 FLAX_TO_RELEASE = {
@@ -309,7 +309,7 @@ def dinov2_from_flax(weights: dict[str, torch.Tensor], num_heads: int, layer_nor
     return model.eval().requires_grad_(False)
 
 
-def check_teacher(folder: Path, case: dict, inputs: dict, report: Report) -> None:
+def check_teacher(folder: Path, case: dict, inputs: dict, report: Report, map_queries: str) -> None:
     """Our teacher code (training.teacher) on the case's stand-in teacher reproduces the targets each step was fed."""
     model = case["model"]
     teacher = dinov2_from_flax(load_file(folder / "teacher.safetensors"), model["heads"], model["layer_norm_eps"],
@@ -317,7 +317,7 @@ def check_teacher(folder: Path, case: dict, inputs: dict, report: Report) -> Non
     registers = slice(1, 1 + model["num_registers"])
     for step in case["steps"]:
         s, pixel_values = step["step"], inputs[f"step{step['step']}/pixel_values"]
-        cls, patches, attention_map = teacher_targets_and_map(teacher, pixel_values, tuple(model["grid"]))
+        cls, patches, attention_map = teacher_targets_and_map(teacher, pixel_values, tuple(model["grid"]), map_queries)
         with torch.no_grad():
             register_tokens = teacher(pixel_values).last_hidden_state[:, registers]
         for name, ours in (("cls", cls), ("registers", register_tokens), ("patches", patches), ("map", attention_map)):
@@ -350,10 +350,10 @@ def check_lookwhere_case(folder: Path, recipe: dict | None = None) -> Report:
         report.add(f"flax-names-read {name}", value, weights[name], 1e-30)
     key_biases = set(case["zero_true_gradient_elements"]["names"])
     ignored = ours({name: torch.full(value.shape, name in key_biases) for name, value in before.items()})
-    check_teacher(folder, case, inputs, report)
+    check_teacher(folder, case, inputs, report, recipe["map_queries"])
 
     optimizer = build_optimizer(model, recipe["optimizer"], recipe["lr"], recipe["weight_decay"])
-    registers = slice(1, 1 + config.num_register_tokens)
+    registers, floor = slice(1, 1 + config.num_register_tokens), 0.0
     for step in case["steps"]:
         s = step["step"]
         lr = recipe["lr"] * warmup_cosine(step["schedule_index"], recipe["warmup_steps"], recipe["max_steps"],
@@ -386,11 +386,15 @@ def check_lookwhere_case(folder: Path, recipe: dict | None = None) -> Report:
             report.add(f"gradient step {s} {name}", param.grad, reference,
                        LW_GRADIENT_RTOL_OF_MAX * reference.abs().max().item(), ignore=ignored[name])
         optimizer.step()
+        # Every element within lr / 4, or twice what the authors' own two compilations of a step so far differ by (an
+        # element whose gradient is ~1e-9 by accident moves by a share of lr that follows its rounding, and stays moved).
+        floor = max(floor, step.get("max_abs_diff_training_step_vs_grads_then_optax", {}).get("all_other", 0.0))
+        every_element = max(LW_WEIGHT_ATOL_OF_LR * lr, 2 * floor)
         reference_weights = ours({name[len(f"step{s}/"):]: value for name, value in expected.items()
                                   if name.startswith(f"step{s}/")})
         for name, param in model.named_parameters():
             value, reference, keep = param.detach(), reference_weights[name], ~ignored[name]
-            report.add(f"weights-after-step-{s} {name}", value, reference, LW_WEIGHT_ATOL_OF_LR * lr, ignore=ignored[name])
+            report.add(f"weights-after-step-{s} {name}", value, reference, every_element, ignore=ignored[name])
             close = ((value - reference).abs() <= LW_WEIGHT_ATOL)[keep].float().mean().item()
             report.add_value(f"weights-within-2e-7-after-step-{s} {name}", 1 - close, (1 - close) / (1 - LW_WEIGHT_SHARE),
                              "share beyond")

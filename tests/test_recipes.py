@@ -24,6 +24,8 @@ from training.teacher import copy_patch_embedding, teacher_targets_and_map
 FIXTURE = ROOT / "tests" / "fixtures" / "parity" / "training" / "veca" / "tiny_a"
 CASE = json.loads((FIXTURE / "case.json").read_text())
 LOOKWHERE_FIXTURE = ROOT / "tests" / "fixtures" / "parity" / "training" / "lookwhere" / "case_a"
+# Made here with the authors' JAX code: other sizes, register counts, k and schedule phases (their README).
+LOOKWHERE_GENERATED = ROOT / "tests" / "fixtures" / "parity" / "training" / "lookwhere_generated"
 
 
 def fixture_student() -> VecaModel:
@@ -75,13 +77,17 @@ def lookwhere_recipe_with(**numerics) -> dict:
     return {**recipe, "config_overrides": json.dumps({**parse_config_overrides(recipe["config_overrides"]), **numerics})}
 
 
-def test_a_lookwhere_step_equals_the_authors_jax_step_on_their_fixture(capsys):
-    report = recipe_parity.check_lookwhere_case(LOOKWHERE_FIXTURE)
+@pytest.mark.parametrize("folder", [LOOKWHERE_FIXTURE, LOOKWHERE_GENERATED / "case_b", LOOKWHERE_GENERATED / "case_c"],
+                         ids=["case_a", "case_b", "case_c"])
+def test_a_lookwhere_step_equals_the_authors_jax_step_on_their_fixture(capsys, folder):
+    report = recipe_parity.check_lookwhere_case(folder)
     assert report.print(), capsys.readouterr().out
     kinds = {row[0].split(" ", 1)[0] for row in report.rows}
     assert {"flax-names-read", "teacher-target", "learning-rate", "loss", "selector-map", "selected-patches", "output",
             "gradient", "weights-after-step-1", "weights-after-step-2", "weights-within-2e-7-after-step-2"} <= kinds
-    parameters = len(list(LookWhereModel(tiny_lookwhere_config(selector_depth=2)).parameters()))  # as the case_a model
+    model = json.loads((folder / "case.json").read_text())["model"]
+    config = tiny_lookwhere_config(num_hidden_layers=model["extractor_layers"], selector_depth=model["selector_layers"])
+    parameters = len(list(LookWhereModel(config).parameters()))  # as many tensors as the case's model
     assert len([row for row in report.rows if row[0].startswith("weights-after-step-2")]) == parameters
     assert len([row for row in report.rows if row[0].startswith("teacher-target")]) == 2 * 4
 
@@ -110,8 +116,18 @@ def test_the_lookwhere_step_comparison_fails_on_each_difference_put_back(monkeyp
     assert not recipe_parity.check_lookwhere_case(LOOKWHERE_FIXTURE, recipe).print()
 
 
+def test_the_authors_map_queries_are_positions_not_patches():
+    """case_b's teacher has 2 registers: the authors' map target averages the queries at positions 5.. (their
+    `attn_map[:, 5:1374]`), which leaves out its first two patches; every patch query is another target."""
+    recipe = {**load_recipe("lookwhere-dinov2"), "map_queries": "patches"}
+    report = recipe_parity.check_lookwhere_case(LOOKWHERE_GENERATED / "case_b", recipe)
+    assert not report.print()
+    assert {row[0] for row in report.rows if row[2] > 1} == {f"teacher-target step {s} map" for s in (1, 2)}
+
+
 def test_the_lookwhere_benchmark_command_exits_0_on_the_fixtures(capsys):
-    assert recipe_parity.main(["lookwhere", str(LOOKWHERE_FIXTURE)]) == 0
+    cases = sorted(str(path) for path in LOOKWHERE_GENERATED.iterdir() if path.is_dir())
+    assert recipe_parity.main(["lookwhere", str(LOOKWHERE_FIXTURE), *cases]) == 0
     assert "worst of all" in capsys.readouterr().out.splitlines()[-1]
 
 

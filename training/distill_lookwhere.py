@@ -44,6 +44,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--config-overrides", default="{}",
                         help='JSON of LookWhereConfig fields the teacher does not fix, e.g. {"layer_norm_eps": 1e-5}')
     parser.add_argument("--map-weight", type=float, default=0.1, help="weight of the attention-map KL")
+    parser.add_argument("--map-queries", default="patches", choices=["patches", "authors"],
+                        help="the teacher queries the map target averages: every patch token, or the authors' token "
+                             "positions 5..1373 (the same for a 4-register teacher at 518 px)")
     parser.add_argument("--teacher-microbatch", type=int, default=None, help="images per teacher forward (default: "
                         "the batch)")
     parser.add_argument("--eval-budgets", default=None, help='k validated, "16,128" (default: --k-min and --k-slots)')
@@ -108,7 +111,7 @@ def main(argv=None) -> None:
     def loss_fn(student, batch, step_draws):
         pixel_values = batch["pixel_values"]
         def compute_targets(images):
-            return run_teacher(lambda chunk: teacher_targets_and_map(teacher, chunk, grid), images,
+            return run_teacher(lambda chunk: teacher_targets_and_map(teacher, chunk, grid, args.map_queries), images,
                                args.teacher_microbatch)
 
         teacher_cls, teacher_patches, teacher_map = (cache.serve(compute_targets, batch) if cache else

@@ -36,7 +36,8 @@ def teacher_targets(teacher, pixel_values: torch.Tensor, grid: tuple[int, int]) 
     holds NaN or infinity, or when its tokens do not fill the grid."""
     output = teacher(pixel_values)
     check_output_finite(output.last_hidden_state, f"The teacher {type(teacher).__name__}'s output")
-    return output.last_hidden_state[:, 0].float(), patch_tokens(output, grid).float()
+    num_prefix = 1 + (getattr(teacher.config, "num_register_tokens", 0) or 0)
+    return output.last_hidden_state[:, 0].float(), patch_tokens(output, grid, num_prefix).float()
 
 
 # ---------------------------------------------------------------- cost

@@ -9,10 +9,11 @@ import torch
 TEACHER_PREFIXES = (1, 5)
 
 
-def patch_tokens(output, grid: tuple[int, int]) -> torch.Tensor:
+def patch_tokens(output, grid: tuple[int, int], num_prefix: int | None = None) -> torch.Tensor:
     """(B, Hp * Wp, D), row-major: `output.patch_tokens` of VECA and of LookWhere with the dense fill, else the tokens
-    after CLS (and 4 registers) of a DINOv2 / DINOv3 `last_hidden_state`. A ValueError when `grid` (Hp, Wp) does not
-    match the output's patch tokens, or for a LookWhere output without the fill."""
+    after CLS (and registers) of a DINOv2 / DINOv3 `last_hidden_state`: `num_prefix` of them when given (1 + the
+    model's registers), else CLS alone or with 4 registers. A ValueError when `grid` (Hp, Wp) does not match the
+    output's patch tokens, or for a LookWhere output without the fill."""
     rows, columns = grid
     tokens = getattr(output, "patch_tokens", None)
     if tokens is None and getattr(output, "selected_indices", None) is not None:
@@ -25,7 +26,8 @@ def patch_tokens(output, grid: tuple[int, int]) -> torch.Tensor:
                              "patch size.")
         return tokens
     hidden = output.last_hidden_state
-    if hidden.shape[1] - rows * columns not in TEACHER_PREFIXES:
-        raise ValueError(f"The output holds {hidden.shape[1]} tokens, which is not CLS (and 4 registers) and {rows} x "
-                         f"{columns} patches: the grid given does not match its input's size and patch size.")
+    if hidden.shape[1] - rows * columns not in (TEACHER_PREFIXES if num_prefix is None else (num_prefix,)):
+        prefix = "CLS (and 4 registers)" if num_prefix is None else f"{num_prefix} prefix tokens"
+        raise ValueError(f"The output holds {hidden.shape[1]} tokens, which is not {prefix} and {rows} x {columns} "
+                         "patches: the grid given does not match its input's size and patch size.")
     return hidden[:, hidden.shape[1] - rows * columns :]
