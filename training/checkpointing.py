@@ -16,6 +16,8 @@ from accelerate.utils import broadcast_object_list, gather_object
 from corevision_hf.cli import RunStopped
 from corevision_hf.outputs import sha256
 
+from .run_lock import release_output_dirs
+
 # Arguments a resumed run may change: where and how often things are written, how (not what) is computed, and the step
 # size (a run that diverged
 # continues from its last good checkpoint with a lower learning rate or tighter clipping).
@@ -305,10 +307,12 @@ def training_recipe(accelerator: Accelerator, script: str, args, model_type: str
 
 
 def finish(accelerator: Accelerator) -> None:
-    """Ends trackers and takes the process group down (`end_training`) while every process is still there. The
-    prepared model and optimiser are released first (callers drop their own references too): a DDP model holds the
-    gloo group, and a group whose last reference goes after its peer has exited can hang in its destructor."""
+    """Ends trackers, takes the process group down (`end_training`) while every process is still there and releases
+    the run's lock (training.run_lock). The prepared model and optimiser are released first (callers drop their own
+    references too): a DDP model holds the gloo group, and a group whose last reference goes after its peer has exited
+    can hang in its destructor."""
     accelerator.free_memory()
     gc.collect()
     accelerator.wait_for_everyone()
     accelerator.end_training()
+    release_output_dirs()

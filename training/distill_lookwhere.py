@@ -39,6 +39,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     # heavy imports after parsing, so that --help answers at once
     from corevision_hf import lookwhere_from_teacher
+    from corevision_hf.images import check_pixels_fit
 
     from .loop import distill, start, training_data
     from .losses import lookwhere_loss
@@ -51,6 +52,8 @@ def main(argv=None) -> None:
     check_optimizer("lookwhere", args.optimizer)
     accelerator = start(args, SCRIPT)
     check_positive(args, "image_size", "selector_depth", "selector_image_size")
+    check_pixels_fit(args.image_size, args.image_size, args.batch_size, f"--image-size {args.image_size}",
+                     accelerator.device)  # an impossible size is one line here, not the out-of-memory killer later
     if args.teacher_microbatch is not None and not 1 <= args.teacher_microbatch <= args.batch_size:
         raise ValueError(f"--teacher-microbatch must lie in 1..--batch-size {args.batch_size}, got "
                          f"{args.teacher_microbatch}.")
