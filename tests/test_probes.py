@@ -501,6 +501,10 @@ LIBRARY_PROBES = [
     ("forward-float16-overflow", lambda: forward_check(torch.randn(1, 3, 32, 32), torch.float16),
      ["float16 overflowed: run in float32 or bfloat16"]),
     ("image-float-mode", lambda: open_image("float.tiff"), ["float.tiff cannot be read as an image", "32-bit float"]),
+    ("forward-meta-pixels-veca", lambda: tiny_veca()(torch.zeros(1, 3, 32, 32, device="meta")),
+     ["pixel_values is on the meta device, which holds shapes but no values"]),
+    ("forward-meta-pixels-lookwhere", lambda: tiny_lookwhere()(torch.zeros(1, 3, 32, 32, device="meta")),
+     ["pixel_values is on the meta device, which holds shapes but no values"]),
 ]
 
 
