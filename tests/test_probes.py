@@ -47,6 +47,7 @@ from corevision_hf.outputs import MANIFEST
 from corevision_hf.veca.budget_veca import measurement_setup
 from evaluation import evaluate_budgets
 from publishing import publish
+from training.data import build_dataset
 from training.loop import truncate_metrics
 
 
@@ -492,8 +493,8 @@ LIBRARY_PROBES = [
      ["values reach", "far outside an image's range"]),
     ("processor-float64-1e300", lambda: VecaImageProcessor(patch_size=8)(float_image(1e300, np.float64)),
      ["NaN or infinite values (after conversion to float32)"]),
-    ("processor-16-bit-pil", lambda: VecaImageProcessor(patch_size=8)(Image.new("I;16", (32, 32), 40000)),
-     ["mode 'I;16' (16-bit or float) would be clipped at 255", "corevision_hf.images.to_rgb"]),
+    ("processor-float-pil", lambda: VecaImageProcessor(patch_size=8)(Image.new("F", (32, 32), 0.5)),
+     ["mode 'F' (32-bit float) has no fixed range of values"]),
     ("forward-nan-pixels", lambda: forward_check(torch.full((1, 3, 32, 32), float("nan"))),
      ["The pixel values passed to VecaModel hold NaN or infinite values"]),
     ("forward-huge-pixels", lambda: forward_check(torch.randn(1, 3, 32, 32) * 1e30),
@@ -607,10 +608,37 @@ def test_a_16_bit_image_gives_the_features_of_its_8_bit_version(workspace, capsy
     assert Image.open("sixteen/photo.png").mode.startswith("I")
     assert torch.equal(to_pixel_values(open_image("sixteen/photo.png"), 32, 8),
                        to_pixel_values(open_image("eight/photo.png"), 32, 8))  # visualize, compare, evaluate
+    processor = VecaImageProcessor(patch_size=8)  # the processor, given the PIL image itself
+    assert torch.equal(processor(Image.open("sixteen/photo.png"), return_tensors="pt").pixel_values,
+                       processor(Image.open("eight/photo.png"), return_tensors="pt").pixel_values)
     for name in ("eight", "sixteen"):
         assert run_cli("extract", ["veca", "--data", name, "--output", f"{name}-feats"], capsys)[0] == 0
     assert (np.array(datasets.load_from_disk("sixteen-feats")["pooled"])
             == np.array(datasets.load_from_disk("eight-feats")["pooled"])).all()
+
+
+def test_a_photo_stored_sideways_is_read_upright_everywhere(workspace, capsys):
+    """A phone's portrait, stored 96 x 40 with EXIF orientation 6 ("turn me a quarter clockwise"), gives what the
+    upright 40 x 96 photo gives: through the shared decoder (visualize, compare, evaluate), the image processor, the
+    training data and extraction."""
+    upright = Image.fromarray(np.random.default_rng(0).integers(0, 256, (96, 40, 3), dtype=np.uint8))
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    for name, image, extra in [("upright", upright, {}), ("phone", upright.transpose(Image.Transpose.ROTATE_90),
+                                                          {"exif": exif})]:
+        Path(name).mkdir()
+        image.save(f"{name}/photo.png", **extra)
+    assert Image.open("phone/photo.png").size == (96, 40)
+    assert np.array_equal(np.asarray(open_image("phone/photo.png")), np.asarray(upright))
+    processor = VecaImageProcessor(patch_size=8)
+    assert torch.equal(processor(Image.open("phone/photo.png"), return_tensors="pt").pixel_values,
+                       processor(upright, return_tensors="pt").pixel_values)
+    crops = [build_dataset(name, image_size=32, train=False)[0][0]["pixel_values"] for name in ("phone", "upright")]
+    assert torch.equal(*crops)
+    for name in ("phone", "upright"):
+        assert run_cli("extract", ["veca", "--data", name, "--output", f"{name}-feats"], capsys)[0] == 0
+    assert (np.array(datasets.load_from_disk("phone-feats")["pooled"])
+            == np.array(datasets.load_from_disk("upright-feats")["pooled"])).all()
 
 
 def test_calibrating_a_converted_folder_keeps_it_ours(workspace, capsys):
