@@ -115,6 +115,8 @@ def template(tmp_path_factory) -> Path:
     reference = torch.load(FIXTURES / "veca" / "tiny.pt", weights_only=True)
     reference["student"][NAN_VECA_TENSOR][0, 0] = float("nan")
     torch.save(reference, root / "t_nan.pt")
+    reference["student"][NAN_VECA_TENSOR] = reference["student"][NAN_VECA_TENSOR].nan_to_num().round().int()
+    torch.save(reference, root / "t_int.pt")
     reference = torch.load(FIXTURES / "lookwhere" / "lookwhere_dinov2.pt", weights_only=True)
     reference["extractor"][INF_LOOKWHERE_TENSOR][0, 0] = float("inf")
     torch.save(reference, root / "lw_nan.pt")
@@ -233,6 +235,8 @@ PROBES = [
      ["training_budgets [99] lie outside 1..num_cores=8"], []),
     ("convert-veca-nan", "convert.veca", ["t_nan.pt", "out"], 2,
      ["'t_nan.pt' holds non-finite weights", NAN_VECA_TENSOR, "corrupt"], []),
+    ("convert-veca-int32-weight", "convert.veca", ["t_int.pt", "out"], 2,
+     ["The weight layers.0.attention.proj.weight is stored as int32, not as floating point"], []),
     ("convert-lookwhere-inf", "convert.lookwhere", ["lw_nan.pt", "out"], 2,
      ["'lw_nan.pt' holds non-finite weights", f"extractor.{INF_LOOKWHERE_TENSOR}", "corrupt"], []),
     ("convert-force-over-user-files", "convert.veca", [str(FIXTURES / "veca" / "tiny.pt"), "mine", "--force"], 2,
