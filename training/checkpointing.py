@@ -9,9 +9,11 @@ import pickle
 import re
 import shlex
 import shutil
+import sys
 
 from accelerate import Accelerator
-from accelerate.utils import broadcast_object_list, gather_object
+from accelerate.utils import broadcast_object_list, gather_object, load
+from accelerate.utils.constants import RNG_STATE_NAME
 
 from corevision_hf.cli import RunStopped
 from corevision_hf.outputs import sha256
@@ -205,8 +207,24 @@ def load_checkpoint(accelerator: Accelerator, output_dir: str) -> tuple[int, dic
             "new --output-dir."
         )
     accelerator.print(f"resumed from {folder} at step {state['step']}")
+    if problem := rng_state_problem(folder, accelerator.process_index):  # accelerate logs it at info level only
+        print(f"warning: --resume: the RNG state of {folder} was not restored ({problem}); the run continues (each "
+              "step reseeds from --seed and the step, so its draws and crops are the same).", file=sys.stderr)
     positions = state["data_positions"][accelerator.process_index]
     return state["step"], {stream: tuple(position) for stream, position in positions.items()}
+
+
+def rng_state_problem(folder: str, process_index: int) -> str | None:
+    """Why `load_state` could not restore this process's RNG states from the checkpoint `folder` (a missing, replaced
+    or code-running file, read as accelerate reads it: weights only), or None."""
+    path = os.path.join(folder, f"{RNG_STATE_NAME}_{process_index}.pkl")
+    try:
+        states = load(path)
+    except (pickle.UnpicklingError, RuntimeError, ValueError, EOFError, OSError) as error:
+        return f"{os.path.basename(path)}: {type(error).__name__}"
+    if not isinstance(states, dict) or "torch_manual_seed" not in states:
+        return f"{os.path.basename(path)} holds no RNG state"
+    return None
 
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
