@@ -3,6 +3,7 @@ and the paths it may write (`PROBES`), or a library call and the words of its Va
 Everything else in the workspace must be byte-for-byte what it was: no user file replaced, no source folder touched,
 no `.partial` or temporary folder left behind."""
 
+import errno
 import hashlib
 import json
 import os
@@ -12,6 +13,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -686,6 +688,18 @@ def test_a_full_disk_while_saving_is_one_line_and_leaves_nothing(workspace, caps
     before = snapshot(workspace)
     status, _, err = run_cli("convert.veca", [str(FIXTURES / "veca" / "tiny.pt"), "out"], capsys)
     assert status == 2 and err.count("error: ") == 1 and "No space left on device" in err and "Traceback" not in err
+    assert snapshot(workspace) == before
+
+
+def test_a_read_only_output_folder_is_one_line_and_leaves_nothing(workspace, capsys, monkeypatch):
+    def read_only(*args, dir=None, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", dir)
+
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    before = snapshot(workspace)
+    status, _, err = run_cli("visualize", ["veca", "photo.png", "--output", "fig.png"], capsys)
+    assert status == 2 and err.count("error: ") == 1 and "[Errno" not in err
+    assert f"error: could not write {workspace}: the file system is read-only; choose an output folder" in err
     assert snapshot(workspace) == before
 
 
