@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import datasets
@@ -701,6 +702,17 @@ def test_a_read_only_output_folder_is_one_line_and_leaves_nothing(workspace, cap
     assert status == 2 and err.count("error: ") == 1 and "[Errno" not in err
     assert f"error: could not write {workspace}: the file system is read-only; choose an output folder" in err
     assert snapshot(workspace) == before
+
+
+@pytest.mark.parametrize("model, arguments", [("veca", []), ("lookwhere", ["--elastic"])])
+def test_export_shows_torchs_warnings_only_when_asked(workspace, capsys, model, arguments):
+    for verbose in (False, True):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            status = run_cli("export", [model, f"{verbose}.onnx", "--no-check", *arguments, *["--verbose"] * verbose],
+                             capsys)[0]
+        assert status == 0
+        assert bool(caught) == verbose, [str(w.message)[:100] for w in caught]
 
 
 def test_the_unpinned_release_says_so_in_help(capsys):
