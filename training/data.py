@@ -67,8 +67,8 @@ class DataStats:
     def summary(self, counts: torch.Tensor | None = None) -> str:
         """One line for the end of a run, of `counts` (e.g. reduced over processes) or else of this process's."""
         images, unreadable, non_rgb, small = (self.as_tensor() if counts is None else counts).tolist()
-        line = (f"{images} images: skipped {unreadable} unreadable, converted {non_rgb} non-RGB, {small} smaller than "
-                "crop")
+        line = (f"{images} images: skipped {unreadable} unreadable, converted {non_rgb} non-RGB, upscaled {small} smaller "
+                "than the crop to it")
         return line + (f"; left out {self.left_out} files whose names are not UTF-8" if self.left_out else "")
 
 
