@@ -394,7 +394,7 @@ def test_a_second_run_into_the_folder_of_a_live_run_is_refused_and_a_dead_ones_l
     (out / "final" / "config.json").write_text("the live run's")
     holder = subprocess.Popen(
         [sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
-         "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, str(os.getpid()).encode()); print(flush=True); time.sleep(600)",
+         "fcntl.lockf(fd, fcntl.LOCK_EX); os.write(fd, str(os.getpid()).encode()); print(flush=True); time.sleep(600)",
          run_lock.lock_path(str(out))], stdout=subprocess.PIPE)
     try:
         holder.stdout.readline()  # the lock is held

@@ -1,12 +1,14 @@
 """One live run per output folder: a second run started into the --output-dir of a run that is still going is
 refused before it deletes or writes anything, instead of both writing `final/`.
 
-The lock is an exclusive `flock` on a file named after the folder's real path, held by the run's main process until
-the run ends. The operating system releases it when that process dies, so a crashed or killed run never leaves its
-folder locked. The file lives in the temporary folder, not in --output-dir, so that a run refused before it writes
+The lock is an exclusive POSIX record lock (`lockf`) on a file named after the folder's real path, held by the run's
+main process until the run ends. The operating system releases it when that process dies, so a crashed or killed run
+never leaves its folder locked; unlike a `flock`, it is not inherited by forked DataLoader workers, which can outlive
+a killed run for a while. The file lives in the temporary folder, not in --output-dir, so that a run refused before it writes
 leaves no folder behind; it guards the runs of one machine.
 """
 
+import errno
 import fcntl
 import hashlib
 import os
@@ -29,8 +31,11 @@ def lock_output_dir(output_dir: str) -> None:
         return
     fd = os.open(lock_path(output_dir), os.O_RDWR | os.O_CREAT, 0o666)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:
+        if error.errno not in (errno.EACCES, errno.EAGAIN):  # what lockf says when another process holds it
+            os.close(fd)
+            raise
         holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
         os.close(fd)
         raise ValueError(f"Another run (process {holder}) is writing into {output_dir}: wait until it ends, or choose "
