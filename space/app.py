@@ -16,6 +16,7 @@ to app.py (see the repository README, "The demo page").
 """
 
 import argparse
+import functools
 import json
 import os
 from functools import lru_cache
@@ -53,6 +54,8 @@ RANDOM_LOOKWHERE = "LookWhere-S/14, random init"
 # multiples of both patch sizes in use (14 and 16), so every model takes every choice
 RESOLUTIONS = [224, 448, 672, 896, 1120]
 TIMED_RUNS = 5
+# the largest photo the page takes: a 50 Mpx phone photo fits; preparing a larger one holds gigabytes of floats
+MAX_PHOTO_MEGAPIXELS = 50
 
 
 @lru_cache(maxsize=4)
@@ -102,11 +105,17 @@ def teacher_flops(teacher, resolution: int) -> int:
 
 @torch.inference_mode()
 def run(photo: Image.Image | None, model_name: str, resolution: int, num_cores: int, k_ratio: float,
-        target_gflops: float = 0.0):
+        target_gflops: float = 0.0, offered: tuple[str, ...] | None = None):
     """(PCA picture, cores / kept-patches picture, cost table in Markdown) for one photo; a `target_gflops` above 0
-    replaces the budget controls with the largest budget whose analytic cost fits it."""
+    replaces the budget controls with the largest budget whose analytic cost fits it. The page passes the models it
+    offers as `offered`: any other name a client sends (a local path, a hub id) is refused, never loaded."""
     if photo is None:
         raise gr.Error("Pick or upload a photo first.")
+    if offered is not None and model_name not in offered:
+        raise gr.Error(f"{model_name!r} is not one of the models this page offers: pick one from the list.")
+    if photo.width * photo.height > MAX_PHOTO_MEGAPIXELS * 1e6:
+        raise gr.Error(f"This photo is {photo.width}x{photo.height} px ({photo.width * photo.height / 1e6:.0f} Mpx), "
+                       f"more than the page's limit of {MAX_PHOTO_MEGAPIXELS} Mpx: resize it first.")
     model = load_model(model_name)
     teacher, teacher_source = load_teacher(model_name)
     config = model.config
@@ -183,8 +192,8 @@ def build(models: list[str], default_photo: str | None = None, default_resolutio
                 photo = gr.Image(value=default_photo, type="pil", label="photo", height=260)
                 if examples:
                     gr.Examples(examples, inputs=photo)
-                model = gr.Dropdown(models, value=models[0], label="model", allow_custom_value=True,
-                                    info="a built-in model, or type a save_pretrained folder / hub id")
+                model = gr.Dropdown(models, value=models[0], label="model",
+                                    info="the models given with --model, and the built-in ones")
                 resolution = gr.Dropdown(RESOLUTIONS, value=default_resolution, label="resolution (px)")
                 num_cores = gr.Slider(1, 64, value=16, step=1, label="VECA: active cores (up to the bank's size)")
                 k_ratio = gr.Slider(0.01, 1.0, value=0.1, step=0.01, label="LookWhere: k_ratio (fraction of patches)")
@@ -197,8 +206,9 @@ def build(models: list[str], default_photo: str | None = None, default_resolutio
                 features = gr.Image(label="dense features (PCA as RGB)", show_label=False, elem_id="features")
                 where = gr.Image(label="cores / kept patches", show_label=False, elem_id="where")
         inputs, outputs = [photo, model, resolution, num_cores, k_ratio, target], [features, where, cost]
-        button.click(run, inputs, outputs)
-        page.load(run, inputs, outputs)  # the page opens with results, not empty boxes
+        run_offered = functools.partial(run, offered=tuple(models))
+        button.click(run_offered, inputs, outputs)
+        page.load(run_offered, inputs, outputs)  # the page opens with results, not empty boxes
     return page
 
 

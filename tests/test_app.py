@@ -171,3 +171,22 @@ def test_a_target_on_the_page_picks_the_largest_budget_that_fits(tmp_path):
     assert row in cost
     with pytest.raises(gr.Error, match="below the cheapest budget at 224x224 px: num_cores=1 costs"):
         app.run(photo, str(model_dir), 224, 8, 0.1, 1e-6)
+
+
+def test_the_page_loads_only_the_models_it_offers_and_refuses_huge_photos(tmp_path):
+    """A client can send any model name to the page's function: one that the page does not offer (a local path, a hub
+    id) is refused before anything loads; so is a photo over the page's stated limit."""
+    gr = pytest.importorskip("gradio", reason="the demo page needs gradio: pip install -e '.[app]'")
+    from PIL import Image
+
+    spec = importlib.util.spec_from_file_location("demo_app", APP)
+    app = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(app)
+    photo = Image.new("RGB", (64, 48))
+    app.load_model.cache_clear()
+    with pytest.raises(gr.Error, match="'/etc' is not one of the models this page offers: pick one from the list"):
+        app.run(photo, "/etc", 224, 8, 0.1, offered=(app.RANDOM_VECA,))
+    assert app.load_model.cache_info().misses == 0  # nothing loaded
+    huge = Image.new("1", (12_000, 12_000))  # 144 Mpx, one bit a pixel: 18 MB here
+    with pytest.raises(gr.Error, match=r"This photo is 12000x12000 px \(144 Mpx\), more than the page's limit of 50"):
+        app.run(huge, app.RANDOM_VECA, 224, 8, 0.1, offered=(app.RANDOM_VECA,))

@@ -3,6 +3,7 @@ fits (VECA among `config.training_budgets`, LookWhere among k = 1..Hp * Wp); `ma
 whose latency in `config.latency_table` fits. Timing tables here are fakes: no assertion depends on this machine."""
 
 import json
+import warnings
 
 import pytest
 import torch
@@ -19,6 +20,7 @@ from corevision_hf import (
     lookwhere_flops,
     veca_flops,
 )
+from corevision_hf import calibrate
 from corevision_hf.veca.budget_veca import measurement_setup
 
 SIZES = [(32, 48), (64, 64)]
@@ -172,6 +174,31 @@ def test_calibration_round_trip_through_the_folder(tmp_path):
     model.save_pretrained(tmp_path / "saved")
     reloaded = AutoModel.from_pretrained(tmp_path / "saved").eval()
     assert chosen_budget(reloaded, torch.randn(1, 3, 32, 32), max_ms=25)[0] == 4
+
+
+@pytest.mark.parametrize("times, warned", [
+    ([1.0, 2.0, 3.0, 4.0], []),
+    ([2.0, 1.0, 3.0, 4.0], ["num_cores=8 came out faster than num_cores=2 at 32x32 px (1 ms < 2 ms)"]),
+    ([1.0, 4.0, 3.0, 2.0], ["num_cores=8 came out faster than num_cores=2 at 32x48 px (2 ms < 3 ms)",
+                            "32x48 px came out faster than 32x32 px at num_cores=8 (2 ms < 4 ms)"]),
+])
+def test_a_table_that_is_not_monotone_is_stored_with_a_warning(tmp_path, monkeypatch, times, warned):
+    """Fake timings (no assertion depends on this machine): a larger budget or size that came out faster is named in
+    a warning, as evaluate_budgets names it; the table is stored as measured."""
+    torch.manual_seed(0)
+    VecaModel(tiny_veca_config()).save_pretrained(tmp_path / "veca")
+    model = AutoModel.from_pretrained(tmp_path / "veca").eval()
+    measured = iter(times)
+    monkeypatch.setattr(calibrate, "median_latency_ms", lambda *args, **kwargs: next(measured))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        table = calibrate_latency(model, sizes=[32, (32, 48)], budgets=[2, 8], runs=1)
+    messages = [str(w.message) for w in caught if "calibrate_latency" in str(w.message)]
+    assert len(messages) == (1 if warned else 0)
+    for words in warned:
+        assert words in messages[0], messages[0]
+    assert [ms for row in table["sizes"] for _, ms in row["ms"]] == times
+    assert json.loads((tmp_path / "veca" / "config.json").read_text())["latency_table"] == table
 
 
 def test_calibrate_latency_saves_to_an_explicit_folder_only_beside_a_config(lookwhere, tmp_path, monkeypatch):

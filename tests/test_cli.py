@@ -1,6 +1,7 @@
 """One rule for every command line: `corevision_hf.cli` turns a user error into one line on stderr and exit status 2,
 and no command formats its own error line."""
 
+import errno
 import runpy
 import sys
 from pathlib import Path
@@ -43,6 +44,17 @@ def raises(error: BaseException):
 ])
 def test_a_stopped_run_is_one_line_with_its_own_status(capsys, error, code, line):
     assert run(raises(error)) == code
+    assert capsys.readouterr().err == line + "\n"
+
+
+@pytest.mark.parametrize("error, line", [
+    (OSError(errno.EROFS, "Read-only file system", "out/feats"),
+     "error: could not write out/feats: the file system is read-only; choose an output folder on a writable disk."),
+    (OSError(errno.ENOSPC, "No space left on device"),
+     "error: could not write: the disk is full; free some space, or choose an output folder on another disk."),
+])
+def test_a_full_or_read_only_disk_is_one_line_that_says_so(capsys, error, line):
+    assert run(raises(error)) == 2
     assert capsys.readouterr().err == line + "\n"
 
 

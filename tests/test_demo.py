@@ -43,3 +43,20 @@ def test_demo_tiny_writes_rows(tmp_path, capsys):
     assert math.isclose(full["pooler_cosine"], 1.0, abs_tol=1e-5)
     assert math.isclose(full["patch_cosine"], 1.0, abs_tol=1e-5)
     assert half["gflops"] < full["gflops"]
+
+
+def test_every_quiet_install_of_make_demo_says_first_what_it_installs():
+    """`make demo` on a fresh machine spends minutes in `pip install --quiet`: each rule that runs one prints a line
+    saying what it installs before it starts."""
+    rules = {}
+    for line in (DEMO.parents[1] / "Makefile").read_text().splitlines():
+        if line and not line.startswith(("\t", "#", " ")) and ":" in line:
+            target = line.split(":")[0]
+            rules[target] = []
+        elif line.startswith("\t") and rules:
+            rules[target].append(line.strip())
+    quiet = {target: recipe for target, recipe in rules.items() if any("install --quiet" in line for line in recipe)}
+    assert quiet  # the setup rules
+    for target, recipe in quiet.items():
+        first_install = next(i for i, line in enumerate(recipe) if "install --quiet" in line)
+        assert any(line.startswith('@echo "setup: installing') for line in recipe[:first_install]), target

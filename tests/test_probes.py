@@ -3,6 +3,7 @@ and the paths it may write (`PROBES`), or a library call and the words of its Va
 Everything else in the workspace must be byte-for-byte what it was: no user file replaced, no source folder touched,
 no `.partial` or temporary folder left behind."""
 
+import errno
 import hashlib
 import json
 import os
@@ -12,8 +13,10 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import datasets
@@ -47,6 +50,7 @@ from corevision_hf.outputs import MANIFEST
 from corevision_hf.veca.budget_veca import measurement_setup
 from evaluation import evaluate_budgets
 from publishing import publish
+from training.data import build_dataset
 from training.loop import truncate_metrics
 
 
@@ -114,6 +118,8 @@ def template(tmp_path_factory) -> Path:
     reference = torch.load(FIXTURES / "veca" / "tiny.pt", weights_only=True)
     reference["student"][NAN_VECA_TENSOR][0, 0] = float("nan")
     torch.save(reference, root / "t_nan.pt")
+    reference["student"][NAN_VECA_TENSOR] = reference["student"][NAN_VECA_TENSOR].nan_to_num().round().int()
+    torch.save(reference, root / "t_int.pt")
     reference = torch.load(FIXTURES / "lookwhere" / "lookwhere_dinov2.pt", weights_only=True)
     reference["extractor"][INF_LOOKWHERE_TENSOR][0, 0] = float("inf")
     torch.save(reference, root / "lw_nan.pt")
@@ -232,6 +238,8 @@ PROBES = [
      ["training_budgets [99] lie outside 1..num_cores=8"], []),
     ("convert-veca-nan", "convert.veca", ["t_nan.pt", "out"], 2,
      ["'t_nan.pt' holds non-finite weights", NAN_VECA_TENSOR, "corrupt"], []),
+    ("convert-veca-int32-weight", "convert.veca", ["t_int.pt", "out"], 2,
+     ["The weight layers.0.attention.proj.weight is stored as int32, not as floating point"], []),
     ("convert-lookwhere-inf", "convert.lookwhere", ["lw_nan.pt", "out"], 2,
      ["'lw_nan.pt' holds non-finite weights", f"extractor.{INF_LOOKWHERE_TENSOR}", "corrupt"], []),
     ("convert-force-over-user-files", "convert.veca", [str(FIXTURES / "veca" / "tiny.pt"), "mine", "--force"], 2,
@@ -492,8 +500,8 @@ LIBRARY_PROBES = [
      ["values reach", "far outside an image's range"]),
     ("processor-float64-1e300", lambda: VecaImageProcessor(patch_size=8)(float_image(1e300, np.float64)),
      ["NaN or infinite values (after conversion to float32)"]),
-    ("processor-16-bit-pil", lambda: VecaImageProcessor(patch_size=8)(Image.new("I;16", (32, 32), 40000)),
-     ["mode 'I;16' (16-bit or float) would be clipped at 255", "corevision_hf.images.to_rgb"]),
+    ("processor-float-pil", lambda: VecaImageProcessor(patch_size=8)(Image.new("F", (32, 32), 0.5)),
+     ["mode 'F' (32-bit float) has no fixed range of values"]),
     ("forward-nan-pixels", lambda: forward_check(torch.full((1, 3, 32, 32), float("nan"))),
      ["The pixel values passed to VecaModel hold NaN or infinite values"]),
     ("forward-huge-pixels", lambda: forward_check(torch.randn(1, 3, 32, 32) * 1e30),
@@ -501,6 +509,10 @@ LIBRARY_PROBES = [
     ("forward-float16-overflow", lambda: forward_check(torch.randn(1, 3, 32, 32), torch.float16),
      ["float16 overflowed: run in float32 or bfloat16"]),
     ("image-float-mode", lambda: open_image("float.tiff"), ["float.tiff cannot be read as an image", "32-bit float"]),
+    ("forward-meta-pixels-veca", lambda: tiny_veca()(torch.zeros(1, 3, 32, 32, device="meta")),
+     ["pixel_values is on the meta device, which holds shapes but no values"]),
+    ("forward-meta-pixels-lookwhere", lambda: tiny_lookwhere()(torch.zeros(1, 3, 32, 32, device="meta")),
+     ["pixel_values is on the meta device, which holds shapes but no values"]),
 ]
 
 
@@ -603,10 +615,37 @@ def test_a_16_bit_image_gives_the_features_of_its_8_bit_version(workspace, capsy
     assert Image.open("sixteen/photo.png").mode.startswith("I")
     assert torch.equal(to_pixel_values(open_image("sixteen/photo.png"), 32, 8),
                        to_pixel_values(open_image("eight/photo.png"), 32, 8))  # visualize, compare, evaluate
+    processor = VecaImageProcessor(patch_size=8)  # the processor, given the PIL image itself
+    assert torch.equal(processor(Image.open("sixteen/photo.png"), return_tensors="pt").pixel_values,
+                       processor(Image.open("eight/photo.png"), return_tensors="pt").pixel_values)
     for name in ("eight", "sixteen"):
         assert run_cli("extract", ["veca", "--data", name, "--output", f"{name}-feats"], capsys)[0] == 0
     assert (np.array(datasets.load_from_disk("sixteen-feats")["pooled"])
             == np.array(datasets.load_from_disk("eight-feats")["pooled"])).all()
+
+
+def test_a_photo_stored_sideways_is_read_upright_everywhere(workspace, capsys):
+    """A phone's portrait, stored 96 x 40 with EXIF orientation 6 ("turn me a quarter clockwise"), gives what the
+    upright 40 x 96 photo gives: through the shared decoder (visualize, compare, evaluate), the image processor, the
+    training data and extraction."""
+    upright = Image.fromarray(np.random.default_rng(0).integers(0, 256, (96, 40, 3), dtype=np.uint8))
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    for name, image, extra in [("upright", upright, {}), ("phone", upright.transpose(Image.Transpose.ROTATE_90),
+                                                          {"exif": exif})]:
+        Path(name).mkdir()
+        image.save(f"{name}/photo.png", **extra)
+    assert Image.open("phone/photo.png").size == (96, 40)
+    assert np.array_equal(np.asarray(open_image("phone/photo.png")), np.asarray(upright))
+    processor = VecaImageProcessor(patch_size=8)
+    assert torch.equal(processor(Image.open("phone/photo.png"), return_tensors="pt").pixel_values,
+                       processor(upright, return_tensors="pt").pixel_values)
+    crops = [build_dataset(name, image_size=32, train=False)[0][0]["pixel_values"] for name in ("phone", "upright")]
+    assert torch.equal(*crops)
+    for name in ("phone", "upright"):
+        assert run_cli("extract", ["veca", "--data", name, "--output", f"{name}-feats"], capsys)[0] == 0
+    assert (np.array(datasets.load_from_disk("phone-feats")["pooled"])
+            == np.array(datasets.load_from_disk("upright-feats")["pooled"])).all()
 
 
 def test_calibrating_a_converted_folder_keeps_it_ours(workspace, capsys):
@@ -651,6 +690,29 @@ def test_a_full_disk_while_saving_is_one_line_and_leaves_nothing(workspace, caps
     status, _, err = run_cli("convert.veca", [str(FIXTURES / "veca" / "tiny.pt"), "out"], capsys)
     assert status == 2 and err.count("error: ") == 1 and "No space left on device" in err and "Traceback" not in err
     assert snapshot(workspace) == before
+
+
+def test_a_read_only_output_folder_is_one_line_and_leaves_nothing(workspace, capsys, monkeypatch):
+    def read_only(*args, dir=None, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", dir)
+
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    before = snapshot(workspace)
+    status, _, err = run_cli("visualize", ["veca", "photo.png", "--output", "fig.png"], capsys)
+    assert status == 2 and err.count("error: ") == 1 and "[Errno" not in err
+    assert f"error: could not write {workspace}: the file system is read-only; choose an output folder" in err
+    assert snapshot(workspace) == before
+
+
+@pytest.mark.parametrize("model, arguments", [("veca", []), ("lookwhere", ["--elastic"])])
+def test_export_shows_torchs_warnings_only_when_asked(workspace, capsys, model, arguments):
+    for verbose in (False, True):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            status = run_cli("export", [model, f"{verbose}.onnx", "--no-check", *arguments, *["--verbose"] * verbose],
+                             capsys)[0]
+        assert status == 0
+        assert bool(caught) == verbose, [str(w.message)[:100] for w in caught]
 
 
 def test_the_unpinned_release_says_so_in_help(capsys):

@@ -3,6 +3,7 @@ network). Two-process runs are few and combined: they are the slowest tests of t
 
 import json
 import logging
+import re
 import shlex
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from safetensors.torch import load_file
 from transformers import AutoModel
 
 from corevision_hf import LookWhereModel, VecaModel, lookwhere_from_teacher
-from training import distill_lookwhere, distill_veca, losses
+from training import distill_lookwhere, distill_veca, losses, run_lock
 from training import teacher as teacher_module
 from training.loop import check_processes_agree
 from training.losses import lookwhere_loss, veca_loss
@@ -313,6 +314,12 @@ def test_help_shows_defaults_without_importing_torch():
     ("veca", ["--config-overrides", "{num_cores: 8"], "--config-overrides is not valid JSON"),
     ("veca", ["--resolutions", "256-1"], "expected \"size:weight,...\""),
     ("veca", ["--resolutions", "32:0"], "with positive numbers"),
+    ("veca", ["--resolutions", "32:nan,16:1"], "with positive numbers"),
+    ("veca", ["--resolutions", "32:inf"], "with positive numbers"),
+    ("veca", ["--resolutions", "32:1,16:1,32:2"], "the phase from step 0 names [32] twice"),
+    ("veca", ["--resolutions", "32:1;5=16:1"], "the phase from step 5 starts at or after --max-steps 2"),
+    ("veca", ["--resolutions", "100000:1"], "Resolution 100000: 2 image(s) of 100000 x 100000 px need"),
+    ("lookwhere", ["--image-size", "100000"], "--image-size 100000: 2 image(s) of 100000 x 100000 px need"),
     ("veca", ["--image-size", "0"], "--image-size must be positive"),
     ("veca", ["--resume", "--overwrite"], "choose one"),
     ("lookwhere", ["--k-min", "0"], "Need 1 <= k_min <= k_max"),
@@ -321,7 +328,7 @@ def test_help_shows_defaults_without_importing_torch():
 ])
 def test_bad_arguments_are_named(teacher_dir, image_dir, tmp_path, method, extra, message):
     script, make_args = METHODS[method]
-    with pytest.raises((ValueError, FileNotFoundError), match=message.replace("(", r"\(").replace("[", r"\[")):
+    with pytest.raises((ValueError, FileNotFoundError), match=re.escape(message)):
         script.main(make_args(teacher_dir, image_dir, tmp_path / "out", "--max-steps", "2", *extra))
     assert not (tmp_path / "out").exists()
 
@@ -376,3 +383,26 @@ def test_two_processes_lookwhere_streaming_schedule_and_disjoint_data(teacher_di
     assert [m["lr"] for m in two] == [m["lr"] for m in one] == pytest.approx(expected_lrs(), rel=1e-12)
     for m, m1 in zip(two, one):
         assert m["k_all_processes"] == [m["k"]] * 2 and m["k"] == m1["k"]
+
+
+def test_a_second_run_into_the_folder_of_a_live_run_is_refused_and_a_dead_ones_lock_is_gone(teacher_dir, image_dir,
+                                                                                            tmp_path):
+    """Another process holds the folder's run lock (a run still going): --overwrite deletes nothing of its run. Once
+    that process is killed (no clean-up: kill -9), the OS has released the lock and a run starts."""
+    out = tmp_path / "out"
+    (out / "final").mkdir(parents=True)
+    (out / "final" / "config.json").write_text("the live run's")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+         "fcntl.lockf(fd, fcntl.LOCK_EX); os.write(fd, str(os.getpid()).encode()); print(flush=True); time.sleep(600)",
+         run_lock.lock_path(str(out))], stdout=subprocess.PIPE)
+    try:
+        holder.stdout.readline()  # the lock is held
+        with pytest.raises(ValueError, match=rf"^Another run \(process {holder.pid}\) is writing into {out}: wait"):
+            distill_veca.main(veca_args(teacher_dir, image_dir, out, "--max-steps", "1", "--overwrite"))
+        assert (out / "final" / "config.json").read_text() == "the live run's"
+    finally:
+        holder.kill()
+        holder.wait()
+    distill_veca.main(veca_args(teacher_dir, image_dir, out, "--max-steps", "1", "--overwrite"))
+    assert read_metrics(out)[0]["step"] == 1

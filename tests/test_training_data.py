@@ -47,7 +47,7 @@ def test_folder_batches_skip_and_count_bad_files(folder, streaming, num_workers)
     batches = [batch["pixel_values"] for batch in loader if len(batch["pixel_values"])]  # 0: none was readable
     assert all(batch.dtype == torch.float32 and batch.shape[1:] == (3, SIZE, SIZE) for batch in batches)
     assert torch.cat(batches).shape == (5, 3, SIZE, SIZE)
-    assert stats.summary() == "7 images: skipped 2 unreadable, converted 2 non-RGB, 1 smaller than crop"
+    assert stats.summary() == "7 images: skipped 2 unreadable, converted 2 non-RGB, upscaled 1 smaller than the crop to it"
     assert stats.summary(2 * stats.as_tensor()).startswith("14 images: skipped 4 unreadable")  # as reduced over 2
 
 

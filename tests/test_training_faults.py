@@ -114,6 +114,26 @@ def test_a_checkpoint_file_that_would_run_code_is_skipped_for_the_previous_one(t
     assert_same_weights(tmp_path / "straight" / "final", tmp_path / "evil" / "final")
 
 
+def test_a_resume_whose_rng_state_was_replaced_says_it_was_not_restored(teacher_dir, image_dir, tmp_path, capsys):
+    """random_states_0.pkl replaced by a pickle that runs a command (its manifest rewritten to match): accelerate
+    refuses it and says so at info level only; the resume says so on stderr, runs no code, and ends where the
+    uninterrupted run does (every step reseeds)."""
+    common = ["--max-steps", "4", "--checkpoint-every", "2"]
+    distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "straight", *common))
+    distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "replaced", *common, "--stop-at-step", "2"))
+    checkpoint, marker = tmp_path / "replaced" / "checkpoints" / "checkpoint_2", tmp_path / "code-ran"
+    with open(checkpoint / "random_states_0.pkl", "wb") as f:
+        pickle.dump(EvilPickle(f"touch {marker}"), f)
+    write_json(str(checkpoint / "manifest.json"), file_digests(str(checkpoint)))
+    capsys.readouterr()
+    distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "replaced", *common, "--resume"))
+    err = capsys.readouterr().err
+    assert (f"warning: --resume: the RNG state of {checkpoint} was not restored (random_states_0.pkl: "
+            "UnpicklingError)") in err
+    assert not marker.exists()
+    assert_same_weights(tmp_path / "straight" / "final", tmp_path / "replaced" / "final")
+
+
 class EvilPickle:
     def __init__(self, command: str):
         self.command = command

@@ -154,6 +154,20 @@ def test_webdataset_shards_without_images_are_one_clear_error(tmp_path):
         build_dataset(str(tmp_path / "shards"), streaming=True, image_size=GRAY_SIZE)
 
 
+@pytest.mark.parametrize("case", ["truncated", "empty"])
+def test_a_truncated_shard_or_shards_without_files_are_one_clear_error(tmp_path, case):
+    write_shards(tmp_path / "shards", [3] if case == "truncated" else [0, 0])
+    if case == "truncated":  # cut inside its second image, as an interrupted copy leaves it
+        shard = tmp_path / "shards" / "shard-000.tar"
+        shard.write_bytes(shard.read_bytes()[:1500])
+    message = (r"The shard .*shard-000.tar cannot be read \(unexpected end of data\): it is truncated or not a tar "
+               "file; copy it again or remove it." if case == "truncated" else
+               r"The 2 shard\(s\) of .*shards hold no files: write images into them, or give another --data.")
+    for streaming in (False, True):
+        with pytest.raises(ValueError, match=message):
+            build_dataset(str(tmp_path / "shards"), streaming=streaming, image_size=GRAY_SIZE)
+
+
 def test_a_stream_is_shuffled_from_its_first_pass(tmp_path):
     """A class-sorted stream (here: levels in increasing order) is not read in its stored order in epoch 0."""
     levels = write_shards(tmp_path / "shards", [8, 8])

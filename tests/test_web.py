@@ -6,12 +6,18 @@ Chromium is driven as in test_app.py (DevTools over a pipe); the test is skipped
 """
 
 import base64
+import functools
+import http.server
+import importlib.util
 import json
 import os
 import socket
 import statistics
 import subprocess
 import sys
+import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -142,3 +148,46 @@ def test_the_page_gives_onnxruntimes_features_and_a_lower_budget_is_not_slower(t
     assert statistics.median(times[low]) <= statistics.median(times[high]), times
     assert error == (f"This image is {side + 2}x{side} px; the graph takes sides that are multiples of the {patch} px "
                      f"patch: crop or resize it to {side}x{side} px.")
+
+
+def load_serve():
+    spec = importlib.util.spec_from_file_location("web_serve", ROOT / "web" / "serve.py")
+    serve = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(serve)
+    return serve
+
+
+def test_serving_into_a_folder_of_the_users_replaces_none_of_its_files(tmp_path):
+    """The page's folder holds the user's own config.json: refused before anything is written; a folder serve.py
+    prepared itself is prepared again."""
+    serve = load_serve()
+    torch.manual_seed(0)
+    VecaModel(tiny_veca_config()).save_pretrained(tmp_path / "veca")
+    LookWhereModel(tiny_lookwhere_config()).save_pretrained(tmp_path / "lookwhere")
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "config.json").write_text('{"the": "user\'s"}')
+    with pytest.raises(ValueError, match=r"holds config.json, which corevision_hf did not write .* another --model-dir"):
+        serve.prepare(str(tmp_path / "lookwhere"), user)
+    assert sorted(p.name for p in user.iterdir()) == ["config.json"]
+    assert (user / "config.json").read_text() == '{"the": "user\'s"}'
+
+    served = tmp_path / "served"
+    serve.prepare(str(tmp_path / "veca"), served)
+    serve.prepare(str(tmp_path / "lookwhere"), served)  # ours: replaced, graph and config together
+    assert json.loads((served / "config.json").read_text())["model_type"] == "lookwhere"
+
+
+def test_a_nul_byte_in_a_request_is_a_404_not_a_traceback(tmp_path, capfd):
+    serve = load_serve()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(serve.Handler, model_dir=tmp_path))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        for path in ("/model/%00", "/%00"):
+            with pytest.raises(urllib.error.HTTPError) as answer:
+                urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}{path}", timeout=10)
+            assert answer.value.code == 404
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "Traceback" not in capfd.readouterr().err

@@ -9,12 +9,16 @@ import pickle
 import re
 import shlex
 import shutil
+import sys
 
 from accelerate import Accelerator
-from accelerate.utils import broadcast_object_list, gather_object
+from accelerate.utils import broadcast_object_list, gather_object, load
+from accelerate.utils.constants import RNG_STATE_NAME
 
 from corevision_hf.cli import RunStopped
 from corevision_hf.outputs import sha256
+
+from .run_lock import release_output_dirs
 
 # Arguments a resumed run may change: where and how often things are written, how (not what) is computed, and the step
 # size (a run that diverged
@@ -203,8 +207,24 @@ def load_checkpoint(accelerator: Accelerator, output_dir: str) -> tuple[int, dic
             "new --output-dir."
         )
     accelerator.print(f"resumed from {folder} at step {state['step']}")
+    if problem := rng_state_problem(folder, accelerator.process_index):  # accelerate logs it at info level only
+        print(f"warning: --resume: the RNG state of {folder} was not restored ({problem}); the run continues (each "
+              "step reseeds from --seed and the step, so its draws and crops are the same).", file=sys.stderr)
     positions = state["data_positions"][accelerator.process_index]
     return state["step"], {stream: tuple(position) for stream, position in positions.items()}
+
+
+def rng_state_problem(folder: str, process_index: int) -> str | None:
+    """Why `load_state` could not restore this process's RNG states from the checkpoint `folder` (a missing, replaced
+    or code-running file, read as accelerate reads it: weights only), or None."""
+    path = os.path.join(folder, f"{RNG_STATE_NAME}_{process_index}.pkl")
+    try:
+        states = load(path)
+    except (pickle.UnpicklingError, RuntimeError, ValueError, EOFError, OSError) as error:
+        return f"{os.path.basename(path)}: {type(error).__name__}"
+    if not isinstance(states, dict) or "torch_manual_seed" not in states:
+        return f"{os.path.basename(path)} holds no RNG state"
+    return None
 
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
@@ -305,10 +325,12 @@ def training_recipe(accelerator: Accelerator, script: str, args, model_type: str
 
 
 def finish(accelerator: Accelerator) -> None:
-    """Ends trackers and takes the process group down (`end_training`) while every process is still there. The
-    prepared model and optimiser are released first (callers drop their own references too): a DDP model holds the
-    gloo group, and a group whose last reference goes after its peer has exited can hang in its destructor."""
+    """Ends trackers, takes the process group down (`end_training`) while every process is still there and releases
+    the run's lock (training.run_lock). The prepared model and optimiser are released first (callers drop their own
+    references too): a DDP model holds the gloo group, and a group whose last reference goes after its peer has exited
+    can hang in its destructor."""
     accelerator.free_memory()
     gc.collect()
     accelerator.wait_for_everyone()
     accelerator.end_training()
+    release_output_dirs()

@@ -67,8 +67,8 @@ class DataStats:
     def summary(self, counts: torch.Tensor | None = None) -> str:
         """One line for the end of a run, of `counts` (e.g. reduced over processes) or else of this process's."""
         images, unreadable, non_rgb, small = (self.as_tensor() if counts is None else counts).tolist()
-        line = (f"{images} images: skipped {unreadable} unreadable, converted {non_rgb} non-RGB, {small} smaller than "
-                "crop")
+        line = (f"{images} images: skipped {unreadable} unreadable, converted {non_rgb} non-RGB, upscaled {small} smaller "
+                "than the crop to it")
         return line + (f"; left out {self.left_out} files whose names are not UTF-8" if self.left_out else "")
 
 
@@ -257,12 +257,19 @@ def held_out_rows(batches) -> list[tuple[str, str]]:
     return found
 
 
-def held_out_members(shard: str) -> list[tuple[str, str]]:
-    """(member, held-out photo) for every file of a tar shard that is a copy of a held-out photo (read only when its
-    size is a held-out photo's)."""
-    with tarfile.open(shard) as tar:
-        return [(f"{Path(shard).name}:{member.name}", name) for member in tar if member.isfile()
-                and held_out_size(member.size) and (name := held_out_copy(tar.extractfile(member).read()))]
+def shard_members(shard: str) -> tuple[int, list[tuple[str, str]]]:
+    """A tar shard's number of files, and (member, held-out photo) for every file that is a copy of a held-out photo
+    (read only when its size is a held-out photo's). A shard that is truncated or no tar file is a ValueError naming
+    it."""
+    try:
+        with tarfile.open(shard) as tar:
+            files = [member for member in tar if member.isfile()]
+            return len(files), [(f"{Path(shard).name}:{member.name}", name) for member in files
+                                if held_out_size(member.size) and (name := held_out_copy(tar.extractfile(member).read()))]
+    except tarfile.TarError as error:
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0].rstrip(":")
+        raise ValueError(f"The shard {shard} cannot be read ({reason}): it is truncated or not a tar file; copy it "
+                         "again or remove it.") from None
 
 
 def image_files(path: Path, split: str, train: bool = True) -> tuple[list[str], list[Path]]:
@@ -351,8 +358,11 @@ def load_local(path: Path, split: str, streaming: bool, train: bool = True, list
         refuse_held_out(found, f"The parquet folder {path}", train)
         return load_dataset("parquet", data_dir=str(path), split=split, streaming=streaming), 0
     elif path.is_dir() and (shards := sorted(str(p) for p in path.rglob("*.tar"))):
-        members = [found for shard in shards for found in held_out_members(shard)]
-        refuse_held_out(members, f"The shards of {path}", train)
+        counts, members = zip(*map(shard_members, shards))
+        refuse_held_out([found for shard in members for found in shard], f"The shards of {path}", train)
+        if not sum(counts):
+            raise ValueError(f"The {len(shards)} shard(s) of {path} hold no files: write images into them, or give "
+                             "another --data.")
         return load_dataset("webdataset", data_files={split: shards}, split=split, streaming=streaming), 0
     else:
         files, left_out = cached_image_files(path, split, train, listing)

@@ -57,6 +57,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     # heavy imports after parsing, so that --help answers at once
     from corevision_hf import LookWhereConfig, lookwhere_from_teacher
+    from corevision_hf.images import check_pixels_fit
 
     from .loop import distill, start, training_data
     from .losses import lookwhere_loss
@@ -75,6 +76,8 @@ def main(argv=None) -> None:
     if fixed := sorted(set(overrides) & set(TEACHER_FIELDS)):
         raise ValueError(f"--config-overrides sets {', '.join(fixed)}, which the teacher fixes (the student is a copy of "
                          "it); use --selector-depth / --selector-image-size / --image-size for the selector and size.")
+    check_pixels_fit(args.image_size, args.image_size, args.batch_size, f"--image-size {args.image_size}",
+                     accelerator.device)  # an impossible size is one line here, not the out-of-memory killer later
     if args.teacher_microbatch is not None and not 1 <= args.teacher_microbatch <= args.batch_size:
         raise ValueError(f"--teacher-microbatch must lie in 1..--batch-size {args.batch_size}, got "
                          f"{args.teacher_microbatch}.")

@@ -15,6 +15,7 @@ a hub-ready folder: `AutoModel.from_pretrained(OUT/final, trust_remote_code=True
 """
 
 import argparse
+import math
 import sys
 
 from .arguments import check_positive, parse, parse_config_overrides, training_parser
@@ -60,12 +61,21 @@ def parse_resolutions(args) -> list[tuple[int, list[int], list[float]]]:
     except ValueError:
         phases = []
     starts = [first for first, _, _ in phases]
-    if (not phases or starts != sorted(set(starts))
-            or any(size <= 0 or weight <= 0 for _, sizes, weights in phases for size, weight in zip(sizes, weights))):
+    if (not phases or starts != sorted(set(starts))  # a NaN or infinite weight is no positive number either
+            or any(not (size > 0 and 0 < weight < math.inf) for _, sizes, weights in phases
+                   for size, weight in zip(sizes, weights))):
         raise ValueError(
             f'--resolutions {args.resolutions!r}: expected "size:weight,..." with positive numbers, and later phases '
             'as ";STEP=size:weight,..." with increasing steps, e.g. "256:1,384:1;7000=256:1,768:1".'
         )
+    for first, sizes, _ in phases:
+        if len(set(sizes)) < len(sizes):
+            repeated = sorted({size for size in sizes if sizes.count(size) > 1})
+            raise ValueError(f"--resolutions {args.resolutions!r}: the phase from step {first} names {repeated} twice; "
+                             "give each size once, with the sum of its weights.")
+        if first >= args.max_steps:
+            raise ValueError(f"--resolutions {args.resolutions!r}: the phase from step {first} starts at or after "
+                             f"--max-steps {args.max_steps}, so it would never run; raise --max-steps or drop it.")
     return phases
 
 
@@ -89,6 +99,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     # heavy imports after parsing, so that --help answers at once
     from corevision_hf import VecaConfig, VecaModel
+    from corevision_hf.images import check_pixels_fit
 
     from .loop import distill, start, training_data
     from .losses import veca_loss
@@ -103,6 +114,8 @@ def main(argv=None) -> None:
     phases = parse_resolutions(args)
     sizes = sorted({size for _, phase_sizes, _ in phases for size in phase_sizes})
     batch_sizes = per_resolution(args.batch_sizes, "batch-sizes", sizes, args.batch_size)
+    for size in sizes:  # an impossible size is one line here, not the out-of-memory killer later
+        check_pixels_fit(size, size, batch_sizes[size], f"Resolution {size}", accelerator.device)
     microbatches = per_resolution(args.teacher_microbatch, "teacher-microbatch", sizes, None)
     too_large = [size for size in sizes if microbatches[size] and microbatches[size] > batch_sizes[size]]
     if too_large:

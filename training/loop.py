@@ -34,6 +34,7 @@ from .checkpointing import (
 )
 from .data import BatchStream, build_dataset
 from .optim import build_optimizer, describe
+from .run_lock import lock_output_dir
 from .schedule import reseed_for_step, warmup_cosine
 
 
@@ -98,6 +99,8 @@ def start(args, script: str) -> Accelerator:
         torch.set_float32_matmul_precision("high")  # TF32, as the VECA authors' configure_backend_precision
     check_processes_agree(gather_object([vars(args)]))
     check_output_dir(args.output_dir, run_record(script, args, accelerator.num_processes))
+    if accelerator.is_main_process:  # before --overwrite deletes anything: one live run per folder
+        lock_output_dir(args.output_dir)
     if args.overwrite and accelerator.is_main_process:
         clear_run(args.output_dir)
     elif not args.resume and accelerator.is_main_process and os.path.exists(os.path.join(args.output_dir, LISTING)):

@@ -17,8 +17,10 @@ import http.server
 import os
 import shutil
 import sys
+from http import HTTPStatus
 from pathlib import Path
-from corevision_hf.cli import HelpFormatter
+
+from corevision_hf.cli import HelpFormatter, run
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -27,18 +29,27 @@ GRAPH = Path("onnx") / "model_elastic.onnx"
 
 
 def prepare(model: str, folder: Path) -> None:
-    """Writes MODEL's elastic graph, config.json and preprocessor_config.json (when it has one) into `folder`."""
+    """Writes MODEL's elastic graph, config.json and preprocessor_config.json (when it has one) into `folder`. A file
+    there that this package did not write (a user's config.json, say) is never replaced: ValueError, nothing written."""
     from transformers.utils import cached_file
 
     from corevision_hf.export import main as export
+    from corevision_hf.outputs import not_ours, record_file
 
+    names = [name for name in ("config.json", "preprocessor_config.json")
+             if cached_file(model, name, _raise_exceptions_for_missing_entries=name == "config.json") is not None]
+    theirs = not_ours(str(folder), names)  # checked before the export, so that a refusal leaves the folder as it was
+    if theirs:
+        raise ValueError(f"--model-dir {folder} holds {' and '.join(theirs)}, which corevision_hf did not write (or "
+                         "which changed since): serving a model would replace them. Choose another --model-dir.")
     (folder / GRAPH.parent).mkdir(parents=True, exist_ok=True)
     if export([model, str(folder / GRAPH), "--elastic", "--force"]) != 0:
         raise SystemExit(2)
-    for name, required in (("config.json", True), ("preprocessor_config.json", False)):
-        path = cached_file(model, name, _raise_exceptions_for_missing_entries=required)
-        if path is not None:
-            shutil.copy(path, folder / name)
+    for name in names:
+        temporary = folder / f".{name}.tmp"
+        shutil.copyfile(cached_file(model, name), temporary)
+        os.replace(temporary, folder / name)
+        record_file(str(folder / name))
 
 
 def random_veca(folder: Path) -> str:
@@ -68,6 +79,12 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         if path.startswith("/model/"):  # resolved as web/'s own paths are (no step out of the folder), then moved
             return str(self.model_dir / os.path.relpath(super().translate_path(path[len("/model"):]), HERE))
         return super().translate_path(path)
+
+    def send_head(self):
+        if "\x00" in self.translate_path(self.path):  # open() would raise (and the server log a traceback)
+            self.send_error(HTTPStatus.NOT_FOUND, "File not found")
+            return None
+        return super().send_head()
 
     def end_headers(self) -> None:
         self.send_header("Cross-Origin-Opener-Policy", "same-origin")
@@ -103,4 +120,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

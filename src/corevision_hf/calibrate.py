@@ -12,6 +12,7 @@ import numbers
 import os
 import stat
 import tempfile
+import warnings
 
 import torch
 
@@ -74,6 +75,10 @@ def calibrate_latency(
             ]
             rows.append({"height": height, "width": width, "ms": times})
     model.train(was_training)
+    if problems := not_monotone(rows, argument):  # as evaluate_budgets' latency warnings: a busy machine, usually
+        shown = "; ".join(problems[:3]) + (f" and {len(problems) - 3} more" if len(problems) > 3 else "")
+        warnings.warn(f"calibrate_latency: {shown}. The machine was probably busy, so max_ms would pick from noise: "
+                      "calibrate again on an idle machine (this table is stored as measured).", stacklevel=2)
     table = {**measurement_setup(pixel_values), "budget": argument, "sizes": rows}
     config.latency_table = table
     if path and os.path.isfile(path):
@@ -82,6 +87,24 @@ def calibrate_latency(
         if ours:  # a converted folder: its manifest lists the new config.json, so --force may still replace it
             record(folder, ["config.json"], keep=True)
     return table
+
+
+def not_monotone(rows: list[dict], argument: str) -> list[str]:
+    """One line for each larger budget that came out faster than the next smaller one at a size, and each larger
+    size (in pixels) that came out faster than the next smaller one at a budget, of the table's `rows`."""
+    found = []
+    for row in rows:
+        for (low, fast), (high, slow) in zip(row["ms"], row["ms"][1:]):
+            if slow < fast:
+                found.append(f"{argument}={high} came out faster than {argument}={low} at {row['height']}x"
+                             f"{row['width']} px ({slow:.3g} ms < {fast:.3g} ms)")
+    by_pixels = sorted(rows, key=lambda row: row["height"] * row["width"])
+    for smaller, larger in zip(by_pixels, by_pixels[1:]):
+        for (budget, small_ms), (_, large_ms) in zip(smaller["ms"], larger["ms"]):
+            if large_ms < small_ms:
+                found.append(f"{larger['height']}x{larger['width']} px came out faster than {smaller['height']}x"
+                             f"{smaller['width']} px at {argument}={budget} ({large_ms:.3g} ms < {small_ms:.3g} ms)")
+    return found
 
 
 def whole(value) -> bool:

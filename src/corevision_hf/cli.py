@@ -52,6 +52,21 @@ def out_of_memory(error: BaseException, prefix: str = "error") -> str | None:
     return None
 
 
+# errno of a write that failed for the disk, not the input -> what to tell the user
+UNWRITABLE = {errno.ENOSPC: ("the disk is full", "free some space, or choose an output folder on another disk"),
+              errno.EDQUOT: ("the disk quota is used up", "free some space, or choose an output folder on another disk"),
+              errno.EROFS: ("the file system is read-only", "choose an output folder on a writable disk")}
+
+
+def unwritable(error: BaseException, prefix: str = "error") -> str | None:
+    """The one line for a write that a full disk, a used-up quota or a read-only file system refused, else None."""
+    if not isinstance(error, OSError) or error.errno not in UNWRITABLE:
+        return None
+    reason, fix = UNWRITABLE[error.errno]
+    where = f" {error.filename}" if error.filename else ""
+    return f"{prefix}: could not write{where}: {reason}; {fix}."
+
+
 def run(main, argv: list[str] | None = None, errors: tuple = USER_ERRORS) -> int:
     """Calls `main(argv)` and returns the exit status: 0, or `exit_status`'s for what it raised."""
     try:
@@ -76,7 +91,7 @@ def exit_status(error: BaseException, errors: tuple = USER_ERRORS) -> int:
         raise error
     rank = os.environ.get("RANK", "0")
     prefix = "error" if rank == "0" else f"error (process {rank})"
-    print(out_of_memory(error, prefix) or error_line(error, prefix), file=sys.stderr)
+    print(out_of_memory(error, prefix) or unwritable(error, prefix) or error_line(error, prefix), file=sys.stderr)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         sys.stdout.flush()
         sys.stderr.flush()

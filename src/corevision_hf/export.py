@@ -297,8 +297,10 @@ def export_onnx(model: nn.Module, path: str, budget: dict, dtype: str = "fp32", 
     patches = onnx_rotary(model) if "num_cores" in budget else onnx_position_resize(model)
     try:
         with torch.no_grad(), patches, warnings.catch_warnings():
-            if not verbose:  # the tracer warns about every Python value it fixes; the checks below are what counts
-                warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            if not verbose:  # the tracer's warnings on every Python value it fixes, torch.onnx's on its legacy exporter
+                # and on indexing: the checks below (onnxruntime against PyTorch) are what counts
+                for category in (torch.jit.TracerWarning, DeprecationWarning, UserWarning):
+                    warnings.simplefilter("ignore", category)
             torch.onnx.export(
                 graph,
                 (example, *budgets),
@@ -413,7 +415,7 @@ def export_command(argv: list[str] | None) -> None:
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="weights and input dtype")
     parser.add_argument("--force", action="store_true", help="replace an existing output file that this package wrote")
     parser.add_argument("--no-check", action="store_true", help="skip the onnxruntime comparison")
-    parser.add_argument("--verbose", action="store_true", help="show the tracer's warnings")
+    parser.add_argument("--verbose", action="store_true", help="show the tracer's and torch.onnx's warnings")
     args = parser.parse_args(argv)
 
     refuse_overlap(args.output, args.model_dir)

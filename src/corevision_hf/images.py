@@ -11,16 +11,21 @@ import os
 
 import numpy as np
 import torch
-from PIL import Image
+from PIL import Image, ImageOps
 
-from .veca.image_processing_veca import IMAGENET_MEAN, IMAGENET_STD, WIDE_PIL_MODES, VecaImageProcessor
+from .veca.image_processing_veca import (
+    EXIF_ORIENTATION, IMAGENET_MEAN, IMAGENET_STD, WIDE_PIL_MODES, VecaImageProcessor,
+)
 
 
 def to_rgb(image: Image.Image) -> Image.Image:
-    """Any PIL image -> an 8-bit RGB PIL image: the package's one decoding rule (extraction, comparison, evaluation,
-    the pictures; the training data can call it on what it decodes). 16-bit grayscale is scaled by 255 / 65535, not
-    clipped at 255 as `convert("RGB")` does; palette, gray, CMYK and alpha images go through `convert("RGB")`
+    """Any PIL image -> an 8-bit upright RGB PIL image: the package's one decoding rule (extraction, comparison,
+    evaluation, the pictures, the training data), the image processor's too. A photo whose EXIF orientation says it
+    is stored sideways or mirrored (a phone's portrait) is turned upright. 16-bit grayscale is scaled by 255 / 65535,
+    not clipped at 255 as `convert("RGB")` does; palette, gray, CMYK and alpha images go through `convert("RGB")`
     (alpha dropped). A 32-bit float image ("F") has no fixed range: a ValueError."""
+    if image.getexif().get(EXIF_ORIENTATION, 1) != 1:
+        image = ImageOps.exif_transpose(image)
     if image.mode == "F":
         raise ValueError("a 32-bit float image has no fixed range of values: save it with 8 or 16 bits per channel.")
     if image.mode in WIDE_PIL_MODES:  # 16-bit gray ("I": 32-bit ints, as PNG and TIFF decoders hold 16-bit samples)

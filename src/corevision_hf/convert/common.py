@@ -106,9 +106,16 @@ def check_finite(checkpoint: dict, source: str, prefix: str = "") -> None:
 
 def save_converted(model_class, config, state_dict: dict, out_dir: str):
     """Builds `model_class(config)` without random init (every weight is overwritten), loads `state_dict` strictly
-    and writes the hub folder (weights, config, code files, preprocessor config), atomically."""
+    and writes the hub folder (weights, config, code files, preprocessor config), atomically. A weight stored as
+    integers where the model's is floating point (a quantised or corrupt checkpoint) is a ValueError naming it:
+    `load_state_dict` would cast it without a word."""
     with init.no_init_weights():
         model = model_class(config)
+    expected = model.state_dict()
+    for name, value in state_dict.items():
+        if name in expected and expected[name].is_floating_point() and not value.is_floating_point():
+            raise ValueError(f"The weight {name} is stored as {str(value.dtype).removeprefix('torch.')}, not as "
+                             "floating point (a quantised or corrupt checkpoint): convert a floating-point one.")
     model.load_state_dict(state_dict, strict=True)
     write_folder_atomically(out_dir, model.save_pretrained)
     return model

@@ -20,6 +20,8 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 MAX_PIXEL_MAGNITUDE = 1e3
 # PIL modes with more than 8 bits per sample, which `convert("RGB")` clips at 255.
 WIDE_PIL_MODES = ("I", "I;16", "I;16L", "I;16B", "I;16N", "F")
+# The EXIF tag of a photo's orientation: a phone stores a portrait photo sideways and says so here.
+EXIF_ORIENTATION = 0x0112
 # PIL resampling codes (what `preprocessor_config.json` files store) -> torch interpolation modes.
 RESAMPLE_MODES = {0: "nearest", 2: "bilinear", 3: "bicubic"}
 SIZE_KEYS = ({"shortest_edge"}, {"longest_edge"}, {"max_patches"}, {"height", "width"})
@@ -225,11 +227,19 @@ def to_image_list(images) -> list:
 def to_channels_first(image, convert_rgb: bool) -> torch.Tensor:
     """A PIL image, or a (H, W, C) / (C, H, W) / (H, W) array or tensor -> (C, H, W) tensor, RGB if asked."""
     if hasattr(image, "convert") and hasattr(image, "tobytes"):  # a PIL image
-        if image.mode in WIDE_PIL_MODES:
+        if image.getexif().get(EXIF_ORIENTATION, 1) != 1:  # stored sideways or mirrored: turned as its EXIF says
+            from PIL import ImageOps  # PIL is installed: this is a PIL image
+
+            image = ImageOps.exif_transpose(image)
+        if image.mode == "F":
             raise ValueError(
-                f"A PIL image of mode {image.mode!r} (16-bit or float) would be clipped at 255: scale it to 8 bits "
-                "first (corevision_hf.images.to_rgb does), or pass it as an array with a matching rescale_factor."
+                "A PIL image of mode 'F' (32-bit float) has no fixed range of values: save it with 8 or 16 bits per "
+                "channel, or pass it as an array with a matching rescale_factor."
             )
+        if image.mode in WIDE_PIL_MODES:  # 16-bit gray: scaled to 8 bits by 255 / 65535 (convert("RGB") clips)
+            gray = torch.frombuffer(bytearray(image.convert("I").tobytes()), dtype=torch.int32)
+            data = (gray.view(1, image.height, image.width).double() / 257).round().clamp(0, 255).to(torch.uint8)
+            return data.expand(3, -1, -1) if convert_rgb else data
         if convert_rgb and image.mode != "RGB":
             image = image.convert("RGB")
         channels = len(image.getbands())
