@@ -196,6 +196,20 @@ def test_bad_budget_is_a_clear_error(model, pixel_values, kwargs, message):
         model(pixel_values, **kwargs)
 
 
+@pytest.mark.parametrize("k_ratio, kept", [(0.29, 29), (0.57, 57), (0.07, 7), (0.1, 10), (0.999, 99), (1.0, 100)])
+def test_k_ratio_keeps_the_floor_of_its_decimal_share_of_the_grid(model, k_ratio, kept):
+    """0.29 of a 10 x 10 grid keeps 29 patches, though the float product 0.29 * 100 is 28.999...: alone, as the second
+    image of a padded batch (its own grid), and in the cost a target counts."""
+    pixel_mask = torch.ones(2, 40, 48, dtype=torch.int64)
+    pixel_mask[1, :, 40:] = 0
+    with torch.no_grad():
+        alone = model(torch.randn(1, 3, 40, 40), k_ratio=k_ratio, fill_dense=False)
+        padded = model(torch.randn(2, 3, 40, 48), k_ratio=k_ratio, fill_dense=False, pixel_mask=pixel_mask)
+    assert alone.selected_indices.shape[1] == kept
+    assert int((padded.selected_indices[1] >= 0).sum()) == kept
+    assert lookwhere_flops(model.config, 40, k_ratio=k_ratio) == lookwhere_flops(model.config, 40, k=kept)
+
+
 @pytest.mark.parametrize(
     "pixel_values, message",
     [

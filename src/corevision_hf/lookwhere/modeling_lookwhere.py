@@ -705,7 +705,8 @@ class LookWhereModel(LookWherePreTrainedModel):
         k (`int`, *optional*):
             Patches kept per image, 1..Hp * Wp; default `config.default_k` if set.
         k_ratio (`float`, *optional*):
-            Fraction of the high-resolution grid kept, in (0, 1]; default `config.k_ratio`. Give k or k_ratio.
+            Fraction of the high-resolution grid kept, in (0, 1]; default `config.k_ratio`. Give k or k_ratio. It keeps
+            floor(k_ratio * Hp * Wp) patches, at least 1, exact for decimal ratios (`kept_for_ratio`).
         max_gflops (`float`, *optional*):
             Target cost instead of k: the largest k whose analytic GFLOPs per image (`corevision_hf.lookwhere_flops`)
             at this size fit; default `config.default_max_gflops` (after `config.default_k`, before `config.k_ratio`).
