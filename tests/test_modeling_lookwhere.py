@@ -251,6 +251,20 @@ HEADS = [LookWhereForImageClassification, LookWhereForSemanticSegmentation, Look
 
 
 @pytest.mark.parametrize("head", HEADS, ids=lambda head: head.__name__)
+def test_every_heads_hidden_states_are_the_base_models_filled_onto_the_grid(pixel_values, head):
+    torch.manual_seed(0)
+    model = head(tiny_lookwhere_config(num_labels=4)).eval()
+    with torch.no_grad():
+        out = model(pixel_values, k=12, output_hidden_states=True)
+        base = model.lookwhere(pixel_values, k=12, output_hidden_states=True)
+    num_prefix = 1 + model.config.num_register_tokens
+    assert [state.shape for state in base.hidden_states] == [(2, num_prefix + 8 * 12, 32)] * 4
+    assert len(out.hidden_states) == len(base.hidden_states)
+    for state, expected in zip(out.hidden_states, base.hidden_states):
+        torch.testing.assert_close(state, expected, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("head", HEADS, ids=lambda head: head.__name__)
 def test_task_heads_keep_the_selector_frozen_however_they_are_made(tmp_path, head):
     """Built, loaded (from_pretrained replaces every parameter) and switched to training: no selector parameter
     trains and the selector stays in eval mode; the extractor trains."""
