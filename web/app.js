@@ -40,7 +40,9 @@ async function loadModel() {
 function budgetRange(model, patches) {
   const fewest = model.config.num_fill_neighbors;
   if (model.input === "num_cores") return { min: 1, max: model.config.num_cores, step: 1, value: model.config.num_cores };
-  if (model.input === "k") return { min: fewest, max: patches, step: 1, value: Math.max(fewest, keptForRatio(model.config.k_ratio, patches)) };
+  if (model.input === "k") {
+    return { min: fewest, max: patches, step: 1, value: Math.max(fewest, keptForRatio(model.config.k_ratio, patches)) };
+  }
   const min = Math.ceil((100 * fewest) / patches) / 100;
   return { min, max: 1, step: 0.01, value: Math.max(min, model.config.k_ratio) };
 }

@@ -867,7 +867,9 @@ class LookWhereForImageClassification(LookWhereTaskModel):
             grid = (pixel_values.shape[2] // self.config.patch_size, pixel_values.shape[3] // self.config.patch_size)
             fill = self.lookwhere.dense_fill(outputs.selected_indices, outputs.selector_map, grid)
             hidden_states = tuple(fill(state) for state in hidden_states)
-        return ImageClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states, attentions=outputs.attentions)
+        return ImageClassifierOutput(
+            loss=loss, logits=logits, hidden_states=hidden_states, attentions=outputs.attentions
+        )
 
 
 class LookWhereForSemanticSegmentation(LookWhereTaskModel):
