@@ -443,9 +443,13 @@ def validate_and_keep_best(accelerator, args, script, student, validate, stats, 
 def processes_answer(accelerator: Accelerator, name: str, timeout: int) -> bool:
     """A roll call after a failure: whether every process of the run reaches it within `timeout` seconds (each sets
     its key `name/RANK` in the process group's store and waits for the others'). One that is stopped, stuck or gone
-    never does, which the store says by type (a DistError), where gloo's own errors are untyped RuntimeErrors."""
+    never does, which the store says by type (a DistError), where gloo's own errors are untyped RuntimeErrors. A
+    process that failed on its own waits until the others' collectives time out and they answer: it says so first."""
     if accelerator.num_processes == 1:
         return True
+    print(f"process {accelerator.process_index} failed; waiting up to {timeout} s (--collective-timeout) for the "
+          "other processes to answer, to tell a stopped or dead process from an error of its own", file=sys.stderr,
+          flush=True)
     store = torch.distributed.distributed_c10d._get_default_store()  # the store the process group was set up with
     store.set(f"{name}/{accelerator.process_index}", "here")
     try:
