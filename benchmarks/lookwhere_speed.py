@@ -31,6 +31,7 @@ from transformers import Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 
 from corevision_hf.cli import HelpFormatter
 from corevision_hf import LookWhereConfig, LookWhereModel, dense_vit_flops, lookwhere_flops, optimize_for_cpu
+from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio
 
 
 def build(name: str, attn: str, device: str, dtype: torch.dtype) -> torch.nn.Module:
@@ -112,7 +113,7 @@ def main() -> None:
                 "model": labels[name],
                 "resolution": resolution,
                 "num_patches": num_patches,
-                "k": None if name.startswith("dinov2") else max(1, int(args.k_ratio * num_patches)),
+                "k": None if name.startswith("dinov2") else kept_for_ratio(args.k_ratio, num_patches),
                 "latency_s": latency,
                 "latency_runs_s": samples,
                 "gflops": flops / 1e9,

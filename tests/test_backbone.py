@@ -56,6 +56,21 @@ def test_veca_get_intermediate_layers_matches_the_backbone(pixel_values):
             model.get_intermediate_layers(pixel_values, n=bad)
 
 
+def test_veca_get_intermediate_layers_ends_in_patch_tokens_with_an_output_projection(pixel_values):
+    """A distilled student projects to the teacher's width: the last block through norm (and projection) is its
+    `patch_tokens` and core 0 its `pooler_output`, so DINOv2 code can swap one for the other."""
+    torch.manual_seed(0)
+    model = VecaModel(tiny_veca_config(output_projection_size=48)).eval()
+    with torch.no_grad():
+        out = model(pixel_values, num_cores=3)
+        (patches, class_token), = model.get_intermediate_layers(pixel_values, n=1, return_class_token=True, num_cores=3)
+        raw = model.get_intermediate_layers(pixel_values, n=1, norm=False, num_cores=3)[0]
+    assert out.patch_tokens.shape == (2, 24, 48)
+    torch.testing.assert_close(patches, out.patch_tokens, atol=0, rtol=0)
+    torch.testing.assert_close(class_token, out.pooler_output, atol=0, rtol=0)
+    assert raw.shape == (2, 24, 64)  # without norm: the block's own tokens, hidden_size wide
+
+
 def test_lookwhere_class_token_and_layer_count(pixel_values):
     torch.manual_seed(0)
     model = LookWhereModel(tiny_lookwhere_config()).eval()

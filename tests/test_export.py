@@ -271,3 +271,21 @@ def test_fixed_k_ratio_graph_refuses_an_image_whose_k_is_below_the_fill(tmp_path
                                atol=1e-4, rtol=0)
     with pytest.raises(onnxruntime.capi.onnxruntime_pybind11_state.InvalidArgument, match="keep at least 5 patches"):
         session.run(None, {"pixel_values": torch.randn(1, 3, 4 * patch, 4 * patch).numpy()})  # k = 4
+
+
+def test_elastic_graph_keeps_the_floor_of_a_decimal_k_ratio_as_the_model_does(tmp_path):
+    """On a 10 x 10 grid, k_ratio 0.29 keeps 29 patches and 0.57 keeps 57 (their float64 products are 28.999... and
+    56.999...), 0.53 keeps 53 (its float32 product is 52.999...): the graph gives the model's output at that k, and
+    the model's own at that k_ratio."""
+    model, folder, _ = saved_elastic(tmp_path, "lookwhere-k_ratio")
+    out = str(tmp_path / "elastic.onnx")
+    assert main([folder, out, "--elastic", "--no-check"]) == 0
+    session = onnxruntime.InferenceSession(out, providers=["CPUExecutionProvider"])
+    pixel_values = torch.randn(1, 3, 40, 40, generator=torch.Generator().manual_seed(5))  # patch 4: 10 x 10
+    for k_ratio, kept in [(0.29, 29), (0.57, 57), (0.53, 53), (0.59, 59), (0.07, 7), (1.0, 100)]:
+        with torch.no_grad():
+            at_k = model(pixel_values, k=kept).last_hidden_state
+            at_ratio = model(pixel_values, k_ratio=k_ratio).last_hidden_state
+        actual = session.run(None, {"pixel_values": pixel_values.numpy(), **budget_feed({"k_ratio": k_ratio})})[0]
+        torch.testing.assert_close(torch.from_numpy(actual), at_k, atol=1e-4, rtol=0, msg=f"k_ratio {k_ratio}")
+        torch.testing.assert_close(at_ratio, at_k, atol=0, rtol=0, msg=f"k_ratio {k_ratio}")

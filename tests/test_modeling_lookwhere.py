@@ -196,6 +196,20 @@ def test_bad_budget_is_a_clear_error(model, pixel_values, kwargs, message):
         model(pixel_values, **kwargs)
 
 
+@pytest.mark.parametrize("k_ratio, kept", [(0.29, 29), (0.57, 57), (0.07, 7), (0.1, 10), (0.999, 99), (1.0, 100)])
+def test_k_ratio_keeps_the_floor_of_its_decimal_share_of_the_grid(model, k_ratio, kept):
+    """0.29 of a 10 x 10 grid keeps 29 patches, though the float product 0.29 * 100 is 28.999...: alone, as the second
+    image of a padded batch (its own grid), and in the cost a target counts."""
+    pixel_mask = torch.ones(2, 40, 48, dtype=torch.int64)
+    pixel_mask[1, :, 40:] = 0
+    with torch.no_grad():
+        alone = model(torch.randn(1, 3, 40, 40), k_ratio=k_ratio, fill_dense=False)
+        padded = model(torch.randn(2, 3, 40, 48), k_ratio=k_ratio, fill_dense=False, pixel_mask=pixel_mask)
+    assert alone.selected_indices.shape[1] == kept
+    assert int((padded.selected_indices[1] >= 0).sum()) == kept
+    assert lookwhere_flops(model.config, 40, k_ratio=k_ratio) == lookwhere_flops(model.config, 40, k=kept)
+
+
 @pytest.mark.parametrize(
     "pixel_values, message",
     [
@@ -234,6 +248,20 @@ def trainable_selector_parameters(model) -> int:
 
 
 HEADS = [LookWhereForImageClassification, LookWhereForSemanticSegmentation, LookWhereBackbone]
+
+
+@pytest.mark.parametrize("head", HEADS, ids=lambda head: head.__name__)
+def test_every_heads_hidden_states_are_the_base_models_filled_onto_the_grid(pixel_values, head):
+    torch.manual_seed(0)
+    model = head(tiny_lookwhere_config(num_labels=4)).eval()
+    with torch.no_grad():
+        out = model(pixel_values, k=12, output_hidden_states=True)
+        base = model.lookwhere(pixel_values, k=12, output_hidden_states=True)
+    num_prefix = 1 + model.config.num_register_tokens
+    assert [state.shape for state in base.hidden_states] == [(2, num_prefix + 8 * 12, 32)] * 4
+    assert len(out.hidden_states) == len(base.hidden_states)
+    for state, expected in zip(out.hidden_states, base.hidden_states):
+        torch.testing.assert_close(state, expected, atol=0, rtol=0)
 
 
 @pytest.mark.parametrize("head", HEADS, ids=lambda head: head.__name__)

@@ -243,6 +243,41 @@ def test_nan_loss_stops_with_the_last_checkpoint_intact(teacher_dir, image_dir, 
     assert len(read_metrics(tmp_path)) == 2
 
 
+def test_a_nan_loss_between_lines_stops_at_the_next_line_before_its_checkpoint(teacher_dir, image_dir, tmp_path,
+                                                                                 monkeypatch):
+    """--log-every 3: the loss turns NaN at step 4, which reads nothing on the host; step 6 (a line and a checkpoint)
+    reads it and stops before its update and its checkpoint, naming step 4."""
+    calls = []
+    original = losses.veca_loss
+
+    def loss_turning_nan(*args, **kwargs):
+        calls.append(1)
+        loss, terms = original(*args, **kwargs)
+        return (loss * float("nan") if len(calls) == 4 else loss), terms
+
+    monkeypatch.setattr(losses, "veca_loss", loss_turning_nan)
+    message = r"Loss is nan at step 4; stopping at step 6, the next that reads values \(--log-every 3\)\. The last good"
+    with pytest.raises(FloatingPointError, match=message):
+        distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path, "--max-steps", "9", "--log-every", "3",
+                                    "--checkpoint-every", "3"))
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["checkpoint_3"]
+    assert [m["step"] for m in read_metrics(tmp_path)] == [3]
+
+
+def test_a_line_holds_the_means_since_the_last_line(teacher_dir, image_dir, tmp_path):
+    """The same run logged every step and every 2 steps: a line of the second is the mean of the first's two."""
+    for name, every in [("every", "1"), ("pairs", "2")]:
+        distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / name, *SCHEDULE, "--log-every", every,
+                                    "--gradient-accumulation-steps", "2"))
+    every, pairs = read_metrics(tmp_path / "every"), read_metrics(tmp_path / "pairs")
+    assert [m["step"] for m in pairs] == [2, 4]
+    for line, (first, second) in zip(pairs, [every[0:2], every[2:4]]):
+        for name in ("loss", "cls_cosine", "patch_cosine", "patch_mse", "grad_norm"):
+            assert line[name] == pytest.approx((first[name] + second[name]) / 2, rel=1e-5), name
+        assert line["lr"] == second["lr"] and line["num_cores"] == second["num_cores"]
+        assert line["images_per_s"] * line["step_time_s"] == pytest.approx(4)  # 2 micro-batches of 2 images a step
+
+
 def test_bad_setup_fails_before_training(teacher_dir, image_dir, tmp_path):
     with pytest.raises((FileNotFoundError, ValueError), match="missing"):
         distill_veca.main(veca_args(teacher_dir, str(tmp_path / "missing"), tmp_path / "out", "--max-steps", "1"))
@@ -311,6 +346,7 @@ def test_help_shows_defaults_without_importing_torch():
     ("veca", ["--min-lr", "1"], "Need 0 <= --min-lr <= --lr"),
     ("veca", ["--warmup-steps", "-1"], "--warmup-steps must be 0 or more"),
     ("veca", ["--gradient-accumulation-steps", "0"], "--gradient-accumulation-steps must be positive"),
+    ("veca", ["--log-every", "0"], "--log-every must be positive"),
     ("veca", ["--config-overrides", "{num_cores: 8"], "--config-overrides is not valid JSON"),
     ("veca", ["--resolutions", "256-1"], "expected \"size:weight,...\""),
     ("veca", ["--resolutions", "32:0"], "with positive numbers"),

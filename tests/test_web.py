@@ -11,6 +11,7 @@ import http.server
 import importlib.util
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -29,6 +30,7 @@ from PIL import Image
 from test_app import CHROMIUM, SCREENSHOT_DIR, DevTools, free_port, wait_for
 
 from corevision_hf import LookWhereModel, VecaModel
+from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,6 +44,19 @@ CASES = {
     "lookwhere": (lambda: LookWhereModel(tiny_lookwhere_config()), 128, (0.1, 1.0)),
 }
 TIMED_ROUNDS = 9
+NODE = shutil.which("node")
+
+
+@pytest.mark.skipif(NODE is None, reason="no Node.js here (Debian: apt-get install nodejs)")
+def test_the_page_keeps_the_models_k_for_a_k_ratio():
+    """web/budget.js's k for a k_ratio is the model's, over every two-decimal ratio and a few grids: 0.29 of 100
+    patches keeps 29 (the float product is 28.999...)."""
+    cases = [[j / 100, patches] for j in range(1, 101) for patches in (1, 7, 64, 100, 400, 1369)]
+    script = (f"import {{ keptForRatio }} from {json.dumps((ROOT / 'web' / 'budget.js').as_uri())};"
+              f"console.log(JSON.stringify({json.dumps(cases)}.map(([r, n]) => keptForRatio(r, n))));")
+    result = subprocess.run([NODE, "--input-type=module", "-e", script], capture_output=True, text=True, check=True)
+    assert json.loads(result.stdout) == [kept_for_ratio(ratio, patches) for ratio, patches in cases]
+    assert kept_for_ratio(0.29, 100) == 29 and kept_for_ratio(0.57, 100) == 57 and kept_for_ratio(0.01, 7) == 1
 
 
 @pytest.mark.slow

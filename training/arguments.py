@@ -66,6 +66,10 @@ def training_parser(description: str, lr: float, min_lr: float, weight_decay: fl
                         help="continue the run in --output-dir from its last checkpoint")
     parser.add_argument("--overwrite", action="store_true",
                         help="delete the run already in --output-dir (only what a run writes there) and start anew")
+    parser.add_argument("--log-every", type=int, default=1,
+                        help="steps per line of metrics.jsonl, the means since the last line (also a line at every "
+                             "checkpoint, validation and the end): values are read from the device on these steps "
+                             "only, so on GPUs a larger value lets the device run ahead")
     parser.add_argument("--log-with", default="auto",
                         help='tracker: "auto" (tensorboard when installed), "none", or any accelerate tracker name')
     parser.add_argument("--collective-timeout", type=int, default=600,

@@ -23,8 +23,8 @@ from .run_lock import release_output_dirs
 # Arguments a resumed run may change: where and how often things are written, how (not what) is computed, and the step
 # size (a run that diverged
 # continues from its last good checkpoint with a lower learning rate or tighter clipping).
-RESUMABLE = ("resume", "overwrite", "stop_at_step", "checkpoint_every", "keep_checkpoints", "log_with", "output_dir",
-             "lr", "min_lr", "max_grad_norm", "compile", "gradient_checkpointing")
+RESUMABLE = ("resume", "overwrite", "stop_at_step", "checkpoint_every", "keep_checkpoints", "log_every", "log_with",
+             "output_dir", "lr", "min_lr", "max_grad_norm", "compile", "gradient_checkpointing")
 # What a run writes into its --output-dir: what makes a folder "used", and all that --overwrite deletes.
 RUN_FILES = ("run.json", "metrics.jsonl", "validation.jsonl", "checkpoints", "final", "best", "teacher_cache", "logs")
 MANIFEST = "manifest.json"

@@ -1,12 +1,14 @@
 """The distillation loop that training.distill_veca, training.distill_lookwhere and
 benchmarks/distill_quality.py share. Each brings its teacher, student, per-step draws and loss; this does the rest.
 
-Per optimisation step: the step's draws (core budget, k, resolution: functions of (seed, step) alone), checked equal
-on every process; --gradient-accumulation-steps micro-batches, each process reading its own part of the data (a
-micro-batch with no readable image on some process is skipped by all); an update that a non-finite loss or gradient
-stops before the weights change; the learning rate set by hand to `lr * warmup_cosine(step)`, so that it is a
-function of the step alone (Accelerate's prepared scheduler advances once per process per step); a line of
-`metrics.jsonl`; a checkpoint every --checkpoint-every steps. Then the hub-ready export.
+Per optimisation step: the step's draws (core budget, k, resolution: functions of (seed, step) alone);
+--gradient-accumulation-steps micro-batches, each process reading its own part of the data (a micro-batch with no
+readable image is skipped); the learning rate set by hand to `lr * warmup_cosine(step)`, so that it is a function of
+the step alone (Accelerate's prepared scheduler advances once per process per step); the update. Values are read
+back to the host only on logging steps (--log-every, and every step that checkpoints, validates or ends the run), as
+nanoGPT does: there a line of `metrics.jsonl` (the means since the last line), the draws checked equal on every
+process, and a non-finite loss or gradient norm stops the run before that step's update and its checkpoint. Then the
+hub-ready export.
 """
 
 import importlib.util
@@ -37,6 +39,8 @@ from .optim import build_optimizer, describe
 from .run_lock import lock_output_dir
 from .schedule import reseed_for_step, warmup_cosine
 
+RESUME = "The last complete checkpoint in {}/checkpoints is intact: --resume continues from it."
+
 
 def check_processes_agree(arguments: list[dict]) -> None:
     """Raises ValueError naming the first argument on which the processes' `vars(args)` (one dict per process)
@@ -56,7 +60,7 @@ def start(args, script: str) -> Accelerator:
     process, and an output folder that is new (or, with --resume, holds a run of `script` with the same arguments;
     with --overwrite, the run it held is deleted here). Nothing is written yet."""
     check_positive(args, "batch_size", "max_steps", "lr", "gradient_accumulation_steps", "checkpoint_every",
-                   "keep_checkpoints", "eval_images", "collective_timeout")
+                   "keep_checkpoints", "eval_images", "collective_timeout", "log_every")
     for name in ("min_lr", "warmup_start_lr"):
         if not 0 <= getattr(args, name) <= args.lr:
             raise ValueError(f"Need 0 <= --{name.replace('_', '-')} <= --lr, got {getattr(args, name)} and --lr {args.lr}.")
@@ -145,25 +149,38 @@ def training_data(accelerator: Accelerator, args, image_size: int) -> tuple:
 
 
 class TeacherClock:
-    """Seconds spent in the teacher's forward passes since `reset`, measured by forward hooks (the device is
-    synchronised around each pass, so that GPU time is counted where it is spent)."""
+    """Seconds spent in the teacher's forward passes since `reset`, measured by forward hooks: on CUDA by events on the
+    device's stream, read at a logging step (so that timing the teacher never makes the host wait for the device), on
+    the CPU by the host's clock."""
 
     def __init__(self, teacher: torch.nn.Module, device: torch.device):
-        self.seconds, self.calls, self._start = 0.0, 0, 0.0
-        self._sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        self.cuda = device.type == "cuda"
+        self.spans = []
         self._handles = [teacher.register_forward_pre_hook(self._begin), teacher.register_forward_hook(self._end)]
 
+    def _now(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
     def _begin(self, module, args):
-        self._sync()
-        self._start = time.perf_counter()
+        self._start = self._now()
 
     def _end(self, module, args, output):
-        self._sync()
-        self.seconds += time.perf_counter() - self._start
-        self.calls += 1
+        self.spans.append((self._start, self._now()))
+
+    @property
+    def seconds(self) -> float:
+        if not self.cuda:
+            return sum(end - start for start, end in self.spans)
+        if self.spans:
+            self.spans[-1][1].synchronize()
+        return sum(start.elapsed_time(end) for start, end in self.spans) / 1000  # ms
 
     def reset(self) -> None:
-        self.seconds = 0.0
+        self.spans = []
 
     def remove(self) -> None:
         for handle in self._handles:
@@ -219,11 +236,238 @@ def process_batches(stream: BatchStream, position: tuple):
         epoch, used = epoch + 1, 0
 
 
+class MicroBatches:
+    """This process's micro-batches, on the device: from the stream of the step's drawn resolution (one stream per
+    resolution) or from the one stream, each stream epoch after epoch from its position (`positions`, kept up to date
+    for the checkpoints). A micro-batch without a readable image is skipped by this process alone: each process keeps
+    its own positions, so no process waits for another to learn it; an epoch without any stops the run."""
+
+    def __init__(self, accelerator: Accelerator, args, streams: dict, positions: dict, per_resolution: bool):
+        pin = accelerator.device.type == "cuda"
+        workers = data_workers(args.num_workers)
+        self.streams = {
+            str(key): process_batches(BatchStream(data, batch_size, args.seed, workers, pin), positions[str(key)])
+            for key, (data, batch_size) in streams.items()
+        }
+        self.positions, self.per_resolution = positions, per_resolution
+        self.accelerator, self.args = accelerator, args
+
+    def next(self, step_draws: dict) -> dict:
+        """{"pixel_values" (B, 3, S, S) on the device, "index" (B,), "epoch"} with B >= 1."""
+        key = str(step_draws["resolution"]) if self.per_resolution else "all"
+        while True:
+            epoch, used, batch = next(self.streams[key])
+            self.positions[key] = (epoch, used)
+            if batch is None:
+                raise ValueError(
+                    f"Process {self.accelerator.process_index} found no readable image in a whole epoch of "
+                    f"{self.args.data}: it holds fewer than one batch of {self.args.batch_size} images per process, or "
+                    "none that can be decoded."
+                )
+            if len(batch["pixel_values"]):  # pinned on a GPU: the copy does not make the host wait
+                pixel_values = batch["pixel_values"].to(self.accelerator.device, non_blocking=True)
+                return {**batch, "pixel_values": pixel_values, "epoch": epoch}
+
+
+class StepLog:
+    """What the lines of metrics.jsonl hold, gathered between them. On the device, so that only a logging step waits
+    for it: the loss and its terms summed over micro-batches, the gradient norm summed over steps, and the first
+    non-finite loss or gradient norm (step, which, value; a gradient norm only outside fp16, whose loss scaler skips
+    such steps itself). On the host: images, each step's draws, data and teacher time. `read` gathers every process's
+    values and reads them on the host, once per line."""
+
+    def __init__(self, accelerator: Accelerator, args, teacher: torch.nn.Module):
+        self.accelerator, self.args = accelerator, args
+        self.clock = TeacherClock(teacher, accelerator.device)
+        self.check_grad_norm = accelerator.mixed_precision != "fp16"
+        self.start_sums()
+        self.start_clocks()
+
+    def start_sums(self) -> None:
+        device = self.accelerator.device
+        self.sums, self.names, self.micro_batches, self.images = None, [], 0, 0
+        self.grad_norm, self.draws = torch.zeros((), device=device), []
+        self.first_bad = torch.full((3,), -1.0, device=device)  # (1-based step, 0 loss / 1 gradient norm, value)
+
+    def start_clocks(self) -> None:
+        """The time of the next line starts now (a checkpoint's or a validation's time is not a step's)."""
+        self.start, self.data_seconds = time.perf_counter(), 0.0
+        self.clock.reset()
+
+    def add_batch(self, images: int, data_seconds: float) -> None:
+        self.images += images
+        self.data_seconds += data_seconds
+
+    def add_loss(self, loss: torch.Tensor, terms: dict, step: int) -> None:
+        values = torch.stack([loss, *terms.values()]).detach().float()
+        self.sums = values if self.sums is None else self.sums + values
+        self.names, self.micro_batches = ["loss", *terms], self.micro_batches + 1
+        self.note_if_not_finite(values[0], 0, step)
+
+    def add_update(self, grad_norm: torch.Tensor, step: int, step_draws: dict) -> None:
+        grad_norm = grad_norm.detach().float()
+        self.grad_norm = self.grad_norm + grad_norm
+        self.draws.append((step + 1, step_draws))
+        if self.check_grad_norm:
+            self.note_if_not_finite(grad_norm, 1, step)
+
+    def note_if_not_finite(self, value: torch.Tensor, which: int, step: int) -> None:
+        first = (self.first_bad[0] < 0) & ~torch.isfinite(value)
+        noted = torch.stack([torch.full_like(value, step + 1), torch.full_like(value, which), value])
+        self.first_bad = torch.where(first, noted, self.first_bad)
+
+    def read(self, step: int) -> dict:
+        """The values since the last read, over all processes: the loss and its terms (means over micro-batches and
+        processes), "grad_norm" (mean over steps), "images" and "steps" (counts), "all_processes" (each process's
+        draws at the last step). Raises FloatingPointError for a non-finite loss or gradient norm, ValueError when the
+        processes drew differently at some step. The sums start again."""
+        host = [self.images, *(value for _, draws in self.draws for value in draws.values())]
+        vector = torch.cat([self.sums, self.grad_norm[None], self.first_bad,
+                            torch.tensor(host, dtype=torch.float32).to(self.accelerator.device)])
+        rows = self.accelerator.gather(vector[None]).tolist()  # (processes, values): the line's one read
+        n, steps, names = len(self.names), len(self.draws), list(self.draws[-1][1])
+        bad = [row[n + 1 : n + 4] for row in rows if row[n + 1] >= 0]
+        if bad:
+            self.stop_at(min(bad), step)
+        per_process = [row[n + 5 :] for row in rows]  # each step's draws, step after step
+        for index, (drawn_at, _) in enumerate(self.draws):
+            at_step = [[int(v) for v in draws[index * len(names) : (index + 1) * len(names)]] for draws in per_process]
+            if any(draws != at_step[0] for draws in at_step):
+                raise ValueError(f"Processes disagree on {names} at step {drawn_at}: {at_step}.")
+        processes = len(rows)
+        values = {name: sum(row[i] for row in rows) / processes / self.micro_batches
+                  for i, name in enumerate(self.names)}
+        values.update(grad_norm=sum(row[n] for row in rows) / processes / steps, steps=steps,
+                      images=int(sum(row[n + 4] for row in rows)),
+                      all_processes={f"{name}_all_processes": [draws[i] for draws in at_step]
+                                     for i, name in enumerate(names)})
+        self.start_sums()
+        return values
+
+    def stop_at(self, first_bad: list, step: int) -> None:
+        bad_step, which, value = first_bad
+        seen = ("before the update" if bad_step == step + 1 else
+                f"at step {step + 1}, the next that reads values (--log-every {self.args.log_every})")
+        raise FloatingPointError(
+            f"{('Loss', 'Gradient norm')[int(which)]} is {value} at step {int(bad_step)}; stopping {seen}. The last "
+            f"good checkpoint is intact in {self.args.output_dir}/checkpoints: --resume with a lower --lr continues "
+            "from it."
+        )
+
+    def line(self, values: dict, lr: float, step_draws: dict) -> tuple[dict, dict]:
+        """(the logged values, each process's draws) of a logging step, from `read`'s `values`: per image and step
+        over the time since the last line."""
+        seconds = time.perf_counter() - self.start
+        logs = {name: value for name, value in values.items() if name not in ("steps", "images", "all_processes")}
+        logs.update(step_draws, lr=lr, images_per_s=values["images"] / seconds, step_time_s=seconds / values["steps"],
+                    teacher_time_share=self.clock.seconds / seconds, data_time_share=self.data_seconds / seconds,
+                    peak_memory_mib=peak_memory_mib(self.accelerator.device))
+        return logs, values["all_processes"]
+
+    def close(self) -> None:
+        self.clock.remove()
+
+
+def logs_at(args, step: int, validate) -> bool:
+    """Whether step `step` (1-based) reads its values back to the host and writes a line: every --log-every steps, and
+    every step that validates, checkpoints or ends the run, so that none of those follows a non-finite loss unseen and
+    a line's sums start where a checkpoint's run resumes."""
+    return (step % args.log_every == 0 or step % args.checkpoint_every == 0 or step == args.max_steps
+            or (validate is not None and step % args.eval_every == 0)
+            or (args.stop_at_step is not None and step >= args.stop_at_step))
+
+
+def train_step(accelerator, args, student, optimizer, batches, loss_fn, log, step, step_draws, logging) -> dict | None:
+    """Optimisation step `step` (0-based): --gradient-accumulation-steps micro-batches forward and backward, the
+    gradient clipped, the update. Its values stay on the device, in `log`; when `logging`, every value since the last
+    line is read back after the last backward and before the update (`StepLog.read`, which stops the run on a
+    non-finite loss or gradient norm before the weights change) and returned."""
+    values = None
+    for micro_batch in range(args.gradient_accumulation_steps):
+        data_start = time.perf_counter()
+        batch = batches.next(step_draws)
+        log.add_batch(len(batch["pixel_values"]), time.perf_counter() - data_start)
+        reseed_for_step(args.seed, step, accelerator.process_index, micro_batch)
+        with accelerator.accumulate(student):
+            with accelerator.autocast():
+                loss, terms = loss_fn(student, batch, step_draws)
+            accelerator.backward(loss)
+            log.add_loss(loss, terms, step)
+            if accelerator.sync_gradients:
+                # 0: no clipping (an infinite bound scales every gradient by exactly 1); the norm is logged
+                bound = args.max_grad_norm or float("inf")
+                log.add_update(accelerator.clip_grad_norm_(student.parameters(), bound), step, step_draws)
+                if logging:
+                    values = log.read(step)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    if not accelerator.sync_gradients:
+        raise RuntimeError("Accelerate did not synchronise gradients at the end of an optimisation step.")
+    return values
+
+
+def open_logs(accelerator: Accelerator, args, script: str, step: int) -> str:
+    """The path of OUT/metrics.jsonl, with the run's logs started: a resumed run's lines after `step` dropped (in
+    validation.jsonl too), a new run's run.json written, the trackers started."""
+    metrics_path = os.path.join(args.output_dir, "metrics.jsonl")
+    for log in (metrics_path, os.path.join(args.output_dir, "validation.jsonl")):
+        if accelerator.is_main_process and args.resume and os.path.exists(log):
+            truncate_metrics(log, step)
+    if accelerator.is_main_process and not args.resume:
+        os.makedirs(args.output_dir, exist_ok=True)
+        write_json(os.path.join(args.output_dir, "run.json"), run_record(script, args, accelerator.num_processes))
+    tracker_config = {name: value for name, value in vars(args).items() if value is not None}
+    accelerator.init_trackers(script.rsplit(".", 1)[-1], config=tracker_config)
+    return metrics_path
+
+
+def write_line(accelerator: Accelerator, path: str, step: int, logs: dict, per_process: dict) -> None:
+    """The line of logging step `step`: to the trackers, and (with every process's draws) to OUT/metrics.jsonl."""
+    accelerator.log(logs, step=step)
+    if accelerator.is_main_process:
+        with open(path, "a") as f:
+            f.write(json.dumps({"step": step, **logs, **per_process}) + "\n")
+
+
+def validate_and_keep_best(accelerator, args, script, student, validate, stats, step: int, best):
+    """Runs `validate` at `step`, appends its result to OUT/validation.jsonl and exports a new best to OUT/best;
+    returns the best score so far."""
+    result = {"step": step, **validate(student)}
+    accelerator.print(f"validation at step {step}: score {result['score']:.4f}")
+    if accelerator.is_main_process:
+        with open(os.path.join(args.output_dir, "validation.jsonl"), "a") as f:
+            f.write(json.dumps(result) + "\n")
+    if best is None or result["score"] > best:
+        best = result["score"]
+        export(accelerator, student, args.output_dir, stats, script, args, "best", result)
+    return best
+
+
+def processes_answer(accelerator: Accelerator, name: str, timeout: int) -> bool:
+    """A roll call after a failure: whether every process of the run reaches it within `timeout` seconds (each sets
+    its key `name/RANK` in the process group's store and waits for the others'). One that is stopped, stuck or gone
+    never does, which the store says by type (a DistError), where gloo's own errors are untyped RuntimeErrors. A
+    process that failed on its own waits until the others' collectives time out and they answer: it says so first."""
+    if accelerator.num_processes == 1:
+        return True
+    print(f"process {accelerator.process_index} failed; waiting up to {timeout} s (--collective-timeout) for the "
+          "other processes to answer, to tell a stopped or dead process from an error of its own", file=sys.stderr,
+          flush=True)
+    store = torch.distributed.distributed_c10d._get_default_store()  # the store the process group was set up with
+    store.set(f"{name}/{accelerator.process_index}", "here")
+    try:
+        store.wait([f"{name}/{rank}" for rank in range(accelerator.num_processes)], timedelta(seconds=timeout))
+    except torch.distributed.DistError:
+        return False
+    return True
+
+
 def distill(
     accelerator: Accelerator, args, script: str, student, teacher, dataset, stats, draws, loss_fn, validate=None
 ) -> None:
     """Trains `student` for `args.max_steps` optimisation steps (`args.optimizer`, split as the method's authors do:
-    training.optim), resuming with `args.resume`, and exports it to `OUT/final`.
+    training.optim), resuming with `args.resume`, and exports it to `OUT/final`. Values are read back to the host on
+    logging steps only (`logs_at`): between them, losses, counters and the non-finite guard stay on the device.
 
     dataset: the training images, or one dataset per resolution {size: (dataset, batch size)} from which each step
       takes the batch of its drawn "resolution" (each with its own epochs and position, as the VECA authors' one
@@ -251,48 +495,10 @@ def distill(
     start_positions = {str(key): (0, 0) for key in streams}
     step, positions = load_checkpoint(accelerator, args.output_dir) if args.resume else (0, start_positions)
     best = best_score(args.output_dir) if args.resume else None
-    metrics_path = os.path.join(args.output_dir, "metrics.jsonl")
-    for log in (metrics_path, os.path.join(args.output_dir, "validation.jsonl")):
-        if accelerator.is_main_process and args.resume and os.path.exists(log):
-            truncate_metrics(log, step)
-    if accelerator.is_main_process and not args.resume:
-        os.makedirs(args.output_dir, exist_ok=True)
-        write_json(os.path.join(args.output_dir, "run.json"), run_record(script, args, accelerator.num_processes))
-    tracker_config = {name: value for name, value in vars(args).items() if value is not None}
-    accelerator.init_trackers(script.rsplit(".", 1)[-1], config=tracker_config)
-    stop = (f"The last good checkpoint is intact in {args.output_dir}/checkpoints: --resume with a lower --lr "
-            "continues from it.")
-    resume = f"The last complete checkpoint in {args.output_dir}/checkpoints is intact: --resume continues from it."
-    pin = accelerator.device.type == "cuda"
-    workers = data_workers(args.num_workers)
-    batches = {str(key): process_batches(BatchStream(data, batch_size, args.seed, workers, pin),
-                                         positions[str(key)]) for key, (data, batch_size) in streams.items()}
-
-    def next_batch(step_draws: dict) -> tuple:
-        """The next micro-batch that every process can use (from the stream of the step's resolution, when there is
-        one per resolution), its image count over all processes and the draws of every process (P, D)."""
-        key = str(step_draws["resolution"]) if isinstance(dataset, dict) else "all"
-        while True:
-            epoch, used, batch = next(batches[key])
-            positions[key] = (epoch, used)
-            count = -1 if batch is None else len(batch["pixel_values"])
-            # one tiny all-gather per micro-batch: the draws are checked, not assumed, to agree; a micro-batch with no
-            # readable image on some process is skipped by all, an epoch without any readable image stops all
-            shared = accelerator.gather(torch.tensor([[count, *step_draws.values()]], device=accelerator.device))
-            counts, all_draws = shared[:, 0].tolist(), shared[:, 1:]
-            if -1 in counts:
-                raise ValueError(
-                    f"Process {counts.index(-1)} found no readable image in a whole epoch of {args.data}: it holds "
-                    f"fewer than one batch of {args.batch_size} images per process, or none that can be decoded."
-                )
-            if (all_draws != all_draws[:1]).any():
-                raise ValueError(f"Processes disagree on {list(step_draws)} at step {step}: {all_draws.tolist()}.")
-            if 0 not in counts:
-                return {**batch, "epoch": epoch}, sum(counts), all_draws
-
-    clock = TeacherClock(teacher, accelerator.device)
+    metrics_path = open_logs(accelerator, args, script, step)
+    batches = MicroBatches(accelerator, args, streams, positions, per_resolution=isinstance(dataset, dict))
+    log = StepLog(accelerator, args, teacher)
     progress = tqdm(total=args.max_steps, initial=step, disable=not accelerator.is_main_process, desc="distill")
-    last = time.perf_counter()
     try:
         while step < args.max_steps:
             step_draws = draws(step)
@@ -300,81 +506,32 @@ def distill(
                                          args.warmup_start_lr / args.lr)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            clock.reset()
-            images, data_seconds, sums = 0, 0.0, {}
-            for micro_batch in range(args.gradient_accumulation_steps):
-                data_start = time.perf_counter()
-                batch, count, all_draws = next_batch(step_draws)
-                data_seconds += time.perf_counter() - data_start
-                images += count
-                batch["pixel_values"] = batch["pixel_values"].to(accelerator.device)
-                reseed_for_step(args.seed, step, accelerator.process_index, micro_batch)
-                with accelerator.accumulate(student):
-                    with accelerator.autocast():
-                        loss, terms = loss_fn(student, batch, step_draws)
-                    accelerator.backward(loss)
-                    # mean over processes: every process sees the same values and stops together
-                    values = accelerator.reduce(torch.stack([loss, *terms.values()]).detach().float(), "mean")
-                    if not torch.isfinite(values[0]):
-                        raise FloatingPointError(f"Loss is {values[0].item()} at step {step + 1}; stopping. {stop}")
-                    if accelerator.sync_gradients:
-                        # 0: no clipping (an infinite bound scales every gradient by exactly 1); the norm is logged
-                        bound = args.max_grad_norm or float("inf")
-                        grad_norm = accelerator.clip_grad_norm_(student.parameters(), bound)
-                        # fp16's loss scaler skips overflowing steps itself; elsewhere a bad gradient poisons weights
-                        if accelerator.mixed_precision != "fp16" and not torch.isfinite(grad_norm):
-                            raise FloatingPointError(
-                                f"Gradient norm is {grad_norm.item()} at step {step + 1}; stopping before the update. "
-                                + stop
-                            )
-                    optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
-                for name, value in zip(["loss", *terms], values.tolist()):
-                    sums[name] = sums.get(name, 0.0) + value / args.gradient_accumulation_steps
-            if not accelerator.sync_gradients:
-                raise RuntimeError("Accelerate did not synchronise gradients at the end of an optimisation step.")
+            logging = logs_at(args, step + 1, validate)
+            values = train_step(accelerator, args, student, optimizer, batches, loss_fn, log, step, step_draws, logging)
             step += 1
-            seconds = time.perf_counter() - last
-            logs = {
-                **sums, **step_draws, "lr": lr, "grad_norm": float(grad_norm),
-                "images_per_s": images / seconds, "step_time_s": seconds,
-                "teacher_time_share": clock.seconds / seconds, "data_time_share": data_seconds / seconds,
-                "peak_memory_mib": peak_memory_mib(accelerator.device),
-            }
-            accelerator.log(logs, step=step)
             progress.update(1)
+            if not logging:
+                continue
+            logs, per_process = log.line(values, lr, step_draws)
             progress.set_postfix(loss=f"{logs['loss']:.4f}", **step_draws)
-            if accelerator.is_main_process:
-                per_process = {f"{name}_all_processes": all_draws[:, i].tolist() for i, name in enumerate(step_draws)}
-                with open(metrics_path, "a") as f:
-                    f.write(json.dumps({"step": step, **logs, **per_process}) + "\n")
+            write_line(accelerator, metrics_path, step, logs, per_process)
             if validate is not None and (step % args.eval_every == 0 or step == args.max_steps):
-                result = {"step": step, **validate(student)}
-                accelerator.print(f"validation at step {step}: score {result['score']:.4f}")
-                if accelerator.is_main_process:
-                    with open(os.path.join(args.output_dir, "validation.jsonl"), "a") as f:
-                        f.write(json.dumps(result) + "\n")
-                if best is None or result["score"] > best:
-                    best = result["score"]
-                    export(accelerator, student, args.output_dir, stats, script, args, "best", result)
+                best = validate_and_keep_best(accelerator, args, script, student, validate, stats, step, best)
             if step % args.checkpoint_every == 0 or step == args.max_steps:
                 save_checkpoint(accelerator, args.output_dir, step, positions, args.keep_checkpoints)
             if args.stop_at_step is not None and step >= args.stop_at_step:
                 accelerator.print(f"stopping at step {step} as asked (--stop-at-step)")
                 break
-            last = time.perf_counter()  # a checkpoint's time is not a step's
+            log.start_clocks()
     except KeyboardInterrupt:
-        raise RunStopped(f"interrupted (Ctrl-C) at step {step}. {resume}", 130) from None
-    except RuntimeError as error:  # a collective that timed out, or whose peer is gone
-        message = str(error).lower()
-        if "timed out" in message or "timeout" in message:
+        raise RunStopped(f"interrupted (Ctrl-C) at step {step}. {RESUME.format(args.output_dir)}", 130) from None
+    except RuntimeError:  # a collective that timed out, or whose peer is gone, if the others do not answer either
+        if not processes_answer(accelerator, f"failure_at_step_{step + 1}", args.collective_timeout):
             raise RunStopped(f"another process did not answer within --collective-timeout {args.collective_timeout} s "
-                             f"(stopped, stuck or dead) at step {step + 1}. {resume}") from None
-        if "connection reset" in message or "connection closed" in message or "broken pipe" in message:
-            raise RunStopped(f"another process of the run is gone (at step {step + 1}). {resume}") from None
+                             f"(stopped, stuck or dead) at step {step + 1}. {RESUME.format(args.output_dir)}") from None
         raise
     finally:
-        clock.remove()
+        log.close()
         progress.close()
     if step == args.max_steps:
         export(accelerator, student, args.output_dir, stats, script, args)

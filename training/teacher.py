@@ -130,7 +130,7 @@ def teacher_targets_and_map(teacher, pixel_values: torch.Tensor, grid: tuple[int
 
     hook = attention.register_forward_pre_hook(capture, with_kwargs=True)
     try:
-        cls, patches = teacher_targets(teacher, pixel_values, grid)
+        cls, patches = teacher_targets(teacher, pixel_values, grid, check_finite=False)  # the loop's loss guard does
     finally:
         hook.remove()
     hidden = captured["hidden"].float()  # the normalised input of the last attention

@@ -2,6 +2,7 @@
 // ?model=FOLDER, default "model"), its elastic graph run by onnxruntime-web on an image at the slider's budget, the
 // patch features shown as RGB and the latency of each call. `window.corevision.run(budget)` is what the slider calls.
 import * as ort from "./node_modules/onnxruntime-web/dist/ort.wasm.min.mjs";
+import { keptForRatio } from "./budget.js";
 
 const IMAGENET_MEAN = [0.485, 0.456, 0.406];
 const IMAGENET_STD = [0.229, 0.224, 0.225];
@@ -39,7 +40,9 @@ async function loadModel() {
 function budgetRange(model, patches) {
   const fewest = model.config.num_fill_neighbors;
   if (model.input === "num_cores") return { min: 1, max: model.config.num_cores, step: 1, value: model.config.num_cores };
-  if (model.input === "k") return { min: fewest, max: patches, step: 1, value: Math.max(fewest, Math.floor(model.config.k_ratio * patches)) };
+  if (model.input === "k") {
+    return { min: fewest, max: patches, step: 1, value: Math.max(fewest, keptForRatio(model.config.k_ratio, patches)) };
+  }
   const min = Math.ceil((100 * fewest) / patches) / 100;
   return { min, max: 1, step: 0.01, value: Math.max(min, model.config.k_ratio) };
 }

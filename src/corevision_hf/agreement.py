@@ -31,11 +31,15 @@ def teacher_input(pixel_values: torch.Tensor, teacher_patch: int, student_patch:
 
 
 @torch.no_grad()
-def teacher_targets(teacher, pixel_values: torch.Tensor, grid: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """CLS (B, D) and patch tokens (B, Hp * Wp, D) of the teacher's final (normalised) output; a ValueError when it
-    holds NaN or infinity, or when its tokens do not fill the grid."""
+def teacher_targets(
+    teacher, pixel_values: torch.Tensor, grid: tuple[int, int], check_finite: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """CLS (B, D) and patch tokens (B, Hp * Wp, D) of the teacher's final (normalised) output; a ValueError when its
+    tokens do not fill the grid, or with `check_finite` when it holds NaN or infinity (a read on the host: a training
+    loop leaves that to its guard on the loss, which reads on logging steps only)."""
     output = teacher(pixel_values)
-    check_output_finite(output.last_hidden_state, f"The teacher {type(teacher).__name__}'s output")
+    if check_finite:
+        check_output_finite(output.last_hidden_state, f"The teacher {type(teacher).__name__}'s output")
     num_prefix = 1 + (getattr(teacher.config, "num_register_tokens", 0) or 0)
     return output.last_hidden_state[:, 0].float(), patch_tokens(output, grid, num_prefix).float()
 

@@ -32,14 +32,15 @@ from .cli import HelpFormatter
 from .cli import reading_weights, run
 from .cpu import resize_position_table_by_matrices
 from .lookwhere import LookWhereConfig, LookWhereModel
+from .lookwhere.budget_lookwhere import RATIO_TOLERANCE
 from .outputs import check_file_output, follow_umask, record_file, refuse_overlap
 from .veca import VecaConfig, VecaModel
 
 
 OPSET = 18  # Resize with antialias (LookWhere's selector input and position table) needs opset 18
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
-# An elastic graph's budget input and its dtype, whatever the graph's dtype: k_ratio in float64, so that
-# k = floor(k_ratio * patches) rounds as the model's Python float does.
+# An elastic graph's budget input and its dtype, whatever the graph's dtype: k_ratio in float64, so that k (the
+# model's kept_for_ratio: floor(k_ratio * patches), exact for decimal ratios) rounds as the model's Python float does.
 BUDGET_INPUTS = {"num_cores": torch.int64, "k": torch.int64, "k_ratio": torch.float64}
 
 
@@ -199,8 +200,12 @@ class LookWhereGraph(nn.Module):
         value = budget if self.value is None else self.value
         if self.name == "k":
             k = value
-        else:  # float64 rounds as the model's int(k_ratio * num_patches) does
-            k = (torch.ones((), dtype=torch.float64) * grid[0] * grid[1] * value).floor().clamp(min=1).long()
+        else:  # the model's kept_for_ratio, in its order and in float64: as (1,) tensors, which the exporter does
+            # not demote to float32 as it does 0-d ones (and the tolerance added: onnxruntime drops a Mul by 1 + 1e-9)
+            patches = (torch.ones(1, dtype=torch.int64) * grid[0] * grid[1]).double()
+            ratio = torch.as_tensor(value, dtype=torch.float64).reshape(1)
+            tolerance = torch.tensor([RATIO_TOLERANCE], dtype=torch.float64)
+            k = (patches * ratio + tolerance * patches).floor().clamp(min=1).long().reshape(())
         if self.value is None or self.name == "k_ratio":
             within = (k >= model.config.num_fill_neighbors) & (k <= grid[0] * grid[1])
             if self.value is None and self.name == "k_ratio":

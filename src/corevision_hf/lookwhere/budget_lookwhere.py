@@ -45,7 +45,7 @@ def lookwhere_flops(
     SwiGLU (`use_swiglu_ffn`: fc1 to 2h, 6 L d h). The dense fill is not counted (a few MFLOPs)."""
     num_patches = patch_count(height, width, config.patch_size)
     if k is None:
-        k = max(1, int((config.k_ratio if k_ratio is None else k_ratio) * num_patches))
+        k = kept_for_ratio(config.k_ratio if k_ratio is None else k_ratio, num_patches)
     vit = dict(
         hidden_size=config.hidden_size,
         intermediate_size=config.intermediate_size,
@@ -93,7 +93,19 @@ def num_kept(config, grid: tuple[int, int], k=None, k_ratio=None, max_gflops=Non
         k_ratio = config.k_ratio
     if isinstance(k_ratio, bool) or not isinstance(k_ratio, numbers.Real) or not 0 < k_ratio <= 1:
         raise ValueError(f"k_ratio must be a number in (0, 1], got {k_ratio!r}.")
-    return max(1, int(k_ratio * num_patches))
+    return kept_for_ratio(k_ratio, num_patches)
+
+
+# k = floor(k_ratio * N), computed in float64 with a relative tolerance, so that a decimal ratio keeps what it says:
+# the product 0.29 * 100 is 28.999999999999996, an ulp short of 29. export.py's graph and web/budget.js compute the
+# same float64 expression, in the same order, and so get the same k.
+RATIO_TOLERANCE = 1e-9
+
+
+def kept_for_ratio(k_ratio: float, num_patches: int) -> int:
+    """k for `k_ratio` of `num_patches`: floor(k_ratio * N + 1e-9 * N) clamped to [1, N], i.e. floor(k_ratio * N)
+    exact for decimal ratios (0.29 of 100 patches keeps 29, 0.57 keeps 57)."""
+    return min(num_patches, max(1, math.floor(k_ratio * num_patches + RATIO_TOLERANCE * num_patches)))
 
 
 def kept_in_images(config, image_grids: torch.Tensor, k: int, k_ratio, budget_given: bool) -> torch.Tensor:
@@ -105,12 +117,13 @@ def kept_in_images(config, image_grids: torch.Tensor, k: int, k_ratio, budget_gi
         k_ratio = config.k_ratio
     if k_ratio is None:
         return patches.clamp(max=k)
-    return (patches.double() * k_ratio).floor().long().clamp(min=1)  # int(k_ratio * patches), as num_kept
+    kept = (patches.double() * k_ratio + RATIO_TOLERANCE * patches.double()).floor().long()  # as kept_for_ratio
+    return torch.minimum(kept.clamp(min=1), patches)
 
 
 def kept_for_target(config, height: int, width: int, pixel_values, max_gflops=None, max_ms=None) -> int:
     """k for a target: with `max_gflops`, the largest k in 1..Hp * Wp whose analytic GFLOPs at `height` x `width` fit;
-    with `max_ms`, k of the largest calibrated k_ratio whose latency there fits (k_ratio * Hp * Wp, at least 1)."""
+    with `max_ms`, k of the largest calibrated k_ratio whose latency there fits (`kept_for_ratio` of Hp * Wp)."""
     check_target(max_gflops=max_gflops, max_ms=max_ms)
     size = f"{height}x{width} px"
     num_patches = patch_count(height, width, config.patch_size)
@@ -121,7 +134,7 @@ def kept_for_target(config, height: int, width: int, pixel_values, max_gflops=No
         )
     latency = latency_at(config.latency_table, height, width, measurement_setup(pixel_values))
     k_ratio = largest_fitting_budget(sorted(latency), latency.get, max_ms, "max_ms", "k_ratio", "ms", size)
-    return max(1, int(k_ratio * num_patches))
+    return kept_for_ratio(k_ratio, num_patches)
 
 
 # Same as budget_veca.patch_count

@@ -709,7 +709,8 @@ class LookWhereModel(LookWherePreTrainedModel):
         k (`int`, *optional*):
             Patches kept per image, 1..Hp * Wp; default `config.default_k` if set.
         k_ratio (`float`, *optional*):
-            Fraction of the high-resolution grid kept, in (0, 1]; default `config.k_ratio`. Give k or k_ratio.
+            Fraction of the high-resolution grid kept, in (0, 1]; default `config.k_ratio`. Give k or k_ratio. It keeps
+            floor(k_ratio * Hp * Wp) patches, at least 1, exact for decimal ratios (`kept_for_ratio`).
         max_gflops (`float`, *optional*):
             Target cost instead of k: the largest k whose analytic GFLOPs per image (`corevision_hf.lookwhere_flops`)
             at this size fit; default `config.default_max_gflops` (after `config.default_k`, before `config.k_ratio`).
@@ -840,7 +841,8 @@ class LookWhereTaskModel(LookWherePreTrainedModel):
 
 
 class LookWhereForImageClassification(LookWhereTaskModel):
-    """LookWhere with a linear classifier on the extractor's CLS token. The selector stays frozen by default."""
+    """LookWhere with a linear classifier on the extractor's CLS token; `hidden_states` filled onto the grid, as the
+    base model's. The selector stays frozen by default."""
 
     def __init__(self, config: LookWhereConfig):
         super().__init__(config)
@@ -864,8 +866,13 @@ class LookWhereForImageClassification(LookWhereTaskModel):
         outputs = self.lookwhere(pixel_values, k=k, k_ratio=k_ratio, fill_dense=False, **kwargs)
         logits = self.classifier(outputs.pooler_output)
         loss = self.loss_function(labels, logits, self.config, **kwargs) if labels is not None else None
+        hidden_states = outputs.hidden_states
+        if hidden_states is not None:  # filled onto the grid, as the base model gives them (the logits need no fill)
+            grid = (pixel_values.shape[2] // self.config.patch_size, pixel_values.shape[3] // self.config.patch_size)
+            fill = self.lookwhere.dense_fill(outputs.selected_indices, outputs.selector_map, grid)
+            hidden_states = tuple(fill(state) for state in hidden_states)
         return ImageClassifierOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+            loss=loss, logits=logits, hidden_states=hidden_states, attentions=outputs.attentions
         )
 
 

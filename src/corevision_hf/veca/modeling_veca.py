@@ -582,16 +582,21 @@ class VecaModel(VecaPreTrainedModel):
         pixel_mask: torch.Tensor | None = None,
     ) -> tuple:
         """DINOv2's `get_intermediate_layers`: the patch tokens after the last `n` blocks (an int) or after the blocks
-        of these 0-based indices (a list), through the final norm if `norm`. Returns a tuple with one (B, Hp * Wp, D)
-        tensor per block, (B, D, Hp, Wp) maps if `reshape`, or (patch tokens, (B, D) core 0) pairs if
-        `return_class_token`."""
+        of these 0-based indices (a list), through the final norm and the output projection (when the config has
+        `output_projection_size`) if `norm`, so that the last block gives `patch_tokens` and core 0 `pooler_output`;
+        without `norm`, the blocks' raw tokens (hidden_size wide). Returns a tuple with one (B, Hp * Wp, D) tensor per
+        block, (B, D, Hp, Wp) maps if `reshape`, or (patch tokens, (B, D) core 0) pairs if `return_class_token`."""
         outputs = self(pixel_values, num_cores=num_cores, pixel_mask=pixel_mask, output_hidden_states=True)
         blocks = outputs.hidden_states[1:]  # [0] is the embedding output
         active_cores = outputs.core_coordinates.shape[1]
         grid = (pixel_values.shape[2] // self.config.patch_size, pixel_values.shape[3] // self.config.patch_size)
         layers = []
         for index in chosen_blocks(n, len(blocks)):
-            hidden_state = self.norm(blocks[index]) if norm else blocks[index]
+            hidden_state = blocks[index]
+            if norm:  # as forward ends
+                hidden_state = self.norm(hidden_state)
+                if self.output_projection is not None:
+                    hidden_state = self.output_projection(hidden_state)
             patches = hidden_state[:, active_cores:]
             if reshape:
                 patches = patches.transpose(1, 2).reshape(patches.shape[0], -1, *grid)
@@ -654,7 +659,9 @@ class VecaForImageClassification(VecaPreTrainedModel):
 
 
 class VecaBackbone(BackboneMixin, VecaPreTrainedModel):
-    """VECA feature maps at chosen layers ("stem", "stage1", ...) for dense-prediction heads: (B, D, Hp, Wp)."""
+    """VECA feature maps at chosen layers ("stem", "stage1", ...) for dense-prediction heads: (B, D, Hp, Wp), D the
+    hidden size at every stage (`num_features`): the final norm applies (`apply_layernorm`), the output projection does
+    not (`get_intermediate_layers` applies both)."""
 
     def __init__(self, config: VecaConfig):
         super().__init__(config)
