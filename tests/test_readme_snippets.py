@@ -20,8 +20,13 @@ PAGES = ["README.md", *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "d
 SNIPPETS = {page: re.findall(r"```python\n(.*?)```", (ROOT / page).read_text(), flags=re.DOTALL) for page in PAGES}
 
 
-def test_the_pages_have_python_snippets():
-    assert len(SNIPPETS["README.md"]) >= 2 and sum(map(len, SNIPPETS.values())) >= 12
+def test_every_python_block_of_every_page_is_run():
+    """Each ```python fence of a page is one snippet the test below runs (none lost to the pattern), and the front
+    door shows the two it must (loading with a budget, the LookWhere call)."""
+    for page, snippets in SNIPPETS.items():
+        assert len(snippets) == (ROOT / page).read_text().count("```python"), page
+    assert any("num_cores=" in snippet for snippet in SNIPPETS["README.md"])
+    assert any("k_ratio=" in snippet for snippet in SNIPPETS["README.md"])
 
 
 @pytest.fixture(scope="module", params=[14, 16], ids=lambda patch: f"patch{patch}")
