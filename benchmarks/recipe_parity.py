@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
+from transformers import Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 
 from corevision_hf.cli import HelpFormatter
 from corevision_hf import LookWhereModel, VecaModel
@@ -268,8 +269,6 @@ def release_layout(tensors: dict[str, torch.Tensor], name_map: dict) -> dict:
 def dinov2_from_flax(weights: dict[str, torch.Tensor], num_heads: int, layer_norm_eps: float, hidden_act: str):
     """The authors' flax ViT (`modeling.ViT`: no position for CLS and registers) as a transformers
     `Dinov2WithRegistersModel`, the kind of teacher training.teacher runs, with the given numerics."""
-    from transformers import Dinov2WithRegistersConfig, Dinov2WithRegistersModel
-
     patch, _, channels, dim = weights["embed/wte/kernel"].shape
     grid = weights["embed/wpe"].shape[0]
     depth = 1 + max(int(name.split("/")[0].removeprefix("layer_")) for name in weights if name.startswith("layer_"))
@@ -284,7 +283,8 @@ def dinov2_from_flax(weights: dict[str, torch.Tensor], num_heads: int, layer_nor
         "embeddings.mask_token": torch.zeros(1, dim),
         "embeddings.register_tokens": weights["reg_token"],
         # transformers adds a CLS position; the authors' CLS has none
-        "embeddings.position_embeddings": torch.cat([torch.zeros(1, 1, dim), weights["embed/wpe"].reshape(1, -1, dim)], 1),
+        "embeddings.position_embeddings": torch.cat([torch.zeros(1, 1, dim), weights["embed/wpe"].reshape(1, -1, dim)],
+                                                    dim=1),
         "embeddings.patch_embeddings.projection.weight": weights["embed/wte/kernel"].permute(3, 2, 0, 1),
         "embeddings.patch_embeddings.projection.bias": weights["embed/wte/bias"],
         "layernorm.weight": weights["norm/scale"],
@@ -387,7 +387,7 @@ def check_lookwhere_case(folder: Path, recipe: dict | None = None) -> Report:
                        LW_GRADIENT_RTOL_OF_MAX * reference.abs().max().item(), ignore=ignored[name])
         optimizer.step()
         # Every element within lr / 4, or twice what the authors' own two compilations of a step so far differ by (an
-        # element whose gradient is ~1e-9 by accident moves by a share of lr that follows its rounding, and stays moved).
+        # element whose gradient is ~1e-9 by accident moves by a share of lr that follows rounding, and stays moved).
         floor = max(floor, step.get("max_abs_diff_training_step_vs_grads_then_optax", {}).get("all_other", 0.0))
         every_element = max(LW_WEIGHT_ATOL_OF_LR * lr, 2 * floor)
         reference_weights = ours({name[len(f"step{s}/"):]: value for name, value in expected.items()
@@ -396,8 +396,8 @@ def check_lookwhere_case(folder: Path, recipe: dict | None = None) -> Report:
             value, reference, keep = param.detach(), reference_weights[name], ~ignored[name]
             report.add(f"weights-after-step-{s} {name}", value, reference, every_element, ignore=ignored[name])
             close = ((value - reference).abs() <= LW_WEIGHT_ATOL)[keep].float().mean().item()
-            report.add_value(f"weights-within-2e-7-after-step-{s} {name}", 1 - close, (1 - close) / (1 - LW_WEIGHT_SHARE),
-                             "share beyond")
+            report.add_value(f"weights-within-2e-7-after-step-{s} {name}", 1 - close,
+                             (1 - close) / (1 - LW_WEIGHT_SHARE), "share beyond")
     return report
 
 
@@ -408,7 +408,8 @@ def main(argv=None) -> int:
     parser.add_argument("--no-gradient-replay", action="store_true",
                         help="VECA: step 1 with our own gradients (AdamW's first step magnifies their rounding)")
     parser.add_argument("--no-orthogonalization-replay", action="store_true",
-                        help="VECA: our own bfloat16 orthogonalisation; NorMuon matrices compared by the norm of their change")
+                        help="VECA: our own bfloat16 orthogonalisation; NorMuon matrices compared by the norm of their "
+                             "change")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     passed = True

@@ -108,7 +108,9 @@ MAP_QUERIES = ("patches", "authors")  # --map-queries
 
 
 @torch.no_grad()
-def teacher_targets_and_map(teacher, pixel_values: torch.Tensor, grid: tuple[int, int], queries: str = "patches") -> tuple:
+def teacher_targets_and_map(
+    teacher, pixel_values: torch.Tensor, grid: tuple[int, int], queries: str = "patches"
+) -> tuple:
     """One teacher forward for what-where distillation: CLS (B, D) and patch tokens (B, Hp * Wp, D) as in
     `teacher_targets`, and the last-layer pre-softmax attention logits q.k / sqrt(d), averaged over heads and over the
     queries, keys restricted to the patch tokens: (B, Hp * Wp). `queries`: "patches" (every patch token) or "authors"
