@@ -102,7 +102,7 @@ def log_log_slope(rows, label, low, high) -> float | None:
     return math.log(b["latency_s"] / a["latency_s"]) / math.log(b["num_patches"] / a["num_patches"])
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--resolutions", type=int, nargs="+", default=[256, 512, 1024, 2048])
     parser.add_argument("--budgets", type=int, nargs="+", default=[64, 16, 8])
@@ -114,87 +114,102 @@ def main() -> None:
     parser.add_argument("--teacher-opt-in", action="store_true", help="also time DINOv3 with optimize_for_cpu (CPU)")
     parser.add_argument("--out", default="benchmarks/results/veca_cpu", help="output prefix for .json and .png")
     parser.add_argument("--probe-memory", nargs=4, metavar=("MODEL", "ATTN", "RES", "CORES"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser.parse_args()
 
-    if args.probe_memory:
-        name, attn, resolution, cores = args.probe_memory
-        torch.set_num_threads(os.cpu_count())
-        probe_memory(name, attn, int(resolution), int(cores), args.device, args.dtype)
-        return
 
-    torch.set_num_threads(os.cpu_count())
-    dtype = DTYPES[args.dtype]
-    peak = matmul_gflops(args.device, dtype)
-    print(f"device {args.device}, {args.dtype}, {torch.get_num_threads()} threads; 4096^3 matmul: {peak:.0f} GFLOP/s")
+def variants(args) -> list[tuple[str, int | None]]:
+    """(model name, cores) pairs timed at each size: DINOv3 and VECA at every budget."""
+    if args.device != "cpu":  # the opt-in is a CPU one
+        return [("dinov3", None)] + [("veca", c) for c in args.budgets]
+    # on a CPU, the opt-in at every budget and the default path at the full bank
+    timed = [("dinov3", None)] + [("veca_cpu", c) for c in args.budgets] + [("veca", max(args.budgets))]
+    return timed + [("dinov3_cpu", None)] if args.teacher_opt_in else timed
 
+
+def measure(args, attn: str, dtype: torch.dtype, peak: float) -> list[dict]:
+    """One row per size and variant, DINOv3 and VECA timed alternately in one process; prints each row."""
+    timed = variants(args)
+    models = {name: build(name, attn, args.device, dtype) for name in dict.fromkeys(n for n, _ in timed)}
     rows = []
-    for attn in args.attn:
-        if args.device == "cpu":  # the opt-in at every budget, the default path at the full bank
-            variants = [("dinov3", None)] + [("veca_cpu", c) for c in args.budgets] + [("veca", max(args.budgets))]
-            if args.teacher_opt_in:
-                variants.append(("dinov3_cpu", None))
-        else:  # the opt-in is a CPU one
-            variants = [("dinov3", None)] + [("veca", c) for c in args.budgets]
-        models = {name: build(name, attn, args.device, dtype) for name in dict.fromkeys(n for n, _ in variants)}
-        for resolution in args.resolutions:
-            pixel_values = torch.randn(1, 3, resolution, resolution, device=args.device, dtype=dtype)
-            warmup, runs = runs_for(resolution, args.device, args.runs)
-            fns = {variant: forward_fn(models[variant[0]], pixel_values, variant[1]) for variant in variants}
-            times = alternate(fns, args.device, warmup, runs)
-            dense_latency = statistics.median(times[("dinov3", None)])
-            for (name, cores), samples in times.items():
-                latency = statistics.median(samples)
-                model_flops = flops(name, models[name].config, resolution, cores)
-                label = LABELS[name] if cores is None else LABELS[name].replace("VECA-B", f"VECA-B C={cores}")
-                if len(args.attn) > 1:
-                    label += f" [{attn}]"
-                row = {
-                    "model": label,
-                    "attn": attn,
-                    "resolution": resolution,
-                    "num_patches": (resolution // 16) ** 2,
-                    "num_cores": cores,
-                    "latency_s": latency,
-                    "latency_runs_s": samples,
-                    "gflops": model_flops / 1e9,
-                    "achieved_gflops_per_s": model_flops / latency / 1e9,
-                    "fraction_of_matmul_peak": model_flops / latency / 1e9 / peak,
-                    "dinov3_over_this": dense_latency / latency,
-                }
-                if not args.no_memory:
-                    row["peak_memory_mib"] = in_fresh_process(
-                        __file__, [name, attn, str(resolution), str(cores or 0), "--device", args.device,
-                                   "--dtype", args.dtype]
-                    )
-                rows.append(row)
-                memory = f"{row['peak_memory_mib']:9.0f}" if "peak_memory_mib" in row else "        -"
-                print(
-                    f"{resolution:5d}px {label:48s} {latency:8.3f} s  x{row['dinov3_over_this']:5.2f} vs DINOv3  "
-                    f"{row['gflops']:8.1f} GFLOP  {row['achieved_gflops_per_s']:6.0f} GFLOP/s "
-                    f"({100 * row['fraction_of_matmul_peak']:3.0f}% of matmul)  {memory} MiB",
-                    flush=True,
-                )
-        del models
+    for resolution in args.resolutions:
+        pixel_values = torch.randn(1, 3, resolution, resolution, device=args.device, dtype=dtype)
+        warmup, runs = runs_for(resolution, args.device, args.runs)
+        fns = {variant: forward_fn(models[variant[0]], pixel_values, variant[1]) for variant in timed}
+        times = alternate(fns, args.device, warmup, runs)
+        dense_latency = statistics.median(times[("dinov3", None)])
+        for (name, cores), samples in times.items():
+            row = timing_row(args, models[name].config, name, cores, attn, resolution, samples, dense_latency, peak)
+            rows.append(row)
+            memory = f"{row['peak_memory_mib']:9.0f}" if "peak_memory_mib" in row else "        -"
+            print(
+                f"{resolution:5d}px {row['model']:48s} {row['latency_s']:8.3f} s  x{row['dinov3_over_this']:5.2f} vs "
+                f"DINOv3  {row['gflops']:8.1f} GFLOP  {row['achieved_gflops_per_s']:6.0f} GFLOP/s "
+                f"({100 * row['fraction_of_matmul_peak']:3.0f}% of matmul)  {memory} MiB",
+                flush=True,
+            )
+    return rows
 
+
+def timing_row(args, config, name, cores, attn, resolution, samples, dense_latency, peak) -> dict:
+    latency = statistics.median(samples)
+    model_flops = flops(name, config, resolution, cores)
+    label = LABELS[name] if cores is None else LABELS[name].replace("VECA-B", f"VECA-B C={cores}")
+    if len(args.attn) > 1:
+        label += f" [{attn}]"
+    row = {
+        "model": label,
+        "attn": attn,
+        "resolution": resolution,
+        "num_patches": (resolution // 16) ** 2,
+        "num_cores": cores,
+        "latency_s": latency,
+        "latency_runs_s": samples,
+        "gflops": model_flops / 1e9,
+        "achieved_gflops_per_s": model_flops / latency / 1e9,
+        "fraction_of_matmul_peak": model_flops / latency / 1e9 / peak,
+        "dinov3_over_this": dense_latency / latency,
+    }
+    if not args.no_memory:
+        row["peak_memory_mib"] = in_fresh_process(
+            __file__, [name, attn, str(resolution), str(cores or 0), "--device", args.device, "--dtype", args.dtype]
+        )
+    return row
+
+
+def slopes_of(rows: list[dict], resolutions: list[int]) -> dict:
+    """The log-log slope of latency against patches of each model, 512-2048 px when measured (else the range)."""
+    low, high = (512, 2048) if {512, 2048} <= set(resolutions) else (min(resolutions), max(resolutions))
     slopes = {}
-    labels = dict.fromkeys(r["model"] for r in rows)
-    low, high = (512, 2048) if {512, 2048} <= set(args.resolutions) else (min(args.resolutions), max(args.resolutions))
-    for label in labels:
+    for label in dict.fromkeys(r["model"] for r in rows):
         slope = log_log_slope(rows, label, low, high)
         if slope is not None:
             slopes[label] = slope
             print(f"log-log slope of latency vs patches, {low}-{high} px, {label}: {slope:.3f}")
+    return {"range_px": [low, high], **slopes}
 
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(os.cpu_count())
+    if args.probe_memory:
+        name, attn, resolution, cores = args.probe_memory
+        probe_memory(name, attn, int(resolution), int(cores), args.device, args.dtype)
+        return
+
+    dtype = DTYPES[args.dtype]
+    peak = matmul_gflops(args.device, dtype)
+    print(f"device {args.device}, {args.dtype}, {torch.get_num_threads()} threads; 4096^3 matmul: {peak:.0f} GFLOP/s")
+    rows = [row for attn in args.attn for row in measure(args, attn, dtype, peak)]
     summary = {
         "device": args.device,
         "dtype": args.dtype,
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "matmul_gflops_per_s": peak,
-        "slopes": {"range_px": [low, high], **slopes},
+        "slopes": slopes_of(rows, args.resolutions),
         "rows": rows,
     }
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out + ".json", "w") as f:
         json.dump(summary, f, indent=2)
     plot_latency(rows, args.out + ".png", f"VECA-B vs DINOv3-B, batch 1, {args.device} {args.dtype}")
