@@ -559,43 +559,8 @@ def benchmark(argv=None) -> dict:
 
     heldout = PhotoSet(args.heldout_photos, teacher, args.resolutions, args.image_size, args)
     print(f"2/6 students x seeds {args.seeds}, {args.steps} steps of {args.batch_size}", flush=True)
-    measured = {}  # (student, seed) -> PhotoSet.measure of the trained student
-    untrained = {}  # (initialisation, seed) -> PhotoSet.measure before the first step (its own keys: "dense ViT" is
-    # both a student and its initialisation)
-    resumed = []  # "student/seed" kept from an interrupted run (--resume)
-    training = {}  # "student/seed" -> record
-    for seed in args.seeds:
-        cache = teacher_cache(scratch, seed, args, source, train_names)
-        runs = [(name, seed, scratch / f"seed{seed}" / slug(name)) for name in STUDENTS]
-        if seed == args.rerun_seed:
-            runs.append(("VECA elastic", seed, scratch / "rerun" / slug("VECA elastic")))
-        for name, _, output_dir in runs:
-            rerun = output_dir.parent.name == "rerun"
-            init = STUDENTS[name][1]
-            key = (f"{name} rerun" if rerun else name, seed)
-            lr = getattr(args, STUDENTS[name][2])
-            print(f"    {name}{' (rerun)' if rerun else ''}, seed {seed}: lr {lr:g}", flush=True)
-            finished = output_dir / "quality_record.pt"  # written last: a student either has all of it or none
-            kept = torch.load(finished, weights_only=False) if args.resume and finished.exists() else {}
-            if "untrained" in kept:
-                untrained.setdefault((init, seed), kept["untrained"])
-            if (init, seed) not in untrained:  # new_student seeds itself: the same weights the student starts from
-                untrained[init, seed] = heldout.measure(new_student(name, teacher, args, seed)[0], budgets_of(name))
-            if kept:
-                training[f"{key[0]}/seed{seed}"], measured[key] = kept["record"], kept["measured"]
-                resumed.append(f"{key[0]}/seed{seed}")
-                print("      finished by the interrupted run: kept", flush=True)
-                continue
-            shutil.rmtree(output_dir, ignore_errors=True)  # what an interrupted student left: it starts again
-            student, step_loss, draws = new_student(name, teacher, args, seed)
-            training[f"{key[0]}/seed{seed}"] = train(name, student, step_loss, draws, lr, train_dir, teacher, cache,
-                                                     args, seed, args.steps, output_dir)
-            measured[key] = heldout.measure(student, budgets_of(name))
-            torch.save({"record": training[f"{key[0]}/seed{seed}"], "measured": measured[key],
-                        "untrained": untrained[init, seed]}, str(finished) + ".partial")
-            os.replace(str(finished) + ".partial", finished)
-            print(f"      done; {time.perf_counter() - run_start:.0f} s so far", flush=True)
-            del student
+    measured, untrained, resumed, training = train_students(args, teacher, source, heldout, scratch, train_dir,
+                                                            train_names, run_start)
 
     print("3/6 reference lines", flush=True)
     constant_cls, constant_patch, crops = mean_teacher_tokens([scratch / f"seed{s}" / "teacher_cache" for s in args.seeds])
@@ -634,6 +599,47 @@ def benchmark(argv=None) -> dict:
     write_json(str(args.out), result)
     print(f"  wrote {relative(args.out)}, {relative(args.plot)}")
     return result
+
+
+def train_students(args, teacher, source, heldout, scratch, train_dir, train_names, run_start) -> tuple:
+    """Every student of every seed (and the same-seed rerun) trained and measured on the held-out photos, or kept
+    from an interrupted run (--resume). Returns (measured, untrained, resumed, training): (student, seed) -> the
+    trained student's measurements; (initialisation, seed) -> the untrained start's (its own keys: "dense ViT" is both
+    a student and its initialisation); the "student/seed" runs kept; "student/seed" -> training record."""
+    measured, untrained, resumed, training = {}, {}, [], {}
+    for seed in args.seeds:
+        cache = teacher_cache(scratch, seed, args, source, train_names)
+        runs = [(name, scratch / f"seed{seed}" / slug(name)) for name in STUDENTS]
+        if seed == args.rerun_seed:
+            runs.append(("VECA elastic", scratch / "rerun" / slug("VECA elastic")))
+        for name, output_dir in runs:
+            rerun = output_dir.parent.name == "rerun"
+            init = STUDENTS[name][1]
+            key = (f"{name} rerun" if rerun else name, seed)
+            lr = getattr(args, STUDENTS[name][2])
+            print(f"    {name}{' (rerun)' if rerun else ''}, seed {seed}: lr {lr:g}", flush=True)
+            finished = output_dir / "quality_record.pt"  # written last: a student either has all of it or none
+            kept = torch.load(finished, weights_only=False) if args.resume and finished.exists() else {}
+            if "untrained" in kept:
+                untrained.setdefault((init, seed), kept["untrained"])
+            if (init, seed) not in untrained:  # new_student seeds itself: the same weights the student starts from
+                untrained[init, seed] = heldout.measure(new_student(name, teacher, args, seed)[0], budgets_of(name))
+            if kept:
+                training[f"{key[0]}/seed{seed}"], measured[key] = kept["record"], kept["measured"]
+                resumed.append(f"{key[0]}/seed{seed}")
+                print("      finished by the interrupted run: kept", flush=True)
+                continue
+            shutil.rmtree(output_dir, ignore_errors=True)  # what an interrupted student left: it starts again
+            student, step_loss, draws = new_student(name, teacher, args, seed)
+            training[f"{key[0]}/seed{seed}"] = train(name, student, step_loss, draws, lr, train_dir, teacher, cache,
+                                                     args, seed, args.steps, output_dir)
+            measured[key] = heldout.measure(student, budgets_of(name))
+            torch.save({"record": training[f"{key[0]}/seed{seed}"], "measured": measured[key],
+                        "untrained": untrained[init, seed]}, str(finished) + ".partial")
+            os.replace(str(finished) + ".partial", finished)
+            print(f"      done; {time.perf_counter() - run_start:.0f} s so far", flush=True)
+            del student
+    return measured, untrained, resumed, training
 
 
 # ---------------------------------------------------------------------------------------------------- results
