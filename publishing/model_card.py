@@ -80,31 +80,8 @@ def render_card(
     hub_teacher, teacher_note = teacher_on_the_hub((recipe.get("teacher") if recipe else None) or evaluation.get("teacher"))
     teacher_license = next((terms for prefix, terms in TEACHER_LICENSES.items()
                             if hub_teacher and hub_teacher.startswith(prefix)), None)
-    license_name = license_link = None
-    if license is None:
-        license, license_name, license_link = teacher_license or (DEFAULT_LICENSE, None, None)
-    starts_from_teacher = config.model_type == "lookwhere" or bool(((recipe or {}).get("args") or {}).get(
-        "patch_embed_from_teacher"))
+    card_data = card_metadata(config, evaluation, recipe, repo_id, license, hub_teacher, teacher_license)
     recipe = public_recipe(recipe) if recipe else None
-    data = recipe.get("data") if recipe else None
-    eval_results = _eval_results(evaluation)
-
-    card_data = ModelCardData(
-        # the model-index needs a name; without eval results it would be a stray metadata key
-        model_name=(repo_id.split("/")[-1] if repo_id else config.model_type) if eval_results else None,
-        library_name="transformers",
-        pipeline_tag="image-feature-extraction",
-        # a base model is one the weights start from: LookWhere's extractor is a copy of its teacher; a VECA student
-        # starts from random weights (unless its patch embedding was copied) and only imitates the teacher's outputs
-        base_model=hub_teacher if starts_from_teacher else None,
-        datasets=[data] if data and not is_placeholder(data) else None,
-        license=license,
-        license_name=license_name,
-        license_link=license_link,
-        tags=["corevision_hf", config.model_type, "vision", "knowledge-distillation", "image-feature-extraction",
-              "custom_code"],
-        eval_results=eval_results or None,
-    )
     header, rows, measured = _table(evaluation)
     return ModelCard.from_template(
         card_data,
@@ -140,6 +117,34 @@ def render_card(
         code_revision=code_revision,
         elastic_onnx=elastic_onnx,
     )
+
+def card_metadata(config, evaluation: dict, recipe: dict | None, repo_id: str | None, license: str | None,
+                  hub_teacher: str | None, teacher_license: tuple | None) -> ModelCardData:
+    """The card's YAML header: library, pipeline, base model, data, license, tags and the evaluation results."""
+    license_name = license_link = None
+    if license is None:
+        license, license_name, license_link = teacher_license or (DEFAULT_LICENSE, None, None)
+    starts_from_teacher = config.model_type == "lookwhere" or bool(((recipe or {}).get("args") or {}).get(
+        "patch_embed_from_teacher"))
+    data = public_recipe(recipe).get("data") if recipe else None
+    eval_results = _eval_results(evaluation)
+    return ModelCardData(
+        # the model-index needs a name; without eval results it would be a stray metadata key
+        model_name=(repo_id.split("/")[-1] if repo_id else config.model_type) if eval_results else None,
+        library_name="transformers",
+        pipeline_tag="image-feature-extraction",
+        # a base model is one the weights start from: LookWhere's extractor is a copy of its teacher; a VECA student
+        # starts from random weights (unless its patch embedding was copied) and only imitates the teacher's outputs
+        base_model=hub_teacher if starts_from_teacher else None,
+        datasets=[data] if data and not is_placeholder(data) else None,
+        license=license,
+        license_name=license_name,
+        license_link=license_link,
+        tags=["corevision_hf", config.model_type, "vision", "knowledge-distillation", "image-feature-extraction",
+              "custom_code"],
+        eval_results=eval_results or None,
+    )
+
 
 
 def existing_pictures(evaluation: dict, evaluation_path: str) -> dict:
