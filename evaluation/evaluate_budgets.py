@@ -275,6 +275,51 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     progress = Progress()
     output = Path(args.output_dir)
+    check_arguments(args, output)
+
+    # Checks: the checkpoint, the budgets, the sizes, every dataset and the teacher, before any work.
+    config = checkpoint_config(args.checkpoint)
+    resolutions = sorted(set(args.resolutions))
+    quality_resolution = args.quality_resolution or args.resolutions[0]
+    picture_resolution = args.picture_resolution or max(resolutions)
+    check_resolutions(config, {"--resolutions": resolutions, "--quality-resolution": [quality_resolution],
+                               "--picture-resolution": [picture_resolution]})
+    budget_name, budgets = parse_budgets(config, args.budgets, [*resolutions, quality_resolution])
+    data = {
+        "agreement": image_files(args.agreement_data) if args.agreement_data else None,
+        "probe": classification_folder(args.probe_data) if args.probe_data else None,
+        "segmentation": segmentation_folder(args.segmentation_data) if args.segmentation_data else None,
+    }
+    recipe = read_recipe(args.checkpoint)
+    teacher_name = args.teacher or (recipe or {}).get("teacher")
+    if data["agreement"] and not teacher_name:
+        raise ValueError("--agreement-data needs --teacher (the checkpoint has no training_recipe.json naming one).")
+    dtype = getattr(torch, args.dtype)
+    teacher, model = load_models(args, config, teacher_name, dtype, bool(data["agreement"]), progress,
+                                 f"loading {args.checkpoint} ({config.model_type}); budgets ({budget_name}): {budgets}")
+
+    report = new_report(args, config, model, teacher_name, budget_name, budgets, resolutions, quality_resolution,
+                        data["agreement"])
+    forwards, costs = measure_cost(args, config, model, teacher, report, recipe, dtype, progress)
+    measure_quality(args, config, model, teacher, report, data, dtype, progress)
+    if args.device.startswith("cuda") or (platform.system() == "Linux" and return_freed_memory_to_the_os()):
+        progress("peak memory of one forward per budget and resolution")  # last: it changes the allocator's ways
+        for key, forward in forwards.items():
+            costs[key]["peak_memory_mib"] = peak_memory_mib(forward, args.device)
+    for entry in report["results"]:
+        print(f"{budget_name}={entry['budget']}: " + ", ".join(
+            f"{r} px {c['gflops']:.3g} GFLOPs {c['latency_ms']:.1f} ms (IQR {c['latency_iqr_ms']:.1f}) "
+            f"{c['peak_memory_mib'] or 0:.0f} MiB" for r, c in entry["cost"].items()
+        ))
+    for line in report["latency_warnings"]:
+        print(f"latency warning: {line}; the latencies are not to be trusted: rerun on an idle machine", flush=True)
+    write_outputs(args, output, config, model, teacher, report, recipe, data["agreement"], picture_resolution, dtype,
+                  progress)
+    return report
+
+
+def check_arguments(args, output: Path) -> None:
+    """The combinations of flags that cannot work, and outputs that would replace a user's files."""
     written = ["evaluation.json", "evaluation.png", *(PICTURES.values() if args.agreement_data else []),
                *(["README.md"] if args.card else [])]
     for name in written:
@@ -288,42 +333,34 @@ def main(argv=None) -> dict:
         raise ValueError(f"--optimize-for-cpu speeds up float32 on the CPU only, not --device {args.device} --dtype "
                          f"{args.dtype}: add --device cpu --dtype float32, or leave --optimize-for-cpu out.")
 
-    # Checks: the checkpoint, the budgets, the sizes, every dataset and the teacher, before any work.
-    config = checkpoint_config(args.checkpoint)
-    resolutions = sorted(set(args.resolutions))
-    quality_resolution = args.quality_resolution or args.resolutions[0]
-    picture_resolution = args.picture_resolution or max(resolutions)
-    check_resolutions(config, {"--resolutions": resolutions, "--quality-resolution": [quality_resolution],
-                               "--picture-resolution": [picture_resolution]})
-    budget_name, budgets = parse_budgets(config, args.budgets, [*resolutions, quality_resolution])
-    agreement_files = image_files(args.agreement_data) if args.agreement_data else None
-    probe_splits, classes = classification_folder(args.probe_data) if args.probe_data else (None, None)
-    segmentation_splits = segmentation_folder(args.segmentation_data) if args.segmentation_data else None
-    recipe = read_recipe(args.checkpoint)
-    teacher_name = args.teacher or (recipe or {}).get("teacher")
-    if agreement_files and not teacher_name:
-        raise ValueError("--agreement-data needs --teacher (the checkpoint has no training_recipe.json naming one).")
-    dtype = getattr(torch, args.dtype)
+
+def load_models(args, config, teacher_name, dtype, for_agreement: bool, progress, checkpoint_line: str) -> tuple:
+    """(teacher or None, checkpoint), on the device, in eval mode; the teacher must be the checkpoint's width when
+    agreement is measured."""
     progress(f"loading the teacher {teacher_name}" if teacher_name else "no teacher: cost of the checkpoint only")
+    teacher = None
     if teacher_name:
         with reading_weights(teacher_name):
             teacher = load_teacher(teacher_name, dtype).to(args.device)
-    else:
-        teacher = None
-    if teacher is not None and agreement_files and teacher.config.hidden_size != output_width(config):
+    if teacher is not None and for_agreement and teacher.config.hidden_size != output_width(config):
         raise ValueError(
             f"The teacher's width {teacher.config.hidden_size} differs from the student's output width "
             f"{output_width(config)}: agreement needs the teacher the checkpoint was distilled from."
         )
-    progress(f"loading {args.checkpoint} ({config.model_type}); budgets ({budget_name}): {budgets}")
+    progress(checkpoint_line)
     with reading_weights(args.checkpoint):
         model = AutoModel.from_pretrained(args.checkpoint, dtype=dtype).to(args.device).eval()
     if args.optimize_for_cpu:
         optimize_for_cpu(model)
         if teacher is not None:
             optimize_for_cpu(teacher)
+    return teacher, model
 
-    report = {
+
+def new_report(args, config, model, teacher_name, budget_name, budgets, resolutions, quality_resolution,
+               agreement_files) -> dict:
+    """The evaluation JSON before any measurement: what was evaluated, where and how."""
+    return {
         "format": EVALUATION_FORMAT,
         "model_type": config.model_type,
         "checkpoint": args.checkpoint,
@@ -334,7 +371,8 @@ def main(argv=None) -> dict:
         "quality_resolution": quality_resolution,
         "environment": {
             "device": args.device,
-            "device_name": torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else platform.processor() or platform.machine(),
+            "device_name": torch.cuda.get_device_name(args.device) if args.device.startswith("cuda")
+            else platform.processor() or platform.machine(),
             "dtype": args.dtype,
             "batch_size": args.batch_size,
             "threads": torch.get_num_threads(),
@@ -356,16 +394,21 @@ def main(argv=None) -> dict:
         "results": [],
     }
 
-    # Cost: the same random batch for the checkpoint at every budget and for the dense teacher. Memory is measured
-    # last, after timing and quality, because measuring it changes how the allocator behaves.
+
+def measure_cost(args, config, model, teacher, report, recipe, dtype, progress) -> tuple[dict, dict]:
+    """FLOPs and latency of every budget and size and of the dense teacher, on the same random batch, timed in turn;
+    fills the report's results (quality still empty). Returns (forwards, costs), both keyed (budget or "teacher",
+    resolution), for the memory measured last."""
+    budget_name, budgets, resolutions = report["budget_name"], report["budgets"], report["resolutions"]
     inputs = {r: torch.randn(args.batch_size, 3, r, r, generator=torch.Generator().manual_seed(r)) for r in resolutions}
-    forwards = {}  # (budget or "teacher", resolution) -> forward
+    forwards = {}
     for r in resolutions:
         pixels = inputs[r].to(args.device, dtype)
         for budget in budgets:
             forwards[budget, r] = functools.partial(model, pixels, **{budget_name: budget})
         if teacher is not None:
-            forwards["teacher", r] = functools.partial(teacher, teacher_input(pixels, teacher_patch_size(teacher), config.patch_size))
+            forwards["teacher", r] = functools.partial(teacher, teacher_input(pixels, teacher_patch_size(teacher),
+                                                                              config.patch_size))
     progress(f"cost: {len(forwards)} forwards (budgets, sizes{' and the teacher' if teacher is not None else ''}) "
              f"timed in turn, {args.latency_runs} runs each")
     latencies = alternated_latency(forwards, args.device, args.latency_runs)
@@ -384,15 +427,20 @@ def main(argv=None) -> dict:
         report["teacher_cost"] = {str(r): costs["teacher", r] for r in resolutions}
     for budget in budgets:
         report["results"].append({"budget": budget,
-                                  "trained": trained(model, budget_name, budget, recipe, quality_resolution),
+                                  "trained": trained(model, budget_name, budget, recipe, report["quality_resolution"]),
                                   "cost": {str(r): costs[budget, r] for r in resolutions},
                                   "quality": dict.fromkeys(["cls_cosine", "cls_cosine_std", "cls_cosine_se",
                                                             "patch_cosine", "patch_cosine_std", "patch_cosine_se",
                                                             "probe_accuracy", "segmentation_miou"])})
+    return forwards, costs
 
-    # Quality: every image is loaded once; features are recomputed per budget.
-    size = quality_resolution
-    if agreement_files or probe_splits or segmentation_splits:
+
+def measure_quality(args, config, model, teacher, report, data: dict, dtype, progress) -> None:
+    """Agreement with the teacher, linear-probe accuracy and segmentation mIoU of every budget, into the report's
+    results. Every image is loaded once; features are recomputed per budget."""
+    size, budget_name = report["quality_resolution"], report["budget_name"]
+    agreement_files, probe, segmentation = data["agreement"], data["probe"], data["segmentation"]
+    if agreement_files or probe or segmentation:
         progress(f"quality at {size} px: loading images" + (" and the teacher's targets" if agreement_files else ""))
     if agreement_files:
         agreement_images = torch.stack([load_image(f, size) for f in agreement_files])
@@ -401,13 +449,14 @@ def main(argv=None) -> dict:
         targets = [teacher_targets(teacher, teacher_pixels[i : i + args.eval_batch_size].to(args.device, dtype), grid)
                    for i in range(0, len(teacher_pixels), args.eval_batch_size)]
         targets = tuple(torch.cat([t[j].float().cpu() for t in targets]) for j in range(2))
-    if probe_splits:
+    if probe:
+        probe_splits, classes = probe
         probe_images = {s: torch.stack([load_image(p, size) for p, _ in pairs]) for s, pairs in probe_splits.items()}
         probe_labels = {s: torch.tensor([label for _, label in pairs]) for s, pairs in probe_splits.items()}
-    if segmentation_splits:
-        seg_images = {s: torch.stack([load_image(p, size) for p, _ in pairs]) for s, pairs in segmentation_splits.items()}
-        train_masks = torch.stack([load_mask(m, size) for _, m in segmentation_splits["train"]])
-        val_masks = [load_mask(m) for _, m in segmentation_splits["val"]]
+    if segmentation:
+        seg_images = {s: torch.stack([load_image(p, size) for p, _ in pairs]) for s, pairs in segmentation.items()}
+        train_masks = torch.stack([load_mask(m, size) for _, m in segmentation["train"]])
+        val_masks = [load_mask(m) for _, m in segmentation["val"]]
         labels = torch.cat([train_masks.flatten(), *(m.flatten() for m in val_masks)])
         num_labels = int(labels[labels != IGNORE_INDEX].max()) + 1
     extract = dict(batch_size=args.eval_batch_size, device=args.device, dtype=dtype)
@@ -415,37 +464,31 @@ def main(argv=None) -> dict:
         budget, quality = {budget_name: entry["budget"]}, entry["quality"]
         if agreement_files:
             quality.update(agreement(*features(model, agreement_images, budget, **extract), targets))
-        if probe_splits:
+        if probe:
             pooled = {s: features(model, images, budget, **extract)[0] for s, images in probe_images.items()}
             quality["probe_accuracy"] = probe_accuracy(
                 (pooled["train"], probe_labels["train"]), (pooled["val"], probe_labels["val"]), len(classes)
             )
-        if segmentation_splits:
+        if segmentation:
             grids = {s: as_grid(features(model, images, budget, **extract)[1], size, config.patch_size)
                      for s, images in seg_images.items()}
-            quality["segmentation_miou"] = segmentation_miou((grids["train"], train_masks), (grids["val"], val_masks), num_labels)
+            quality["segmentation_miou"] = segmentation_miou((grids["train"], train_masks), (grids["val"], val_masks),
+                                                             num_labels)
         if any(v is not None for v in quality.values()):
             progress(f"quality {budget_name}={entry['budget']}: "
                      + ", ".join(f"{k} {v:.4f}" for k, v in quality.items()
                                  if v is not None and not k.endswith(("_std", "_se"))))
 
-    if args.device.startswith("cuda") or (platform.system() == "Linux" and return_freed_memory_to_the_os()):
-        progress("peak memory of one forward per budget and resolution")
-        for key, forward in forwards.items():
-            costs[key]["peak_memory_mib"] = peak_memory_mib(forward, args.device)
-    for entry in report["results"]:
-        print(f"{budget_name}={entry['budget']}: " + ", ".join(
-            f"{r} px {c['gflops']:.3g} GFLOPs {c['latency_ms']:.1f} ms (IQR {c['latency_iqr_ms']:.1f}) "
-            f"{c['peak_memory_mib'] or 0:.0f} MiB" for r, c in entry["cost"].items()
-        ))
-    for line in report["latency_warnings"]:
-        print(f"latency warning: {line}; the latencies are not to be trusted: rerun on an idle machine", flush=True)
 
+def write_outputs(args, output: Path, config, model, teacher, report, recipe, agreement_files, picture_resolution,
+                  dtype, progress) -> None:
+    """The pictures, the plot, the JSON and the card, each under a temporary name renamed when complete: an
+    interrupted run never leaves a half-written file behind."""
     figures = {}
     if agreement_files:
         progress(f"pictures at {picture_resolution} px: {', '.join(PICTURES.values())}")
-        figures = draw_pictures(model, teacher, config, agreement_files, budget_name, budgets, picture_resolution,
-                                args.device, dtype)
+        figures = draw_pictures(model, teacher, config, agreement_files, report["budget_name"], report["budgets"],
+                                picture_resolution, args.device, dtype)
         report["pictures"] = {name: PICTURES[name] for name in figures}
     figures["evaluation"] = plot_evaluation(report)
     writers = [(PICTURES.get(name, "evaluation.png"), functools.partial(save_figure, figure))
@@ -454,7 +497,6 @@ def main(argv=None) -> dict:
     if args.card:
         card = render_card(config, report, recipe, repo_id=args.repo_id, pictures=report["pictures"])
         writers.append(("README.md", lambda path: card.save(path)))
-    # temporary names, renamed when complete: an interrupted run never leaves a half-written file behind
     output.mkdir(parents=True, exist_ok=True)  # only now: a run that fails earlier leaves no empty folder
     for name, write in writers:
         temporary = output / f".tmp-{name}"  # keeps the extension, which picks the image format
@@ -462,7 +504,6 @@ def main(argv=None) -> dict:
         os.replace(temporary, output / name)
     record(str(output), [name for name, _ in writers], keep=True)
     progress(f"wrote {output}/: " + ", ".join(name for name, _ in writers))
-    return report
 
 
 def cli(argv=None) -> int:
