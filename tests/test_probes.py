@@ -26,6 +26,7 @@ import torch
 from conftest import AT_TEACHER_WIDTH, tiny_lookwhere_config, tiny_veca_config
 from huggingface_hub import constants
 from PIL import Image
+from safetensors.torch import load_file, save_file
 from transformers import Dinov2Config, Dinov2Model
 
 from corevision_hf import (
@@ -46,6 +47,7 @@ from corevision_hf.convert import lookwhere as convert_lookwhere
 from corevision_hf.convert import veca as convert_veca
 from corevision_hf.finite import check_forward_finite
 from corevision_hf.images import open_image, to_pixel_values
+from corevision_hf.loading import check_loaded_weights
 from corevision_hf.outputs import MANIFEST
 from corevision_hf.veca.budget_veca import measurement_setup
 from evaluation import evaluate_budgets
@@ -111,6 +113,10 @@ def template(tmp_path_factory) -> Path:
         with torch.no_grad():
             model.get_parameter(tensor)[0] = value
         model.save_pretrained(root / name)
+    tiny_veca().save_pretrained(root / "veca_int")  # one weight stored as int32 (a quantised or corrupt file)
+    weights = load_file(root / "veca_int" / "model.safetensors")
+    weights["norm.weight"] = weights["norm.weight"].round().int()
+    save_file(weights, root / "veca_int" / "model.safetensors", metadata={"format": "pt"})
     with_config(root / "veca_chunk", root / "veca", chunk_size_feed_forward=-5)
     with_config(root / "veca_no_layers", root / "veca", num_hidden_layers=0)
     with_config(root / "veca_budget_99", root / "veca", training_budgets=[99])
@@ -509,6 +515,8 @@ LIBRARY_PROBES = [
     ("forward-float16-overflow", lambda: forward_check(torch.randn(1, 3, 32, 32), torch.float16),
      ["float16 overflowed: run in float32 or bfloat16"]),
     ("image-float-mode", lambda: open_image("float.tiff"), ["float.tiff cannot be read as an image", "32-bit float"]),
+    ("from-pretrained-int32-weight", lambda: check_loaded_weights(VecaModel.from_pretrained("veca_int"), "veca_int"),
+     ["The weight norm.weight is stored as I32 in the checkpoint 'veca_int', not as floating point"]),
     ("forward-meta-pixels-veca", lambda: tiny_veca()(torch.zeros(1, 3, 32, 32, device="meta")),
      ["pixel_values is on the meta device, which holds shapes but no values"]),
     ("forward-meta-pixels-lookwhere", lambda: tiny_lookwhere()(torch.zeros(1, 3, 32, 32, device="meta")),
