@@ -15,6 +15,7 @@ from corevision_hf import (
     VecaImageProcessor,
     VecaModel,
 )
+from corevision_hf.finite import check_forward_mask
 from corevision_hf.lookwhere.modeling_lookwhere import interpolation_weights
 
 
@@ -148,6 +149,49 @@ def test_a_mask_that_does_not_match_the_batch_is_one_clear_error(images, model_c
     model.set_attn_implementation("flex_attention")
     with pytest.raises(ValueError, match="pixel_mask needs eager or sdpa attention"):
         model(pixel_values, pixel_mask=pixel_mask)
+
+
+@pytest.mark.parametrize("model_class, config", [(VecaModel, tiny_veca_config), (LookWhereModel, tiny_lookwhere_config)])
+def test_a_padded_batch_without_its_mask_is_refused(model_class, config):
+    """DINOv2's habit, model(inputs.pixel_values), on a batch the processor padded: one ValueError (the processor
+    marks the tensor; forward reads the mark, no value), also after inputs.to(...); a batch of one size runs."""
+    torch.manual_seed(0)
+    model = model_class(config()).eval()
+    processor = VecaImageProcessor(size={"shortest_edge": 16}, patch_size=model.config.patch_size)
+    photos = [Image.new("RGB", (40, 20), "red"), Image.new("RGB", (20, 40), "blue")]
+    inputs = processor(photos)
+    message = r"^pixel_values is a batch the image processor padded to one size .* pixel_mask=inputs.pixel_mask\)\.$"
+    for moved in (inputs, inputs.to("cpu"), inputs.to(torch.float32)):
+        with pytest.raises(ValueError, match=message):
+            model(moved.pixel_values)
+    with torch.no_grad():
+        model(**inputs)
+        model(processor([photos[0], photos[0]]).pixel_values)  # one size: nothing padded, no mask needed
+
+
+@pytest.mark.parametrize("model_class, config", [(VecaModel, tiny_veca_config), (LookWhereModel, tiny_lookwhere_config)])
+def test_the_opt_in_mask_check_refuses_masks_the_model_would_misread(images, model_class, config):
+    """An all-0 mask (VECA: NaN), 1s that are not one rectangle at the top left, soft or scaled values and a rectangle
+    that is not whole patches are each a ValueError naming the problem; the processor's mask, as bool too, passes."""
+    torch.manual_seed(0)
+    model = check_forward_mask(model_class(config()).eval())
+    pixel_values, pixel_mask = padded_batch(images)
+    empty, holed, ragged = pixel_mask.clone(), pixel_mask.clone(), pixel_mask.clone()
+    empty[1] = 0
+    holed[2, 8:16, 8:16] = 0
+    ragged[0, :, 34:] = 0  # 34 px wide: not whole patches of 4 or 8
+    with torch.no_grad():
+        model(pixel_values, pixel_mask=pixel_mask)
+        model(pixel_values, pixel_mask=pixel_mask.bool())
+        for mask, message in [
+            (empty, r"^pixel_mask of image 1 is all 0 \(no pixel of the image\)"),
+            (holed, r"^pixel_mask of image 2 is not one rectangle of 1s at the top left"),
+            (pixel_mask * 0.5, r"^pixel_mask holds the value 0.5; a mask is 1 on each image and 0 on its padding"),
+            (pixel_mask * 7, r"^pixel_mask holds the value 7; a mask is 1 on each image"),
+            (ragged, rf"^pixel_mask of image 0 covers 24x34 px, not whole {model.config.patch_size} px patches"),
+        ]:
+            with pytest.raises(ValueError, match=message):
+                model(pixel_values, pixel_mask=mask)
 
 
 @pytest.mark.parametrize("mode, antialias", [("bilinear", False), ("bilinear", True), ("bicubic", False),

