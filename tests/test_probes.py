@@ -232,6 +232,8 @@ PROBES = [
      ["veca/config.json lies inside the input veca", "Choose an output outside it"], []),
     ("export-force-over-a-user-file", "export", ["veca", "mine.onnx", "--force", "--no-check"], 2,
      ["mine.onnx was not written by corevision_hf", "will not replace it"], []),
+    ("export-into-the-working-folder", "export", ["veca", "out.onnx", "--no-check"], 0, ["wrote out.onnx"],
+     ["out.onnx"]),  # the graph alone: its mark for --force is in its metadata, no manifest beside it
     ("export-k-too-large", "export", ["lookwhere", "out.onnx", "--k", "100000", "--no-check"], 2,
      ["--k 100000 is more than the 64 patches of a 32 px image", "at most 64"], []),
     ("export-nan-weights", "export", ["veca_nan", "out.onnx", "--no-check"], 2,
