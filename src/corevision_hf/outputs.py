@@ -3,9 +3,9 @@
 Every folder the CLIs write (a converted model, a converted teacher, extracted features) holds a manifest,
 `.corevision_hf.json`, with the sha256 of each file written there; a single picture is listed in the manifest of its
 folder, and an ONNX graph carries the mark in its own metadata (`export.GRAPH_MARK`), so that exporting into the
-working folder leaves no file beside the graph. `--force` replaces a file only when a manifest lists it with its current sha256, so a
-user's file, or one of ours that the user has since edited, is kept and the run stops naming it (a user's other
-files in an output folder stay). An output is also refused when it is, lies inside or holds one of the run's inputs.
+working folder leaves no file beside the graph. `--force` replaces a file only when its mark matches its current
+sha256, so a user's file, or one of ours that the user has since edited, is kept and the run stops naming it (a
+user's other files in an output folder stay). An output is also refused when it is, lies inside or holds one of the run's inputs.
 What is written gets the modes the user's umask gives, as `open` and `mkdir` would (`follow_umask`).
 """
 
