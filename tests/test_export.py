@@ -135,6 +135,27 @@ def test_bad_paths_exit_2_and_nothing_is_overwritten(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
+def test_exporting_into_the_working_folder_leaves_only_the_graph(tmp_path, monkeypatch, capsys):
+    """The graph carries the mark that --force reads in its own metadata: no manifest is left beside it, --force
+    replaces our graph, and a graph changed since (or a copy of the mark on another graph) is kept."""
+    _, folder = saved(tmp_path, "veca")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert main([folder, "veca.onnx", "--elastic", "--no-check"]) == 0
+    assert sorted(p.name for p in work.iterdir()) == ["veca.onnx"]
+    assert main([folder, "veca.onnx", "--num-cores", "3", "--no-check", "--force"]) == 0  # ours: replaced
+    assert sorted(p.name for p in work.iterdir()) == ["veca.onnx"]
+    capsys.readouterr()
+    graph = onnx.load("veca.onnx")
+    graph.producer_name = "edited by hand"  # the mark stays, the rest changed
+    onnx.save(graph, "veca.onnx")
+    edited = (work / "veca.onnx").read_bytes()
+    assert main([folder, "veca.onnx", "--no-check", "--force"]) == 2
+    assert "veca.onnx was not written by corevision_hf (or was changed since)" in capsys.readouterr().err
+    assert (work / "veca.onnx").read_bytes() == edited
+
+
 @pytest.mark.parametrize("name, flags", [("veca", ["--num-cores", "3"]), ("lookwhere", ["--k-ratio", "0.2"])])
 def test_graph_refuses_a_size_that_is_not_a_patch_multiple(tmp_path, name, flags):
     model, folder = saved(tmp_path, name)

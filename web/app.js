@@ -1,12 +1,14 @@
 // The page: a model folder laid out as a hub repo (config.json, preprocessor_config.json, onnx/model_elastic.onnx;
 // ?model=FOLDER, default "model"), its elastic graph run by onnxruntime-web on an image at the slider's budget, the
 // patch features shown as RGB and the latency of each call. `window.corevision.run(budget)` is what the slider calls.
+// Until a file is picked, the page runs on a shipped photo (SAMPLE, served by web/serve.py), cropped to whole patches.
 import * as ort from "./node_modules/onnxruntime-web/dist/ort.wasm.min.mjs";
 import { keptForRatio } from "./budget.js";
 
 const IMAGENET_MEAN = [0.485, 0.456, 0.406];
 const IMAGENET_STD = [0.229, 0.224, 0.225];
 const PCA_ITERATIONS = 30;
+const SAMPLE = "sample.jpg";
 const folder = new URLSearchParams(location.search).get("model") ?? "model";
 const $ = (id) => document.getElementById(id);
 
@@ -53,13 +55,14 @@ function budgetTensor(name, value) {
 }
 
 // The image as the graph takes it: (1, 3, H, W) float32, rescaled to [0, 1] and normalised with the processor's mean
-// and std, at its own size; a side that is not a multiple of the patch size is refused here.
-async function loadImage(model, file) {
+// and std, at its own size; a side that is not a multiple of the patch size is refused here, but for the sample
+// photo (`crop`), whose centre is cropped to whole patches.
+async function loadImage(model, file, crop = false) {
   const bitmap = await createImageBitmap(file, { colorSpaceConversion: "none", premultiplyAlpha: "none" });
-  const { width, height } = bitmap;
   const patch = model.patch;
+  const fit = (side) => Math.max(patch, Math.floor(side / patch) * patch);
+  const [width, height] = crop ? [fit(bitmap.width), fit(bitmap.height)] : [bitmap.width, bitmap.height];
   if (width % patch || height % patch) {
-    const fit = (side) => Math.max(patch, Math.floor(side / patch) * patch);
     throw new Error(`This image is ${width}x${height} px; the graph takes sides that are multiples of the ${patch} px `
       + `patch: crop or resize it to ${fit(width)}x${fit(height)} px.`);
   }
@@ -67,7 +70,7 @@ async function loadImage(model, file) {
   canvas.width = width;
   canvas.height = height;
   const context = canvas.getContext("2d");
-  context.drawImage(bitmap, 0, 0);
+  context.drawImage(bitmap, -Math.floor((bitmap.width - width) / 2), -Math.floor((bitmap.height - height) / 2));
   const rgba = context.getImageData(0, 0, width, height).data;
   const pixels = new Float32Array(3 * width * height);
   for (let c = 0; c < 3; c++) {
@@ -175,18 +178,29 @@ function run(budget) {
   return showing(result);
 }
 
-async function chooseImage(file) {
+// Shows `file` (the sample photo, cropped, with `name`) and runs it at the slider's default budget for it.
+async function chooseImage(file, name = file.name, crop = false) {
   state.image = null;
   state.latencies.clear();
-  state.image = await loadImage(state.model, file);
+  state.image = await loadImage(state.model, file, crop);
+  $("image-name").textContent = `${name}: ${state.image.width}x${state.image.height} px`;
   const range = budgetRange(state.model, state.image.grid[0] * state.image.grid[1]);
   Object.assign($("budget"), range, { disabled: false });
+  $("budget-value").textContent = `${range.value}`;
   return run(range.value);
 }
 
+async function showSample() {
+  const response = await fetch(SAMPLE);
+  if (!response.ok) throw new Error(`${SAMPLE}: ${response.status} ${response.statusText}`);
+  return chooseImage(await response.blob(), `The sample photo (${SAMPLE}, cropped to whole patches; choose your own above)`, true);
+}
+
 const ready = showing(loadModel().then((model) => { state.model = model; return model.input; }));
+state.sample = showing(ready.then(showSample));
+state.sample.catch(() => {});
 $("image").addEventListener("change", (event) => {
-  state.chosen = showing(ready.then(() => chooseImage(event.target.files[0])));
+  state.chosen = showing(state.sample.catch(() => {}).then(() => chooseImage(event.target.files[0])));
   state.chosen.catch(() => {});
 });
 $("budget").addEventListener("input", (event) => { $("budget-value").textContent = event.target.value; });

@@ -7,8 +7,8 @@ else a random-init VECA-S/14, whose features show the mechanics only). Its elast
 (`python -m corevision_hf.export MODEL DIR/onnx/model_elastic.onnx --elastic`), config.json and
 preprocessor_config.json are written to DIR (default outputs/web/model), laid out as a hub repo's `onnx/` is; without
 MODEL, a DIR that already holds them (a repo staged by `python -m publishing.publish --onnx-elastic --staging-dir DIR`)
-is served as it is. The page reads DIR at /model/ and onnxruntime-web from web/node_modules (`npm ci` in web/ installs
-the pinned version).
+is served as it is. The page reads DIR at /model/, onnxruntime-web from web/node_modules (`npm ci` in web/ installs
+the pinned version) and, at /sample.jpg, the shipped photo it shows until a file is picked (assets/photos/chelsea.jpg).
 """
 
 import argparse
@@ -26,6 +26,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DEMO_CHECKPOINT = ROOT / "outputs" / "demo" / "run" / "final"
 GRAPH = Path("onnx") / "model_elastic.onnx"
+SAMPLE = ROOT / "assets" / "photos" / "chelsea.jpg"  # CC0 (assets/photos/LICENSES.md)
 
 
 def prepare(model: str, folder: Path) -> None:
@@ -65,8 +66,9 @@ def random_veca(folder: Path) -> str:
 
 
 class Handler(http.server.SimpleHTTPRequestHandler):
-    """web/ at /, the model folder at /model/; module scripts and WebAssembly with the types browsers require, the
-    headers that let onnxruntime-web use threads (cross-origin isolation), nothing cached (a re-exported graph shows)."""
+    """web/ at /, the model folder at /model/, the sample photo at /sample.jpg; module scripts and WebAssembly with the
+    types browsers require, the headers that let onnxruntime-web use threads (cross-origin isolation), nothing cached
+    (a re-exported graph shows)."""
 
     extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
                       ".js": "text/javascript", ".mjs": "text/javascript", ".wasm": "application/wasm"}
@@ -76,6 +78,8 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         super().__init__(*args, directory=str(HERE), **kwargs)
 
     def translate_path(self, path: str) -> str:
+        if path.split("?")[0] == "/sample.jpg":
+            return str(SAMPLE)
         if path.startswith("/model/"):  # resolved as web/'s own paths are (no step out of the folder), then moved
             return str(self.model_dir / os.path.relpath(super().translate_path(path[len("/model"):]), HERE))
         return super().translate_path(path)

@@ -16,10 +16,14 @@ while tracing, VECA's rotary multiply is swapped for its cos/sin form on the ang
 position table is resized by matrix products (`onnx_position_resize`); LookWhere's graph computes k from the symbolic
 image size (`LookWhereGraph`) and keeps at least `num_fill_neighbors` patches (the fill's neighbour count is fixed); an elastic VECA graph slices its core bank by its
 `num_cores` input (`cores_from_input`).
+
+`--force` replaces only a graph this package wrote and nobody changed since: the graph carries that mark in its own
+metadata (`GRAPH_MARK`, the sha256 of the rest of the file), so nothing is written beside it.
 """
 
 import argparse
 import contextlib
+import hashlib
 import os
 import sys
 import tempfile
@@ -33,7 +37,7 @@ from .cli import reading_weights, run
 from .cpu import resize_position_table_by_matrices
 from .lookwhere import LookWhereConfig, LookWhereModel
 from .lookwhere.budget_lookwhere import RATIO_TOLERANCE
-from .outputs import check_file_output, follow_umask, record_file, refuse_overlap
+from .outputs import check_file_output, follow_umask, refuse_overlap
 from .veca import VecaConfig, VecaModel
 
 
@@ -42,6 +46,8 @@ DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
 # An elastic graph's budget input and its dtype, whatever the graph's dtype: k_ratio in float64, so that k (the
 # model's kept_for_ratio: floor(k_ratio * patches), exact for decimal ratios) rounds as the model's Python float does.
 BUDGET_INPUTS = {"num_cores": torch.int64, "k": torch.int64, "k_ratio": torch.float64}
+# The metadata entry that says this package wrote a graph: the sha256 of the graph without it.
+GRAPH_MARK = "corevision_hf.sha256"
 
 
 class ExportError(ValueError):
@@ -124,7 +130,7 @@ def cores_from_input(model: nn.Module, num_cores: torch.Tensor):
 
 class BudgetCheck(nn.Module):
     """A budget, unchanged, where `within` holds (a 0-d bool), else a Gather of index 1 from one element, which
-    onnxruntime refuses. A graph cannot raise a message: `name_budget_check` names that node `message`, and
+    onnxruntime refuses. A graph cannot raise a message: `finish_graph` names that node `message`, and
     onnxruntime's error quotes the name."""
 
     def __init__(self, message: str):
@@ -135,14 +141,38 @@ class BudgetCheck(nn.Module):
         return budget.reshape(1).index_select(0, 1 - within.long().reshape(1)).reshape(())
 
 
-def name_budget_check(path: str, message: str) -> None:
-    """Names the node of the graph at `path` that refuses a budget out of range (`BudgetCheck`) `message`."""
+def finish_graph(path: str, budget_message: str | None) -> None:
+    """Names the node of the graph at `path` that refuses a budget out of range (`BudgetCheck`) `budget_message` (when
+    it has one), and marks the graph as this package's (`GRAPH_MARK`)."""
     import onnx
 
     graph = onnx.load(path)
-    (node,) = (node for node in graph.graph.node if node.name == "/budget_check/Gather")
-    node.name = message
+    if budget_message is not None:
+        (node,) = (node for node in graph.graph.node if node.name == "/budget_check/Gather")
+        node.name = budget_message
+    graph.metadata_props.add(key=GRAPH_MARK, value=unmarked_digest(graph))
     onnx.save(graph, path)
+
+
+def graph_is_ours(path: str) -> bool:
+    """Whether the file at `path` is an ONNX graph this package wrote, unchanged since: its mark matches the rest."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    try:
+        graph = onnx.load(path, load_external_data=False)
+    except (OSError, ValueError, DecodeError):  # not an ONNX file: the user's
+        return False
+    marks = [entry for entry in graph.metadata_props if entry.key == GRAPH_MARK]
+    return len(marks) == 1 and marks[0].value == unmarked_digest(graph)
+
+
+def unmarked_digest(graph) -> str:
+    """The sha256 of an ONNX ModelProto serialised without its `GRAPH_MARK` entry (removed from `graph`)."""
+    for index in reversed(range(len(graph.metadata_props))):
+        if graph.metadata_props[index].key == GRAPH_MARK:
+            del graph.metadata_props[index]
+    return hashlib.sha256(graph.SerializeToString(deterministic=True)).hexdigest()
 
 
 def require_patch_multiples(pixel_values: torch.Tensor, patch: int) -> torch.Tensor:
@@ -320,8 +350,7 @@ def export_onnx(model: nn.Module, path: str, budget: dict, dtype: str = "fp32", 
                     "pooler_output": {0: "batch"},
                 },
             )
-        if hasattr(graph, "budget_check"):
-            name_budget_check(temporary, graph.budget_check.message)
+        finish_graph(temporary, graph.budget_check.message if hasattr(graph, "budget_check") else None)
         os.replace(temporary, path)
     finally:
         if os.path.exists(temporary):
@@ -424,7 +453,7 @@ def export_command(argv: list[str] | None) -> None:
     args = parser.parse_args(argv)
 
     refuse_overlap(args.output, args.model_dir)
-    check_file_output(args.output, args.force)
+    check_file_output(args.output, args.force, ours=graph_is_ours)
     if not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
         raise ExportError(f"The folder of {args.output} does not exist; create it first.")
     config = load_config(args.model_dir)
@@ -432,7 +461,6 @@ def export_command(argv: list[str] | None) -> None:
     with reading_weights(args.model_dir):
         model = load_model(args.model_dir, config)
     export_onnx(model, args.output, budget, args.dtype, verbose=args.verbose)
-    record_file(args.output)
     ((name, value),) = budget.items()
     print(f"wrote {args.output} ({os.path.getsize(args.output) / 2**20:.1f} MiB; "
           f"{f'budget {budget}' if value is not None else f'elastic: the {name} input'}, {args.dtype})")

@@ -1,10 +1,11 @@
 """What `--force` may replace: only files this package wrote, never a user's.
 
 Every folder the CLIs write (a converted model, a converted teacher, extracted features) holds a manifest,
-`.corevision_hf.json`, with the sha256 of each file written there; a single-file output (an ONNX graph) is listed in
-the manifest of its folder. `--force` replaces a file only when a manifest lists it with its current sha256, so a
-user's file, or one of ours that the user has since edited, is kept and the run stops naming it (a user's other
-files in an output folder stay). An output is also refused when it is, lies inside or holds one of the run's inputs.
+`.corevision_hf.json`, with the sha256 of each file written there; a single picture is listed in the manifest of its
+folder, and an ONNX graph carries the mark in its own metadata (`export.GRAPH_MARK`), so that exporting into the
+working folder leaves no file beside the graph. `--force` replaces a file only when its mark matches its current
+sha256, so a user's file, or one of ours that the user has since edited, is kept and the run stops naming it (a
+user's other files in an output folder stay). An output is also refused when it is, lies inside or holds one of the run's inputs.
 What is written gets the modes the user's umask gives, as `open` and `mkdir` would (`follow_umask`).
 """
 
@@ -84,8 +85,9 @@ def refuse_overlap(output: str, *inputs: str) -> None:
                              "files this run reads. Choose an output outside it.")
 
 
-def check_file_output(path: str, force: bool) -> None:
-    """An existing `path` is kept unless `force`, and even then only replaced when this package wrote it."""
+def check_file_output(path: str, force: bool, ours=None) -> None:
+    """An existing `path` is kept unless `force`, and even then only replaced when this package wrote it: `ours(path)`
+    says so where given (a file that carries its own mark), else its folder's manifest must list it."""
     if not os.path.lexists(path):
         return
     if os.path.isdir(path):
@@ -93,6 +95,12 @@ def check_file_output(path: str, force: bool) -> None:
     if not force:
         raise FileExistsError(f"{path} exists; pass --force to replace it (only a file this package wrote) or choose "
                               "another path.")
+    if ours is not None:
+        if not ours(path):
+            raise ValueError(f"{path} was not written by corevision_hf (or was changed since): it carries no mark of "
+                             "ours that matches its content, so --force will not replace it. Move it or choose another "
+                             "path.")
+        return
     folder, name = os.path.split(os.path.abspath(path))
     if not_ours(folder, [name]):
         raise ValueError(f"{path} was not written by corevision_hf (or was changed since): "

@@ -25,6 +25,8 @@ EXIF_ORIENTATION = 0x0112
 # PIL resampling codes (what `preprocessor_config.json` files store) -> torch interpolation modes.
 RESAMPLE_MODES = {0: "nearest", 2: "bilinear", 3: "bicubic"}
 SIZE_KEYS = ({"shortest_edge"}, {"longest_edge"}, {"max_patches"}, {"height", "width"})
+# Set on the pixel values of a batch `pad` padded: forward refuses them without their pixel_mask (`check_inputs`).
+PADDED = "padded_by_processor"
 OPTIONS = (
     "size", "patch_size", "resample", "do_convert_rgb", "do_resize", "do_rescale", "rescale_factor", "do_normalize",
     "image_mean", "image_std", "do_pad",
@@ -114,12 +116,14 @@ class LookWhereImageProcessor(BaseImageProcessor):
         data = self.pad(processed)
         if return_tensors == "np":
             data = {name: tensor.numpy() for name, tensor in data.items()}
-        return BatchFeature(data=data, tensor_type=return_tensors)
+        return MarkedBatchFeature(data=data, tensor_type=return_tensors)
 
     def pad(self, images: list[torch.Tensor]) -> dict[str, torch.Tensor]:
         """Processed (C, H_i, W_i) images -> {"pixel_values": (B, C, H, W)}, the images zero-padded at the bottom and
         right to the largest height and width, and, when any was padded, "pixel_mask": (B, H, W) int64, 1 on each
-        image and 0 on its padding, which the model takes to give each image the features it gets alone."""
+        image and 0 on its padding, which the model takes to give each image the features it gets alone. Padded pixel
+        values carry the attribute `padded_by_processor` (kept by `BatchFeature.to`), so that forward refuses them
+        without their mask instead of returning features of the padding."""
         height, width = max(image.shape[-2] for image in images), max(image.shape[-1] for image in images)
         pixel_values = torch.stack([F.pad(image, (0, width - image.shape[-1], 0, height - image.shape[-2]))
                                     for image in images])
@@ -128,6 +132,7 @@ class LookWhereImageProcessor(BaseImageProcessor):
         pixel_mask = torch.zeros(len(images), height, width, dtype=torch.int64)
         for mask, image in zip(pixel_mask, images):
             mask[: image.shape[-2], : image.shape[-1]] = 1
+        setattr(pixel_values, PADDED, True)
         return {"pixel_values": pixel_values, "pixel_mask": pixel_mask}
 
     def process_one(self, image, options: dict) -> torch.Tensor:
@@ -162,6 +167,19 @@ class LookWhereImageProcessor(BaseImageProcessor):
             pixels = (pixels - mean) / std
         check_values(pixels)
         return pixels
+
+
+# Same as image_processing_veca.MarkedBatchFeature
+class MarkedBatchFeature(BatchFeature):
+    """The processor's output: a `BatchFeature` whose `to()` keeps the mark of padded pixel values (see `pad`), so
+    that `model(inputs.to(device).pixel_values)` without the mask is refused on any device."""
+
+    def to(self, *args, **kwargs) -> "MarkedBatchFeature":
+        padded = getattr(self.get("pixel_values"), PADDED, False)
+        super().to(*args, **kwargs)
+        if padded:
+            setattr(self["pixel_values"], PADDED, True)
+        return self
 
 
 # Same as image_processing_veca.check_values

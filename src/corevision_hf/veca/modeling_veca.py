@@ -446,6 +446,12 @@ def check_inputs(
             "model's image processor, which snaps sizes to patch multiples."
         )
     if pixel_mask is None:
+        if getattr(pixel_values, "padded_by_processor", False):  # the image processor's mark: no value read
+            raise ValueError(
+                "pixel_values is a batch the image processor padded to one size (its images differ in size), and no "
+                "pixel_mask was passed, so each image's features would include its padding: pass the mask too, "
+                "model(**inputs) or model(inputs.pixel_values, pixel_mask=inputs.pixel_mask)."
+            )
         return
     if not isinstance(pixel_mask, torch.Tensor) or tuple(pixel_mask.shape) != (batch_size, height, width):
         shape = tuple(pixel_mask.shape) if isinstance(pixel_mask, torch.Tensor) else type(pixel_mask).__name__
