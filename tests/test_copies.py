@@ -44,14 +44,20 @@ def marked_copies() -> list[tuple[str, Path, str, str]]:
 COPIES = marked_copies()
 
 
+def whole_file_copy(veca_path: Path, lookwhere_path: Path) -> bool:
+    source = veca_path.read_text()
+    return lookwhere_path.read_text() == source.replace("Veca", "LookWhere").replace("VECA", "LookWhere").replace(
+        "veca", "lookwhere")
+
+
 def test_every_repeated_definition_is_a_marked_copy():
     """A definition in both models' files that is the same once the names are swapped is marked (so this test keeps
     it true), and every marker sits on such a definition: no unmarked copy can drift."""
     repeated = set()
     for lookwhere_path in sorted((PACKAGE / "lookwhere").glob("*.py")):
         veca_path = PACKAGE / "veca" / lookwhere_path.name.replace("lookwhere", "veca")
-        if not veca_path.exists():
-            continue
+        if not veca_path.exists() or whole_file_copy(veca_path, lookwhere_path):
+            continue  # a whole generated file (the image processor) is checked as one in test_image_processor
         ours = definitions(lookwhere_path)
         for name, (_, source) in definitions(veca_path).items():
             for old, new in zip(NAMES["veca"], NAMES["lookwhere"]):

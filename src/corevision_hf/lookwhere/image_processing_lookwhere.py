@@ -33,12 +33,10 @@ OPTIONS = (
 )
 
 
-# Same as image_processing_veca.VecaImageProcessorKwargs
 class LookWhereImageProcessorKwargs(ImagesKwargs, total=False):
     patch_size: int
 
 
-# Same as image_processing_veca.VecaImageProcessor
 class LookWhereImageProcessor(BaseImageProcessor):
     r"""
     RGB conversion, aspect-preserving resize with both sides snapped to multiples of `patch_size`, rescale to
@@ -169,7 +167,6 @@ class LookWhereImageProcessor(BaseImageProcessor):
         return pixels
 
 
-# Same as image_processing_veca.MarkedBatchFeature
 class MarkedBatchFeature(BatchFeature):
     """The processor's output: a `BatchFeature` whose `to()` keeps the mark of padded pixel values (see `pad`), so
     that `model(inputs.to(device).pixel_values)` without the mask is refused on any device."""
@@ -182,7 +179,6 @@ class MarkedBatchFeature(BatchFeature):
         return self
 
 
-# Same as image_processing_veca.check_values
 def check_values(pixels: torch.Tensor) -> None:
     """Refuses processed pixels that hold NaN or infinity (a float64 input beyond float32's range too) or that lie
     far outside a normalised image's range: the model would return NaN, or features of a wrongly scaled image."""
@@ -198,7 +194,6 @@ def check_values(pixels: torch.Tensor) -> None:
         )
 
 
-# Same as image_processing_veca.check_options
 def check_options(size: dict, patch_size, resample) -> None:
     """Raises a ValueError naming the field for a size, patch size or resampling filter the processor cannot use."""
     if isinstance(patch_size, bool) or not isinstance(patch_size, numbers.Integral) or patch_size < 1:
@@ -221,7 +216,6 @@ def check_options(size: dict, patch_size, resample) -> None:
         )
 
 
-# Same as image_processing_veca.target_size
 def target_size(height: int, width: int, size: dict, patch: int) -> tuple[int, int]:
     """The output (height, width), both multiples of `patch` and at least one patch, for an input of this size."""
     if "height" in size:
@@ -238,7 +232,6 @@ def target_size(height: int, width: int, size: dict, patch: int) -> tuple[int, i
     return max(patch, round(height * scale / patch) * patch), max(patch, round(width * scale / patch) * patch)
 
 
-# Same as image_processing_veca.to_image_list
 def to_image_list(images) -> list:
     """One image, a list of images or a (B, C, H, W) batch -> a list of single images."""
     if isinstance(images, (list, tuple)):
@@ -248,7 +241,6 @@ def to_image_list(images) -> list:
     return [images]
 
 
-# Same as image_processing_veca.to_channels_first
 def to_channels_first(image, convert_rgb: bool) -> torch.Tensor:
     """A PIL image, or a (H, W, C) / (C, H, W) / (H, W) array or tensor -> (C, H, W) tensor, RGB if asked."""
     if hasattr(image, "convert") and hasattr(image, "tobytes"):  # a PIL image
