@@ -15,6 +15,8 @@ HUB_FILES = sorted(PACKAGE.glob("veca/*_veca.py")) + sorted(PACKAGE.glob("lookwh
 # What the model files used to hold and must not again: export / trace / compile branches, oneDNN prepacking,
 # version-counter tricks, a DINOv2 weight mapping.
 FORBIDDEN = ["is_in_onnx_export", "is_tracing", "is_compiling", "torch.ops.mkldnn", "._version", "from_teacher("]
+# Nor what identifies a machine or times one: latency tables are the package's (`corevision_hf.budget_for_latency`).
+MACHINE_READS = ["/proc/cpuinfo", "get_device_name", "platform", "latency_table"]
 
 
 def test_the_hub_files_are_found():
@@ -24,7 +26,7 @@ def test_the_hub_files_are_found():
 @pytest.mark.parametrize("path", HUB_FILES, ids=lambda path: path.name)
 def test_hub_file_holds_no_machine_or_exporter_branch(path):
     text = path.read_text()
-    assert [word for word in FORBIDDEN if word in text] == []
+    assert [word for word in FORBIDDEN + MACHINE_READS if word in text] == []
     assert "prepack" not in text
 
 

@@ -9,7 +9,7 @@ from transformers import (
     AutoModelForSemanticSegmentation,
 )
 
-from .calibrate import calibrate_latency
+from .calibrate import budget_for_latency, calibrate_latency
 from .convert.dinov2_teacher import lookwhere_from_teacher
 from .cpu import optimize_for_cpu, restore_default_linear
 from .flops import dense_vit_flops, lookwhere_flops, veca_flops
@@ -94,6 +94,7 @@ __all__ = [
     "VecaModel",
     "VecaModelOutput",
     "VecaPreTrainedModel",
+    "budget_for_latency",
     "calibrate_latency",
     "dense_vit_flops",
     "lookwhere_flops",

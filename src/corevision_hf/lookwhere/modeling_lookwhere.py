@@ -600,6 +600,11 @@ def check_inputs(
     misspelt keyword (`num_core=8` must not silently run the default budget), attention maps only where they are
     formed. The budget is checked where it is chosen (budget file); NaN pixels are the image processor's to refuse."""
     for name in kwargs:
+        if name == "max_ms":  # a latency is this machine's measurement, which the model does not read
+            raise ValueError(
+                "forward() takes no max_ms: pick the budget that fits a latency outside the model, "
+                "model(pixel_values, **corevision_hf.budget_for_latency(model, pixel_values, max_ms))."
+            )
         if name not in STANDARD_FORWARD_KWARGS:
             close = difflib.get_close_matches(name, [*own, *STANDARD_FORWARD_KWARGS], n=1)
             hint = f"did you mean {close[0]!r}?" if close else f"this model's own arguments are {', '.join(own)}."
@@ -692,7 +697,6 @@ class LookWhereModel(LookWherePreTrainedModel):
         k_ratio: float | None = None,
         fill_dense: bool = True,
         max_gflops: float | None = None,
-        max_ms: float | None = None,
         pixel_mask: torch.Tensor | None = None,
         **kwargs,
     ) -> LookWhereModelOutput:
@@ -714,23 +718,19 @@ class LookWhereModel(LookWherePreTrainedModel):
         max_gflops (`float`, *optional*):
             Target cost instead of k: the largest k whose analytic GFLOPs per image (`corevision_hf.lookwhere_flops`)
             at this size fit; default `config.default_max_gflops` (after `config.default_k`, before `config.k_ratio`).
-        max_ms (`float`, *optional*):
-            Target latency instead of k: the largest calibrated k_ratio whose latency at this size, in
-            `config.latency_table` (`corevision_hf.calibrate_latency`, one forward at its batch size, 1 by default),
-            fits.
         fill_dense (`bool`, *optional*, defaults to `True`):
             Fill every grid cell (DINOv2-style `last_hidden_state` and `hidden_states`); `False` skips the fill when
             only the image-level output or the kept tokens are needed.
         """
         check_inputs(self.config, pixel_values, pixel_mask, kwargs,
-                     ("k", "k_ratio", "fill_dense", "max_gflops", "max_ms", "pixel_mask"))
+                     ("k", "k_ratio", "fill_dense", "max_gflops", "pixel_mask"))
         grids = None if pixel_mask is None else grids_from_mask(pixel_mask, self.config.patch_size)
         return_dict = kwargs.pop("return_dict", self.config.return_dict)
         patch = self.config.patch_size
         grid = (pixel_values.shape[2] // patch, pixel_values.shape[3] // patch)
-        budget_given = not (k is None and k_ratio is None and max_gflops is None and max_ms is None)
+        budget_given = not (k is None and k_ratio is None and max_gflops is None)
         kept_ratio = k_ratio
-        k = num_kept(self.config, grid, k, k_ratio, max_gflops, max_ms, pixel_values)
+        k = num_kept(self.config, grid, k, k_ratio, max_gflops)
         pixel_values = pixel_values.to(self.get_input_embeddings().weight.dtype)
 
         # Where: the selector scores every high-resolution patch from a low-resolution copy.

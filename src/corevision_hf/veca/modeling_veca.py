@@ -410,6 +410,11 @@ def check_inputs(
     misspelt keyword (`num_core=8` must not silently run the default budget), attention maps only where they are
     formed. The budget is checked where it is chosen (budget file); NaN pixels are the image processor's to refuse."""
     for name in kwargs:
+        if name == "max_ms":  # a latency is this machine's measurement, which the model does not read
+            raise ValueError(
+                "forward() takes no max_ms: pick the budget that fits a latency outside the model, "
+                "model(pixel_values, **corevision_hf.budget_for_latency(model, pixel_values, max_ms))."
+            )
         if name not in STANDARD_FORWARD_KWARGS:
             close = difflib.get_close_matches(name, [*own, *STANDARD_FORWARD_KWARGS], n=1)
             hint = f"did you mean {close[0]!r}?" if close else f"this model's own arguments are {', '.join(own)}."
@@ -508,7 +513,6 @@ class VecaModel(VecaPreTrainedModel):
         pixel_values: torch.Tensor,
         num_cores: int | None = None,
         max_gflops: float | None = None,
-        max_ms: float | None = None,
         pixel_mask: torch.Tensor | None = None,
         **kwargs,
     ) -> VecaModelOutput:
@@ -526,15 +530,11 @@ class VecaModel(VecaPreTrainedModel):
         max_gflops (`float`, *optional*):
             Target cost instead of `num_cores`: the largest of `config.training_budgets` whose analytic GFLOPs per
             image (`corevision_hf.veca_flops`) at this size fit.
-        max_ms (`float`, *optional*):
-            Target latency instead of `num_cores`: the largest calibrated budget whose latency at this size, in
-            `config.latency_table` (`corevision_hf.calibrate_latency`, one forward at its batch size, 1 by default),
-            fits.
         """
-        check_inputs(self.config, pixel_values, pixel_mask, kwargs, ("num_cores", "max_gflops", "max_ms", "pixel_mask"))
+        check_inputs(self.config, pixel_values, pixel_mask, kwargs, ("num_cores", "max_gflops", "pixel_mask"))
         grids = None if pixel_mask is None else grids_from_mask(pixel_mask, self.config.patch_size)
-        num_cores = active_cores(self.config, pixel_values, num_cores, max_gflops, max_ms)
         batch_size, _, height, width = pixel_values.shape
+        num_cores = active_cores(self.config, height, width, num_cores, max_gflops)
         grid = (height // self.config.patch_size, width // self.config.patch_size)
 
         patches = self.patch_embeddings(pixel_values.to(self.patch_embeddings.projection.weight.dtype))
