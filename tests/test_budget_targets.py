@@ -20,6 +20,7 @@ from corevision_hf import (
     budget_for_latency,
     calibrate_latency,
     lookwhere_flops,
+    save_model_folder,
     veca_flops,
 )
 from corevision_hf import calibrate
@@ -259,8 +260,8 @@ def test_bad_target_defaults_fail_at_load(config, fields, message):
 
 def test_pipelines_pass_targets_through(tmp_path):
     torch.manual_seed(0)
-    VecaModel(tiny_veca_config()).save_pretrained(tmp_path / "veca")
-    LookWhereModel(tiny_lookwhere_config()).save_pretrained(tmp_path / "lookwhere")
+    save_model_folder(VecaModel(tiny_veca_config()), tmp_path / "veca")
+    save_model_folder(LookWhereModel(tiny_lookwhere_config()), tmp_path / "lookwhere")
     photo = Image.new("RGB", (32, 32), (120, 80, 40))
     pipe = pipeline("image-feature-extraction", model=str(tmp_path / "veca"), trust_remote_code=True)
     target = veca_flops(pipe.model.config, 32, 32, num_cores=3) / 1e9

@@ -8,7 +8,7 @@ import torch
 from conftest import tiny_lookwhere_config, tiny_veca_config
 from test_no_host_sync import PIXEL_MASK
 
-from corevision_hf import LookWhereModel, VecaModel
+from corevision_hf import LookWhereModel, LookWherePreTrainedModel, VecaModel, VecaPreTrainedModel
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "corevision_hf"
 HUB_FILES = sorted(PACKAGE.glob("veca/*_veca.py")) + sorted(PACKAGE.glob("lookwhere/*_lookwhere.py"))
@@ -46,3 +46,10 @@ def test_forward_compiles_as_one_graph(build, call):
     compiled = torch.compile(model, backend="eager", fullgraph=True)
     with torch.no_grad():
         torch.testing.assert_close(compiled(pixel_values, **call).last_hidden_state, model(pixel_values, **call).last_hidden_state)
+
+
+@pytest.mark.parametrize("model_class", [VecaPreTrainedModel, LookWherePreTrainedModel])
+def test_saving_is_transformers_own(model_class):
+    """As DINOv3: the config's auto_map and the processor's own save carry what a hub repo needs, so the model saves
+    with transformers' save_pretrained (`corevision_hf.save_model_folder` adds the processor)."""
+    assert "save_pretrained" not in vars(model_class)

@@ -25,6 +25,7 @@ from .lookwhere import (
     LookWhereModelOutput,
     LookWherePreTrainedModel,
 )
+from .saving import save_model_folder
 from .veca import (
     VECA_PRESETS,
     VecaBackbone,
@@ -40,8 +41,9 @@ from .veca import (
 
 __version__ = "0.1.0"
 
-# In-process: the Auto classes find our models by model_type. On save: the config and modeling files are
-# copied next to the weights and `auto_map` is written, so `trust_remote_code=True` loads them without us.
+# In-process: the Auto classes find our models by model_type. On save: the config and modeling files are copied next
+# to the weights and `auto_map` is written (the config names every head and the pipeline once its class is registered
+# here), so `trust_remote_code=True` loads them without us; `save_model_folder` saves the image processor beside them.
 for config_class, processor_class, heads in [
     (
         VecaConfig,
@@ -101,5 +103,6 @@ __all__ = [
     "lookwhere_from_teacher",
     "optimize_for_cpu",
     "restore_default_linear",
+    "save_model_folder",
     "veca_flops",
 ]

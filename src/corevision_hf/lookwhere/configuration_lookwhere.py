@@ -1,14 +1,26 @@
-"""LookWhere configuration. Hub-copied: imports only transformers."""
+"""LookWhere configuration. Hub-copied: imports only transformers and its sibling pipeline file."""
 
 from transformers import PreTrainedConfig
 from transformers.activations import ACT2FN
 from transformers.backbone_utils import BackboneConfigMixin
+
+from .pipeline_lookwhere import LookWhereImageFeatureExtractionPipeline
 
 
 # ViT-S/14 and ViT-B/14 widths of DINOv2 with registers, the teachers of the paper.
 LOOKWHERE_PRESETS = {
     "small": dict(hidden_size=384, num_attention_heads=6, intermediate_size=1536),
     "base": dict(hidden_size=768, num_attention_heads=12, intermediate_size=3072),
+}
+
+
+# Hub code for every head (`hub_code_fields`).
+AUTO_MAP = {
+    "AutoConfig": "configuration_lookwhere.LookWhereConfig",
+    "AutoModel": "modeling_lookwhere.LookWhereModel",
+    "AutoModelForImageClassification": "modeling_lookwhere.LookWhereForImageClassification",
+    "AutoModelForSemanticSegmentation": "modeling_lookwhere.LookWhereForSemanticSegmentation",
+    "AutoBackbone": "modeling_lookwhere.LookWhereBackbone",
 }
 
 
@@ -137,6 +149,8 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         self.initializer_range = initializer_range
         self.apply_layernorm = apply_layernorm
         self.reshape_hidden_states = reshape_hidden_states
+        if self._auto_class is not None:  # registered for the Auto classes: saving copies the hub files these name
+            kwargs = hub_code_fields(kwargs)
         self._validate()  # before the stage names, whose errors would hide a bad num_hidden_layers
         self.stage_names = ["stem"] + [f"stage{i}" for i in range(1, num_hidden_layers + 1)]
         self.set_output_features_output_indices(out_indices=out_indices, out_features=out_features)
@@ -223,6 +237,21 @@ def check_fields(config, positive_ints=(), positive_numbers=(), probabilities=()
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
             raise ValueError(f"{name} must lie in [0, 1), got {value!r}.")
+
+
+# Same as configuration_veca.hub_code_fields
+def hub_code_fields(kwargs: dict) -> dict:
+    """`kwargs` with `auto_map` naming the hub code of every head (`AUTO_MAP`) and `custom_pipelines` the budget-aware
+    pipeline (importing it here has `save_pretrained` copy its file), so that a saved checkpoint loads with each Auto
+    class and with `pipeline("image-feature-extraction", model=..., trust_remote_code=True)`: transformers' save maps
+    the saved class only. What `kwargs` hold wins. Built anew per call: `pipeline()` rewrites the entry it reads."""
+    impl = f"pipeline_lookwhere.{LookWhereImageFeatureExtractionPipeline.__name__}"
+    pipeline = {"impl": impl, "pt": ["AutoModel"], "type": "image"}
+    return {
+        **kwargs,
+        "auto_map": {**AUTO_MAP, **(kwargs.get("auto_map") or {})},
+        "custom_pipelines": {"image-feature-extraction": pipeline, **(kwargs.get("custom_pipelines") or {})},
+    }
 
 
 # Same as configuration_veca.check_target_fields

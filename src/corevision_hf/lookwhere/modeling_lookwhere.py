@@ -4,14 +4,13 @@ A shallow *selector* looks at a low-resolution copy of the image and scores ever
 *extractor* embeds and processes only the top-k patches, reusing the selector's CLS and register tokens. The
 full-resolution image is never processed: the extractor's cost follows k, not the image size.
 
-Hub-copied: this file imports only torch, transformers and its sibling files (configuration, budget, image
-processor, pipeline). A hub repo holds one model's files, so the few helpers both models need are repeated here,
-marked "Same as modeling_veca", as transformers does across its model files; change them together.
+Hub-copied: this file imports only torch, transformers and its sibling files (configuration, budget). A hub repo holds
+one model's files, so the few helpers both models need are repeated here, marked "Same as modeling_veca", as
+transformers does across its model files; change them together.
 """
 
 import difflib
 import numbers
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -37,27 +36,9 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .budget_lookwhere import kept_in_images, num_kept
 from .configuration_lookwhere import LookWhereConfig
-from .image_processing_lookwhere import LookWhereImageProcessor
-from .pipeline_lookwhere import LookWhereImageFeatureExtractionPipeline
 
 
 logger = logging.get_logger(__name__)
-
-# Hub code for every head, so that any saved LookWhere checkpoint loads with each Auto class.
-AUTO_MAP = {
-    "AutoConfig": "configuration_lookwhere.LookWhereConfig",
-    "AutoModel": "modeling_lookwhere.LookWhereModel",
-    "AutoModelForImageClassification": "modeling_lookwhere.LookWhereForImageClassification",
-    "AutoModelForSemanticSegmentation": "modeling_lookwhere.LookWhereForSemanticSegmentation",
-    "AutoBackbone": "modeling_lookwhere.LookWhereBackbone",
-}
-# `pipeline("image-feature-extraction", model=..., trust_remote_code=True)` takes the budget per call with this class.
-CUSTOM_PIPELINES = {
-    "image-feature-extraction": {
-        "impl": f"pipeline_lookwhere.{LookWhereImageFeatureExtractionPipeline.__name__}", "pt": ["AutoModel"],
-        "type": "image",
-    }
-}
 
 
 @dataclass
@@ -557,21 +538,6 @@ class LookWherePreTrainedModel(PreTrainedModel):
                     "after training diverged). Load an earlier checkpoint whose weights are finite."
                 )
         return loaded
-
-    # Same as modeling_veca.VecaPreTrainedModel.save_pretrained
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        """Kept: transformers maps only the saved class in `auto_map`; this maps every head and the budget-aware
-        pipeline, and has the image processor save itself beside the weights (an existing one is kept)."""
-        if self._auto_class is not None:
-            self.config.auto_map = {**AUTO_MAP, **(getattr(self.config, "auto_map", None) or {})}
-            self.config.custom_pipelines = {**CUSTOM_PIPELINES, **(getattr(self.config, "custom_pipelines", None) or {})}
-        super().save_pretrained(save_directory, *args, **kwargs)
-        if kwargs.get("is_main_process", True) and not os.path.exists(
-            os.path.join(save_directory, "preprocessor_config.json")
-        ):
-            processor = LookWhereImageProcessor(size={"shortest_edge": self.config.image_size}, patch_size=self.config.patch_size)
-            processor.register_for_auto_class()  # its preprocessor_config.json names the hub code that loads it
-            processor.save_pretrained(save_directory)
 
 
 # Same as modeling_veca.chosen_blocks

@@ -1,7 +1,9 @@
-"""VECA configuration. Hub-copied: imports only transformers."""
+"""VECA configuration. Hub-copied: imports only transformers and its sibling pipeline file."""
 
 from transformers import PreTrainedConfig
 from transformers.backbone_utils import BackboneConfigMixin
+
+from .pipeline_veca import VecaImageFeatureExtractionPipeline
 
 
 # Reference sizes of the paper (all patch 16, a bank of 64 cores, SwiGLU MLP).
@@ -15,6 +17,15 @@ VECA_PRESETS = {
 
 # A larger bank is no longer "a few cores": attention would cost more than a dense ViT's at usual sizes.
 MAX_CORES = 4096
+
+
+# Hub code for every head (`hub_code_fields`).
+AUTO_MAP = {
+    "AutoConfig": "configuration_veca.VecaConfig",
+    "AutoModel": "modeling_veca.VecaModel",
+    "AutoModelForImageClassification": "modeling_veca.VecaForImageClassification",
+    "AutoBackbone": "modeling_veca.VecaBackbone",
+}
 
 
 class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
@@ -149,6 +160,8 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
         self.initializer_range = initializer_range
         self.apply_layernorm = apply_layernorm
         self.reshape_hidden_states = reshape_hidden_states
+        if self._auto_class is not None:  # registered for the Auto classes: saving copies the hub files these name
+            kwargs = hub_code_fields(kwargs)
         self._validate()  # before the stage names, whose errors would hide a bad num_hidden_layers
         self.stage_names = ["stem"] + [f"stage{i}" for i in range(1, num_hidden_layers + 1)]
         self.set_output_features_output_indices(out_indices=out_indices, out_features=out_features)
@@ -242,6 +255,20 @@ def check_fields(config, positive_ints=(), positive_numbers=(), probabilities=()
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
             raise ValueError(f"{name} must lie in [0, 1), got {value!r}.")
+
+
+def hub_code_fields(kwargs: dict) -> dict:
+    """`kwargs` with `auto_map` naming the hub code of every head (`AUTO_MAP`) and `custom_pipelines` the budget-aware
+    pipeline (importing it here has `save_pretrained` copy its file), so that a saved checkpoint loads with each Auto
+    class and with `pipeline("image-feature-extraction", model=..., trust_remote_code=True)`: transformers' save maps
+    the saved class only. What `kwargs` hold wins. Built anew per call: `pipeline()` rewrites the entry it reads."""
+    impl = f"pipeline_veca.{VecaImageFeatureExtractionPipeline.__name__}"
+    pipeline = {"impl": impl, "pt": ["AutoModel"], "type": "image"}
+    return {
+        **kwargs,
+        "auto_map": {**AUTO_MAP, **(kwargs.get("auto_map") or {})},
+        "custom_pipelines": {"image-feature-extraction": pipeline, **(kwargs.get("custom_pipelines") or {})},
+    }
 
 
 def check_target_fields(config, default_budget: str) -> None:

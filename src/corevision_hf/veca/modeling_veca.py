@@ -4,14 +4,12 @@ A ViT whose patches never attend to each other. An ordered bank of learned core 
 between patches: cores attend to the active cores and all patches, patches attend to the active cores only.
 Attention cost is linear in the number of patches, and the number of active cores is chosen per call.
 
-Hub-copied: this file imports only torch, transformers and its sibling files (configuration, budget, image processor,
-pipeline).
+Hub-copied: this file imports only torch, transformers and its sibling files (configuration, budget).
 """
 
 import difflib
 import math
 import numbers
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,23 +27,6 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .budget_veca import active_cores
 from .configuration_veca import VecaConfig
-from .image_processing_veca import VecaImageProcessor
-from .pipeline_veca import VecaImageFeatureExtractionPipeline
-
-
-# Hub code for every head, so that any saved VECA checkpoint loads with each Auto class.
-AUTO_MAP = {
-    "AutoConfig": "configuration_veca.VecaConfig",
-    "AutoModel": "modeling_veca.VecaModel",
-    "AutoModelForImageClassification": "modeling_veca.VecaForImageClassification",
-    "AutoBackbone": "modeling_veca.VecaBackbone",
-}
-# `pipeline("image-feature-extraction", model=..., trust_remote_code=True)` takes the budget per call with this class.
-CUSTOM_PIPELINES = {
-    "image-feature-extraction": {
-        "impl": f"pipeline_veca.{VecaImageFeatureExtractionPipeline.__name__}", "pt": ["AutoModel"], "type": "image"
-    }
-}
 
 
 @dataclass
@@ -382,20 +363,6 @@ class VecaPreTrainedModel(PreTrainedModel):
                     "after training diverged). Load an earlier checkpoint whose weights are finite."
                 )
         return loaded
-
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        """Kept: transformers maps only the saved class in `auto_map`; this maps every head and the budget-aware
-        pipeline, and has the image processor save itself beside the weights (an existing one is kept)."""
-        if self._auto_class is not None:
-            self.config.auto_map = {**AUTO_MAP, **(getattr(self.config, "auto_map", None) or {})}
-            self.config.custom_pipelines = {**CUSTOM_PIPELINES, **(getattr(self.config, "custom_pipelines", None) or {})}
-        super().save_pretrained(save_directory, *args, **kwargs)
-        if kwargs.get("is_main_process", True) and not os.path.exists(
-            os.path.join(save_directory, "preprocessor_config.json")
-        ):
-            processor = VecaImageProcessor(size={"shortest_edge": self.config.image_size}, patch_size=self.config.patch_size)
-            processor.register_for_auto_class()  # its preprocessor_config.json names the hub code that loads it
-            processor.save_pretrained(save_directory)
 
 
 # Forward's own arguments travel by name; these are transformers' standard ones (output capture, attention backends).
