@@ -79,8 +79,9 @@ def calibrate_latency(
     model.train(was_training)
     if problems := not_monotone(rows, argument):  # as evaluate_budgets' latency warnings: a busy machine, usually
         shown = "; ".join(problems[:3]) + (f" and {len(problems) - 3} more" if len(problems) > 3 else "")
-        warnings.warn(f"calibrate_latency: {shown}. The machine was probably busy, so budget_for_latency would pick from noise: "
-                      "calibrate again on an idle machine (this table is stored as measured).", stacklevel=2)
+        warnings.warn(f"calibrate_latency: {shown}. The machine was probably busy, so budget_for_latency would pick "
+                      "from noise: calibrate again on an idle machine (this table is stored as measured).",
+                      stacklevel=2)
     table = {**measurement_setup(parameter.device, parameter.dtype, batch_size), "budget": argument, "sizes": rows}
     config.latency_table = table  # a plain field: config.json keeps it, the hub files never read it
     if path and os.path.isfile(path):
