@@ -35,6 +35,7 @@ import torch
 from corevision_hf.cli import HelpFormatter
 from corevision_hf.convert.dinov2_teacher import lookwhere_from_teacher
 from corevision_hf.offline import DEFAULT_TEACHER_CACHE_DIR, load_dinov2_small_teacher
+from corevision_hf.saving import save_model_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -126,7 +127,7 @@ def main(argv=None) -> None:
 
     step("a LookWhere from the teacher")
     lookwhere = args.output_dir / "lookwhere"
-    lookwhere_from_teacher(teacher).save_pretrained(lookwhere)
+    save_model_folder(lookwhere_from_teacher(teacher), lookwhere)
     print(f"    {lookwhere}: the teacher as extractor, its first blocks as selector (map head untrained)")
 
     step(f"distillation: {args.steps} steps (teacher targets cached over {TEACHER_CACHE_CYCLE} epochs of crops)")

@@ -42,6 +42,7 @@ from corevision_hf import export
 from corevision_hf.cli import reading_weights, run
 from corevision_hf.offline import use_hub_timeouts
 from corevision_hf.outputs import refuse_overlap
+from corevision_hf.saving import image_processor_for, save_model_folder
 from training.checkpointing import check_export
 
 from .model_card import (
@@ -170,13 +171,10 @@ def stage(checkpoint: str, evaluation_path: str, plot: str | None, config, card,
     """Writes everything the hub repo gets into `folder`: the model re-saved by the package (safetensors, config with
     auto_map, hub code, preprocessor config), the training recipe if any, the evaluation, the plot and the card.
     The recipe and the evaluation are the public versions: no path of this machine is published."""
-    preprocessor = os.path.join(checkpoint, "preprocessor_config.json")
-    if os.path.isfile(preprocessor):
-        shutil.copy(preprocessor, folder)  # save_pretrained keeps it rather than writing the stock one
     model_class = getattr(corevision_hf, config.architectures[0]) if config.architectures else AutoModel
     with reading_weights(checkpoint):
         model = model_class.from_pretrained(checkpoint, dtype="auto")  # keeps the checkpoint's dtype
-    model.save_pretrained(folder)
+    save_model_folder(model, folder, image_processor_for(config, checkpoint))  # the checkpoint's own processor wins
     recipe = read_recipe(checkpoint)
     if recipe is not None:
         write_json(os.path.join(folder, RECIPE_FILE), public_recipe(recipe))

@@ -1,6 +1,7 @@
 """A target instead of a budget: `max_gflops=` picks the largest budget whose analytic cost at the call's image size
-fits (VECA among `config.training_budgets`, LookWhere among k = 1..Hp * Wp); `max_ms=` the largest calibrated budget
-whose latency in `config.latency_table` fits. Timing tables here are fakes: no assertion depends on this machine."""
+fits (VECA among `config.training_budgets`, LookWhere among k = 1..Hp * Wp); `budget_for_latency` the largest
+calibrated budget whose latency in `config.latency_table` fits, outside the model. Timing tables here are fakes: no
+assertion depends on this machine."""
 
 import json
 import warnings
@@ -16,12 +17,14 @@ from corevision_hf import (
     LookWhereModel,
     VecaConfig,
     VecaModel,
+    budget_for_latency,
     calibrate_latency,
     lookwhere_flops,
+    save_model_folder,
     veca_flops,
 )
 from corevision_hf import calibrate
-from corevision_hf.veca.budget_veca import measurement_setup
+from corevision_hf.calibrate import measurement_setup
 
 SIZES = [(32, 48), (64, 64)]
 
@@ -95,13 +98,9 @@ def test_an_impossible_target_names_the_cheapest_budget_and_its_cost(name, cheap
     "name, call, message",
     [
         ("veca", dict(num_cores=2, max_gflops=1.0), "num_cores=2 and max_gflops=1.0 each choose the budget"),
-        ("veca", dict(max_gflops=1.0, max_ms=5.0), "max_gflops=1.0 and max_ms=5.0 each choose the budget"),
-        ("lookwhere", dict(k_ratio=0.5, max_ms=5.0), "k_ratio=0.5 and max_ms=5.0 each choose the budget"),
         ("lookwhere", dict(k=3, max_gflops=1.0), "k=3 and max_gflops=1.0 each choose the budget"),
         ("veca", dict(max_gflops=-1.0), "max_gflops must be a finite number > 0"),
-        ("lookwhere", dict(max_ms=float("nan")), "max_ms must be a finite number > 0"),
-        ("veca", dict(max_ms=5.0), r"run corevision_hf.calibrate_latency\(model, sizes=\[...\]\) once"),
-        ("lookwhere", dict(max_ms=5.0), r"run corevision_hf.calibrate_latency\(model, sizes=\[...\]\) once"),
+        ("lookwhere", dict(max_gflops=float("nan")), "max_gflops must be a finite number > 0"),
     ],
 )
 def test_bad_targets_are_one_clear_error_each(name, call, message, request):
@@ -109,10 +108,23 @@ def test_bad_targets_are_one_clear_error_each(name, call, message, request):
         request.getfixturevalue(name)(torch.randn(1, 3, 32, 32), **call)
 
 
+@pytest.mark.parametrize("name", ["veca", "lookwhere"])
+def test_a_latency_target_is_chosen_outside_the_model(name, request):
+    """Forward reads nothing of the machine: max_ms is refused, naming what to call; that refuses a bad target and a
+    model without a table."""
+    model = request.getfixturevalue(name)
+    with pytest.raises(ValueError, match=r"takes no max_ms: .*corevision_hf.budget_for_latency\(model, pixel_values"):
+        model(torch.randn(1, 3, 32, 32), max_ms=5.0)
+    for target, message in [(float("nan"), "max_ms must be a finite number > 0"),
+                            (5.0, r"run corevision_hf.calibrate_latency\(model, sizes=\[...\]\) once")]:
+        with pytest.raises(ValueError, match=message):
+            budget_for_latency(model, torch.randn(1, 3, 32, 32), target)
+
+
 def measured_here(sizes: list, **setup) -> dict:
     """A VECA table of `sizes` rows measured in this test's setup (CPU, float32, batch 1, this machine and threads),
     with `setup`'s fields changed."""
-    return {**measurement_setup(torch.zeros(1, 3, 8, 8)), "budget": "num_cores", **setup, "sizes": sizes}
+    return {**measurement_setup("cpu", torch.float32, 1), "budget": "num_cores", **setup, "sizes": sizes}
 
 
 def fake_table(budgets: list, **setup) -> dict:
@@ -123,9 +135,14 @@ def fake_table(budgets: list, **setup) -> dict:
     ], **{"budget": "num_cores" if isinstance(budgets[0], int) else "k_ratio", **setup})
 
 
+def latency_budget(model, pixel_values, max_ms: float) -> int:
+    """The budget a call with `budget_for_latency`'s keyword ran with."""
+    return chosen_budget(model, pixel_values, **budget_for_latency(model, pixel_values, max_ms))[0]
+
+
 def test_max_ms_picks_what_the_table_says(veca, lookwhere, monkeypatch):
-    monkeypatch.setattr(veca.config, "latency_table", fake_table([2, 4, 8]))
-    pick = lambda model, size, ms: chosen_budget(model, torch.randn(1, 3, *size), max_ms=ms)[0]  # noqa: E731
+    monkeypatch.setattr(veca.config, "latency_table", fake_table([2, 4, 8]), raising=False)
+    pick = lambda model, size, ms: latency_budget(model, torch.randn(1, 3, *size), ms)  # noqa: E731
     assert [pick(veca, (32, 32), ms) for ms in (10, 25, 40, 1000)] == [2, 4, 8, 8]
     # 48x48 px lies 5/12 of the way from 32x32 to 64x64 in pixels: 4 cores take 20 + 5/12 * 40 = 36.7 ms there
     assert [pick(veca, (48, 48), ms) for ms in (36.6, 36.7)] == [2, 4]
@@ -135,26 +152,29 @@ def test_max_ms_picks_what_the_table_says(veca, lookwhere, monkeypatch):
         pick(veca, (72, 72), 100)
     for field, value in [("device", "cuda"), ("machine", "another CPU"), ("threads", 999), ("dtype", "bfloat16"),
                          ("batch_size", 8)]:
-        monkeypatch.setattr(veca.config, "latency_table", fake_table([2, 4, 8], **{field: value}))
+        off_the_cpu = {"threads": None} if field == "device" else {}  # a GPU table counts no threads
+        monkeypatch.setattr(veca.config, "latency_table", fake_table([2, 4, 8], **{field: value}, **off_the_cpu),
+                            raising=False)
         with pytest.raises(ValueError, match=rf"measured in another setup \({field} {value!r}, this call"):
             pick(veca, (32, 32), 100)
     # LookWhere's calibrated budgets are k_ratios: k = k_ratio * Hp * Wp (64 patches at 32x32 px)
-    monkeypatch.setattr(lookwhere.config, "latency_table", fake_table([0.25, 0.5, 1.0]))
+    monkeypatch.setattr(lookwhere.config, "latency_table", fake_table([0.25, 0.5, 1.0]), raising=False)
     assert [pick(lookwhere, (32, 32), ms) for ms in (15, 25, 50)] == [16, 32, 64]
+    assert budget_for_latency(lookwhere, (32, 32), 25) == {"k_ratio": 0.5}  # a size: one image, the model's dtype
 
 
 def test_a_table_whose_sizes_share_no_budget_is_a_clear_error(veca, monkeypatch):
     table = measured_here([{"height": 32, "width": 32, "ms": [[2, 10.0]]},
                            {"height": 64, "width": 64, "ms": [[4, 30.0]]}])
-    monkeypatch.setattr(veca.config, "latency_table", table)
+    monkeypatch.setattr(veca.config, "latency_table", table, raising=False)
     with pytest.raises(ValueError, match="share no budget"):
-        veca(torch.randn(1, 3, 48, 48), max_ms=100)
+        budget_for_latency(veca, torch.randn(1, 3, 48, 48), 100)
 
 
 def test_a_larger_budget_never_counts_as_faster(veca, monkeypatch):
     table = measured_here([{"height": 32, "width": 32, "ms": [[2, 10.0], [4, 30.0], [8, 25.0]]}])
-    monkeypatch.setattr(veca.config, "latency_table", table)
-    assert chosen_budget(veca, torch.randn(1, 3, 32, 32), max_ms=27)[0] == 2  # 8 cores measured 25 ms: noise
+    monkeypatch.setattr(veca.config, "latency_table", table, raising=False)
+    assert latency_budget(veca, torch.randn(1, 3, 32, 32), 27) == 2  # 8 cores measured 25 ms: noise
 
 
 def test_calibration_round_trip_through_the_folder(tmp_path):
@@ -164,16 +184,16 @@ def test_calibration_round_trip_through_the_folder(tmp_path):
     table = calibrate_latency(model, sizes=[32, (32, 48)], budgets=[2, 8], runs=1)
     assert [(row["height"], row["width"], [b for b, _ in row["ms"]]) for row in table["sizes"]] == [
         (32, 32, [2, 8]), (32, 48, [2, 8])]
-    assert model.config.latency_table == table  # max_ms works in this session
+    assert model.config.latency_table == table  # budget_for_latency works in this session
     assert json.loads((tmp_path / "veca" / "config.json").read_text())["latency_table"] == table
     assert AutoModel.from_pretrained(tmp_path / "veca").config.latency_table == table
 
-    # what a fresh load does with max_ms is what its table says (a fake one, so that timing noise cannot matter)
+    # what a fresh load picks for a latency is what its table says (a fake one, so that timing noise cannot matter)
     fake = fake_table([2, 4, 8])
     model.config.latency_table = fake
     model.save_pretrained(tmp_path / "saved")
     reloaded = AutoModel.from_pretrained(tmp_path / "saved").eval()
-    assert chosen_budget(reloaded, torch.randn(1, 3, 32, 32), max_ms=25)[0] == 4
+    assert latency_budget(reloaded, torch.randn(1, 3, 32, 32), 25) == 4
 
 
 @pytest.mark.parametrize("times, warned", [
@@ -202,7 +222,7 @@ def test_a_table_that_is_not_monotone_is_stored_with_a_warning(tmp_path, monkeyp
 
 
 def test_calibrate_latency_saves_to_an_explicit_folder_only_beside_a_config(lookwhere, tmp_path, monkeypatch):
-    monkeypatch.setattr(lookwhere.config, "latency_table", None)
+    monkeypatch.setattr(lookwhere.config, "latency_table", None, raising=False)
     with pytest.raises(ValueError, match="holds no config.json: save the model there first"):
         calibrate_latency(lookwhere, sizes=[32], save_to=tmp_path)
     lookwhere.save_pretrained(tmp_path)
@@ -231,7 +251,6 @@ def test_the_config_default_target(tmp_path):
         (VecaConfig, dict(default_max_gflops=1.0, default_num_cores=4),
          "default_num_cores=4 and default_max_gflops=1.0"),
         (LookWhereConfig, dict(default_max_gflops=1.0, default_k=4), "default_k=4 and default_max_gflops=1.0"),
-        (LookWhereConfig, dict(latency_table={"sizes": []}), r"latency_table\['device'\] is None, not a name"),
     ],
 )
 def test_bad_target_defaults_fail_at_load(config, fields, message):
@@ -241,8 +260,8 @@ def test_bad_target_defaults_fail_at_load(config, fields, message):
 
 def test_pipelines_pass_targets_through(tmp_path):
     torch.manual_seed(0)
-    VecaModel(tiny_veca_config()).save_pretrained(tmp_path / "veca")
-    LookWhereModel(tiny_lookwhere_config()).save_pretrained(tmp_path / "lookwhere")
+    save_model_folder(VecaModel(tiny_veca_config()), tmp_path / "veca")
+    save_model_folder(LookWhereModel(tiny_lookwhere_config()), tmp_path / "lookwhere")
     photo = Image.new("RGB", (32, 32), (120, 80, 40))
     pipe = pipeline("image-feature-extraction", model=str(tmp_path / "veca"), trust_remote_code=True)
     target = veca_flops(pipe.model.config, 32, 32, num_cores=3) / 1e9
@@ -251,5 +270,8 @@ def test_pipelines_pass_targets_through(tmp_path):
         pipe(photo, max_gflops=1e-6)
     pipe = pipeline("image-feature-extraction", model=str(tmp_path / "lookwhere"), trust_remote_code=True)
     pipe.model.config.latency_table = fake_table([0.25, 0.5, 1.0])
-    features = pipe(photo, max_ms=25.0, fill_dense=False, return_tensors=True)
+    size = pipe.image_processor(photo, return_tensors="pt").pixel_values.shape[-2:]
+    features = pipe(photo, **budget_for_latency(pipe.model, size, 25.0), fill_dense=False, return_tensors=True)
     assert features.shape[1] == 1 + 4 + 32  # CLS, 4 registers, k = 0.5 of the 8 x 8 grid
+    with pytest.raises(ValueError, match=r"\['max_ms'\].*corevision_hf.budget_for_latency\(pipe.model"):
+        pipe(photo, max_ms=25.0)

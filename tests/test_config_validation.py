@@ -8,7 +8,7 @@ import torch
 from conftest import load_without_package, tiny_lookwhere_config, tiny_veca_config
 from transformers import AutoModel, pipeline
 
-from corevision_hf import LookWhereModel, VecaModel
+from corevision_hf import LookWhereModel, VecaModel, save_model_folder
 
 
 @pytest.mark.parametrize(
@@ -58,7 +58,7 @@ def test_empty_batches_and_images_smaller_than_a_patch_are_errors(build):
 def test_veca_bank_size_cannot_change_at_load_time(tmp_path):
     """`num_cores` is the trained bank's size: at load time it is an error naming `default_num_cores`, the budget."""
     torch.manual_seed(0)
-    VecaModel(tiny_veca_config()).save_pretrained(tmp_path)  # a bank of 8
+    save_model_folder(VecaModel(tiny_veca_config()), tmp_path)  # a bank of 8
     for asked in (4, 16):
         with pytest.raises(ValueError, match=f"pass default_num_cores={asked} instead") as error:
             AutoModel.from_pretrained(tmp_path, trust_remote_code=True, num_cores=asked)

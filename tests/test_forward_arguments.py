@@ -41,6 +41,8 @@ def test_a_misspelt_budget_is_an_error_naming_the_right_one(name, images):
         model(images, **{typo: 2})
     with pytest.raises(ValueError, match="unexpected argument 'max_flops'; did you mean 'max_gflops'"):
         model(images, max_flops=1.0)
+    with pytest.raises(ValueError, match=r"takes no max_ms: .*corevision_hf.budget_for_latency"):
+        model(images, max_ms=5.0)
 
 
 @pytest.mark.parametrize("name", ["veca", "lookwhere"])

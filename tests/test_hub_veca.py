@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import load_without_package, make_offline_hub_cache, tiny_veca_config
 
-from corevision_hf import VecaBackbone, VecaForImageClassification, VecaModel
+from corevision_hf import VecaBackbone, VecaForImageClassification, VecaModel, save_model_folder
 
 
 LOADER = textwrap.dedent(
@@ -49,10 +49,11 @@ def expected_outputs(model: VecaModel, inputs: torch.Tensor) -> dict:
     return outputs, classifier
 
 
-def save_tiny_model(folder) -> tuple[VecaModel, torch.nn.Module]:
+def save_tiny_model(folder) -> VecaModel:
+    """The tiny VECA and its image processor saved in `folder`, as this package's tools save them."""
     torch.manual_seed(0)
     model = VecaModel(tiny_veca_config(num_labels=3)).eval()
-    model.save_pretrained(folder)
+    save_model_folder(model, folder)
     return model
 
 
@@ -65,22 +66,40 @@ def check_outputs(actual: dict, model: VecaModel, inputs: torch.Tensor) -> None:
     torch.testing.assert_close(actual["processor_mean"], torch.tensor([0.485, 0.456, 0.406]))
 
 
-def test_saved_folder_holds_hub_code(tmp_path):
+@pytest.mark.parametrize("model_class", [VecaModel, VecaForImageClassification, VecaBackbone])
+def test_the_stock_save_maps_every_head_and_the_pipeline(tmp_path, model_class):
+    """transformers' own save_pretrained (not overridden) writes the hub code and an auto_map for every head, whichever
+    head is saved, because the registered config names them; the image processor is not the model's to save."""
+    model_class(tiny_veca_config(num_labels=3)).save_pretrained(tmp_path / "veca")
+    files = set(os.listdir(tmp_path / "veca"))
+    assert {"config.json", "model.safetensors", "configuration_veca.py", "modeling_veca.py", "budget_veca.py",
+            "pipeline_veca.py"} <= files
+    assert "preprocessor_config.json" not in files
+    config = json.loads((tmp_path / "veca" / "config.json").read_text())
+    assert config["auto_map"] == {
+        "AutoConfig": "configuration_veca.VecaConfig", "AutoModel": "modeling_veca.VecaModel",
+        "AutoModelForImageClassification": "modeling_veca.VecaForImageClassification",
+        "AutoBackbone": "modeling_veca.VecaBackbone",
+    }
+    assert config["custom_pipelines"]["image-feature-extraction"]["impl"] == (
+        "pipeline_veca.VecaImageFeatureExtractionPipeline")
+
+
+def test_saved_folder_holds_hub_code_and_processor(tmp_path):
     save_tiny_model(tmp_path / "veca")
     files = set(os.listdir(tmp_path / "veca"))
-    assert {"config.json", "model.safetensors", "configuration_veca.py", "modeling_veca.py", "budget_veca.py"} <= files
-    assert "preprocessor_config.json" in files
-    auto_map = json.loads((tmp_path / "veca" / "config.json").read_text())["auto_map"]
-    assert auto_map["AutoModel"] == "modeling_veca.VecaModel"
-    assert auto_map["AutoModelForImageClassification"] == "modeling_veca.VecaForImageClassification"
-    assert auto_map["AutoBackbone"] == "modeling_veca.VecaBackbone"
+    assert {"config.json", "model.safetensors", "configuration_veca.py", "modeling_veca.py", "budget_veca.py",
+            "image_processing_veca.py", "preprocessor_config.json"} <= files
+    processor = json.loads((tmp_path / "veca" / "preprocessor_config.json").read_text())
+    assert processor["auto_map"] == {"AutoImageProcessor": "image_processing_veca.VecaImageProcessor"}
 
 
 def test_existing_preprocessor_config_is_kept(tmp_path):
+    """The model's save writes no processor, so a processor config already in the folder stays as it was."""
     folder = tmp_path / "veca"
     folder.mkdir()
     (folder / "preprocessor_config.json").write_text('{"mine": true}')
-    save_tiny_model(folder)
+    VecaModel(tiny_veca_config()).save_pretrained(folder)
     assert json.loads((folder / "preprocessor_config.json").read_text()) == {"mine": True}
 
 

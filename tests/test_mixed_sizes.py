@@ -15,6 +15,7 @@ from corevision_hf import (
     VecaForImageClassification,
     VecaImageProcessor,
     VecaModel,
+    save_model_folder,
 )
 from corevision_hf.finite import check_forward_mask
 from corevision_hf.lookwhere.modeling_lookwhere import interpolation_weights
@@ -242,8 +243,8 @@ def test_per_image_interpolation_weights_are_torchs(mode, antialias):
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
     torch.manual_seed(0)
-    VecaModel(tiny_veca_config()).save_pretrained(root / "veca")
-    LookWhereModel(tiny_lookwhere_config()).save_pretrained(root / "lookwhere")
+    save_model_folder(VecaModel(tiny_veca_config()), root / "veca")
+    save_model_folder(LookWhereModel(tiny_lookwhere_config()), root / "lookwhere")
     return {name: str(root / name) for name in ("veca", "lookwhere")}
 
 

@@ -23,6 +23,7 @@ from corevision_hf import (
     LookWhereModel,
     lookwhere_flops,
     lookwhere_from_teacher,
+    save_model_folder,
 )
 from corevision_hf.lookwhere.modeling_lookwhere import (
     inverse_distance_fill,
@@ -401,7 +402,7 @@ LOADER = textwrap.dedent(
 def test_trust_remote_code_without_package(tmp_path, pixel_values, via_hub_cache):
     torch.manual_seed(0)  # with the numerics of the authors' training, which the hub code must follow too
     model = LookWhereModel(tiny_lookwhere_config(num_labels=3, **lookwhere_training_numerics())).eval()
-    model.save_pretrained(tmp_path / "lookwhere")
+    save_model_folder(model, tmp_path / "lookwhere")
     source, env = str(tmp_path / "lookwhere"), None
     if via_hub_cache:
         source, env = "org/lookwhere-tiny", make_offline_hub_cache(tmp_path, tmp_path / "lookwhere", "org/lookwhere-tiny")

@@ -10,15 +10,15 @@ from conftest import load_without_package, tiny_lookwhere_config, tiny_veca_conf
 from PIL import Image
 from transformers import AutoImageProcessor, AutoModel, pipeline
 
-from corevision_hf import LookWhereModel, VecaImageFeatureExtractionPipeline, VecaModel
+from corevision_hf import LookWhereModel, VecaImageFeatureExtractionPipeline, VecaModel, save_model_folder
 
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
     torch.manual_seed(0)
-    VecaModel(tiny_veca_config()).save_pretrained(root / "veca")
-    LookWhereModel(tiny_lookwhere_config()).save_pretrained(root / "lookwhere")
+    save_model_folder(VecaModel(tiny_veca_config()), root / "veca")
+    save_model_folder(LookWhereModel(tiny_lookwhere_config()), root / "lookwhere")
     return {name: str(root / name) for name in ("veca", "lookwhere")}
 
 

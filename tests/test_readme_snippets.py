@@ -13,7 +13,7 @@ import torch
 from conftest import AT_TEACHER_WIDTH, tiny_lookwhere_config, tiny_veca_config
 from transformers import Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 
-from corevision_hf import LookWhereModel, VecaModel
+from corevision_hf import LookWhereModel, VecaModel, save_model_folder
 from corevision_hf import extract
 
 
@@ -37,13 +37,13 @@ def shared_set_up(request, tmp_path_factory) -> dict[str, str]:
     tiny random checkpoint (wide enough for the pages' budgets and layer choices: a bank of 64 cores, 12 LookWhere
     blocks) or what the extraction command wrote."""
     patch, folder = request.param, tmp_path_factory.mktemp(f"patch{request.param}")
-    torch.manual_seed(0)
-    VecaModel(
+    torch.manual_seed(0)  # saved with their processors, as the demo's training export and distill_demo.py save them
+    save_model_folder(VecaModel(
         tiny_veca_config(**AT_TEACHER_WIDTH, num_hidden_layers=4, patch_size=patch, num_cores=64, image_size=4 * patch)
-    ).save_pretrained(folder / "veca")
-    LookWhereModel(
+    ), folder / "veca")
+    save_model_folder(LookWhereModel(
         tiny_lookwhere_config(num_hidden_layers=12, patch_size=patch, image_size=8 * patch, selector_image_size=3 * patch)
-    ).save_pretrained(folder / "lookwhere")
+    ), folder / "lookwhere")
     Dinov2WithRegistersModel(
         Dinov2WithRegistersConfig(hidden_size=32, num_hidden_layers=4, num_attention_heads=2, mlp_ratio=2,
                                   patch_size=patch, image_size=8 * patch)

@@ -23,7 +23,7 @@ from conftest import (
 )
 from PIL import Image
 from safetensors.torch import load_file
-from transformers import AutoModel
+from transformers import AutoImageProcessor, AutoModel
 
 from corevision_hf import LookWhereModel, VecaModel, lookwhere_from_teacher
 from training import distill_lookwhere, distill_veca, losses, run_lock
@@ -78,6 +78,7 @@ def test_veca_script_runs_and_exports(teacher_dir, image_dir, tmp_path, caplog):
     model = AutoModel.from_pretrained(tmp_path / "final", trust_remote_code=True)
     assert model.config.output_projection_size is None and model.config.num_cores == 8
     assert (tmp_path / "final" / "modeling_veca.py").exists()
+    assert AutoImageProcessor.from_pretrained(tmp_path / "final", trust_remote_code=True).patch_size == 8  # exported too
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["checkpoint_2", "checkpoint_3"]
     assert not list((tmp_path / "checkpoints" / "checkpoint_3").glob("*_1*"))  # the student alone, no teacher
     recipe = json.loads((tmp_path / "final" / "training_recipe.json").read_text())

@@ -17,6 +17,7 @@ from accelerate.utils.constants import RNG_STATE_NAME
 
 from corevision_hf.cli import RunStopped
 from corevision_hf.outputs import sha256
+from corevision_hf.saving import save_model_folder
 
 from .run_lock import release_output_dirs
 
@@ -257,8 +258,8 @@ def export(
         shutil.rmtree(partial)  # left by a run that died while exporting
     accelerator.wait_for_everyone()  # else another process's save_pretrained could create it just before the rmtree
     state_dict = accelerator.get_state_dict(model)  # every process takes part (FSDP, DeepSpeed gather here)
-    accelerator.unwrap_model(model).save_pretrained(
-        partial, is_main_process=accelerator.is_main_process, state_dict=state_dict
+    save_model_folder(
+        accelerator.unwrap_model(model), partial, is_main_process=accelerator.is_main_process, state_dict=state_dict
     )
     accelerator.wait_for_everyone()  # every process is done with the folder before it is renamed
     if accelerator.is_main_process:

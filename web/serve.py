@@ -58,10 +58,10 @@ def random_veca(folder: Path) -> str:
     if not (folder / "config.json").is_file():
         import torch
 
-        from corevision_hf import VecaConfig, VecaModel
+        from corevision_hf import VecaConfig, VecaModel, save_model_folder
 
         torch.manual_seed(0)
-        VecaModel(VecaConfig.from_preset("small", patch_size=14, num_cores=32, image_size=224)).save_pretrained(folder)
+        save_model_folder(VecaModel(VecaConfig.from_preset("small", patch_size=14, num_cores=32, image_size=224)), folder)
     return str(folder)
 
 

@@ -9,7 +9,7 @@ from transformers import (
     AutoModelForSemanticSegmentation,
 )
 
-from .calibrate import calibrate_latency
+from .calibrate import budget_for_latency, calibrate_latency
 from .convert.dinov2_teacher import lookwhere_from_teacher
 from .cpu import optimize_for_cpu, restore_default_linear
 from .flops import dense_vit_flops, lookwhere_flops, veca_flops
@@ -25,6 +25,7 @@ from .lookwhere import (
     LookWhereModelOutput,
     LookWherePreTrainedModel,
 )
+from .saving import save_model_folder
 from .veca import (
     VECA_PRESETS,
     VecaBackbone,
@@ -40,8 +41,9 @@ from .veca import (
 
 __version__ = "0.1.0"
 
-# In-process: the Auto classes find our models by model_type. On save: the config and modeling files are
-# copied next to the weights and `auto_map` is written, so `trust_remote_code=True` loads them without us.
+# In-process: the Auto classes find our models by model_type. On save: the config and modeling files are copied next
+# to the weights and `auto_map` is written (the config names every head and the pipeline once its class is registered
+# here), so `trust_remote_code=True` loads them without us; `save_model_folder` saves the image processor beside them.
 for config_class, processor_class, heads in [
     (
         VecaConfig,
@@ -94,11 +96,13 @@ __all__ = [
     "VecaModel",
     "VecaModelOutput",
     "VecaPreTrainedModel",
+    "budget_for_latency",
     "calibrate_latency",
     "dense_vit_flops",
     "lookwhere_flops",
     "lookwhere_from_teacher",
     "optimize_for_cpu",
     "restore_default_linear",
+    "save_model_folder",
     "veca_flops",
 ]

@@ -1,15 +1,17 @@
-"""Latency per budget on this machine, so that `model(pixel_values, max_ms=...)` can pick a budget:
+"""Latency per budget on this machine, and the largest budget that fits a latency target:
 
     corevision_hf.calibrate_latency(model, sizes=[224, 448])   # once per machine; stored in config.json
+    outputs = model(pixel_values, **corevision_hf.budget_for_latency(model, pixel_values, max_ms=50))
 
-Forward reads the table from `config.latency_table` (see `budget_veca.latency_at`): at a calibrated size, or linear in
-pixel count between two, never outside, and only in the setup it was measured in (device, machine, threads, dtype,
-batch size: `budget_veca.measurement_setup`).
+The hub files read nothing of the machine: the table is plain data in config.json (`latency_table`), written, checked
+and read here only. `budget_for_latency` reads it at a calibrated size, or linear in pixel count between two, never
+outside, and only in the setup it was measured in (device, machine, threads, dtype, batch size: `measurement_setup`).
 """
 
 import json
 import numbers
 import os
+import platform
 import stat
 import tempfile
 import warnings
@@ -19,10 +21,10 @@ import torch
 from .images import check_pixels_fit
 from .measure import median_latency_ms
 from .outputs import is_ours, read_manifest, record
-from .veca.budget_veca import measurement_setup
+from .veca.budget_veca import check_target, largest_fitting_budget
 
 
-# LookWhere's budgets for max_ms: fractions of the grid, so that one table serves every image size.
+# LookWhere's budgets for a latency target: fractions of the grid, so that one table serves every image size.
 LOOKWHERE_K_RATIOS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)
 BUDGET_ARGUMENT = {"veca": "num_cores", "lookwhere": "k_ratio"}
 
@@ -77,16 +79,164 @@ def calibrate_latency(
     model.train(was_training)
     if problems := not_monotone(rows, argument):  # as evaluate_budgets' latency warnings: a busy machine, usually
         shown = "; ".join(problems[:3]) + (f" and {len(problems) - 3} more" if len(problems) > 3 else "")
-        warnings.warn(f"calibrate_latency: {shown}. The machine was probably busy, so max_ms would pick from noise: "
-                      "calibrate again on an idle machine (this table is stored as measured).", stacklevel=2)
-    table = {**measurement_setup(pixel_values), "budget": argument, "sizes": rows}
-    config.latency_table = table
+        warnings.warn(f"calibrate_latency: {shown}. The machine was probably busy, so budget_for_latency would pick "
+                      "from noise: calibrate again on an idle machine (this table is stored as measured).",
+                      stacklevel=2)
+    table = {**measurement_setup(parameter.device, parameter.dtype, batch_size), "budget": argument, "sizes": rows}
+    config.latency_table = table  # a plain field: config.json keeps it, the hub files never read it
     if path and os.path.isfile(path):
         ours = is_ours(folder, "config.json", read_manifest(folder))
         write_config_field(path, "latency_table", table)
         if ours:  # a converted folder: its manifest lists the new config.json, so --force may still replace it
             record(folder, ["config.json"], keep=True)
     return table
+
+
+def budget_for_latency(model: torch.nn.Module, pixel_values_or_size, max_ms: float) -> dict:
+    """The budget keyword for a forward that fits `max_ms` milliseconds on this machine: {"num_cores": c} for VECA,
+    {"k_ratio": r} for LookWhere, the largest calibrated budget whose latency in `model.config.latency_table`
+    (`calibrate_latency`) at this image size is at most `max_ms`. `pixel_values_or_size` is the call's
+    (B, C, H, W) tensor, or a (height, width) pair for one image on the model's device in its dtype (a pipeline's
+    image as its processor sizes it). Pass the result on: `model(pixel_values, **budget_for_latency(model,
+    pixel_values, 50))`. A ValueError when the model has no table, the table was measured in another setup or does
+    not cover this size, or no budget fits."""
+    config = model.config
+    if config.model_type not in BUDGET_ARGUMENT:
+        raise ValueError(f"budget_for_latency takes a VECA or LookWhere model, got a {config.model_type!r} model.")
+    check_target(max_ms=max_ms)
+    if isinstance(pixel_values_or_size, torch.Tensor):
+        pixel_values = pixel_values_or_size
+        if pixel_values.ndim != 4:
+            raise ValueError(f"budget_for_latency takes (batch, channels, height, width) pixel_values or a (height, "
+                             f"width) pair, got a tensor of shape {tuple(pixel_values.shape)}.")
+        height, width = pixel_values.shape[-2:]
+        setup = measurement_setup(pixel_values.device, pixel_values.dtype, pixel_values.shape[0])
+    else:
+        [(height, width)] = image_shapes([pixel_values_or_size], config.patch_size)
+        parameter = next(model.parameters())
+        setup = measurement_setup(parameter.device, parameter.dtype, 1)
+    argument = BUDGET_ARGUMENT[config.model_type]
+    table = getattr(config, "latency_table", None)
+    if table is None:
+        raise ValueError(
+            "budget_for_latency needs this model's latency measured on this machine: run "
+            "corevision_hf.calibrate_latency(model, sizes=[...]) once (it stores the table in the config and in "
+            "config.json beside the weights), or give max_gflops, which needs no measurement."
+        )
+    check_latency_table(table, argument, config.num_cores if argument == "num_cores" else 1)
+    latency = latency_at(table, height, width, setup)
+    budget = largest_fitting_budget(sorted(latency), latency.get, max_ms, "max_ms", argument, "ms",
+                                    f"{height}x{width} px")
+    return {argument: budget}
+
+
+def latency_at(table: dict, height: int, width: int, setup: dict) -> dict:
+    """{budget: ms} at `height` x `width` from a latency table: the measurement at that size, else linear in pixel
+    count between the two calibrated sizes around it. Sizes outside the calibrated range, and a call whose `setup`
+    (`measurement_setup`) differs from the table's, are refused: their latency was not measured."""
+    differ = [f"{name} {table.get(name)!r}, this call {value!r}"
+              for name, value in setup.items() if table.get(name) != value]
+    if differ:
+        raise ValueError(
+            f"The latency table was measured in another setup ({'; '.join(differ)}), so its times do not hold for this "
+            "call: run corevision_hf.calibrate_latency(model, sizes=[...], batch_size=...) in this one."
+        )
+    rows = sorted(table["sizes"], key=lambda row: row["height"] * row["width"])
+    pixels = height * width
+    below = [row for row in rows if row["height"] * row["width"] <= pixels]
+    above = [row for row in rows if row["height"] * row["width"] >= pixels]
+    if not below or not above:
+        calibrated = ", ".join(f"{row['height']}x{row['width']}" for row in rows)
+        raise ValueError(
+            f"max_ms at {height}x{width} px: the latency table covers {calibrated} px only, and latency outside that "
+            f"range is not extrapolated. Run corevision_hf.calibrate_latency(model, sizes=[({height}, {width}), ...])."
+        )
+    low, high = below[-1], above[0]
+    exact = [row for row in rows if (row["height"], row["width"]) == (height, width)]
+    if exact:
+        low = high = exact[0]
+    low_pixels, high_pixels = low["height"] * low["width"], high["height"] * high["width"]
+    weight = 0.0 if high_pixels == low_pixels else (pixels - low_pixels) / (high_pixels - low_pixels)
+    low_ms, high_ms = dict(map(tuple, low["ms"])), dict(map(tuple, high["ms"]))
+    if not set(low_ms) & set(high_ms):
+        raise ValueError(
+            f"max_ms at {height}x{width} px: the calibrated sizes around it share no budget. Run "
+            "corevision_hf.calibrate_latency(model, sizes=[...]) again with the same budgets for every size."
+        )
+    latency, slowest = {}, 0.0
+    for budget in sorted(set(low_ms) & set(high_ms)):
+        # A larger budget never runs faster: a median that did is timing noise, raised to the one before.
+        slowest = max(slowest, (1 - weight) * low_ms[budget] + weight * high_ms[budget])
+        latency[budget] = slowest
+    return latency
+
+
+def measurement_setup(device: torch.device, dtype: torch.dtype, batch_size: int) -> dict:
+    """What a latency depends on besides the model and the image size: {"device", "machine", "threads", "dtype",
+    "batch_size"}. The machine is the GPU's name, or the CPU's model; threads count on a CPU only (None elsewhere)."""
+    device = torch.device(device)
+    return {
+        "device": device.type,
+        "machine": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
+        "threads": torch.get_num_threads() if device.type == "cpu" else None,
+        "dtype": str(dtype).removeprefix("torch."),
+        "batch_size": int(batch_size),
+    }
+
+
+def cpu_name() -> str:
+    """This machine's CPU model as Linux names it in /proc/cpuinfo (its first lines), else what `platform` knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("model name", "Model", "Hardware")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def check_latency_table(table, budget: str, largest: int) -> None:
+    """`table` is what `calibrate_latency` writes: the setup it was measured in (device, machine, threads, dtype, batch
+    size), the budget it times (`budget`: "num_cores", each in 1..`largest`, or "k_ratio", each in (0, 1]) and, per
+    image size, [budget, ms > 0] pairs; a ValueError names the first entry that is not."""
+
+    def refuse(where: str, value, expected: str):
+        raise ValueError(
+            f"latency_table{where} is {value!r}, not {expected}. The table is what "
+            "corevision_hf.calibrate_latency(model, sizes=[...]) writes: run it again rather than editing the table."
+        )
+
+    def positive(value) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
+
+    if not isinstance(table, dict):
+        refuse("", table, "a dict")
+    for name in ("device", "machine", "dtype"):
+        if not isinstance(table.get(name), str) or not table[name]:
+            refuse(f"[{name!r}]", table.get(name), "a name")
+    if not whole(table.get("batch_size")):
+        refuse("['batch_size']", table.get("batch_size"), "a whole number >= 1")
+    if not (table.get("threads") is None if table["device"] != "cpu" else whole(table.get("threads"))):
+        refuse("['threads']", table.get("threads"), "the CPU threads (None off the CPU)")
+    if table.get("budget") != budget:
+        refuse("['budget']", table.get("budget"), repr(budget))
+    fits = (lambda b: whole(b) and b <= largest) if budget == "num_cores" else (lambda b: positive(b) and b <= 1)
+    sizes = table.get("sizes")
+    if not isinstance(sizes, list) or not sizes:
+        refuse("['sizes']", sizes, "a non-empty list of sizes")
+    for i, row in enumerate(sizes):
+        if not isinstance(row, dict):
+            refuse(f"['sizes'][{i}]", row, "a dict")
+        for side in ("height", "width"):
+            if not whole(row.get(side)):
+                refuse(f"['sizes'][{i}][{side!r}]", row.get(side), "a whole number of pixels >= 1")
+        times = row.get("ms")
+        if not isinstance(times, list) or not times:
+            refuse(f"['sizes'][{i}]['ms']", times, "a non-empty list of [budget, ms]")
+        for j, pair in enumerate(times):
+            if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and fits(pair[0]) and positive(pair[1])):
+                refuse(f"['sizes'][{i}]['ms'][{j}]", pair, f"[{budget}, milliseconds > 0]")
 
 
 def not_monotone(rows: list[dict], argument: str) -> list[str]:

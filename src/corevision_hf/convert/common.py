@@ -17,6 +17,7 @@ from corevision_hf.outputs import (
     record,
     refuse_overlap,
 )
+from corevision_hf.saving import save_model_folder
 
 WRAPPER_PREFIXES = ("module.", "_orig_mod.")  # added by DDP / torch.compile
 
@@ -117,7 +118,7 @@ def save_converted(model_class, config, state_dict: dict, out_dir: str):
             raise ValueError(f"The weight {name} is stored as {str(value.dtype).removeprefix('torch.')}, not as "
                              "floating point (a quantised or corrupt checkpoint): convert a floating-point one.")
     model.load_state_dict(state_dict, strict=True)
-    write_folder_atomically(out_dir, model.save_pretrained)
+    write_folder_atomically(out_dir, lambda folder: save_model_folder(model, folder))
     return model
 
 

@@ -1,16 +1,15 @@
-"""A LookWhere forward's budget (`num_kept`, `kept_in_images`), what it costs, and the largest k that fits a target: analytic GFLOPs (`max_gflops`) or the
-latency measured on this machine (`max_ms`, from the table `corevision_hf.calibrate_latency` stores in the config).
+"""A LookWhere forward's budget (`num_kept`, `kept_in_images`), what it costs, and the largest k that fits a target in
+analytic GFLOPs (`max_gflops`).
 
 Hub-copied: imported by modeling_lookwhere.py; standard library and torch. `corevision_hf.lookwhere_flops` and
 `corevision_hf.dense_vit_flops` are this file's functions, so cost tables and the budget a target picks use one
-formula. Choosing a budget is arithmetic on the image size: it reads no tensor's values (a latency table is checked
-against the input's device, dtype and batch size).
+formula. Choosing a budget is arithmetic on the image size: it reads no tensor's values and nothing of the machine
+(a latency target is `corevision_hf.budget_for_latency`'s).
 """
 
 import bisect
 import math
 import numbers
-import platform
 
 import torch
 
@@ -66,20 +65,20 @@ def lookwhere_flops(
     return selector + map_head + extractor
 
 
-def num_kept(config, grid: tuple[int, int], k=None, k_ratio=None, max_gflops=None, max_ms=None, pixel_values=None) -> int:
-    """k, the patches a forward keeps per image on a (Hp, Wp) grid, for its `k` or `k_ratio`, or the largest k that
-    fits its target (`max_gflops` or `max_ms`); default: `config.default_k` if set, else `config.default_max_gflops`
-    if set, else `config.k_ratio`. `max_ms` needs the call's `pixel_values` (its device, dtype and batch size)."""
+def num_kept(config, grid: tuple[int, int], k=None, k_ratio=None, max_gflops=None) -> int:
+    """k, the patches a forward keeps per image on a (Hp, Wp) grid, for its `k` or `k_ratio`, or the largest k whose
+    GFLOPs fit its `max_gflops`; default: `config.default_k` if set, else `config.default_max_gflops` if set, else
+    `config.k_ratio`."""
     height, width = (side * config.patch_size for side in grid)
     num_patches = grid[0] * grid[1]
-    check_one_budget(k=k, k_ratio=k_ratio, max_gflops=max_gflops, max_ms=max_ms)
+    check_one_budget(k=k, k_ratio=k_ratio, max_gflops=max_gflops)
     name = "k"
-    if k is None and k_ratio is None and max_gflops is None and max_ms is None:
+    if k is None and k_ratio is None and max_gflops is None:
         if config.default_k is not None:
             k, name = config.default_k, "config.default_k"
         max_gflops = config.default_max_gflops
-    if k is None and (max_gflops is not None or max_ms is not None):
-        return kept_for_target(config, height, width, pixel_values, max_gflops, max_ms)
+    if k is None and max_gflops is not None:
+        return kept_for_target(config, height, width, max_gflops)
     if k is not None:
         if isinstance(k, bool) or not isinstance(k, numbers.Integral):
             raise ValueError(f"{name} must be an int in 1..{num_patches}, got {k!r}.")
@@ -121,20 +120,14 @@ def kept_in_images(config, image_grids: torch.Tensor, k: int, k_ratio, budget_gi
     return torch.minimum(kept.clamp(min=1), patches)
 
 
-def kept_for_target(config, height: int, width: int, pixel_values, max_gflops=None, max_ms=None) -> int:
-    """k for a target: with `max_gflops`, the largest k in 1..Hp * Wp whose analytic GFLOPs at `height` x `width` fit;
-    with `max_ms`, k of the largest calibrated k_ratio whose latency there fits (`kept_for_ratio` of Hp * Wp)."""
-    check_target(max_gflops=max_gflops, max_ms=max_ms)
-    size = f"{height}x{width} px"
+def kept_for_target(config, height: int, width: int, max_gflops: float) -> int:
+    """The largest k in 1..Hp * Wp whose analytic GFLOPs at `height` x `width` are at most `max_gflops`."""
+    check_target(max_gflops=max_gflops)
     num_patches = patch_count(height, width, config.patch_size)
-    if max_ms is None:
-        return largest_fitting_budget(
-            range(1, num_patches + 1), lambda k: lookwhere_flops(config, height, width, k=k) / 1e9, max_gflops,
-            "max_gflops", "k", "GFLOPs", size,
-        )
-    latency = latency_at(config.latency_table, height, width, measurement_setup(pixel_values))
-    k_ratio = largest_fitting_budget(sorted(latency), latency.get, max_ms, "max_ms", "k_ratio", "ms", size)
-    return kept_for_ratio(k_ratio, num_patches)
+    return largest_fitting_budget(
+        range(1, num_patches + 1), lambda k: lookwhere_flops(config, height, width, k=k) / 1e9, max_gflops,
+        "max_gflops", "k", "GFLOPs", f"{height}x{width} px",
+    )
 
 
 # Same as budget_veca.patch_count
@@ -158,87 +151,9 @@ def largest_fitting_budget(budgets, cost, target, target_name: str, budget_name:
     return budgets[fitting - 1]
 
 
-# Same as budget_veca.latency_at
-def latency_at(table: dict | None, height: int, width: int, setup: dict) -> dict:
-    """{budget: ms} at `height` x `width` from a latency table (`config.latency_table`): the measurement at that
-    size, else linear in pixel count between the two calibrated sizes around it. Sizes outside the calibrated range,
-    and a call whose `setup` (`measurement_setup`: device, machine, threads, dtype, batch size) differs from the
-    table's, are refused: their latency was not measured."""
-    if not table:
-        raise ValueError(
-            "max_ms needs this model's latency measured on this machine: run "
-            "corevision_hf.calibrate_latency(model, sizes=[...]) once (it stores the table in the config and in "
-            "config.json beside the weights), or give max_gflops, which needs no measurement."
-        )
-    differ = [f"{name} {table.get(name)!r}, this call {value!r}"
-              for name, value in setup.items() if table.get(name) != value]
-    if differ:
-        raise ValueError(
-            f"The latency table was measured in another setup ({'; '.join(differ)}), so its times do not hold for this "
-            "call: run corevision_hf.calibrate_latency(model, sizes=[...], batch_size=...) in this one."
-        )
-    rows = sorted(table["sizes"], key=lambda row: row["height"] * row["width"])
-    pixels = height * width
-    below = [row for row in rows if row["height"] * row["width"] <= pixels]
-    above = [row for row in rows if row["height"] * row["width"] >= pixels]
-    if not below or not above:
-        calibrated = ", ".join(f"{row['height']}x{row['width']}" for row in rows)
-        raise ValueError(
-            f"max_ms at {height}x{width} px: the latency table covers {calibrated} px only, and latency outside that "
-            f"range is not extrapolated. Run corevision_hf.calibrate_latency(model, sizes=[({height}, {width}), ...])."
-        )
-    low, high = below[-1], above[0]
-    exact = [row for row in rows if (row["height"], row["width"]) == (height, width)]
-    if exact:
-        low = high = exact[0]
-    low_pixels, high_pixels = low["height"] * low["width"], high["height"] * high["width"]
-    weight = 0.0 if high_pixels == low_pixels else (pixels - low_pixels) / (high_pixels - low_pixels)
-    low_ms, high_ms = dict(map(tuple, low["ms"])), dict(map(tuple, high["ms"]))
-    if not set(low_ms) & set(high_ms):
-        raise ValueError(
-            f"max_ms at {height}x{width} px: the calibrated sizes around it share no budget. Run "
-            "corevision_hf.calibrate_latency(model, sizes=[...]) again with the same budgets for every size."
-        )
-    latency, slowest = {}, 0.0
-    for budget in sorted(set(low_ms) & set(high_ms)):
-        # A larger budget never runs faster: a median that did is timing noise, raised to the one before.
-        slowest = max(slowest, (1 - weight) * low_ms[budget] + weight * high_ms[budget])
-        latency[budget] = slowest
-    return latency
-
-
-# Same as budget_veca.measurement_setup
-def measurement_setup(pixel_values: torch.Tensor) -> dict:
-    """What a latency depends on besides the model and the image size, for a call on `pixel_values` (its device,
-    dtype and batch size; never its values): {"device", "machine", "threads", "dtype", "batch_size"}. The machine
-    is the GPU's name, or the CPU's model; threads count on a CPU only (None elsewhere)."""
-    device = pixel_values.device
-    return {
-        "device": device.type,
-        "machine": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
-        "threads": torch.get_num_threads() if device.type == "cpu" else None,
-        "dtype": str(pixel_values.dtype).removeprefix("torch."),
-        "batch_size": pixel_values.shape[0],
-    }
-
-
-# Same as budget_veca.cpu_name
-def cpu_name() -> str:
-    """This machine's CPU model as Linux names it in /proc/cpuinfo (its first lines), else what `platform` knows."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("model name", "Model", "Hardware")):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 # Same as budget_veca.check_one_budget
 def check_one_budget(**arguments) -> None:
-    """Refuses a call that chooses its budget twice: a budget (num_cores, k, k_ratio) and a target (max_gflops,
-    max_ms), or both targets."""
+    """Refuses a call that chooses its budget twice: a budget (num_cores, k, k_ratio) and a target (max_gflops)."""
     given = [name for name, value in arguments.items() if value is not None]
     if len(given) > 1:  # the message is formatted only here: forward calls this on every call, compiled too
         described = " and ".join(f"{name}={arguments[name]!r}" for name in given)

@@ -1,14 +1,26 @@
-"""LookWhere configuration. Hub-copied: imports only transformers."""
+"""LookWhere configuration. Hub-copied: imports only transformers and its sibling pipeline file."""
 
 from transformers import PreTrainedConfig
 from transformers.activations import ACT2FN
 from transformers.backbone_utils import BackboneConfigMixin
+
+from .pipeline_lookwhere import LookWhereImageFeatureExtractionPipeline
 
 
 # ViT-S/14 and ViT-B/14 widths of DINOv2 with registers, the teachers of the paper.
 LOOKWHERE_PRESETS = {
     "small": dict(hidden_size=384, num_attention_heads=6, intermediate_size=1536),
     "base": dict(hidden_size=768, num_attention_heads=12, intermediate_size=3072),
+}
+
+
+# Hub code for every head (`hub_code_fields`).
+AUTO_MAP = {
+    "AutoConfig": "configuration_lookwhere.LookWhereConfig",
+    "AutoModel": "modeling_lookwhere.LookWhereModel",
+    "AutoModelForImageClassification": "modeling_lookwhere.LookWhereForImageClassification",
+    "AutoModelForSemanticSegmentation": "modeling_lookwhere.LookWhereForSemanticSegmentation",
+    "AutoBackbone": "modeling_lookwhere.LookWhereBackbone",
 }
 
 
@@ -55,8 +67,6 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
             `from_pretrained(..., default_k=64)` or `pipeline(..., model_kwargs={"k_ratio": 0.2})`.
         default_max_gflops (`float`, *optional*): a default target instead: calls that give no budget keep the largest k
             whose analytic GFLOPs per image fit, at each call's size; wins over `k_ratio`, exclusive with `default_k`.
-        latency_table (`dict`, *optional*): milliseconds per k_ratio and image size measured on one machine by
-            `corevision_hf.calibrate_latency`, read by `model(..., max_ms=...)`; it travels in config.json.
         num_fill_neighbors (`int`, defaults to 5): kept cells averaged (inverse distance) for each unkept cell.
         freeze_selector (`bool`, defaults to `True`): task heads keep the selector frozen while fine-tuning.
         out_features / out_indices: stages returned by [`LookWhereBackbone`] ("stem", "stage1", ...), on the filled grid.
@@ -94,7 +104,6 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         k_ratio=0.1,
         default_k=None,
         default_max_gflops=None,
-        latency_table=None,
         num_fill_neighbors=5,
         freeze_selector=True,
         semantic_loss_ignore_index=255,
@@ -131,7 +140,6 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         self.k_ratio = k_ratio
         self.default_k = default_k
         self.default_max_gflops = default_max_gflops
-        self.latency_table = latency_table
         self.num_fill_neighbors = num_fill_neighbors
         self.freeze_selector = freeze_selector
         self.semantic_loss_ignore_index = semantic_loss_ignore_index
@@ -141,6 +149,8 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         self.initializer_range = initializer_range
         self.apply_layernorm = apply_layernorm
         self.reshape_hidden_states = reshape_hidden_states
+        if self._auto_class is not None:  # registered for the Auto classes: saving copies the hub files these name
+            kwargs = hub_code_fields(kwargs)
         self._validate()  # before the stage names, whose errors would hide a bad num_hidden_layers
         self.stage_names = ["stem"] + [f"stage{i}" for i in range(1, num_hidden_layers + 1)]
         self.set_output_features_output_indices(out_indices=out_indices, out_features=out_features)
@@ -229,10 +239,25 @@ def check_fields(config, positive_ints=(), positive_numbers=(), probabilities=()
             raise ValueError(f"{name} must lie in [0, 1), got {value!r}.")
 
 
+# Same as configuration_veca.hub_code_fields
+def hub_code_fields(kwargs: dict) -> dict:
+    """`kwargs` with `auto_map` naming the hub code of every head (`AUTO_MAP`) and `custom_pipelines` the budget-aware
+    pipeline (importing it here has `save_pretrained` copy its file), so that a saved checkpoint loads with each Auto
+    class and with `pipeline("image-feature-extraction", model=..., trust_remote_code=True)`: transformers' save maps
+    the saved class only. What `kwargs` hold wins. Built anew per call: `pipeline()` rewrites the entry it reads."""
+    impl = f"pipeline_lookwhere.{LookWhereImageFeatureExtractionPipeline.__name__}"
+    pipeline = {"impl": impl, "pt": ["AutoModel"], "type": "image"}
+    return {
+        **kwargs,
+        "auto_map": {**AUTO_MAP, **(kwargs.get("auto_map") or {})},
+        "custom_pipelines": {"image-feature-extraction": pipeline, **(kwargs.get("custom_pipelines") or {})},
+    }
+
+
 # Same as configuration_veca.check_target_fields
 def check_target_fields(config, default_budget: str) -> None:
     """`default_max_gflops`: None or a finite number > 0, not together with the default budget field it would
-    contradict; `latency_table`: None or what `corevision_hf.calibrate_latency` writes."""
+    contradict."""
     target = config.default_max_gflops
     if target is not None and (
         isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target < float("inf")
@@ -243,56 +268,6 @@ def check_target_fields(config, default_budget: str) -> None:
             f"{default_budget}={getattr(config, default_budget)!r} and default_max_gflops={target!r} are both set: "
             "keep one default (a budget, or a target that picks it)."
         )
-    if config.latency_table is not None:
-        check_latency_table(config, "num_cores" if default_budget == "default_num_cores" else "k_ratio")
-
-
-# Same as configuration_veca.check_latency_table
-def check_latency_table(config, budget: str) -> None:
-    """`config.latency_table` is what `corevision_hf.calibrate_latency` writes: the setup it was measured in (device,
-    machine, threads, dtype, batch size), the budget it times (`budget`) and, per image size, [budget, ms > 0] pairs;
-    a ValueError names the first entry that is not."""
-    table = config.latency_table
-
-    def refuse(where: str, value, expected: str):
-        raise ValueError(
-            f"latency_table{where} is {value!r}, not {expected}. The table is what "
-            "corevision_hf.calibrate_latency(model, sizes=[...]) writes: run it again rather than editing the table."
-        )
-
-    def whole(value, low: int = 1, high: float = float("inf")) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
-
-    def positive(value) -> bool:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
-
-    if not isinstance(table, dict):
-        refuse("", table, "a dict")
-    for name in ("device", "machine", "dtype"):
-        if not isinstance(table.get(name), str) or not table[name]:
-            refuse(f"[{name!r}]", table.get(name), "a name")
-    if not whole(table.get("batch_size")):
-        refuse("['batch_size']", table.get("batch_size"), "a whole number >= 1")
-    if not (table.get("threads") is None if table["device"] != "cpu" else whole(table.get("threads"))):
-        refuse("['threads']", table.get("threads"), "the CPU threads (None off the CPU)")
-    if table.get("budget") != budget:
-        refuse("['budget']", table.get("budget"), repr(budget))
-    fits = (lambda b: whole(b, 1, config.num_cores)) if budget == "num_cores" else (lambda b: positive(b) and b <= 1)
-    sizes = table.get("sizes")
-    if not isinstance(sizes, list) or not sizes:
-        refuse("['sizes']", sizes, "a non-empty list of sizes")
-    for i, row in enumerate(sizes):
-        if not isinstance(row, dict):
-            refuse(f"['sizes'][{i}]", row, "a dict")
-        for side in ("height", "width"):
-            if not whole(row.get(side)):
-                refuse(f"['sizes'][{i}][{side!r}]", row.get(side), "a whole number of pixels >= 1")
-        times = row.get("ms")
-        if not isinstance(times, list) or not times:
-            refuse(f"['sizes'][{i}]['ms']", times, "a non-empty list of [budget, ms]")
-        for j, pair in enumerate(times):
-            if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and fits(pair[0]) and positive(pair[1])):
-                refuse(f"['sizes'][{i}]['ms'][{j}]", pair, f"[{budget}, milliseconds > 0]")
 
 
 __all__ = ["LookWhereConfig", "LOOKWHERE_PRESETS"]

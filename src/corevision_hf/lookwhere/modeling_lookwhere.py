@@ -4,14 +4,13 @@ A shallow *selector* looks at a low-resolution copy of the image and scores ever
 *extractor* embeds and processes only the top-k patches, reusing the selector's CLS and register tokens. The
 full-resolution image is never processed: the extractor's cost follows k, not the image size.
 
-Hub-copied: this file imports only torch, transformers and its sibling files (configuration, budget, image
-processor, pipeline). A hub repo holds one model's files, so the few helpers both models need are repeated here,
-marked "Same as modeling_veca", as transformers does across its model files; change them together.
+Hub-copied: this file imports only torch, transformers and its sibling files (configuration, budget). A hub repo holds
+one model's files, so the few helpers both models need are repeated here, marked "Same as modeling_veca", as
+transformers does across its model files; change them together.
 """
 
 import difflib
 import numbers
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -37,27 +36,9 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .budget_lookwhere import kept_in_images, num_kept
 from .configuration_lookwhere import LookWhereConfig
-from .image_processing_lookwhere import LookWhereImageProcessor
-from .pipeline_lookwhere import LookWhereImageFeatureExtractionPipeline
 
 
 logger = logging.get_logger(__name__)
-
-# Hub code for every head, so that any saved LookWhere checkpoint loads with each Auto class.
-AUTO_MAP = {
-    "AutoConfig": "configuration_lookwhere.LookWhereConfig",
-    "AutoModel": "modeling_lookwhere.LookWhereModel",
-    "AutoModelForImageClassification": "modeling_lookwhere.LookWhereForImageClassification",
-    "AutoModelForSemanticSegmentation": "modeling_lookwhere.LookWhereForSemanticSegmentation",
-    "AutoBackbone": "modeling_lookwhere.LookWhereBackbone",
-}
-# `pipeline("image-feature-extraction", model=..., trust_remote_code=True)` takes the budget per call with this class.
-CUSTOM_PIPELINES = {
-    "image-feature-extraction": {
-        "impl": f"pipeline_lookwhere.{LookWhereImageFeatureExtractionPipeline.__name__}", "pt": ["AutoModel"],
-        "type": "image",
-    }
-}
 
 
 @dataclass
@@ -558,21 +539,6 @@ class LookWherePreTrainedModel(PreTrainedModel):
                 )
         return loaded
 
-    # Same as modeling_veca.VecaPreTrainedModel.save_pretrained
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        """Kept: transformers maps only the saved class in `auto_map`; this maps every head and the budget-aware
-        pipeline, and has the image processor save itself beside the weights (an existing one is kept)."""
-        if self._auto_class is not None:
-            self.config.auto_map = {**AUTO_MAP, **(getattr(self.config, "auto_map", None) or {})}
-            self.config.custom_pipelines = {**CUSTOM_PIPELINES, **(getattr(self.config, "custom_pipelines", None) or {})}
-        super().save_pretrained(save_directory, *args, **kwargs)
-        if kwargs.get("is_main_process", True) and not os.path.exists(
-            os.path.join(save_directory, "preprocessor_config.json")
-        ):
-            processor = LookWhereImageProcessor(size={"shortest_edge": self.config.image_size}, patch_size=self.config.patch_size)
-            processor.register_for_auto_class()  # its preprocessor_config.json names the hub code that loads it
-            processor.save_pretrained(save_directory)
-
 
 # Same as modeling_veca.chosen_blocks
 def chosen_blocks(n, depth: int) -> list[int]:
@@ -600,6 +566,11 @@ def check_inputs(
     misspelt keyword (`num_core=8` must not silently run the default budget), attention maps only where they are
     formed. The budget is checked where it is chosen (budget file); NaN pixels are the image processor's to refuse."""
     for name in kwargs:
+        if name == "max_ms":  # a latency is this machine's measurement, which the model does not read
+            raise ValueError(
+                "forward() takes no max_ms: pick the budget that fits a latency outside the model, "
+                "model(pixel_values, **corevision_hf.budget_for_latency(model, pixel_values, max_ms))."
+            )
         if name not in STANDARD_FORWARD_KWARGS:
             close = difflib.get_close_matches(name, [*own, *STANDARD_FORWARD_KWARGS], n=1)
             hint = f"did you mean {close[0]!r}?" if close else f"this model's own arguments are {', '.join(own)}."
@@ -698,7 +669,6 @@ class LookWhereModel(LookWherePreTrainedModel):
         k_ratio: float | None = None,
         fill_dense: bool = True,
         max_gflops: float | None = None,
-        max_ms: float | None = None,
         pixel_mask: torch.Tensor | None = None,
         **kwargs,
     ) -> LookWhereModelOutput:
@@ -720,23 +690,19 @@ class LookWhereModel(LookWherePreTrainedModel):
         max_gflops (`float`, *optional*):
             Target cost instead of k: the largest k whose analytic GFLOPs per image (`corevision_hf.lookwhere_flops`)
             at this size fit; default `config.default_max_gflops` (after `config.default_k`, before `config.k_ratio`).
-        max_ms (`float`, *optional*):
-            Target latency instead of k: the largest calibrated k_ratio whose latency at this size, in
-            `config.latency_table` (`corevision_hf.calibrate_latency`, one forward at its batch size, 1 by default),
-            fits.
         fill_dense (`bool`, *optional*, defaults to `True`):
             Fill every grid cell (DINOv2-style `last_hidden_state` and `hidden_states`); `False` skips the fill when
             only the image-level output or the kept tokens are needed.
         """
         check_inputs(self.config, pixel_values, pixel_mask, kwargs,
-                     ("k", "k_ratio", "fill_dense", "max_gflops", "max_ms", "pixel_mask"))
+                     ("k", "k_ratio", "fill_dense", "max_gflops", "pixel_mask"))
         grids = None if pixel_mask is None else grids_from_mask(pixel_mask, self.config.patch_size)
         return_dict = kwargs.pop("return_dict", self.config.return_dict)
         patch = self.config.patch_size
         grid = (pixel_values.shape[2] // patch, pixel_values.shape[3] // patch)
-        budget_given = not (k is None and k_ratio is None and max_gflops is None and max_ms is None)
+        budget_given = not (k is None and k_ratio is None and max_gflops is None)
         kept_ratio = k_ratio
-        k = num_kept(self.config, grid, k, k_ratio, max_gflops, max_ms, pixel_values)
+        k = num_kept(self.config, grid, k, k_ratio, max_gflops)
         pixel_values = pixel_values.to(self.get_input_embeddings().weight.dtype)
 
         # Where: the selector scores every high-resolution patch from a low-resolution copy.

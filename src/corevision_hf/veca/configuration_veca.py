@@ -1,7 +1,9 @@
-"""VECA configuration. Hub-copied: imports only transformers."""
+"""VECA configuration. Hub-copied: imports only transformers and its sibling pipeline file."""
 
 from transformers import PreTrainedConfig
 from transformers.backbone_utils import BackboneConfigMixin
+
+from .pipeline_veca import VecaImageFeatureExtractionPipeline
 
 
 # Reference sizes of the paper (all patch 16, a bank of 64 cores, SwiGLU MLP).
@@ -15,6 +17,15 @@ VECA_PRESETS = {
 
 # A larger bank is no longer "a few cores": attention would cost more than a dense ViT's at usual sizes.
 MAX_CORES = 4096
+
+
+# Hub code for every head (`hub_code_fields`).
+AUTO_MAP = {
+    "AutoConfig": "configuration_veca.VecaConfig",
+    "AutoModel": "modeling_veca.VecaModel",
+    "AutoModelForImageClassification": "modeling_veca.VecaForImageClassification",
+    "AutoBackbone": "modeling_veca.VecaBackbone",
+}
 
 
 class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
@@ -39,8 +50,6 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
             `from_pretrained(..., default_num_cores=16)` or `pipeline(..., model_kwargs={"default_num_cores": 16})`.
         default_max_gflops (`float`, *optional*): instead of `default_num_cores`, a default target: calls that give no
             budget use the largest of `training_budgets` whose analytic GFLOPs per image fit, at each call's size.
-        latency_table (`dict`, *optional*): milliseconds per budget and image size measured on one machine by
-            `corevision_hf.calibrate_latency`, read by `model(..., max_ms=...)`; it travels in config.json.
         training_budgets (`list[int]`, *optional*): core budgets sampled by nested dropout during distillation;
             defaults to eight even steps up to `num_cores` ((8, 16, ..., 64) for a bank of 64).
         training_budget_weights (`list[float]`, *optional*): their relative sampling weights; defaults to
@@ -89,7 +98,6 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
         num_cores=64,
         default_num_cores=None,
         default_max_gflops=None,
-        latency_table=None,
         training_budgets=None,
         training_budget_weights=None,
         rope_theta=100.0,
@@ -125,7 +133,6 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
         self.num_cores = num_cores
         self.default_num_cores = default_num_cores
         self.default_max_gflops = default_max_gflops
-        self.latency_table = latency_table
         if training_budgets is None:
             # The reference schedule, scaled to the bank: eight even steps, later (larger) budgets drawn more often.
             step = max(1, num_cores // 8)
@@ -153,6 +160,8 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
         self.initializer_range = initializer_range
         self.apply_layernorm = apply_layernorm
         self.reshape_hidden_states = reshape_hidden_states
+        if self._auto_class is not None:  # registered for the Auto classes: saving copies the hub files these name
+            kwargs = hub_code_fields(kwargs)
         self._validate()  # before the stage names, whose errors would hide a bad num_hidden_layers
         self.stage_names = ["stem"] + [f"stage{i}" for i in range(1, num_hidden_layers + 1)]
         self.set_output_features_output_indices(out_indices=out_indices, out_features=out_features)
@@ -248,9 +257,23 @@ def check_fields(config, positive_ints=(), positive_numbers=(), probabilities=()
             raise ValueError(f"{name} must lie in [0, 1), got {value!r}.")
 
 
+def hub_code_fields(kwargs: dict) -> dict:
+    """`kwargs` with `auto_map` naming the hub code of every head (`AUTO_MAP`) and `custom_pipelines` the budget-aware
+    pipeline (importing it here has `save_pretrained` copy its file), so that a saved checkpoint loads with each Auto
+    class and with `pipeline("image-feature-extraction", model=..., trust_remote_code=True)`: transformers' save maps
+    the saved class only. What `kwargs` hold wins. Built anew per call: `pipeline()` rewrites the entry it reads."""
+    impl = f"pipeline_veca.{VecaImageFeatureExtractionPipeline.__name__}"
+    pipeline = {"impl": impl, "pt": ["AutoModel"], "type": "image"}
+    return {
+        **kwargs,
+        "auto_map": {**AUTO_MAP, **(kwargs.get("auto_map") or {})},
+        "custom_pipelines": {"image-feature-extraction": pipeline, **(kwargs.get("custom_pipelines") or {})},
+    }
+
+
 def check_target_fields(config, default_budget: str) -> None:
     """`default_max_gflops`: None or a finite number > 0, not together with the default budget field it would
-    contradict; `latency_table`: None or what `corevision_hf.calibrate_latency` writes."""
+    contradict."""
     target = config.default_max_gflops
     if target is not None and (
         isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target < float("inf")
@@ -261,55 +284,6 @@ def check_target_fields(config, default_budget: str) -> None:
             f"{default_budget}={getattr(config, default_budget)!r} and default_max_gflops={target!r} are both set: "
             "keep one default (a budget, or a target that picks it)."
         )
-    if config.latency_table is not None:
-        check_latency_table(config, "num_cores" if default_budget == "default_num_cores" else "k_ratio")
-
-
-def check_latency_table(config, budget: str) -> None:
-    """`config.latency_table` is what `corevision_hf.calibrate_latency` writes: the setup it was measured in (device,
-    machine, threads, dtype, batch size), the budget it times (`budget`) and, per image size, [budget, ms > 0] pairs;
-    a ValueError names the first entry that is not."""
-    table = config.latency_table
-
-    def refuse(where: str, value, expected: str):
-        raise ValueError(
-            f"latency_table{where} is {value!r}, not {expected}. The table is what "
-            "corevision_hf.calibrate_latency(model, sizes=[...]) writes: run it again rather than editing the table."
-        )
-
-    def whole(value, low: int = 1, high: float = float("inf")) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
-
-    def positive(value) -> bool:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
-
-    if not isinstance(table, dict):
-        refuse("", table, "a dict")
-    for name in ("device", "machine", "dtype"):
-        if not isinstance(table.get(name), str) or not table[name]:
-            refuse(f"[{name!r}]", table.get(name), "a name")
-    if not whole(table.get("batch_size")):
-        refuse("['batch_size']", table.get("batch_size"), "a whole number >= 1")
-    if not (table.get("threads") is None if table["device"] != "cpu" else whole(table.get("threads"))):
-        refuse("['threads']", table.get("threads"), "the CPU threads (None off the CPU)")
-    if table.get("budget") != budget:
-        refuse("['budget']", table.get("budget"), repr(budget))
-    fits = (lambda b: whole(b, 1, config.num_cores)) if budget == "num_cores" else (lambda b: positive(b) and b <= 1)
-    sizes = table.get("sizes")
-    if not isinstance(sizes, list) or not sizes:
-        refuse("['sizes']", sizes, "a non-empty list of sizes")
-    for i, row in enumerate(sizes):
-        if not isinstance(row, dict):
-            refuse(f"['sizes'][{i}]", row, "a dict")
-        for side in ("height", "width"):
-            if not whole(row.get(side)):
-                refuse(f"['sizes'][{i}][{side!r}]", row.get(side), "a whole number of pixels >= 1")
-        times = row.get("ms")
-        if not isinstance(times, list) or not times:
-            refuse(f"['sizes'][{i}]['ms']", times, "a non-empty list of [budget, ms]")
-        for j, pair in enumerate(times):
-            if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and fits(pair[0]) and positive(pair[1])):
-                refuse(f"['sizes'][{i}]['ms'][{j}]", pair, f"[{budget}, milliseconds > 0]")
 
 
 __all__ = ["VecaConfig", "VECA_PRESETS"]

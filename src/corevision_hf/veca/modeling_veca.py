@@ -4,14 +4,12 @@ A ViT whose patches never attend to each other. An ordered bank of learned core 
 between patches: cores attend to the active cores and all patches, patches attend to the active cores only.
 Attention cost is linear in the number of patches, and the number of active cores is chosen per call.
 
-Hub-copied: this file imports only torch, transformers and its sibling files (configuration, budget, image processor,
-pipeline).
+Hub-copied: this file imports only torch, transformers and its sibling files (configuration, budget).
 """
 
 import difflib
 import math
 import numbers
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,23 +27,6 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .budget_veca import active_cores
 from .configuration_veca import VecaConfig
-from .image_processing_veca import VecaImageProcessor
-from .pipeline_veca import VecaImageFeatureExtractionPipeline
-
-
-# Hub code for every head, so that any saved VECA checkpoint loads with each Auto class.
-AUTO_MAP = {
-    "AutoConfig": "configuration_veca.VecaConfig",
-    "AutoModel": "modeling_veca.VecaModel",
-    "AutoModelForImageClassification": "modeling_veca.VecaForImageClassification",
-    "AutoBackbone": "modeling_veca.VecaBackbone",
-}
-# `pipeline("image-feature-extraction", model=..., trust_remote_code=True)` takes the budget per call with this class.
-CUSTOM_PIPELINES = {
-    "image-feature-extraction": {
-        "impl": f"pipeline_veca.{VecaImageFeatureExtractionPipeline.__name__}", "pt": ["AutoModel"], "type": "image"
-    }
-}
 
 
 @dataclass
@@ -383,20 +364,6 @@ class VecaPreTrainedModel(PreTrainedModel):
                 )
         return loaded
 
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        """Kept: transformers maps only the saved class in `auto_map`; this maps every head and the budget-aware
-        pipeline, and has the image processor save itself beside the weights (an existing one is kept)."""
-        if self._auto_class is not None:
-            self.config.auto_map = {**AUTO_MAP, **(getattr(self.config, "auto_map", None) or {})}
-            self.config.custom_pipelines = {**CUSTOM_PIPELINES, **(getattr(self.config, "custom_pipelines", None) or {})}
-        super().save_pretrained(save_directory, *args, **kwargs)
-        if kwargs.get("is_main_process", True) and not os.path.exists(
-            os.path.join(save_directory, "preprocessor_config.json")
-        ):
-            processor = VecaImageProcessor(size={"shortest_edge": self.config.image_size}, patch_size=self.config.patch_size)
-            processor.register_for_auto_class()  # its preprocessor_config.json names the hub code that loads it
-            processor.save_pretrained(save_directory)
-
 
 # Forward's own arguments travel by name; these are transformers' standard ones (output capture, attention backends).
 STANDARD_FORWARD_KWARGS = frozenset(TransformersKwargs.__annotations__) | {"return_dict"}
@@ -410,6 +377,11 @@ def check_inputs(
     misspelt keyword (`num_core=8` must not silently run the default budget), attention maps only where they are
     formed. The budget is checked where it is chosen (budget file); NaN pixels are the image processor's to refuse."""
     for name in kwargs:
+        if name == "max_ms":  # a latency is this machine's measurement, which the model does not read
+            raise ValueError(
+                "forward() takes no max_ms: pick the budget that fits a latency outside the model, "
+                "model(pixel_values, **corevision_hf.budget_for_latency(model, pixel_values, max_ms))."
+            )
         if name not in STANDARD_FORWARD_KWARGS:
             close = difflib.get_close_matches(name, [*own, *STANDARD_FORWARD_KWARGS], n=1)
             hint = f"did you mean {close[0]!r}?" if close else f"this model's own arguments are {', '.join(own)}."
@@ -514,7 +486,6 @@ class VecaModel(VecaPreTrainedModel):
         pixel_values: torch.Tensor,
         num_cores: int | None = None,
         max_gflops: float | None = None,
-        max_ms: float | None = None,
         pixel_mask: torch.Tensor | None = None,
         **kwargs,
     ) -> VecaModelOutput:
@@ -532,15 +503,11 @@ class VecaModel(VecaPreTrainedModel):
         max_gflops (`float`, *optional*):
             Target cost instead of `num_cores`: the largest of `config.training_budgets` whose analytic GFLOPs per
             image (`corevision_hf.veca_flops`) at this size fit.
-        max_ms (`float`, *optional*):
-            Target latency instead of `num_cores`: the largest calibrated budget whose latency at this size, in
-            `config.latency_table` (`corevision_hf.calibrate_latency`, one forward at its batch size, 1 by default),
-            fits.
         """
-        check_inputs(self.config, pixel_values, pixel_mask, kwargs, ("num_cores", "max_gflops", "max_ms", "pixel_mask"))
+        check_inputs(self.config, pixel_values, pixel_mask, kwargs, ("num_cores", "max_gflops", "pixel_mask"))
         grids = None if pixel_mask is None else grids_from_mask(pixel_mask, self.config.patch_size)
-        num_cores = active_cores(self.config, pixel_values, num_cores, max_gflops, max_ms)
         batch_size, _, height, width = pixel_values.shape
+        num_cores = active_cores(self.config, height, width, num_cores, max_gflops)
         grid = (height // self.config.patch_size, width // self.config.patch_size)
 
         patches = self.patch_embeddings(pixel_values.to(self.patch_embeddings.projection.weight.dtype))

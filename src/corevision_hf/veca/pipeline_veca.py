@@ -13,14 +13,17 @@ class VecaImageFeatureExtractionPipeline(ImageFeatureExtractionPipeline):
     batches of images of different sizes (`batch_size=`): padded with the mask the model takes, each image's
     features cropped back to its own grid, as it gets them alone."""
 
-    budget_arguments = ("num_cores", "max_gflops", "max_ms")
+    budget_arguments = ("num_cores", "max_gflops")
     pipeline_arguments = ("image_processor_kwargs", "return_tensors", "pool", "timeout")
 
     def _sanitize_parameters(self, **kwargs):
         unknown = set(kwargs) - set(self.budget_arguments) - set(self.pipeline_arguments)
         if unknown:
+            latency = (" (for a latency target, pass the budget that corevision_hf.budget_for_latency(pipe.model, "
+                       "(height, width), max_ms) returns)") if "max_ms" in unknown else ""
             raise ValueError(
-                f"Unknown pipeline arguments {sorted(unknown)}; choose from {list(self.budget_arguments + self.pipeline_arguments)}."
+                f"Unknown pipeline arguments {sorted(unknown)}; choose from "
+                f"{list(self.budget_arguments + self.pipeline_arguments)}{latency}."
             )
         forward_params = {name: kwargs.pop(name) for name in self.budget_arguments if name in kwargs}
         preprocess_params, _, postprocess_params = super()._sanitize_parameters(**kwargs)
