@@ -56,6 +56,7 @@ from corevision_hf.agreement import (
 )
 from corevision_hf.cli import reading_weights, run
 from corevision_hf.cpu import optimize_for_cpu
+from corevision_hf.loading import load_checked
 from corevision_hf.lookwhere.budget_lookwhere import num_kept
 from corevision_hf.images import to_display
 from corevision_hf.measure import alternated_latency, latency_warnings, peak_memory_mib, return_freed_memory_to_the_os
@@ -349,7 +350,7 @@ def load_models(args, config, teacher_name, dtype, for_agreement: bool, progress
         )
     progress(checkpoint_line)
     with reading_weights(args.checkpoint):
-        model = AutoModel.from_pretrained(args.checkpoint, dtype=dtype).to(args.device).eval()
+        model = load_checked(AutoModel, args.checkpoint, dtype=dtype).to(args.device).eval()
     if args.optimize_for_cpu:
         optimize_for_cpu(model)
         if teacher is not None:

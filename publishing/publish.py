@@ -40,6 +40,7 @@ from corevision_hf.cli import HelpFormatter
 import corevision_hf
 from corevision_hf import export
 from corevision_hf.cli import reading_weights, run
+from corevision_hf.loading import load_checked
 from corevision_hf.offline import use_hub_timeouts
 from corevision_hf.outputs import refuse_overlap
 from corevision_hf.saving import image_processor_for, save_model_folder
@@ -173,7 +174,7 @@ def stage(checkpoint: str, evaluation_path: str, plot: str | None, config, card,
     The recipe and the evaluation are the public versions: no path of this machine is published."""
     model_class = getattr(corevision_hf, config.architectures[0]) if config.architectures else AutoModel
     with reading_weights(checkpoint):
-        model = model_class.from_pretrained(checkpoint, dtype="auto")  # keeps the checkpoint's dtype
+        model = load_checked(model_class, checkpoint, dtype="auto")  # keeps the checkpoint's dtype
     save_model_folder(model, folder, image_processor_for(config, checkpoint))  # the checkpoint's own processor wins
     recipe = read_recipe(checkpoint)
     if recipe is not None:

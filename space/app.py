@@ -40,6 +40,7 @@ from corevision_hf import (
     veca_flops,
 )
 from corevision_hf.images import to_display, to_pixel_values
+from corevision_hf.loading import load_checked
 from corevision_hf.measure import alternated_latency, latency_warnings
 from corevision_hf.visualize import figure_to_image, patch_features, plot_cores, plot_feature_pca, plot_kept_patches
 
@@ -67,7 +68,7 @@ def load_model(name: str) -> torch.nn.Module:
     elif name == RANDOM_LOOKWHERE:
         model = LookWhereModel(LookWhereConfig.from_preset("small"))
     else:
-        model = AutoModel.from_pretrained(name)
+        model = load_checked(AutoModel, name)
         if model.config.model_type not in ("veca", "lookwhere"):
             raise gr.Error(f"{name} is a {model.config.model_type!r} model; this page shows VECA and LookWhere.")
     return optimize_for_cpu(model.eval())  # the page runs on CPU: prepacked linear weights

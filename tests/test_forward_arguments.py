@@ -37,9 +37,9 @@ def test_a_misspelt_budget_is_an_error_naming_the_right_one(name, images):
     model_class, config = MODELS[name]
     model = model_class(config()).eval()
     typo, right = TYPOS[name.split("-")[0]]
-    with pytest.raises(ValueError, match=f"unexpected argument '{typo}'; did you mean '{right}'"):
+    with pytest.raises(ValueError, match=f"unexpected argument '{typo}'; this model's own arguments are .*{right}"):
         model(images, **{typo: 2})
-    with pytest.raises(ValueError, match="unexpected argument 'max_flops'; did you mean 'max_gflops'"):
+    with pytest.raises(ValueError, match="unexpected argument 'max_flops'; this model's own arguments are .*max_gflops"):
         model(images, max_flops=1.0)
     with pytest.raises(ValueError, match=r"takes no max_ms: .*corevision_hf.budget_for_latency"):
         model(images, max_ms=5.0)

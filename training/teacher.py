@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from transformers import AutoModel
 
 from corevision_hf.agreement import teacher_input, teacher_patch_size, teacher_targets  # noqa: F401  (shared)
+from corevision_hf.loading import load_checked
 from corevision_hf.offline import check_hub_reachable
 
 from .checkpointing import check_export
@@ -73,7 +74,7 @@ def load_init(folder: str, model_class, preset: str | None, overrides: dict, tea
     if width != teacher_width:
         raise ValueError(f"--init-from {folder} outputs {width} features and the teacher {teacher_width}: it was "
                          "distilled from another teacher; use that teacher, or start without --init-from.")
-    return model_class.from_pretrained(folder, **{k: v for k, v in overrides.items() if k not in ARCHITECTURE})
+    return load_checked(model_class, folder, **{k: v for k, v in overrides.items() if k not in ARCHITECTURE})
 
 
 TEACHER_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}  # --teacher-dtype

@@ -35,6 +35,7 @@ from .agreement import (
 from .cli import USER_ERRORS, reading_weights, run
 from .extract import IMAGE_EXTENSIONS
 from .images import open_image, to_pixel_values
+from .loading import load_checked
 from .measure import alternated_latency, latency_warnings
 from .offline import check_hub_reachable
 from .outputs import check_file_output, record_file, refuse_overlap
@@ -161,7 +162,7 @@ def main(argv=None) -> dict:
     for name in (args.model, args.teacher):
         check_hub_reachable(name)
     with reading_weights(args.model):
-        model = AutoModel.from_pretrained(args.model, dtype=torch.float32).eval()
+        model = load_checked(AutoModel, args.model, dtype=torch.float32).eval()
     config = model.config
     if config.model_type not in ("veca", "lookwhere"):
         raise ValueError(f"{args.model} is a {config.model_type!r} model; compare takes a VECA or LookWhere model.")
@@ -170,7 +171,7 @@ def main(argv=None) -> dict:
     if resolution < 1 or resolution % config.patch_size:
         raise ValueError(f"--resolution {resolution} is not a positive multiple of the patch size {config.patch_size}.")
     with reading_weights(args.teacher):
-        teacher = AutoModel.from_pretrained(args.teacher, dtype=torch.float32).eval()
+        teacher = load_checked(AutoModel, args.teacher, dtype=torch.float32).eval()
     width = getattr(config, "output_projection_size", None) or config.hidden_size
     if not hasattr(teacher.config, "patch_size") or teacher.config.hidden_size != width:
         raise ValueError(

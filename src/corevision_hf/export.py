@@ -36,6 +36,7 @@ from .cli import HelpFormatter
 from .cli import reading_weights, run
 from .cpu import resize_position_table_by_matrices
 from .lookwhere import LookWhereConfig, LookWhereModel
+from .loading import load_checked
 from .lookwhere.budget_lookwhere import RATIO_TOLERANCE
 from .outputs import check_file_output, follow_umask, refuse_overlap
 from .veca import VecaConfig, VecaModel
@@ -426,8 +427,8 @@ def load_model(model_dir: str, config) -> nn.Module:
     """The base model of a saved folder in float32 eval mode, ready to trace."""
     if isinstance(config, VecaConfig):
         # Token chunks would freeze the sequence length into the graph.
-        return VecaModel.from_pretrained(model_dir, dtype=torch.float32, chunk_size_feed_forward=0).eval()
-    return LookWhereModel.from_pretrained(model_dir, dtype=torch.float32).eval()
+        return load_checked(VecaModel, model_dir, dtype=torch.float32, chunk_size_feed_forward=0).eval()
+    return load_checked(LookWhereModel, model_dir, dtype=torch.float32).eval()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,6 +49,7 @@ from .cli import reading_weights, run
 from .cpu import optimize_for_cpu
 from .finite import check_forward_finite
 from .images import check_pixels_fit, open_image, to_pixel_values, to_rgb
+from .loading import load_checked
 from .offline import check_hub_reachable
 from .outputs import check_folder_output, exchange_folders, files_under, record, refuse_overlap
 from .tokens import patch_tokens
@@ -352,7 +353,7 @@ def check_device(device: str) -> None:
 def extract(args, state, config, source, budget: dict, grid: int, partial: Path, output: Path, settings: dict):
     """The shards this process has not finished yet, then, on the first process, the merge."""
     with reading_weights(args.model):
-        model = check_forward_finite(AutoModel.from_pretrained(args.model).to(args.device).eval())
+        model = check_forward_finite(load_checked(AutoModel, args.model).to(args.device).eval())
     if model.device.type == "cpu":  # the CPU opt-in: prepacked linear weights, faster for a second copy in memory
         optimize_for_cpu(model)
     width = getattr(config, "output_projection_size", None) or config.hidden_size

@@ -1,12 +1,12 @@
-"""What `from_pretrained` loads without a word and the models refuse: NaN or infinite weights (every output would be
-NaN), and weights stored as integers where the model's are floating point (transformers casts them to float).
+"""What `from_pretrained` loads without a word: NaN or infinite weights (every output would be NaN), and weights
+stored as integers where the model's are floating point (transformers casts them to float). The hub files hold the
+model only, so the check lives here, and every command of the package loads with `load_checked`:
 
-    model = VecaModel.from_pretrained(folder)
-    check_loaded_weights(model, folder)   # a ValueError naming the first bad tensor
+    model = load_checked(VecaModel, folder)   # from_pretrained, then check_loaded_weights
+    check_loaded_weights(model, folder)       # after your own from_pretrained: a ValueError naming the first bad tensor
 
 The checkpoint's dtypes are read from the JSON headers of its safetensors files (what `save_pretrained` writes), not
-from the loaded model, which holds the cast values; no tensor is read twice. Imports only torch and transformers, so
-that a hub modeling file can call it.
+from the loaded model, which holds the cast values; no tensor is read twice.
 """
 
 import json
@@ -15,6 +15,15 @@ import struct
 
 import torch
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, cached_file
+
+
+def load_checked(model_class, name_or_path, **kwargs):
+    """`model_class.from_pretrained(name_or_path, **kwargs)`, then `check_loaded_weights`: how every command of the
+    package loads a checkpoint (a class such as `AutoModel` or `VecaModel`)."""
+    model = model_class.from_pretrained(name_or_path, **kwargs)
+    hub_kwargs = {key: kwargs[key] for key in ("subfolder", "revision", "cache_dir", "token") if key in kwargs}
+    check_loaded_weights(model, name_or_path, **hub_kwargs)
+    return model
 
 
 def check_loaded_weights(model: torch.nn.Module, source, **hub_kwargs) -> None:

@@ -31,6 +31,7 @@ from .cli import HelpFormatter
 from .cli import reading_weights, run
 from .finite import check_forward_finite
 from .images import open_image, to_display, to_pixel_values
+from .loading import load_checked
 from .offline import check_hub_reachable
 from .outputs import check_file_output, follow_umask, record_file, refuse_overlap
 from .tokens import patch_tokens
@@ -434,7 +435,7 @@ def main(argv: list[str] | None = None) -> dict[str, str]:
     transformers_logging.disable_progress_bar()  # one model, loaded in a blink: its bar would only bury errors
     check_hub_reachable(args.model)
     with reading_weights(args.model):
-        model = check_forward_finite(AutoModel.from_pretrained(args.model))
+        model = check_forward_finite(load_checked(AutoModel, args.model))
     model_type = model.config.model_type
     if (model_type == "veca" and args.k_ratio) or (model_type == "lookwhere" and args.num_cores):
         given, right = ("--k-ratio", "--num-cores") if args.k_ratio else ("--num-cores", "--k-ratio")

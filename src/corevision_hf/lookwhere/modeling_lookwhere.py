@@ -9,7 +9,6 @@ one model's files, so the few helpers both models need are repeated here, marked
 transformers does across its model files; change them together.
 """
 
-import difflib
 import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -489,57 +488,6 @@ def select_in_images(
     return torch.where(ordered < num_cells, ordered, -1)
 
 
-class LookWherePreTrainedModel(PreTrainedModel):
-    config_class = LookWhereConfig
-    base_model_prefix = "lookwhere"
-    main_input_name = "pixel_values"
-    input_modalities = ("image",)
-    supports_gradient_checkpointing = True
-    _no_split_modules = ["LookWhereLayer"]
-    _supports_sdpa = True
-    _supports_flash_attn = True
-    _supports_flex_attn = True
-    _supports_attention_backend = True
-    # hidden states and attentions are the extractor's (the selector's are internal)
-    _can_record_outputs = {
-        "hidden_states": OutputRecorder(LookWhereLayer, layer_name="extractor"),
-        "attentions": OutputRecorder(LookWhereAttention, index=1, layer_name="extractor"),
-    }
-
-    def _init_weights(self, module: nn.Module) -> None:
-        super()._init_weights(module)
-        std = self.config.initializer_range
-        if isinstance(module, (nn.Linear, nn.Conv2d)):
-            init.trunc_normal_(module.weight, mean=0.0, std=std)
-            if module.bias is not None:
-                init.zeros_(module.bias)
-        elif isinstance(module, nn.LayerNorm):
-            init.ones_(module.weight)
-            init.zeros_(module.bias)
-        elif isinstance(module, LookWhereLayerScale):
-            init.constant_(module.lambda1, self.config.layerscale_value)
-        elif isinstance(module, LookWhereSelector):
-            for tensor in (module.cls_token, module.register_tokens, module.position_embeddings):
-                init.trunc_normal_(tensor, mean=0.0, std=std)
-        elif isinstance(module, LookWhereExtractor):
-            init.trunc_normal_(module.position_embeddings, mean=0.0, std=std)
-
-    # Same as modeling_veca.VecaPreTrainedModel.from_pretrained
-    @classmethod
-    def from_pretrained(cls, *args, **kwargs):
-        """Kept: transformers loads NaN or infinite weights without a word, and then every output is NaN."""
-        loaded = super().from_pretrained(*args, **kwargs)
-        model = loaded[0] if isinstance(loaded, tuple) else loaded  # output_loading_info=True adds a dict
-        for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
-            if tensor.is_floating_point() and tensor.device.type != "meta" and not torch.isfinite(tensor).all():
-                source = kwargs.get("pretrained_model_name_or_path", args[0] if args else "")
-                raise ValueError(
-                    f"{name} holds NaN or infinite values: the checkpoint {str(source)!r} is corrupt (or was saved "
-                    "after training diverged). Load an earlier checkpoint whose weights are finite."
-                )
-        return loaded
-
-
 # Same as modeling_veca.chosen_blocks
 def chosen_blocks(n, depth: int) -> list[int]:
     """DINOv2's block choice: the last n blocks for an int n, else the listed 0-based indices (negative from the end)."""
@@ -572,9 +520,8 @@ def check_inputs(
                 "model(pixel_values, **corevision_hf.budget_for_latency(model, pixel_values, max_ms))."
             )
         if name not in STANDARD_FORWARD_KWARGS:
-            close = difflib.get_close_matches(name, [*own, *STANDARD_FORWARD_KWARGS], n=1)
-            hint = f"did you mean {close[0]!r}?" if close else f"this model's own arguments are {', '.join(own)}."
-            raise ValueError(f"forward() got an unexpected argument {name!r}; {hint}")
+            raise ValueError(f"forward() got an unexpected argument {name!r}; this model's own arguments are "
+                             f"{', '.join(own)}.")
     attention = config._attn_implementation
     if kwargs.get("output_attentions", config.output_attentions) and attention != "eager":
         raise ValueError(
@@ -649,6 +596,42 @@ def additive_key_mask(keep: torch.Tensor) -> torch.Tensor:
     0, or float32's lowest value, which the softmax turns into a weight of exactly 0."""
     mask = torch.zeros(keep.shape, device=keep.device).masked_fill(~keep, torch.finfo(torch.float32).min)
     return mask[:, None, None]
+
+
+class LookWherePreTrainedModel(PreTrainedModel):
+    config_class = LookWhereConfig
+    base_model_prefix = "lookwhere"
+    main_input_name = "pixel_values"
+    input_modalities = ("image",)
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["LookWhereLayer"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    # hidden states and attentions are the extractor's (the selector's are internal)
+    _can_record_outputs = {
+        "hidden_states": OutputRecorder(LookWhereLayer, layer_name="extractor"),
+        "attentions": OutputRecorder(LookWhereAttention, index=1, layer_name="extractor"),
+    }
+
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        std = self.config.initializer_range
+        if isinstance(module, (nn.Linear, nn.Conv2d)):
+            init.trunc_normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, LookWhereLayerScale):
+            init.constant_(module.lambda1, self.config.layerscale_value)
+        elif isinstance(module, LookWhereSelector):
+            for tensor in (module.cls_token, module.register_tokens, module.position_embeddings):
+                init.trunc_normal_(tensor, mean=0.0, std=std)
+        elif isinstance(module, LookWhereExtractor):
+            init.trunc_normal_(module.position_embeddings, mean=0.0, std=std)
 
 
 class LookWhereModel(LookWherePreTrainedModel):

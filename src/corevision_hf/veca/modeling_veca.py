@@ -7,7 +7,6 @@ Attention cost is linear in the number of patches, and the number of active core
 Hub-copied: this file imports only torch, transformers and its sibling files (configuration, budget).
 """
 
-import difflib
 import math
 import numbers
 from collections.abc import Callable
@@ -313,58 +312,6 @@ class VecaLayer(GradientCheckpointingLayer):
         return hidden_states + self.drop_path(self.dropout(mlp_output))
 
 
-class VecaPreTrainedModel(PreTrainedModel):
-    config_class = VecaConfig
-    base_model_prefix = "veca"
-    main_input_name = "pixel_values"
-    input_modalities = ("image",)
-    supports_gradient_checkpointing = True
-    _no_split_modules = ["VecaLayer"]
-    _supports_sdpa = True
-    _supports_flash_attn = True
-    _supports_flex_attn = True
-    _supports_attention_backend = True
-    _can_record_outputs = {"hidden_states": VecaLayer, "attentions": VecaCorePeripheryAttention}
-
-    def _init_weights(self, module: nn.Module) -> None:
-        super()._init_weights(module)
-        config = self.config
-        if isinstance(module, (nn.Linear, nn.Conv2d)):
-            init.trunc_normal_(module.weight, mean=0.0, std=config.initializer_range)
-            if module.bias is not None:
-                init.zeros_(module.bias)
-        elif isinstance(module, nn.LayerNorm):
-            init.ones_(module.weight)
-            init.zeros_(module.bias)
-        elif isinstance(module, VecaCoreBank):
-            init.normal_(module.cores, mean=0.0, std=config.hidden_size**-0.5)
-            coordinates = farthest_point_coordinates(
-                config.num_cores,
-                config.core_coordinate_init_candidates,
-                config.core_coordinate_init_range,
-                config.core_coordinate_init_seed,
-            )
-            init.copy_(module.coordinates, torch.atanh(coordinates))
-        elif isinstance(module, VecaCoordinateHead):
-            init.constant_(module.alpha, config.coordinate_head_init)
-        elif isinstance(module, VecaRotaryEmbedding):
-            init.copy_(module.inv_freq, rope_inverse_frequencies(config))
-
-    @classmethod
-    def from_pretrained(cls, *args, **kwargs):
-        """Kept: transformers loads NaN or infinite weights without a word, and then every output is NaN."""
-        loaded = super().from_pretrained(*args, **kwargs)
-        model = loaded[0] if isinstance(loaded, tuple) else loaded  # output_loading_info=True adds a dict
-        for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
-            if tensor.is_floating_point() and tensor.device.type != "meta" and not torch.isfinite(tensor).all():
-                source = kwargs.get("pretrained_model_name_or_path", args[0] if args else "")
-                raise ValueError(
-                    f"{name} holds NaN or infinite values: the checkpoint {str(source)!r} is corrupt (or was saved "
-                    "after training diverged). Load an earlier checkpoint whose weights are finite."
-                )
-        return loaded
-
-
 # Forward's own arguments travel by name; these are transformers' standard ones (output capture, attention backends).
 STANDARD_FORWARD_KWARGS = frozenset(TransformersKwargs.__annotations__) | {"return_dict"}
 
@@ -383,9 +330,8 @@ def check_inputs(
                 "model(pixel_values, **corevision_hf.budget_for_latency(model, pixel_values, max_ms))."
             )
         if name not in STANDARD_FORWARD_KWARGS:
-            close = difflib.get_close_matches(name, [*own, *STANDARD_FORWARD_KWARGS], n=1)
-            hint = f"did you mean {close[0]!r}?" if close else f"this model's own arguments are {', '.join(own)}."
-            raise ValueError(f"forward() got an unexpected argument {name!r}; {hint}")
+            raise ValueError(f"forward() got an unexpected argument {name!r}; this model's own arguments are "
+                             f"{', '.join(own)}.")
     attention = config._attn_implementation
     if kwargs.get("output_attentions", config.output_attentions) and attention != "eager":
         raise ValueError(
@@ -457,6 +403,56 @@ def additive_key_mask(keep: torch.Tensor) -> torch.Tensor:
     0, or float32's lowest value, which the softmax turns into a weight of exactly 0."""
     mask = torch.zeros(keep.shape, device=keep.device).masked_fill(~keep, torch.finfo(torch.float32).min)
     return mask[:, None, None]
+
+
+def chosen_blocks(n, depth: int) -> list[int]:
+    """DINOv2's block choice: the last n blocks for an int n, else the listed 0-based indices (negative from the end)."""
+    if isinstance(n, numbers.Integral) and not isinstance(n, bool):
+        if not 1 <= n <= depth:
+            raise ValueError(f"n={n} blocks: this model has {depth}, so choose 1..{depth} (or a list of block indices).")
+        return list(range(depth - n, depth))
+    indices = list(n) if isinstance(n, (list, tuple, range)) else None
+    if not indices or any(isinstance(i, bool) or not isinstance(i, numbers.Integral) or not -depth <= i < depth for i in indices):
+        raise ValueError(f"n={n!r}: give a number of last blocks, or a list of block indices in 0..{depth - 1}.")
+    return [i % depth for i in indices]
+
+
+class VecaPreTrainedModel(PreTrainedModel):
+    config_class = VecaConfig
+    base_model_prefix = "veca"
+    main_input_name = "pixel_values"
+    input_modalities = ("image",)
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["VecaLayer"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    _can_record_outputs = {"hidden_states": VecaLayer, "attentions": VecaCorePeripheryAttention}
+
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        config = self.config
+        if isinstance(module, (nn.Linear, nn.Conv2d)):
+            init.trunc_normal_(module.weight, mean=0.0, std=config.initializer_range)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, VecaCoreBank):
+            init.normal_(module.cores, mean=0.0, std=config.hidden_size**-0.5)
+            coordinates = farthest_point_coordinates(
+                config.num_cores,
+                config.core_coordinate_init_candidates,
+                config.core_coordinate_init_range,
+                config.core_coordinate_init_seed,
+            )
+            init.copy_(module.coordinates, torch.atanh(coordinates))
+        elif isinstance(module, VecaCoordinateHead):
+            init.constant_(module.alpha, config.coordinate_head_init)
+        elif isinstance(module, VecaRotaryEmbedding):
+            init.copy_(module.inv_freq, rope_inverse_frequencies(config))
 
 
 class VecaModel(VecaPreTrainedModel):
@@ -575,18 +571,6 @@ class VecaModel(VecaPreTrainedModel):
                 patches = patches.transpose(1, 2).reshape(patches.shape[0], -1, *grid)
             layers.append((patches, hidden_state[:, 0]) if return_class_token else patches)
         return tuple(layers)
-
-
-def chosen_blocks(n, depth: int) -> list[int]:
-    """DINOv2's block choice: the last n blocks for an int n, else the listed 0-based indices (negative from the end)."""
-    if isinstance(n, numbers.Integral) and not isinstance(n, bool):
-        if not 1 <= n <= depth:
-            raise ValueError(f"n={n} blocks: this model has {depth}, so choose 1..{depth} (or a list of block indices).")
-        return list(range(depth - n, depth))
-    indices = list(n) if isinstance(n, (list, tuple, range)) else None
-    if not indices or any(isinstance(i, bool) or not isinstance(i, numbers.Integral) or not -depth <= i < depth for i in indices):
-        raise ValueError(f"n={n!r}: give a number of last blocks, or a list of block indices in 0..{depth - 1}.")
-    return [i % depth for i in indices]
 
 
 class VecaForImageClassification(VecaPreTrainedModel):
