@@ -29,7 +29,7 @@ from conftest import tiny_lookwhere_config, tiny_veca_config
 from PIL import Image
 from test_app import CHROMIUM, SCREENSHOT_DIR, DevTools, free_port, wait_for
 
-from corevision_hf import LookWhereModel, VecaModel
+from corevision_hf import LookWhereModel, VecaModel, save_model_folder
 from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio
 
 
@@ -67,7 +67,7 @@ def test_the_page_gives_onnxruntimes_features_and_a_lower_budget_is_not_slower(t
     build, side, (low, high) = CASES[name]
     torch.manual_seed(0)
     model = build()
-    model.save_pretrained(tmp_path / "checkpoint")
+    save_model_folder(model, tmp_path / "checkpoint")  # the page normalises with the processor's mean and std
     patch = model.config.patch_size
     photo = Image.open(ROOT / "assets" / "photos" / "chelsea.jpg").convert("RGB")
     photo.resize((side, side)).save(tmp_path / "photo.png")  # PNG: the browser and PIL decode the same bytes

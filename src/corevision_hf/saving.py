@@ -24,7 +24,9 @@ def image_processor_for(config, folder: str | os.PathLike | None = None):
 def save_model_folder(model, folder: str | os.PathLike, processor=None, **kwargs) -> None:
     """`model.save_pretrained(folder, **kwargs)` and `processor` (default: the model's own, `image_processor_for`)
     beside it: `preprocessor_config.json`, whose `auto_map` names the hub code it copies there. With
-    `is_main_process=False` (the other processes of a distributed export) the processor is left to the main one."""
+    `is_main_process=False` (the other processes of a distributed export) the processor is left to the main one; a
+    model other than VECA and LookWhere gets no processor unless one is given."""
     model.save_pretrained(folder, **kwargs)
-    if kwargs.get("is_main_process", True):
-        (processor or image_processor_for(model.config)).save_pretrained(folder)
+    if not kwargs.get("is_main_process", True) or (processor is None and model.config.model_type not in PROCESSORS):
+        return  # another process's export, or a model of another kind (a dense ViT baseline): its processor is its own
+    (processor or image_processor_for(model.config)).save_pretrained(folder)
