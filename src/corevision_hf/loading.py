@@ -5,15 +5,15 @@ model only, so the check lives here, and every command of the package loads with
     model = load_checked(VecaModel, folder)   # from_pretrained, then check_loaded_weights
     check_loaded_weights(model, folder)       # after your own from_pretrained: a ValueError naming the first bad tensor
 
-The checkpoint's dtypes are read from the JSON headers of its safetensors files (what `save_pretrained` writes), not
-from the loaded model, which holds the cast values; no tensor is read twice.
+The checkpoint's dtypes are read from the headers of its safetensors files (what `save_pretrained` writes), not from
+the loaded model, which holds the cast values; no tensor is read twice.
 """
 
 import json
 import os
-import struct
 
 import torch
+from safetensors import safe_open
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, cached_file
 
 
@@ -62,11 +62,9 @@ def checkpoint_dtypes(source, **hub_kwargs) -> list[tuple[str, str]]:
         files = [single] if single is not None else []
     found = []
     for path in files:
-        with open(path, "rb") as f:  # the format: an 8-byte little-endian length, then a JSON header
-            (length,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(length))
-        found += [(name, entry["dtype"]) for name, entry in header.items() if name != "__metadata__"]
+        with safe_open(path, "pt") as f:  # reads the header only: a slice's dtype needs none of its data
+            found += [(name, f.get_slice(name).get_dtype()) for name in f.keys()]
     return found
 
 
-__all__ = ["check_loaded_weights"]
+__all__ = ["check_loaded_weights", "load_checked"]
