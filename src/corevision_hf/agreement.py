@@ -106,24 +106,61 @@ def features(model, images: torch.Tensor, budget: dict, batch_size: int, device:
     return torch.cat(pooled), torch.cat(patches)
 
 
-def per_image_agreement(pooled: torch.Tensor, patches: torch.Tensor, targets: tuple) -> dict[str, torch.Tensor]:
-    """{"cls_cosine": (N,), "patch_cosine": (N,)}: each image's CLS cosine to the teacher and its patch cosine
-    averaged over the patches."""
+def per_image_agreement(
+    pooled: torch.Tensor, patches: torch.Tensor, targets: tuple, centre: tuple | None = None
+) -> dict[str, torch.Tensor]:
+    """Each image's agreement with the teacher: {"cls_cosine": (N,), "patch_cosine": (N,)}, the patch cosine averaged
+    over the patches.
+
+    With `centre` = (mean CLS token (D,), mean patch token (D,)) of the teacher over the training crops, also the
+    measures the mean token cannot win, the centre subtracted from both sides:
+    - "cls_centred_cosine", "patch_centred_cosine": cosine of (student - centre) and (teacher - centre); a predictor
+      that outputs the centre scores 0 (a zero vector's cosine is 0);
+    - "patch_r2": 1 - SSE / SST over the image's patches and dimensions, SST the teacher's squared distance to the
+      centre (R^2 with the variance-weighted average over dimensions); the centre scores exactly 0, the teacher 1;
+    - "cls_sse", "cls_sst", "patch_sse", "patch_sst": the sums behind R^2, to pool over images (`r_squared`): CLS R^2
+      exists for a set of images only, 1 - sum(cls_sse) / sum(cls_sst).
+    """
     teacher_cls, teacher_patches = targets
-    return {
+    result = {
         "cls_cosine": F.cosine_similarity(pooled, teacher_cls, dim=-1),
         "patch_cosine": F.cosine_similarity(patches, teacher_patches, dim=-1).mean(-1),
     }
+    if centre is None:
+        return result
+    cls_centre, patch_centre = (c.to(pooled.device, pooled.dtype) for c in centre)
+    student_cls, student_patches = pooled - cls_centre, patches - patch_centre
+    target_cls, target_patches = teacher_cls - cls_centre, teacher_patches - patch_centre
+    result["cls_centred_cosine"] = F.cosine_similarity(student_cls, target_cls, dim=-1)
+    result["patch_centred_cosine"] = F.cosine_similarity(student_patches, target_patches, dim=-1).mean(-1)
+    result["cls_sse"] = (pooled - teacher_cls).square().sum(-1)
+    result["cls_sst"] = target_cls.square().sum(-1)
+    result["patch_sse"] = (patches - teacher_patches).square().sum((-2, -1))
+    result["patch_sst"] = target_patches.square().sum((-2, -1))
+    result["patch_r2"] = r_squared(result["patch_sse"], result["patch_sst"])
+    return result
 
 
-def agreement(pooled: torch.Tensor, patches: torch.Tensor, targets: tuple) -> dict:
+def r_squared(sse: torch.Tensor, sst: torch.Tensor) -> torch.Tensor:
+    """1 - sse / sst, elementwise (0 where sst is 0: a teacher at the centre leaves nothing to explain)."""
+    return torch.where(sst > 0, 1 - sse / sst.clamp_min(torch.finfo(sst.dtype).tiny), torch.zeros_like(sst))
+
+
+CENTRED_MEASURES = ("cls_centred_cosine", "patch_centred_cosine", "patch_r2")
+
+
+def agreement(pooled: torch.Tensor, patches: torch.Tensor, targets: tuple, centre: tuple | None = None) -> dict:
     """Mean CLS and patch cosine to the teacher over the images, their standard deviation over the images (`_std`)
     and the standard error of the mean, std / sqrt(images) (`_se`); a patch cosine per image is its mean over
-    patches; both spreads are None with a single image."""
+    patches; both spreads are None with a single image. With `centre` (see `per_image_agreement`) also the centred
+    cosines and patch R^2 with their spreads, and "cls_r2" over the set of images (no spread)."""
     result = {}
-    for name, values in per_image_agreement(pooled, patches, targets).items():
-        result[name] = values.mean().item()
-        std = values.std().item() if len(values) > 1 else None
+    values = per_image_agreement(pooled, patches, targets, centre)
+    for name in ("cls_cosine", "patch_cosine", *(CENTRED_MEASURES if centre is not None else ())):
+        result[name] = values[name].mean().item()
+        std = values[name].std().item() if len(values[name]) > 1 else None
         result[name + "_std"] = std
-        result[name + "_se"] = None if std is None else std / len(values) ** 0.5
+        result[name + "_se"] = None if std is None else std / len(values[name]) ** 0.5
+    if centre is not None:
+        result["cls_r2"] = r_squared(values["cls_sse"].sum(), values["cls_sst"].sum()).item()
     return result
