@@ -78,13 +78,17 @@ bench: setup
 	$(PYTHON) benchmarks/memory.py
 	$(PYTHON) benchmarks/onnx_speed.py
 
-# Distillation quality on the held-out photos (6 students x 2 seeds and a same-seed rerun, 1000 steps each, with their
-# baselines; about 90 minutes on 2 idle cores: docs/quality.md), then the model cards of seed 0's VECA elastic and
-# LookWhere-S from the teacher, budget tables included (benchmarks/results/cards/).
-CARD_ARGS = --latency-runs 20 --resolutions 112 224 --teacher offline-dinov2-small --agreement-data assets/heldout --card --force
+# Distillation quality on the held-out photos (6 students x 2 seeds and a same-seed rerun, 400 steps each, the step
+# picked on the validation photos, with their baselines: docs/quality.md gives the measured time), then the model cards
+# of seed 0's VECA elastic and LookWhere-S from the teacher, budget tables included (benchmarks/results/cards/).
+# `make quality QUICK=1`: one seed and its rerun, 100 steps, everything under outputs/quality_quick/ (about 15 minutes).
+QUALITY_OUT := $(if $(QUICK),outputs/quality_quick,benchmarks/results)
+QUALITY_RUNS := $(if $(QUICK),outputs/quality_quick/runs,outputs/distill_quality)
+CARD_ARGS = --latency-runs $(if $(QUICK),5,20) --resolutions 112 224 --teacher offline-dinov2-small \
+	--agreement-data assets/heldout --card --force
 quality: setup $(VENV)/.teacher
-	$(PYTHON) -m benchmarks.distill_quality
-	$(PYTHON) -m evaluation.evaluate_budgets outputs/distill_quality/seed0/VECA_elastic/final --budgets 1 2 4 8 16 32 \
-		--output-dir benchmarks/results/cards/veca-ti $(CARD_ARGS)
-	$(PYTHON) -m evaluation.evaluate_budgets outputs/distill_quality/seed0/LookWhere-S_from_teacher/final \
-		--budgets 0.1 0.25 0.5 1.0 --output-dir benchmarks/results/cards/lookwhere-s $(CARD_ARGS)
+	$(PYTHON) -m benchmarks.distill_quality $(if $(QUICK),--quick) --scratch-dir $(QUALITY_RUNS)
+	$(PYTHON) -m evaluation.evaluate_budgets $(QUALITY_RUNS)/seed0/VECA_elastic/best --budgets 1 2 4 8 16 32 \
+		--output-dir $(QUALITY_OUT)/cards/veca-ti $(CARD_ARGS)
+	$(PYTHON) -m evaluation.evaluate_budgets $(QUALITY_RUNS)/seed0/LookWhere-S_from_teacher/best \
+		--budgets 0.1 0.25 0.5 1.0 --output-dir $(QUALITY_OUT)/cards/lookwhere-s $(CARD_ARGS)
