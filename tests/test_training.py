@@ -80,6 +80,9 @@ def test_veca_script_runs_and_exports(teacher_dir, image_dir, tmp_path, caplog):
     assert (tmp_path / "final" / "modeling_veca.py").exists()
     assert AutoImageProcessor.from_pretrained(tmp_path / "final", trust_remote_code=True).patch_size == 8  # exported too
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["checkpoint_2", "checkpoint_3"]
+    with safe_open(tmp_path / "final" / "teacher_mean.safetensors", "pt") as f:  # the centre: 3 steps of 2 crops
+        assert f.metadata()["cls_count"] == "6" and int(f.metadata()["patch_count"]) % 6 == 0
+        assert f.get_tensor("cls").shape == f.get_tensor("patch").shape == (32,)
     assert not list((tmp_path / "checkpoints" / "checkpoint_3").glob("*_1*"))  # the student alone, no teacher
     recipe = json.loads((tmp_path / "final" / "training_recipe.json").read_text())
     assert recipe["method"] == "veca" and recipe["steps"] == 3 and recipe["global_batch_size"] == 2
@@ -215,6 +218,8 @@ def test_resume_continues_to_the_same_weights(teacher_dir, image_dir, saved_data
     resumed = load_file(tmp_path / "resumed" / "final" / "model.safetensors")
     for name, tensor in straight.items():
         torch.testing.assert_close(resumed[name], tensor, atol=0, rtol=0, msg=name)
+    mean_files = [(tmp_path / run / "final" / "teacher_mean.safetensors").read_bytes() for run in ("straight", "resumed")]
+    assert mean_files[0] == mean_files[1]  # the centre's sums continue from the checkpoint
     if extra:  # every validation once, the same numbers, the same best
         lines = [(tmp_path / run / "validation.jsonl").read_text() for run in ("straight", "resumed")]
         assert lines[0] == lines[1] and [json.loads(line)["step"] for line in lines[0].splitlines()] == [2, 4, 6]
