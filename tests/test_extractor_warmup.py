@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from conftest import lookwhere_args, veca_args
+from conftest import launch_two_processes, lookwhere_args, veca_args
 from safetensors.torch import load_file
 
 from training import distill_lookwhere, distill_veca, loop
@@ -67,6 +67,20 @@ def test_a_resume_inside_the_frozen_phase_gives_the_uninterrupted_weights(teache
     resumed = load_file(tmp_path / "resumed" / "final" / "model.safetensors")
     for name, tensor in straight.items():
         torch.testing.assert_close(resumed[name], tensor, atol=0, rtol=0, msg=name)
+
+
+@pytest.mark.slow
+def test_under_ddp_the_frozen_extractor_stays_bit_identical_too(teacher_dir, image_dir, tmp_path):
+    """Two gloo processes (DDP synchronises every gradient, so nothing stops requiring one): after 2 frozen steps the
+    extractor equals one process's, which the test above shows is the starting copy; the selector has trained."""
+    common = ["--max-steps", "2", "--freeze-extractor-steps", "2", "--lr", "1e-3"]
+    launch_two_processes(tmp_path, "training.distill_lookwhere", lookwhere_args(teacher_dir, image_dir, tmp_path / "two",
+                                                                                *common))
+    distill_lookwhere.main(lookwhere_args(teacher_dir, image_dir, tmp_path / "one", *common))
+    two = load_file(tmp_path / "two" / "final" / "model.safetensors")
+    one = load_file(tmp_path / "one" / "final" / "model.safetensors")
+    assert all(torch.equal(two[name], one[name]) for name in one if name.startswith("extractor."))
+    assert not all(torch.equal(two[name], one[name]) for name in one if name.startswith("selector."))
 
 
 def test_a_student_without_an_extractor_is_refused(teacher_dir, image_dir, tmp_path, monkeypatch):
