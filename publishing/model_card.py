@@ -38,8 +38,9 @@ TEACHER_LICENSES = {
 }
 DEFAULT_LICENSE = "apache-2.0"
 # The agreement columns: the raw cosines, then the centred measures beside them (corevision_hf.agreement)
-AGREEMENT_COLUMNS = {"cls_cosine": "CLS cosine", "patch_cosine": "patch cosine", "cls_centred_cosine": "CLS centred cos.",
-                     "patch_centred_cosine": "patch centred cos.", "cls_r2": "CLS R²", "patch_r2": "patch R²"}
+AGREEMENT_COLUMNS = {"cls_cosine": "CLS cosine", "patch_cosine": "patch cosine",
+                     "cls_centred_cosine": "CLS centred cos.", "patch_centred_cosine": "patch centred cos.",
+                     "cls_r2": "CLS R²", "patch_r2": "patch R²"}
 BUDGET_LABELS = {"num_cores": "cores", "k": "k (patches)", "k_ratio": "k_ratio"}
 MISSING = "—"
 

@@ -262,7 +262,8 @@ def test_card_renders_the_budget_table_of_this_evaluation(folders, tmp_path):
     header, rows = card_table(text)
     # no probe, segmentation data or memory on this CPU: those columns are left out
     assert header[:5] == ["k_ratio", "GFLOPs @ 32 px", "GFLOPs @ 48 px", "ms @ 32 px", "ms @ 48 px"]
-    assert header[-6:] == ["CLS cosine", "patch cosine", "CLS centred cos.", "patch centred cos.", "CLS R²", "patch R²"]
+    assert header[-6:] == ["CLS cosine", "patch cosine", "CLS centred cos.", "patch centred cos.", "CLS R²",
+                           "patch R²"]
     assert "mIoU (%)" not in header
     assert report["agreement_centre"] == "training crops" and "mean token over its training crops" in text
     for row, entry, trained in zip(rows, report["results"], ["trained", "not trained"]):

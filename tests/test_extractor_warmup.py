@@ -48,7 +48,8 @@ def test_the_extractor_stays_bit_identical_while_frozen_then_moves_with_its_ramp
     after = [record["extractor"] for record in records[1:]] + [
         {name: final[f"extractor.{name}"] for name in records[0]["extractor"]}]
     assert equal(records[0]["extractor"], after[0]) and equal(records[0]["extractor"], after[1])  # steps 0, 1
-    assert not any(torch.equal(records[0]["extractor"][n], after[2][n]) for n in ("norm.weight", "layers.0.mlp.fc1.weight"))
+    moved = ("norm.weight", "layers.0.mlp.fc1.weight")
+    assert not any(torch.equal(records[0]["extractor"][n], after[2][n]) for n in moved)
     assert not equal(records[1]["selector"], records[2]["selector"])  # the selector trains meanwhile (step 0: lr 0)
     for step, record in enumerate(records):
         lr = 1e-3 * warmup_cosine(step, 1, 5, 0.0)
@@ -74,8 +75,8 @@ def test_under_ddp_the_frozen_extractor_stays_bit_identical_too(teacher_dir, ima
     """Two gloo processes (DDP synchronises every gradient, so nothing stops requiring one): after 2 frozen steps the
     extractor equals one process's, which the test above shows is the starting copy; the selector has trained."""
     common = ["--max-steps", "2", "--freeze-extractor-steps", "2", "--lr", "1e-3"]
-    launch_two_processes(tmp_path, "training.distill_lookwhere", lookwhere_args(teacher_dir, image_dir, tmp_path / "two",
-                                                                                *common))
+    two_args = lookwhere_args(teacher_dir, image_dir, tmp_path / "two", *common)
+    launch_two_processes(tmp_path, "training.distill_lookwhere", two_args)
     distill_lookwhere.main(lookwhere_args(teacher_dir, image_dir, tmp_path / "one", *common))
     two = load_file(tmp_path / "two" / "final" / "model.safetensors")
     one = load_file(tmp_path / "one" / "final" / "model.safetensors")

@@ -37,8 +37,8 @@ def split_extractor_groups(optimizer: DistillOptimizer, model: torch.nn.Module) 
     parameters in a group marked "extractor". A ValueError when `model` has no extractor."""
     names = extractor_names(model)
     if not names:
-        raise ValueError(f"--freeze-extractor-steps: the {model.config.model_type} student has no LookWhere extractor to "
-                         "freeze; use 0.")
+        raise ValueError(f"--freeze-extractor-steps: the {model.config.model_type} student has no LookWhere "
+                         "extractor to freeze; use 0.")
     groups = []
     for group in optimizer.param_groups:
         for extractor in (False, True):

@@ -381,9 +381,10 @@ def logs_at(args, step: int, validate) -> bool:
 def train_step(accelerator, args, student, optimizer, batches, loss_fn, log, step, step_draws, logging,
                warmup=None) -> dict | None:
     """Optimisation step `step` (0-based): --gradient-accumulation-steps micro-batches forward and backward, the
-    gradient clipped (without a frozen extractor's: `warmup`), the update. Its values stay on the device, in `log`; when `logging`, every value since the last
-    line is read back after the last backward and before the update (`StepLog.read`, which stops the run on a
-    non-finite loss or gradient norm before the weights change) and returned."""
+    gradient clipped (a frozen extractor's dropped first: `warmup`), the update. Its values stay on the device, in
+    `log`; when `logging`, every value since the last line is read back after the last backward and before the update
+    (`StepLog.read`, which stops the run on a non-finite loss or gradient norm before the weights change) and
+    returned."""
     values = None
     for micro_batch in range(args.gradient_accumulation_steps):
         data_start = time.perf_counter()

@@ -115,5 +115,6 @@ class HeldOutAgreement:
         row.update({name: sums[name] / images for name in MEANS if name in sums})
         if "cls_sse" in sums:
             for part in ("cls", "patch"):
-                row[f"{part}_r2"] = r_squared(torch.tensor(sums[f"{part}_sse"]), torch.tensor(sums[f"{part}_sst"])).item()
+                sse, sst = torch.tensor(sums[f"{part}_sse"]), torch.tensor(sums[f"{part}_sst"])
+                row[f"{part}_r2"] = r_squared(sse, sst).item()
         return row

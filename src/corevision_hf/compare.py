@@ -47,7 +47,8 @@ LOOKWHERE_K_RATIOS = (0.05, 0.1, 0.2, 0.4, 1.0)
 TABLE_MEASURES = {"cls_cosine": "CLS cosine", "patch_cosine": "patch cosine", "cls_centred_cosine": "CLS centred",
                   "patch_centred_cosine": "patch centred", "cls_r2": "CLS R²", "patch_r2": "patch R²"}
 CENTRED_NOTE = ("centred: the mean of these images' teacher tokens (compare has no training crops) subtracted from "
-                "both sides; R² = 1 - SSE / SST about that mean. A model that outputs the mean token scores 0 on both.")
+                "both sides; R² = 1 - SSE / SST about that mean. A model that outputs the mean token scores 0 on "
+                "both.")
 BATCH_SIZE = 8  # images per forward for the cosines (latency is timed on one image)
 
 
