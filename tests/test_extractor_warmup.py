@@ -1,5 +1,6 @@
 """training.extractor_warmup: LookWhere's extractor frozen for --freeze-extractor-steps, then its rate ramping up."""
 
+import argparse
 import json
 
 import pytest
@@ -8,13 +9,21 @@ from conftest import launch_two_processes, lookwhere_args, veca_args
 from safetensors.torch import load_file
 
 from training import distill_lookwhere, distill_veca, loop
-from training.extractor_warmup import extractor_lr_scale
+from training.extractor_warmup import ExtractorWarmup, extractor_lr_scale
 from training.schedule import warmup_cosine
 
 
 def test_the_extractor_scale_is_0_while_frozen_then_ramps_to_1():
     assert [extractor_lr_scale(step, 2, 4) for step in range(8)] == [0, 0, 0.25, 0.5, 0.75, 1, 1, 1]
     assert [extractor_lr_scale(step, 1, 0) for step in range(3)] == [0, 1, 1]
+
+
+def test_any_run_args_can_ask_for_it_and_the_ramp_defaults_to_the_warm_up():
+    assert ExtractorWarmup.from_args(argparse.Namespace(warmup_steps=7), True) is None  # no such attribute: off
+    warmup = ExtractorWarmup.from_args(argparse.Namespace(warmup_steps=7, freeze_extractor_steps=3), False)
+    assert (warmup.freeze_steps, warmup.warmup_steps, warmup.single_process) == (3, 7, False)
+    with pytest.raises(ValueError, match="must be >= 0"):
+        ExtractorWarmup.from_args(argparse.Namespace(warmup_steps=7, freeze_extractor_steps=-1), True)
 
 
 def record_steps(monkeypatch) -> list[dict]:
