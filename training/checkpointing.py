@@ -291,11 +291,13 @@ def export(
     accelerator.print(f"exported {final}: AutoModel.from_pretrained({final!r}, trust_remote_code=True)")
 
 
-def best_score(output_dir: str) -> float | None:
-    """The validation score of `OUT/best` (what a resumed run must beat), or None when there is none yet."""
+def best_score(output_dir: str) -> tuple[float, str] | None:
+    """The validation score of `OUT/best` and what it measures ("score_measure"; "cosine" before it was recorded):
+    what a resumed run must beat. None when there is none yet."""
     try:
         with open(os.path.join(output_dir, "best", "validation.json")) as f:
-            return json.load(f)["score"]
+            result = json.load(f)
+        return result["score"], result.get("score_measure", "cosine")
     except (OSError, ValueError, KeyError):
         return None
 

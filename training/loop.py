@@ -436,14 +436,16 @@ def write_line(accelerator: Accelerator, path: str, step: int, logs: dict, per_p
 
 def validate_and_keep_best(accelerator, args, script, student, validate, stats, step: int, best, teacher_mean=None):
     """Runs `validate` at `step`, appends its result to OUT/validation.jsonl and exports a new best to OUT/best;
-    returns the best score so far."""
+    returns the best (score, score measure) so far. A score of another measure than the best's (a run resumed from
+    before the centred score) is not comparable: it becomes the best."""
     result = {"step": step, **validate(student)}
     accelerator.print(f"validation at step {step}: score {result['score']:.4f}")
     if accelerator.is_main_process:
         with open(os.path.join(args.output_dir, "validation.jsonl"), "a") as f:
             f.write(json.dumps(result) + "\n")
-    if best is None or result["score"] > best:
-        best = result["score"]
+    measure = result.get("score_measure", "cosine")
+    if best is None or best[1] != measure or result["score"] > best[0]:
+        best = result["score"], measure
         export(accelerator, student, args.output_dir, stats, script, args, "best", result, teacher_mean)
     return best
 
