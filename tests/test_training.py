@@ -7,6 +7,7 @@ import re
 import shlex
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import datasets
@@ -26,7 +27,7 @@ from safetensors.torch import load_file
 from transformers import AutoImageProcessor, AutoModel
 
 from corevision_hf import LookWhereModel, VecaModel, lookwhere_from_teacher
-from training import distill_lookwhere, distill_veca, losses, run_lock
+from training import distill_lookwhere, distill_veca, loop, losses, run_lock
 from training import teacher as teacher_module
 from training.loop import check_processes_agree
 from training.losses import lookwhere_loss, veca_loss
@@ -449,3 +450,19 @@ def test_a_second_run_into_the_folder_of_a_live_run_is_refused_and_a_dead_ones_l
         holder.wait()
     distill_veca.main(veca_args(teacher_dir, image_dir, out, "--max-steps", "1", "--overwrite"))
     assert read_metrics(out)[0]["step"] == 1
+
+
+def test_a_best_of_another_score_measure_is_replaced_by_the_first_new_score(tmp_path, monkeypatch):
+    exported = []
+    monkeypatch.setattr(loop, "export", lambda *args, **kwargs: exported.append(args[6]))
+    accelerator = types.SimpleNamespace(print=print, is_main_process=True)
+    args = types.SimpleNamespace(output_dir=str(tmp_path))
+
+    def scoring(score):
+        return lambda student: {"score": score, "score_measure": "centred cosine", "grid": []}
+
+    best = (0.9, "cosine")  # a best/ from before the centred score, on the raw cosine that the mean token wins
+    best = loop.validate_and_keep_best(accelerator, args, "s", None, scoring(0.3), None, 2, best)
+    assert best == (0.3, "centred cosine") and exported == ["best"]
+    best = loop.validate_and_keep_best(accelerator, args, "s", None, scoring(0.2), None, 4, best)
+    assert best == (0.3, "centred cosine") and exported == ["best"]
