@@ -23,6 +23,7 @@ from conftest import (
     veca_args,
 )
 from PIL import Image
+from safetensors import safe_open
 from safetensors.torch import load_file
 from transformers import AutoImageProcessor, AutoModel
 
