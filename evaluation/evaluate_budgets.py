@@ -14,7 +14,10 @@ decimals). For every budget:
 - whether training drew it: VECA, a core count nested dropout drew (config.training_budgets); LookWhere, a k at
   --quality-resolution within the [k_min, k_max] of the checkpoint's training_recipe.json (unknown without one);
 - quality at --quality-resolution (default: the first resolution): CLS and patch cosine to --teacher on the images
-  of --agreement-data (mean, standard deviation and standard error over the images); linear-probe accuracy (frozen
+  of --agreement-data (mean, standard deviation and standard error over the images), and the same centred on the
+  teacher's mean token (which a model outputting that mean scores 0 on) with R^2: the mean over the training crops
+  from the checkpoint's teacher_mean.safetensors, else over these images' own teacher tokens (the JSON's
+  "agreement_centre" says which); linear-probe accuracy (frozen
   pooled output, logistic regression) on --probe-data (train/<class>/*, val/<class>/*); linear segmentation mIoU
   (per-patch linear head on frozen patch features) on --segmentation-data ({train,val}/images/*,
   {train,val}/masks/*.png, 255 = ignore).
@@ -45,6 +48,7 @@ from transformers import AutoConfig, AutoModel
 from corevision_hf.cli import HelpFormatter
 import corevision_hf
 from corevision_hf.agreement import (
+    CENTRED_MEASURES,
     agreement,
     cost_entry,
     features,
@@ -58,6 +62,8 @@ from corevision_hf.cli import reading_weights, run
 from corevision_hf.cpu import optimize_for_cpu
 from corevision_hf.loading import load_checked
 from corevision_hf.lookwhere.budget_lookwhere import num_kept
+from training.teacher_mean import FILE as TEACHER_MEAN_FILE
+from training.teacher_mean import load_teacher_mean
 from corevision_hf.images import to_display
 from corevision_hf.measure import alternated_latency, latency_warnings, peak_memory_mib, return_freed_memory_to_the_os
 from corevision_hf.metrics import ACCURACY, MEAN_IOU
@@ -389,6 +395,7 @@ def new_report(args, config, model, teacher_name, budget_name, budgets, resoluti
             "segmentation": Path(args.segmentation_data).name if args.segmentation_data else None,
         },
         "agreement_images": len(agreement_files) if agreement_files else 0,
+        "agreement_centre": None,
         "teacher_cost": None,
         "latency_warnings": [],
         "pictures": {},
@@ -430,10 +437,22 @@ def measure_cost(args, config, model, teacher, report, recipe, dtype, progress) 
         report["results"].append({"budget": budget,
                                   "trained": trained(model, budget_name, budget, recipe, report["quality_resolution"]),
                                   "cost": {str(r): costs[budget, r] for r in resolutions},
-                                  "quality": dict.fromkeys(["cls_cosine", "cls_cosine_std", "cls_cosine_se",
-                                                            "patch_cosine", "patch_cosine_std", "patch_cosine_se",
-                                                            "probe_accuracy", "segmentation_miou"])})
+                                  "quality": dict.fromkeys([*AGREEMENT_KEYS, "probe_accuracy", "segmentation_miou"])})
     return forwards, costs
+
+
+AGREEMENT_KEYS = [name + suffix for name in ("cls_cosine", "patch_cosine", *CENTRED_MEASURES)
+                  for suffix in ("", "_std", "_se")] + ["cls_r2"]
+
+
+def agreement_centre(checkpoint: str, targets: tuple) -> tuple[tuple, str]:
+    """(the centre of the centred measures, where it comes from): the teacher's mean CLS and patch token over the
+    training crops from the checkpoint folder's teacher_mean.safetensors, else over the evaluation images' own teacher
+    targets (CLS (N, D), patches (N, P, D))."""
+    centre = load_teacher_mean(checkpoint) if os.path.isdir(checkpoint) else None
+    if centre is not None:
+        return centre, "training crops"
+    return (targets[0].mean(0), targets[1].mean((0, 1))), "evaluation images"
 
 
 def measure_quality(args, config, model, teacher, report, data: dict, dtype, progress) -> None:
@@ -450,6 +469,10 @@ def measure_quality(args, config, model, teacher, report, data: dict, dtype, pro
         targets = [teacher_targets(teacher, teacher_pixels[i : i + args.eval_batch_size].to(args.device, dtype), grid)
                    for i in range(0, len(teacher_pixels), args.eval_batch_size)]
         targets = tuple(torch.cat([t[j].float().cpu() for t in targets]) for j in range(2))
+        centre, report["agreement_centre"] = agreement_centre(args.checkpoint, targets)
+        if report["agreement_centre"] == "evaluation images":
+            progress(f"{args.checkpoint} holds no {TEACHER_MEAN_FILE}: the centred measures subtract the mean of "
+                     "these images' teacher tokens")
     if probe:
         probe_splits, classes = probe
         probe_images = {s: torch.stack([load_image(p, size) for p, _ in pairs]) for s, pairs in probe_splits.items()}
@@ -464,7 +487,7 @@ def measure_quality(args, config, model, teacher, report, data: dict, dtype, pro
     for entry in report["results"]:
         budget, quality = {budget_name: entry["budget"]}, entry["quality"]
         if agreement_files:
-            quality.update(agreement(*features(model, agreement_images, budget, **extract), targets))
+            quality.update(agreement(*features(model, agreement_images, budget, **extract), targets, centre))
         if probe:
             pooled = {s: features(model, images, budget, **extract)[0] for s, images in probe_images.items()}
             quality["probe_accuracy"] = probe_accuracy(

@@ -37,6 +37,10 @@ TEACHER_LICENSES = {
     "facebook/dinov3-": ("other", "dinov3-license", "https://ai.meta.com/resources/models-and-libraries/dinov3-license/"),
 }
 DEFAULT_LICENSE = "apache-2.0"
+# The agreement columns: the raw cosines, then the centred measures beside them (corevision_hf.agreement)
+AGREEMENT_COLUMNS = {"cls_cosine": "CLS cosine", "patch_cosine": "patch cosine",
+                     "cls_centred_cosine": "CLS centred cos.", "patch_centred_cosine": "patch centred cos.",
+                     "cls_r2": "CLS R²", "patch_r2": "patch R²"}
 BUDGET_LABELS = {"num_cores": "cores", "k": "k (patches)", "k_ratio": "k_ratio"}
 MISSING = "—"
 
@@ -104,6 +108,7 @@ def render_card(
         marks_trained=any(result.get("trained") is not None for result in evaluation["results"]),
         standard_errors=any(" ± " in cell for row in rows for cell in row),
         agreement_images=evaluation.get("agreement_images"),
+        agreement_centre=evaluation.get("agreement_centre"),
         teacher_cost=_teacher_cost(evaluation),
         environment=evaluation.get("environment") or {},
         latency_runs=_latency_runs(evaluation),
@@ -311,8 +316,7 @@ def _row(result: dict, evaluation: dict) -> list[str]:
     return [
         str(result["budget"]) + ("" if trained is None else " (trained)" if trained else " (not trained)"),
         *_cost_cells(result.get("cost"), evaluation),
-        _mean_and_error(quality, "cls_cosine"),
-        _mean_and_error(quality, "patch_cosine"),
+        *(_mean_and_error(quality, name) for name in AGREEMENT_COLUMNS),
         _format(quality.get("probe_accuracy"), ".1f", 100),
         _format(quality.get("segmentation_miou"), ".1f", 100),
     ]
@@ -328,8 +332,7 @@ def _table(evaluation: dict) -> tuple[list[str], list[list[str]], list[str]]:
         *((f"gflops_{r}", f"GFLOPs @ {r} px") for r in sizes),
         *((f"latency_ms_{r}", f"ms @ {r} px") for r in sizes),
         ("peak_memory_mib", f"peak MiB @ {evaluation['quality_resolution']} px"),
-        ("cls_cosine", "CLS cosine"),
-        ("patch_cosine", "patch cosine"),
+        *AGREEMENT_COLUMNS.items(),
         ("probe_accuracy", "probe acc. (%)"),
         ("segmentation_miou", "mIoU (%)"),
     ]

@@ -53,16 +53,21 @@ def test_veca_every_trained_budget_against_direct_calls(folders, tmp_path, capsy
             assert entry["quality"]["cls_cosine"] == pytest.approx(cls.mean().item(), abs=1e-5)
             assert entry["quality"]["patch_cosine"] == pytest.approx(patches.mean().item(), abs=1e-5)
             assert entry["quality"]["cls_cosine_std"] == pytest.approx(cls.std().item(), abs=1e-5)
+            centre = target[:, -16:].mean((0, 1))  # the images' own mean patch token
+            centred = F.cosine_similarity(out.last_hidden_state[:, -16:] - centre, target[:, -16:] - centre, dim=-1)
+            assert entry["quality"]["patch_centred_cosine"] == pytest.approx(centred.mean().item(), abs=1e-5)
             assert entry["cost"]["32"]["gflops"] == veca_flops(model.config, 32, num_cores=entry["budget"]) / 1e9
     # the teacher: a dense ViT over 4 x 4 patches of 16 px and CLS, MLP 64 wide
     expected = dense_vit_flops(64, 64, hidden_size=32, num_hidden_layers=2, intermediate_size=64, patch_size=16,
                                num_prefix_tokens=1, gated_mlp=False)
     assert report["teacher_cost"]["32"]["gflops"] == expected / 1e9
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("| num_cores | GFLOPs | ms, median (IQR) | CLS cosine | patch cosine |")
+    assert lines[0] == ("| num_cores | GFLOPs | ms, median (IQR) | CLS cosine | patch cosine | CLS centred | "
+                        "patch centred | CLS R² | patch R² |")
+    assert report["agreement_centre"] == "evaluation images" and "compare has no training crops" in lines[2 + 8 + 2]
     assert lines[2 + 8].startswith("| teacher |") and lines[-1].startswith("wrote")
     # a tiny model's sub-millisecond latencies are noise: any warning names what, and says not to trust them
-    assert all("not to be trusted" in line for line in lines[2 + 8 + 1 : -1] if line)
+    assert all("not to be trusted" in line for line in lines[2 + 8 + 3 : -1] if line)  # after the centred note
     assert len(report["latency_warnings"]) == sum("latency warning" in line for line in lines)
     assert Image.open(tmp_path / "compare.png").format == "PNG"
 

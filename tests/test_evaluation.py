@@ -16,6 +16,7 @@ from transformers import Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 
 from corevision_hf import LookWhereModel
 from evaluation import evaluate_budgets
+from training.teacher_mean import TeacherMean
 
 pytestmark = pytest.mark.usefixtures("offline_evaluate")
 
@@ -172,11 +173,14 @@ def test_progress_and_the_spread_over_images(folders, tmp_path, capsys):
         assert cost["latency_runs"] == 1 and cost["latency_iqr_ms"] == 0
     assert report["pictures"] == {"features": "features.png", "where": "where.png"}
     assert report["agreement_images"] == 3
+    assert report["agreement_centre"] == "evaluation images"  # the checkpoint holds no teacher_mean.safetensors
+    assert "holds no teacher_mean.safetensors" in printed
     for entry in report["results"]:  # three photos: a spread and the standard error of the mean; one photo: none
         quality = entry["quality"]
         assert quality["cls_cosine_std"] > 0 and quality["patch_cosine_std"] > 0
         assert quality["cls_cosine_se"] == pytest.approx(quality["cls_cosine_std"] / 3**0.5)
         assert quality["patch_cosine_se"] == pytest.approx(quality["patch_cosine_std"] / 3**0.5)
+        assert -1 <= quality["patch_centred_cosine"] <= 1 and quality["cls_r2"] <= 1 and quality["patch_r2"] <= 1
     single = tmp_path / "one_photo"
     single.mkdir()
     (single / "0.jpg").write_bytes(Path(folders["photos"], "0.jpg").read_bytes())
@@ -239,6 +243,9 @@ def card_table(text: str) -> tuple[list[str], list[list[str]]]:
 def test_card_renders_the_budget_table_of_this_evaluation(folders, tmp_path):
     checkpoint = tmp_path / "lookwhere"
     shutil.copytree(folders["lookwhere"], checkpoint)
+    teacher_mean = TeacherMean()  # as training exports it: the teacher's mean over its training crops
+    teacher_mean.update(torch.full((1, 32), 0.5), torch.full((1, 4, 32), -0.25))
+    teacher_mean.save(checkpoint)
     (checkpoint / "training_recipe.json").write_text(json.dumps({
         "script": "training.distill_lookwhere", "teacher": folders["teacher"], "data": str(tmp_path / "images"),
         "command": "python -m training.distill_lookwhere --k-min 2 --k-max 5", "args": {"k_min": 2, "k_max": 5},
@@ -255,14 +262,18 @@ def test_card_renders_the_budget_table_of_this_evaluation(folders, tmp_path):
     header, rows = card_table(text)
     # no probe, segmentation data or memory on this CPU: those columns are left out
     assert header[:5] == ["k_ratio", "GFLOPs @ 32 px", "GFLOPs @ 48 px", "ms @ 32 px", "ms @ 48 px"]
-    assert header[-2:] == ["CLS cosine", "patch cosine"] and "mIoU (%)" not in header
+    assert header[-6:] == ["CLS cosine", "patch cosine", "CLS centred cos.", "patch centred cos.", "CLS R²",
+                           "patch R²"]
+    assert "mIoU (%)" not in header
+    assert report["agreement_centre"] == "training crops" and "mean token over its training crops" in text
     for row, entry, trained in zip(rows, report["results"], ["trained", "not trained"]):
         cost, quality = entry["cost"], entry["quality"]
         assert row[0] == f"{entry['budget']} ({trained})"
         assert row[3:5] == [f"{cost[size]['latency_ms']:.1f} ({cost[size]['latency_iqr_ms']:.1f})"  # median (IQR)
                             for size in ("32", "48")]
-        assert row[-2:] == [f"{quality['cls_cosine']:.3f} ± {quality['cls_cosine_se']:.3f}",
-                            f"{quality['patch_cosine']:.3f} ± {quality['patch_cosine_se']:.3f}"]
+        assert row[-6:] == [*(f"{quality[name]:.3f} ± {quality[name + '_se']:.3f}" for name in (
+            "cls_cosine", "patch_cosine", "cls_centred_cosine", "patch_centred_cosine")), f"{quality['cls_r2']:.3f}",
+            f"{quality['patch_r2']:.3f} ± {quality['patch_r2_se']:.3f}"]
     teacher = report["teacher_cost"]
     for size in ("32", "48"):
         assert f"{teacher[size]['latency_ms']:.1f} ({teacher[size]['latency_iqr_ms']:.1f}) ms at {size} px" in text

@@ -282,3 +282,20 @@ def test_the_card_says_when_latencies_are_not_to_be_trusted():
     text = render_card(CONFIGS["veca"](), old).text
     assert "**These latencies come without their spread**" in text
     assert [row[3:5] for row in budget_rows(text)] == [["1.0", "3.1"], ["1.3", "4.3"], ["2.4", "6.8"]]
+
+
+@pytest.mark.parametrize("model_type", ["veca", "lookwhere"])
+@pytest.mark.parametrize("centre, said", [("training crops", "mean token over its training crops"),
+                                          ("evaluation images", "over these evaluation images")])
+def test_centred_measures_stand_beside_the_raw_cosines_with_where_the_centre_comes_from(model_type, centre, said):
+    evaluation = make_evaluation(model_type)
+    evaluation["agreement_centre"] = centre
+    for result in evaluation["results"]:
+        result["quality"].update(cls_centred_cosine=0.2, cls_centred_cosine_se=0.01, patch_centred_cosine=0.1234,
+                                 patch_centred_cosine_se=0.002, cls_r2=0.05, patch_r2=-0.5, patch_r2_se=0.1)
+    config = CONFIGS[model_type]()
+    text = str(render_card(config, evaluation))
+    assert "| CLS cosine | patch cosine | CLS centred cos. | patch centred cos. | CLS R² | patch R² |" in text
+    assert "| 0.200 ± 0.010 | 0.123 ± 0.002 | 0.050 | -0.500 ± 0.100 |" in text
+    assert said in text and "A model that outputs the mean token scores 0" in text
+    assert "centred" not in str(render_card(config, make_evaluation(model_type)))  # an evaluation without them

@@ -369,7 +369,10 @@ def test_validation_keeps_the_best_checkpoint(stage1):
     assert [(row["resolution"], row["num_cores"], row["images"]) for row in lines[0]["grid"]] == [(32, 2, 3), (32, 8, 3)]
     best = json.loads((stage1 / "best" / "validation.json").read_text())
     assert best == max(lines, key=lambda line: line["score"])
-    assert best["score"] == pytest.approx(sum((r["cls_cosine"] + r["patch_cosine"]) / 2 for r in best["grid"]) / 2)
+    assert best["score_measure"] == "centred cosine"  # about the training crops' mean, which best/ holds
+    assert best["score"] == pytest.approx(
+        sum((r["cls_centred_cosine"] + r["patch_centred_cosine"]) / 2 for r in best["grid"]) / 2)
+    assert (stage1 / "best" / "teacher_mean.safetensors").is_file()
     assert isinstance(AutoModel.from_pretrained(stage1 / "best", trust_remote_code=True), torch.nn.Module)
 
 

@@ -7,6 +7,7 @@ import re
 import shlex
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import datasets
@@ -22,15 +23,17 @@ from conftest import (
     veca_args,
 )
 from PIL import Image
+from safetensors import safe_open
 from safetensors.torch import load_file
 from transformers import AutoImageProcessor, AutoModel
 
 from corevision_hf import LookWhereModel, VecaModel, lookwhere_from_teacher
-from training import distill_lookwhere, distill_veca, losses, run_lock
+from training import distill_lookwhere, distill_veca, loop, losses, run_lock
 from training import teacher as teacher_module
 from training.loop import check_processes_agree
 from training.losses import lookwhere_loss, veca_loss
 from training.schedule import draw, draw_int, warmup_cosine
+from training.teacher_mean import load_teacher_mean
 from training.teacher import teacher_targets, teacher_targets_and_map
 from training.teacher_cache import TeacherCache
 
@@ -80,6 +83,9 @@ def test_veca_script_runs_and_exports(teacher_dir, image_dir, tmp_path, caplog):
     assert (tmp_path / "final" / "modeling_veca.py").exists()
     assert AutoImageProcessor.from_pretrained(tmp_path / "final", trust_remote_code=True).patch_size == 8  # exported too
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["checkpoint_2", "checkpoint_3"]
+    with safe_open(tmp_path / "final" / "teacher_mean.safetensors", "pt") as f:  # the centre: 3 steps of 2 crops
+        assert f.metadata()["cls_count"] == "6" and int(f.metadata()["patch_count"]) % 6 == 0
+        assert f.get_tensor("cls").shape == f.get_tensor("patch").shape == (32,)
     assert not list((tmp_path / "checkpoints" / "checkpoint_3").glob("*_1*"))  # the student alone, no teacher
     recipe = json.loads((tmp_path / "final" / "training_recipe.json").read_text())
     assert recipe["method"] == "veca" and recipe["steps"] == 3 and recipe["global_batch_size"] == 2
@@ -215,6 +221,8 @@ def test_resume_continues_to_the_same_weights(teacher_dir, image_dir, saved_data
     resumed = load_file(tmp_path / "resumed" / "final" / "model.safetensors")
     for name, tensor in straight.items():
         torch.testing.assert_close(resumed[name], tensor, atol=0, rtol=0, msg=name)
+    centres = [load_teacher_mean(tmp_path / run / "final") for run in ("straight", "resumed")]
+    assert all(torch.equal(a, b) for a, b in zip(*centres))  # the centre's sums continue from the checkpoint
     if extra:  # every validation once, the same numbers, the same best
         lines = [(tmp_path / run / "validation.jsonl").read_text() for run in ("straight", "resumed")]
         assert lines[0] == lines[1] and [json.loads(line)["step"] for line in lines[0].splitlines()] == [2, 4, 6]
@@ -443,3 +451,19 @@ def test_a_second_run_into_the_folder_of_a_live_run_is_refused_and_a_dead_ones_l
         holder.wait()
     distill_veca.main(veca_args(teacher_dir, image_dir, out, "--max-steps", "1", "--overwrite"))
     assert read_metrics(out)[0]["step"] == 1
+
+
+def test_a_best_of_another_score_measure_is_replaced_by_the_first_new_score(tmp_path, monkeypatch):
+    exported = []
+    monkeypatch.setattr(loop, "export", lambda *args, **kwargs: exported.append(args[6]))
+    accelerator = types.SimpleNamespace(print=print, is_main_process=True)
+    args = types.SimpleNamespace(output_dir=str(tmp_path))
+
+    def scoring(score):
+        return lambda student: {"score": score, "score_measure": "centred cosine", "grid": []}
+
+    best = (0.9, "cosine")  # a best/ from before the centred score, on the raw cosine that the mean token wins
+    best = loop.validate_and_keep_best(accelerator, args, "s", None, scoring(0.3), None, 2, best)
+    assert best == (0.3, "centred cosine") and exported == ["best"]
+    best = loop.validate_and_keep_best(accelerator, args, "s", None, scoring(0.2), None, 4, best)
+    assert best == (0.3, "centred cosine") and exported == ["best"]

@@ -86,6 +86,50 @@ def test_the_teacher_scores_one_and_an_untrained_student_less(teacher, image_dir
     assert [row["k"] for row in untrained["grid"]] == [2, 8] and all(row["images"] == 8 for row in untrained["grid"])
 
 
+class MeanTokenStudent(torch.nn.Module):
+    """Outputs the centre for every token: the constant predictor the centred measures must not reward."""
+
+    def __init__(self, teacher, centre):
+        super().__init__()
+        self.teacher, self.config, self.centre = teacher, teacher.config, centre
+
+    def forward(self, pixel_values, k=None):
+        hidden = self.teacher(pixel_values).last_hidden_state
+        tokens = self.centre[1].expand_as(hidden).clone()
+        tokens[:, 0] = self.centre[0]
+        return types.SimpleNamespace(last_hidden_state=tokens, pooler_output=tokens[:, 0])
+
+
+def test_with_a_centre_the_score_is_the_centred_cosine_the_mean_token_scores_0_and_r2_is_pooled(teacher, image_dir):
+    validate = HeldOutAgreement(image_dir, "k", [4], [32], batch_size=3, max_images=8)
+    files = sorted(Path(image_dir).rglob("*.jpg"))[:8]
+    with torch.no_grad():
+        pixel_values = torch.stack([to_pixel_values(resize_center_crop(Image.open(f), 32)) for f in files])
+        hidden = teacher(pixel_values).last_hidden_state
+    centre = (hidden[:, 0].mean(0), hidden[:, -16:].mean((0, 1)))  # these images' own mean tokens
+    mean_token = validate(MeanTokenStudent(teacher, centre).eval(), teacher, centre)
+    row = mean_token["grid"][0]
+    assert mean_token["score_measure"] == "centred cosine" and mean_token["score"] == 0
+    assert row["cls_centred_cosine"] == row["patch_centred_cosine"] == 0
+    assert row["cls_r2"] == pytest.approx(0, abs=1e-5) and row["patch_r2"] == pytest.approx(0, abs=1e-5)
+    assert row["patch_cosine"] > 0.3  # the raw cosine rewards it (this tiny random teacher: 0.48)
+    assert validate(MeanTokenStudent(teacher, centre).eval(), teacher)["score_measure"] == "cosine"
+
+    shrunk = (hidden[:, -16:] - centre[1]) * 0.5 + centre[1]  # half-way to the centre: R^2 = 1 - 0.25 by hand
+    class Shrunk(TeacherAsStudent):
+        def forward(self, pixel_values, k=None):
+            output = super().forward(pixel_values)
+            tokens = output.last_hidden_state.clone()
+            tokens[:, -16:] = (tokens[:, -16:] - centre[1]) * 0.5 + centre[1]
+            return types.SimpleNamespace(last_hidden_state=tokens, pooler_output=tokens[:, 0])
+    row = validate(Shrunk(teacher).eval(), teacher, centre)["grid"][0]
+    sse = (shrunk - hidden[:, -16:]).square().sum()
+    sst = (hidden[:, -16:] - centre[1]).square().sum()
+    assert row["patch_r2"] == pytest.approx((1 - sse / sst).item(), abs=1e-5)
+    assert row["patch_r2"] == pytest.approx(0.75, abs=1e-5) and row["cls_r2"] == pytest.approx(1, abs=1e-6)
+    assert row["patch_centred_cosine"] == pytest.approx(1, abs=1e-5)
+
+
 def test_two_processes_share_the_images_and_reduce_to_one_process_numbers(teacher, veca, image_dir):
     veca.eval()
     shares = {}

@@ -20,6 +20,7 @@ from corevision_hf.outputs import sha256
 from corevision_hf.saving import save_model_folder
 
 from .run_lock import release_output_dirs
+from .teacher_mean import load_state, save_state
 
 # Arguments a resumed run may change: where and how often things are written, how (not what) is computed, and the step
 # size (a run that diverged
@@ -139,9 +140,11 @@ def checkpoint_problem(folder: str) -> str | None:
     return None
 
 
-def save_checkpoint(accelerator: Accelerator, output_dir: str, step: int, data_positions: dict, keep: int) -> None:
-    """`save_state` (model, optimiser, RNG states), the step and every process's data positions ({stream: (epoch,
-    batches used in it)}) into `OUT/checkpoints/checkpoint_<step>`: written under a temporary name, sealed with a
+def save_checkpoint(accelerator: Accelerator, output_dir: str, step: int, data_positions: dict, keep: int,
+                    teacher_mean=None) -> None:
+    """`save_state` (model, optimiser, RNG states), the step, every process's data positions ({stream: (epoch,
+    batches used in it)}) and sums of the teacher's tokens (`teacher_mean`, a training.teacher_mean.TeacherMean) into
+    `OUT/checkpoints/checkpoint_<step>`: written under a temporary name, sealed with a
     manifest of sha256 per file and renamed when complete; only then are all but the `keep` newest deleted."""
     folder = os.path.join(output_dir, "checkpoints", f"checkpoint_{step}")
     partial = folder + ".partial"
@@ -152,6 +155,8 @@ def save_checkpoint(accelerator: Accelerator, output_dir: str, step: int, data_p
     with unwritable(partial, f"checkpoint_{step}", f"The earlier checkpoints in {output_dir}/checkpoints are intact: "
                     "free some space, then --resume continues from the newest."):
         accelerator.save_state(partial)
+        if teacher_mean is not None:
+            save_state(teacher_mean, partial, accelerator.process_index)
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             write_json(os.path.join(partial, "state.json"), {"step": step, "data_positions": positions})
@@ -178,10 +183,11 @@ def unwritable(partial: str, what: str, continuation: str):
                          f"{continuation}") from None
 
 
-def load_checkpoint(accelerator: Accelerator, output_dir: str) -> tuple[int, dict]:
+def load_checkpoint(accelerator: Accelerator, output_dir: str, teacher_mean=None) -> tuple[int, dict]:
     """Loads the newest checkpoint under `output_dir` whose files match its manifest and load (weights only: a file
-    that would run code when unpickled does not), saying which newer ones were skipped and why; returns the step to
-    continue from and this process's data positions ({stream: (epoch, batches already used in it)})."""
+    that would run code when unpickled does not), saying which newer ones were skipped and why, with this process's
+    sums of the teacher's tokens into `teacher_mean`; returns the step to continue from and this process's data
+    positions ({stream: (epoch, batches already used in it)})."""
     intact = []
     if accelerator.is_main_process:  # one process checks the manifests, all try the same checkpoints in order
         for folder in reversed(checkpoints(output_dir)):
@@ -195,6 +201,9 @@ def load_checkpoint(accelerator: Accelerator, output_dir: str) -> tuple[int, dic
             accelerator.load_state(folder)
             with open(os.path.join(folder, "state.json")) as f:
                 state = json.load(f)
+            if teacher_mean is not None and not load_state(teacher_mean, folder, accelerator.process_index):
+                accelerator.print(f"warning: --resume: {folder} holds no teacher mean (made before it was recorded); "
+                                  "the exported teacher_mean.safetensors averages the crops from here on only")
             failure = None
         except (pickle.UnpicklingError, RuntimeError, ValueError, KeyError, OSError) as error:
             failure = f"{type(error).__name__}: {' '.join(str(error).split()).split('. ')[0]}"
@@ -246,10 +255,11 @@ def check_export(folder: str) -> None:
 
 def export(
     accelerator: Accelerator, model, output_dir: str, stats, script: str, args, name: str = "final",
-    validation: dict | None = None,
+    validation: dict | None = None, teacher_mean=None,
 ) -> None:
     """The hub-ready `OUT/<name>` folder (`final`, or `best` with its `validation.json`; weights gathered from every
-    process), the recipe that produced it (`training_recipe.json`, which the model card quotes) and the run's data
+    process), the recipe that produced it (`training_recipe.json`, which the model card quotes), the teacher's mean
+    tokens over the training crops so far (`teacher_mean.safetensors`, from `teacher_mean`) and the run's data
     counts. Written under a temporary name and renamed when complete."""
     accelerator.wait_for_everyone()
     final = os.path.join(output_dir, name)
@@ -262,6 +272,8 @@ def export(
         accelerator.unwrap_model(model), partial, is_main_process=accelerator.is_main_process, state_dict=state_dict
     )
     accelerator.wait_for_everyone()  # every process is done with the folder before it is renamed
+    if teacher_mean is not None:
+        teacher_mean.save(partial, accelerator)  # a collective: the sums of every process
     if accelerator.is_main_process:
         with open(os.path.join(partial, "training_recipe.json"), "w") as f:
             model_type = accelerator.unwrap_model(model).config.model_type
@@ -279,11 +291,13 @@ def export(
     accelerator.print(f"exported {final}: AutoModel.from_pretrained({final!r}, trust_remote_code=True)")
 
 
-def best_score(output_dir: str) -> float | None:
-    """The validation score of `OUT/best` (what a resumed run must beat), or None when there is none yet."""
+def best_score(output_dir: str) -> tuple[float, str] | None:
+    """The validation score of `OUT/best` and what it measures ("score_measure"; "cosine" before it was recorded):
+    what a resumed run must beat. None when there is none yet."""
     try:
         with open(os.path.join(output_dir, "best", "validation.json")) as f:
-            return json.load(f)["score"]
+            result = json.load(f)
+        return result["score"], result.get("score_measure", "cosine")
     except (OSError, ValueError, KeyError):
         return None
 

@@ -50,6 +50,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--teacher-microbatch", type=int, default=None, help="images per teacher forward (default: "
                         "the batch)")
     parser.add_argument("--eval-budgets", default=None, help='k validated, "16,128" (default: --k-min and --k-slots)')
+    parser.add_argument("--freeze-extractor-steps", type=int, default=0,
+                        help="optimisation steps at the start in which only the selector trains and the extractor's "
+                             "weights stay as copied from the teacher (0: the authors' recipe)")
+    parser.add_argument("--extractor-warmup-steps", type=int, default=None,
+                        help="after those, the extractor's learning rate ramps up linearly from 0 over this many "
+                             "steps (default: --warmup-steps)")
     return parse(parser, argv, SCRIPT)
 
 
@@ -65,6 +71,7 @@ def main(argv=None) -> None:
     from .schedule import draw_int
     from .teacher import TEACHER_DTYPES, load_teacher, run_teacher, teacher_targets_and_map
     from .teacher_cache import teacher_cache
+    from .teacher_mean import TeacherMean
     from .validation import HeldOutAgreement
 
     check_optimizer("lookwhere", args.optimizer)
@@ -98,6 +105,7 @@ def main(argv=None) -> None:
         raise ValueError(f"--k-slots {slots} is below --k-min {args.k_min}: every k would run {slots} patches.")
     dataset, stats = training_data(accelerator, args, args.image_size)
     cache = teacher_cache(args, dataset)
+    teacher_mean = TeacherMean(accelerator.device)  # the centre of the centred measures: validation, export
 
     validate = None
     if args.eval_every:
@@ -106,7 +114,7 @@ def main(argv=None) -> None:
                                     accelerator, args.augment)
 
         def validate(student):
-            return held_out(student, teacher)
+            return held_out(student, teacher, teacher_mean.centre(accelerator))
 
     def draws(step: int) -> dict:
         return {"k": patches_kept(draw_int(args.k_min, args.k_max, args.seed, step), slots)}
@@ -119,6 +127,7 @@ def main(argv=None) -> None:
 
         teacher_cls, teacher_patches, teacher_map = (cache.serve(compute_targets, batch) if cache else
                                                      compute_targets(pixel_values))
+        teacher_mean.update(teacher_cls, teacher_patches)
         output = student(pixel_values, k=step_draws["k"])
         num_prefix = output.last_hidden_state.shape[1] - grid[0] * grid[1]
         return lookwhere_loss(
@@ -126,7 +135,7 @@ def main(argv=None) -> None:
             teacher_cls, teacher_patches, teacher_map, map_weight=args.map_weight,
         )
 
-    distill(accelerator, args, SCRIPT, student, teacher, dataset, stats, draws, loss_fn, validate)
+    distill(accelerator, args, SCRIPT, student, teacher, dataset, stats, draws, loss_fn, validate, teacher_mean)
 
 
 if __name__ == "__main__":

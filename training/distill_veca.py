@@ -107,6 +107,7 @@ def main(argv=None) -> None:
     from .teacher import (TEACHER_DTYPES, copy_patch_embedding, load_init, load_teacher, run_teacher, teacher_input,
                           teacher_patch_size, teacher_targets)
     from .teacher_cache import teacher_cache
+    from .teacher_mean import TeacherMean
     from .validation import HeldOutAgreement
 
     accelerator = start(args, SCRIPT)
@@ -146,6 +147,7 @@ def main(argv=None) -> None:
     stats = [data_stats for (_, data_stats), _ in streams.values()]
     dataset = {size: (data, batch_size) for size, ((data, _), batch_size) in streams.items()}
     cache = teacher_cache(args, dataset[sizes[0]][0])
+    teacher_mean = TeacherMean(accelerator.device)  # the centre of the centred measures: validation, export
     validate = None
     if args.eval_every:
         budgets = [int(b) for b in args.eval_budgets.split(",")] if args.eval_budgets else [config.num_cores]
@@ -154,7 +156,7 @@ def main(argv=None) -> None:
                                     args.eval_images, accelerator, args.augment)
 
         def validate(student):
-            return held_out(student, teacher)
+            return held_out(student, teacher, teacher_mean.centre(accelerator))
 
     def draws(step: int) -> dict:
         _, phase_sizes, weights = [phase for phase in phases if phase[0] <= step][-1]
@@ -176,13 +178,14 @@ def main(argv=None) -> None:
             )
 
         teacher_cls, teacher_patches = cache.serve(compute_targets, batch) if cache else compute_targets(pixel_values)
+        teacher_mean.update(teacher_cls, teacher_patches)
         output = student(pixel_values, num_cores=num_cores)
         return veca_loss(
             output.pooler_output, output.last_hidden_state[:, num_cores:], teacher_cls, teacher_patches,
             args.dense_weight, args.mse_weight,
         )
 
-    distill(accelerator, args, SCRIPT, student, teacher, dataset, stats, draws, loss_fn, validate)
+    distill(accelerator, args, SCRIPT, student, teacher, dataset, stats, draws, loss_fn, validate, teacher_mean)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from .checkpointing import (
     write_json,
 )
 from .data import BatchStream, build_dataset
+from .extractor_warmup import ExtractorWarmup, split_extractor_groups
 from .optim import build_optimizer, describe
 from .run_lock import lock_output_dir
 from .schedule import reseed_for_step, warmup_cosine
@@ -377,11 +378,13 @@ def logs_at(args, step: int, validate) -> bool:
             or (args.stop_at_step is not None and step >= args.stop_at_step))
 
 
-def train_step(accelerator, args, student, optimizer, batches, loss_fn, log, step, step_draws, logging) -> dict | None:
+def train_step(accelerator, args, student, optimizer, batches, loss_fn, log, step, step_draws, logging,
+               warmup=None) -> dict | None:
     """Optimisation step `step` (0-based): --gradient-accumulation-steps micro-batches forward and backward, the
-    gradient clipped, the update. Its values stay on the device, in `log`; when `logging`, every value since the last
-    line is read back after the last backward and before the update (`StepLog.read`, which stops the run on a
-    non-finite loss or gradient norm before the weights change) and returned."""
+    gradient clipped (a frozen extractor's dropped first: `warmup`), the update. Its values stay on the device, in
+    `log`; when `logging`, every value since the last line is read back after the last backward and before the update
+    (`StepLog.read`, which stops the run on a non-finite loss or gradient norm before the weights change) and
+    returned."""
     values = None
     for micro_batch in range(args.gradient_accumulation_steps):
         data_start = time.perf_counter()
@@ -394,6 +397,8 @@ def train_step(accelerator, args, student, optimizer, batches, loss_fn, log, ste
             accelerator.backward(loss)
             log.add_loss(loss, terms, step)
             if accelerator.sync_gradients:
+                if warmup is not None:
+                    warmup.drop_frozen_gradients(optimizer)
                 # 0: no clipping (an infinite bound scales every gradient by exactly 1); the norm is logged
                 bound = args.max_grad_norm or float("inf")
                 log.add_update(accelerator.clip_grad_norm_(student.parameters(), bound), step, step_draws)
@@ -429,17 +434,19 @@ def write_line(accelerator: Accelerator, path: str, step: int, logs: dict, per_p
             f.write(json.dumps({"step": step, **logs, **per_process}) + "\n")
 
 
-def validate_and_keep_best(accelerator, args, script, student, validate, stats, step: int, best):
+def validate_and_keep_best(accelerator, args, script, student, validate, stats, step: int, best, teacher_mean=None):
     """Runs `validate` at `step`, appends its result to OUT/validation.jsonl and exports a new best to OUT/best;
-    returns the best score so far."""
+    returns the best (score, score measure) so far. A score of another measure than the best's (a run resumed from
+    before the centred score) is not comparable: it becomes the best."""
     result = {"step": step, **validate(student)}
     accelerator.print(f"validation at step {step}: score {result['score']:.4f}")
     if accelerator.is_main_process:
         with open(os.path.join(args.output_dir, "validation.jsonl"), "a") as f:
             f.write(json.dumps(result) + "\n")
-    if best is None or result["score"] > best:
-        best = result["score"]
-        export(accelerator, student, args.output_dir, stats, script, args, "best", result)
+    measure = result.get("score_measure", "cosine")
+    if best is None or best[1] != measure or result["score"] > best[0]:
+        best = result["score"], measure
+        export(accelerator, student, args.output_dir, stats, script, args, "best", result, teacher_mean)
     return best
 
 
@@ -463,7 +470,8 @@ def processes_answer(accelerator: Accelerator, name: str, timeout: int) -> bool:
 
 
 def distill(
-    accelerator: Accelerator, args, script: str, student, teacher, dataset, stats, draws, loss_fn, validate=None
+    accelerator: Accelerator, args, script: str, student, teacher, dataset, stats, draws, loss_fn, validate=None,
+    teacher_mean=None,
 ) -> None:
     """Trains `student` for `args.max_steps` optimisation steps (`args.optimizer`, split as the method's authors do:
     training.optim), resuming with `args.resume`, and exports it to `OUT/final`. Values are read back to the host on
@@ -479,6 +487,10 @@ def distill(
       "index": (B,) sample indices, "epoch": int}. Runs under `accelerator.autocast()`.
     validate(student) -> {"score": float, ...}: the held-out agreement, run every `args.eval_every` steps and at the
       end; the best-scoring student is exported to `OUT/best` with the result as `validation.json`.
+    teacher_mean: a training.teacher_mean.TeacherMean that loss_fn updates with the teacher's targets: kept in the
+      checkpoints and saved into every export (`teacher_mean.safetensors`), the centre of the centred measures.
+    run_args.freeze_extractor_steps / extractor_warmup_steps (LookWhere; training.extractor_warmup): the extractor
+      stays frozen for that many steps, then its learning rate ramps up from 0.
     """
     streams = dataset if isinstance(dataset, dict) else {"all": (dataset, args.batch_size)}
     for data, batch_size in streams.values():
@@ -490,10 +502,14 @@ def distill(
     if args.gradient_checkpointing:
         student.activation_checkpointing_enable({"use_reentrant": False})
     optimizer = build_optimizer(student, args.optimizer, args.lr, args.weight_decay)
+    warmup = ExtractorWarmup.from_args(args, single_process=accelerator.distributed_type == DistributedType.NO)
+    if warmup is not None:
+        optimizer = split_extractor_groups(optimizer, student)
     accelerator.print(describe(optimizer))
     student, optimizer = accelerator.prepare(student, optimizer)  # the teacher is not prepared: not in checkpoints
     start_positions = {str(key): (0, 0) for key in streams}
-    step, positions = load_checkpoint(accelerator, args.output_dir) if args.resume else (0, start_positions)
+    step, positions = (load_checkpoint(accelerator, args.output_dir, teacher_mean) if args.resume
+                       else (0, start_positions))
     best = best_score(args.output_dir) if args.resume else None
     metrics_path = open_logs(accelerator, args, script, step)
     batches = MicroBatches(accelerator, args, streams, positions, per_resolution=isinstance(dataset, dict))
@@ -504,10 +520,14 @@ def distill(
             step_draws = draws(step)
             lr = args.lr * warmup_cosine(step, args.warmup_steps, args.max_steps, args.min_lr / args.lr,
                                          args.warmup_start_lr / args.lr)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
+            if warmup is not None:
+                warmup.apply(optimizer, step, lr)
+            else:
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
             logging = logs_at(args, step + 1, validate)
-            values = train_step(accelerator, args, student, optimizer, batches, loss_fn, log, step, step_draws, logging)
+            values = train_step(accelerator, args, student, optimizer, batches, loss_fn, log, step, step_draws, logging,
+                                warmup)
             step += 1
             progress.update(1)
             if not logging:
@@ -516,9 +536,10 @@ def distill(
             progress.set_postfix(loss=f"{logs['loss']:.4f}", **step_draws)
             write_line(accelerator, metrics_path, step, logs, per_process)
             if validate is not None and (step % args.eval_every == 0 or step == args.max_steps):
-                best = validate_and_keep_best(accelerator, args, script, student, validate, stats, step, best)
+                best = validate_and_keep_best(accelerator, args, script, student, validate, stats, step, best,
+                                              teacher_mean)
             if step % args.checkpoint_every == 0 or step == args.max_steps:
-                save_checkpoint(accelerator, args.output_dir, step, positions, args.keep_checkpoints)
+                save_checkpoint(accelerator, args.output_dir, step, positions, args.keep_checkpoints, teacher_mean)
             if args.stop_at_step is not None and step >= args.stop_at_step:
                 accelerator.print(f"stopping at step {step} as asked (--stop-at-step)")
                 break
@@ -534,6 +555,6 @@ def distill(
         log.close()
         progress.close()
     if step == args.max_steps:
-        export(accelerator, student, args.output_dir, stats, script, args)
+        export(accelerator, student, args.output_dir, stats, script, args, teacher_mean=teacher_mean)
     del student, optimizer  # see finish: the prepared model must go before the process group
     finish(accelerator)

@@ -52,9 +52,10 @@ class DistillOptimizer(torch.optim.Optimizer):
     """NorMuon and AdamW parameter groups in one optimiser (one `step`, one state dict, as Accelerate expects).
 
     Group keys: "algorithm" ("normuon" or "adamw"), "names" (one per parameter: logs and `orthogonalize` use them),
-    "lr", "weight_decay"; NorMuon: "momentum", "beta2", "nesterov", "cautious_weight_decay" and "split_sizes" (row
-    blocks of a fused matrix, or None); AdamW: "betas", "eps" and "nested_rows". `orthogonalize(updates, names)` may be
-    replaced, e.g. to replay another implementation's bfloat16 results."""
+    "lr", "weight_decay", optionally "frozen" (the group is skipped: training.extractor_warmup); NorMuon: "momentum",
+    "beta2", "nesterov", "cautious_weight_decay" and "split_sizes" (row blocks of a fused matrix, or None); AdamW:
+    "betas", "eps" and "nested_rows". `orthogonalize(updates, names)` may be replaced, e.g. to replay another
+    implementation's bfloat16 results."""
 
     def __init__(self, groups: list[dict], lr: float):
         super().__init__(groups, dict(lr=lr, weight_decay=0.0))
@@ -67,6 +68,8 @@ class DistillOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
+            if group.get("frozen"):  # training.extractor_warmup: untouched, not even decayed
+                continue
             if group["algorithm"] == "normuon":
                 self._normuon(group)
             else:

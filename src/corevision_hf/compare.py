@@ -6,7 +6,9 @@
 For each budget (VECA: the budgets the checkpoint was trained at, `config.training_budgets`; LookWhere: k_ratio
 0.05, 0.1, 0.2, 0.4 and 1; or --budgets) and for the teacher: CLS and patch cosine to the teacher (mean and spread
 over the images of --data, each resized to --resolution x --resolution, the teacher's input resized so that its
-patch grid is the model's), the latency of one image (median and interquartile range over --runs calls, every
+patch grid is the model's), the same centred and R^2 (`corevision_hf.agreement`: the teacher's mean token subtracted
+from both sides, so that a model outputting it scores 0; here the mean over these images, as compare has no training
+crops), the latency of one image (median and interquartile range over --runs calls, every
 budget and the teacher timed in turn) and the analytic GFLOPs (`corevision_hf.flops`). The table goes to stdout
 (markdown), with a warning under it when the latencies are not to be trusted (a large spread, or a cheaper budget
 that came out slower: a busy machine); the plot (quality against GFLOPs, latency per budget) to --output, written
@@ -42,6 +44,11 @@ from .outputs import check_file_output, record_file, refuse_overlap
 
 
 LOOKWHERE_K_RATIOS = (0.05, 0.1, 0.2, 0.4, 1.0)
+TABLE_MEASURES = {"cls_cosine": "CLS cosine", "patch_cosine": "patch cosine", "cls_centred_cosine": "CLS centred",
+                  "patch_centred_cosine": "patch centred", "cls_r2": "CLS R²", "patch_r2": "patch R²"}
+CENTRED_NOTE = ("centred: the mean of these images' teacher tokens (compare has no training crops) subtracted from "
+                "both sides; R² = 1 - SSE / SST about that mean. A model that outputs the mean token scores 0 on "
+                "both.")
 BATCH_SIZE = 8  # images per forward for the cosines (latency is timed on one image)
 
 
@@ -87,12 +94,13 @@ def compare(model, teacher, images: torch.Tensor, budget_name: str, budgets: lis
     chunks = [teacher_targets(teacher, teacher_pixels[start : start + BATCH_SIZE], grid)
               for start in range(0, len(images), BATCH_SIZE)]
     targets = tuple(torch.cat([chunk[j] for chunk in chunks]) for j in range(2))
+    centre = (targets[0].mean(0), targets[1].mean((0, 1)))  # these images' mean token: compare has no training crops
     one, teacher_one = images[:1], teacher_pixels[:1]
     forwards = {budget: (lambda kwargs: lambda: model(one, **kwargs))({budget_name: budget}) for budget in budgets}
     latencies = alternated_latency({**forwards, "teacher": lambda: teacher(teacher_one)}, device, runs)
     report = {
         "model_type": config.model_type, "budget_name": budget_name, "budgets": budgets, "resolutions": [size],
-        "quality_resolution": size, "agreement_images": len(images),
+        "quality_resolution": size, "agreement_images": len(images), "agreement_centre": "evaluation images",
         "teacher_cost": {str(size): cost_entry(teacher_flops(teacher, *teacher_one.shape[-2:]), latencies["teacher"],
                                                1)},
         "environment": {"device": device, "dtype": "float32", "batch_size": 1}, "results": [],
@@ -103,7 +111,7 @@ def compare(model, teacher, images: torch.Tensor, budget_name: str, budgets: lis
         report["results"].append({
             "budget": budget,
             "cost": {str(size): cost_entry(model_flops(config, size, budget_name, budget), latencies[budget], 1)},
-            "quality": agreement(*features(model, images, kwargs, BATCH_SIZE, device, torch.float32), targets),
+            "quality": agreement(*features(model, images, kwargs, BATCH_SIZE, device, torch.float32), targets, centre),
         })
     # a budget is a larger input here: more cores or patches must not come out faster than fewer
     report["latency_warnings"] += latency_warnings({(budget_name, budget): latencies[budget] for budget in budgets})
@@ -115,18 +123,19 @@ def table(report: dict) -> str:
     size = str(report["quality_resolution"])
 
     def spread(quality, name):
-        std = quality[name + "_std"]
+        std = quality.get(name + "_std")
         return f"{quality[name]:.3f}" + (f" ± {std:.3f}" if std is not None else "")
 
-    lines = [f"| {report['budget_name']} | GFLOPs | ms, median (IQR) | CLS cosine | patch cosine |",
-             "|---|---|---|---|---|"]
+    lines = [f"| {report['budget_name']} | GFLOPs | ms, median (IQR) | " + " | ".join(TABLE_MEASURES.values()) + " |",
+             "|---|---|---|" + "---|" * len(TABLE_MEASURES)]
     for entry in report["results"]:
         cost, quality = entry["cost"][size], entry["quality"]
         lines.append(f"| {entry['budget']} | {cost['gflops']:.2f} | {cost['latency_ms']:.1f} ({cost['latency_iqr_ms']:.1f}) "
-                     f"| {spread(quality, 'cls_cosine')} | {spread(quality, 'patch_cosine')} |")
+                     "| " + " | ".join(spread(quality, name) for name in TABLE_MEASURES) + " |")
     teacher = report["teacher_cost"][size]
     lines.append(f"| teacher | {teacher['gflops']:.2f} | {teacher['latency_ms']:.1f} ({teacher['latency_iqr_ms']:.1f}) "
-                 "| 1 | 1 |")
+                 "| " + " | ".join("1" for _ in TABLE_MEASURES) + " |")
+    lines.append(f"\n{CENTRED_NOTE}")
     lines += [f"\nlatency warning: {line}; the latencies are not to be trusted: rerun on an idle machine"
               for line in report["latency_warnings"]]
     return "\n".join(lines)

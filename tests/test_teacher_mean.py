@@ -1,0 +1,63 @@
+"""training.teacher_mean: the teacher's mean tokens over the training crops, the centre of the centred measures."""
+
+import json
+
+import pytest
+import torch
+from conftest import launch_two_processes, veca_args
+from safetensors import safe_open
+
+from training.teacher_mean import FILE, TeacherMean, load_state, load_teacher_mean, save_state
+
+
+def test_the_centre_is_the_mean_over_every_token_and_survives_a_checkpoint_and_an_export(tmp_path):
+    torch.manual_seed(0)
+    batches = [(torch.randn(3, 8), torch.randn(3, 4, 8)), (torch.randn(2, 8), torch.randn(2, 9, 8))]  # two grids
+    teacher_mean = TeacherMean()
+    assert teacher_mean.centre() is None
+    for cls, patches in batches[:1]:
+        teacher_mean.update(cls, patches)
+    save_state(teacher_mean, tmp_path, 0)
+    resumed = TeacherMean()
+    assert load_state(resumed, tmp_path, 0) and not load_state(TeacherMean(), tmp_path, 1)
+    for mean in (teacher_mean, resumed):
+        mean.update(*batches[1])
+    cls, patch = teacher_mean.centre()
+    torch.testing.assert_close(cls, torch.cat([c for c, _ in batches]).mean(0))
+    torch.testing.assert_close(patch, torch.cat([p.flatten(0, 1) for _, p in batches]).mean(0))
+    assert all(torch.equal(a, b) for a, b in zip(resumed.centre(), teacher_mean.centre()))
+    teacher_mean.save(tmp_path)
+    assert all(torch.equal(a, b) for a, b in zip(load_teacher_mean(tmp_path), (cls, patch)))
+    assert load_teacher_mean(tmp_path / "elsewhere") is None
+
+
+def test_a_corrupt_file_is_one_line(tmp_path):
+    (tmp_path / FILE).write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
+    with pytest.raises(ValueError, match=r"is corrupt .*export the model folder again") as error:
+        load_teacher_mean(tmp_path)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.slow
+def test_two_processes_validate_with_the_pooled_centre_and_a_resume_keeps_each_process_sums(teacher_dir, image_dir,
+                                                                                          tmp_path):
+    """Each process sums its own crops; validation and the export use the sum over both; a resume continues each."""
+    common = ["--max-steps", "4", "--checkpoint-every", "2", "--eval-every", "2", "--eval-data", image_dir]
+    launch_two_processes(tmp_path, "training.distill_veca", veca_args(teacher_dir, image_dir, tmp_path / "straight",
+                                                                      *common))
+    resumed = veca_args(teacher_dir, image_dir, tmp_path / "resumed", *common)
+    launch_two_processes(tmp_path, "training.distill_veca", [*resumed, "--stop-at-step", "2"])
+    assert sorted(p.name for p in (tmp_path / "resumed" / "checkpoints" / "checkpoint_2").glob("teacher_mean_*")) == [
+        "teacher_mean_0.safetensors", "teacher_mean_1.safetensors"]
+    launch_two_processes(tmp_path, "training.distill_veca", [*resumed, "--resume"])
+    straight, again = (read(tmp_path / run / "final" / FILE) for run in ("straight", "resumed"))
+    assert straight[0] == again[0] and straight[0]["cls_count"] == "16"  # 4 steps x 2 processes x 2 crops
+    assert all(torch.equal(straight[1][name], again[1][name]) for name in ("cls", "patch"))
+    lines = [json.loads(line) for line in (tmp_path / "straight" / "validation.jsonl").read_text().splitlines()]
+    assert all(line["score_measure"] == "centred cosine" for line in lines)
+
+
+def read(path) -> tuple[dict, dict]:
+    """(metadata, tensors) of a teacher_mean.safetensors (its header's key order is not fixed: compare values)."""
+    with safe_open(path, "pt") as f:
+        return f.metadata(), {name: f.get_tensor(name) for name in f.keys()}
