@@ -234,3 +234,27 @@ def test_the_elastic_graph_takes_k_mass_and_equals_pytorch(tmp_path, capsys):
     assert any(len(set(batch)) == 3 for batch in counts)  # three images, three counts, in one batch
     with pytest.raises(onnxruntime.capi.onnxruntime_pybind11_state.InvalidArgument, match="k_mass must lie in"):
         session.run(None, {"pixel_values": pixel_values.numpy(), "k_mass": np.array(1.5)})
+
+
+@torch.no_grad()
+def test_the_cost_of_a_k_mass_over_images_is_each_images_lookwhere_flops(model):
+    from corevision_hf import gflops_spread, k_mass_for_target, lookwhere_flops, mass_gflops, selector_maps
+
+    images = images_with_scales((0.5, 5.0, 50.0), sizes=((24, 40), (40, 16), (32, 32)))
+    maps = selector_maps(model, images)
+    gflops = mass_gflops(model.config, maps, 0.6)
+    for image, cost in zip(images, gflops):
+        count = model(image[None], k_mass=0.6).num_kept.item()
+        assert cost == lookwhere_flops(model.config, image.shape[1], image.shape[2], k=count) / 1e9
+    spread = gflops_spread(gflops)
+    assert spread["min"] < spread["mean"] < spread["max"] and spread["std"] > 0 and spread["images"] == 3
+
+    def mean(k_mass):
+        return gflops_spread(mass_gflops(model.config, maps, k_mass))["mean"]
+
+    for target in (mean(0.3), (mean(0.3) + mean(0.7)) / 2, mean(1.0) + 1):
+        chosen = k_mass_for_target(model.config, maps, target)
+        assert mean(chosen) <= target
+        assert chosen == 1.0 or mean(min(1.0, chosen + 1e-9)) > target  # the largest that fits
+    with pytest.raises(ValueError, match=r"max_gflops=1e-06 is below the cheapest mean cost on these images"):
+        k_mass_for_target(model.config, maps, 1e-6)
