@@ -105,6 +105,7 @@ def render_card(
         standard_errors=any(" ± " in cell for row in rows for cell in row),
         agreement_images=evaluation.get("agreement_images"),
         teacher_cost=_teacher_cost(evaluation),
+        k_mass_costs=evaluation.get("k_mass_costs") or [],
         environment=evaluation.get("environment") or {},
         latency_runs=_latency_runs(evaluation),
         latency_warnings=evaluation.get("latency_warnings") or [],
