@@ -54,20 +54,20 @@ class LookWhereModelOutput(BaseModelOutputWithPooling):
     selected_indices (`torch.LongTensor` of shape `(batch_size, k)`):
         Row-major indices of the kept high-resolution patches, ascending, then -1 in the slots an image does not use
         (a padded batch of mixed sizes, or `k_mass`, where k is the batch's largest count).
-    num_kept (`torch.LongTensor` of shape `(batch_size,)`):
-        The patches each image kept: its entries of `selected_indices` that are not -1.
     selector_map (`torch.FloatTensor` of shape `(batch_size, Hp * Wp)`):
         The selector's logits for every high-resolution patch.
     patch_tokens (`torch.FloatTensor` of shape `(batch_size, Hp * Wp, hidden_size)`):
         With the dense fill, the patch tokens of `last_hidden_state` alone, row-major on the patch grid (a view, not
         a copy): DINOv2's `last_hidden_state[:, 1:]` here is `last_hidden_state[:, 1 + num_registers:]`. None
         without the fill.
+    num_kept (`torch.LongTensor` of shape `(batch_size,)`):
+        The patches each image kept: its entries of `selected_indices` that are not -1.
     """
 
     selected_indices: torch.LongTensor | None = None
-    num_kept: torch.LongTensor | None = None
     selector_map: torch.FloatTensor | None = None
     patch_tokens: torch.FloatTensor | None = None
+    num_kept: torch.LongTensor | None = None
 
 
 class LookWherePatchEmbeddings(nn.Module):
@@ -732,9 +732,10 @@ class LookWhereModel(LookWherePreTrainedModel):
         cells = None if grids is None else cells_in_images(grids, grid)
         if k_mass is not None:  # each image's own count, capped by k / k_ratio (of its own grid) when given
             kept = kept_for_mass(selector_map, k_mass, cells)
-            if k is not None:
-                kept = torch.minimum(kept, kept_in_images(self.config, grids, k, kept_ratio, True) if grids is not None
-                                     else torch.full_like(kept, k))
+            if k is not None and grids is not None:
+                kept = torch.minimum(kept, kept_in_images(self.config, grids, k, kept_ratio, True))
+            elif k is not None:
+                kept = kept.clamp(max=k)
             k = slots_for_mass(kept, k, k_mass)
             selected_indices = select_in_images(selector_map, k, kept, cells)
         elif grids is None:
