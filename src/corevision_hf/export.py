@@ -7,8 +7,9 @@ The graph takes `pixel_values` (batch, channels, height, width), any multiples o
 `last_hidden_state` and `pooler_output` as the PyTorch model does. The budget is fixed per graph (VECA's number of
 cores, LookWhere's k_ratio, k then following the image size inside the graph, or a fixed k), or, with `--elastic`, a
 second input of the graph: `num_cores` (int64 scalar) for VECA, `k_ratio` (float64 scalar), `k` (int64 scalar) or
-`k_mass` (float64 scalar: each image keeps the fewest patches whose selector mass reaches it) for LookWhere; onnxruntime refuses a budget out of range. After writing, the graph is run with onnxruntime (when installed)
-against PyTorch at two resolutions and batch sizes (an elastic graph at several budgets).
+`k_mass` (float64 scalar: each image keeps the fewest patches whose selector mass reaches it) for LookWhere;
+onnxruntime refuses a budget out of range. After writing, the graph is run with onnxruntime (when installed) against
+PyTorch at two resolutions and batch sizes (an elastic graph at several budgets).
 
 TorchScript-based `torch.onnx.export` (dynamo=False): it keeps height and width symbolic through both models'
 shape arithmetic. What only a graph needs lives here, not in the modeling files: ONNX has no complex numbers, so

@@ -1,10 +1,11 @@
-"""A LookWhere forward's budget (`num_kept`, `kept_in_images`), what it costs, and the largest k that fits a target in
-analytic GFLOPs (`max_gflops`).
+"""A LookWhere forward's budget (`num_kept`, `kept_in_images`; per image from the selector map, `kept_for_mass`), what it
+costs, and the largest k that fits a target in analytic GFLOPs (`max_gflops`).
 
 Hub-copied: imported by modeling_lookwhere.py; standard library and torch. `corevision_hf.lookwhere_flops` and
 `corevision_hf.dense_vit_flops` are this file's functions, so cost tables and the budget a target picks use one
-formula. Choosing a budget is arithmetic on the image size: it reads no tensor's values and nothing of the machine
-(a latency target is `corevision_hf.budget_for_latency`'s).
+formula. Choosing a fixed budget is arithmetic on the image size, and k_mass's counts are computed on the device from
+the selector map: nothing here reads a tensor's values or anything of the machine (a latency target is
+`corevision_hf.budget_for_latency`'s).
 """
 
 import bisect
