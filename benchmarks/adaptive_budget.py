@@ -56,6 +56,8 @@ MODEL = ROOT / "outputs" / "distill_quality" / "seed0" / "LookWhere-S_from_teach
 HELDOUT_PHOTOS = ROOT / "assets" / "heldout"
 CENTRE_FILE = "teacher_mean.safetensors"
 MEASURES = ("cls_cosine", "patch_cosine", "cls_centred_cosine", "patch_centred_cosine", "patch_r2")
+LABELS = {"cls_cosine": "CLS cos", "patch_cosine": "patch cos", "cls_centred_cosine": "CLS centred",
+          "patch_centred_cosine": "patch centred", "patch_r2": "patch R^2"}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -152,6 +154,23 @@ def cost_point(model, ratio: float, maps: dict, pixels, targets, centre, args) -
     }
 
 
+def table(report: dict) -> str:
+    """The results as the markdown table of docs/adaptive_budget.md: per cost point, adaptive - fixed [95% interval]
+    and the verdict for each measure."""
+    lines = [f"| fixed k_ratio (k of {report['patches']}) | GFLOPs | matched k_mass | held-out GFLOPs, adaptive: mean "
+             "(sd; range) | " + " | ".join(LABELS[name] for name in MEASURES) + " |",
+             "|---" * (4 + len(MEASURES)) + "|"]
+    for point in report["points"]:
+        spread = point["gflops_adaptive_heldout"]
+        cells = [f"{point['k_ratio']:g} ({point['k_fixed']})", f"{point['gflops_fixed']:.3g}", f"{point['k_mass']:.3g}",
+                 f"{spread['mean']:.3g} ({spread['std']:.2g}; {spread['min']:.3g} to {spread['max']:.3g})"]
+        for name in MEASURES:
+            d = point["measures"][name]["adaptive_minus_fixed"]
+            cells.append(f"{d['mean']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}] {point['measures'][name]['verdict']}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def plot(report: dict, path: Path) -> None:
     """Left: k over the held-out photos at each matched k_mass, the fixed k as a line. Right: adaptive minus fixed
     per measure and cost point, with 95% intervals."""
@@ -181,7 +200,7 @@ def plot(report: dict, path: Path) -> None:
         right.errorbar(positions, [d["mean"] for d in differences], yerr=[d["half_width"] for d in differences],
                        fmt="o", color=colour, capsize=3, label=f"{point['gflops_fixed']:.3g} GFLOPs")
     right.axhline(0, color="black", linewidth=0.8)
-    right.set_xticks(range(len(MEASURES)), [name.replace("_", " ") for name in MEASURES], fontsize=8, rotation=15)
+    right.set_xticks(range(len(MEASURES)), [LABELS[name] for name in MEASURES], fontsize=8)
     right.set(ylabel="adaptive - fixed (95% interval)", title=f"{len(points[0]['k_adaptive_heldout'])} held-out photos, "
               f"{report['resolution']} px")
     right.legend(fontsize=8)
@@ -238,6 +257,7 @@ def benchmark(argv=None) -> dict:
     }
     write_json(str(args.out), report)
     plot(report, args.plot)
+    print(table(report))
     print(f"wrote {args.out} and {args.plot} in {report['seconds']:.0f} s", flush=True)
     return report
 

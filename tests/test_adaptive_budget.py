@@ -83,3 +83,12 @@ def test_the_centre_comes_from_the_model_folder_when_it_holds_the_teachers_mean(
 def test_calibrating_on_the_held_out_photos_is_refused(folders, tmp_path):
     with pytest.raises(ValueError, match="--calibration-photos share photos with --heldout-photos"):
         run({**folders, "calibration": folders["heldout"]}, tmp_path)
+
+
+def test_the_table_of_the_docs_page_has_one_row_per_cost_point(folders, tmp_path):
+    report = run(folders, tmp_path)
+    header, rule, *rows = ab.table(report).splitlines()
+    assert header.count("|") == rule.count("|") == 10 and len(rows) == 2
+    first = report["points"][0]
+    assert rows[0].startswith(f"| 0.25 (4) | {first['gflops_fixed']:.3g} | {first['k_mass']:.3g} | ")
+    assert rows[0].endswith(f" {first['measures']['patch_r2']['verdict']} |")
