@@ -704,11 +704,10 @@ class LookWhereModel(LookWherePreTrainedModel):
             mass over its own cells reaches `k_mass`, in (0, 1] (at least 1 patch; 1 keeps them all), so a plain image
             keeps few and a busy one many; a (batch_size,) tensor gives one mass per image. `k` or `k_ratio` given with
             it caps each image's count; `max_gflops` may not come with it. Default `config.default_k_mass` (set alone:
-            it wins over `config.k_ratio`). The batch keeps its largest count and marks each
-            image's unused slots -1 in `selected_indices`; `num_kept` says what each image used, and each image gets
-            the features it gets alone. Without a cap that largest count is read to the host once, to size the
-            selection (the only host read of a forward; none with a cap, unless `k_mass` is a tensor, whose values are
-            checked in that read).
+            it wins over `config.k_ratio`). The batch keeps its largest count and marks each image's unused slots -1
+            in `selected_indices`; `num_kept` says what each image used, and each image gets the features it gets
+            alone. Without a cap that largest count is read to the host once, to size the selection (the only host
+            read of a forward; none with a cap, unless `k_mass` is a tensor, whose values are checked in that read).
         fill_dense (`bool`, *optional*, defaults to `True`):
             Fill every grid cell (DINOv2-style `last_hidden_state` and `hidden_states`); `False` skips the fill when
             only the image-level output or the kept tokens are needed.
