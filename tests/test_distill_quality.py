@@ -157,7 +157,23 @@ def test_smoke_run_writes_every_baseline_beside_the_students(tmp_path):
     kinds = {row["kind"] for row in result["teacher_free"]["rows"]}
     assert kinds == {"ceiling", "floor", "init", "trained"}
     assert {row["cores"] for row in result["elasticity"]} >= set(dq.ELASTIC_BUDGETS)
-    assert len(result["goals"]) == 2 * 8 and all("met" in goal for goal in result["goals"])
+    assert len(result["goals"]) == 2 * (6 + 2 + 2 + 4) and all("met" in goal for goal in result["goals"])
+    # the centre is the mean of every cached crop: the constant scores exactly 0 on the centred measures
+    for block in result["results"].values():
+        for m in ("cls_centred", "patch_centred", "patch_r2"):
+            assert block["baselines"]["constant"][m]["per_photo"] == [0.0] * 4
+    # the learning table: each entry is the paired difference it names, recomputed here from the per-photo values
+    rows = {(row["student"], row["setting"]): row for row in result["results"]["28"]["students"]}
+    veca = rows["VECA elastic", "cores=32"]["patch_centred"]["per_seed_per_photo"]
+    assert result["learning"]["veca_centred_patch"]["mean"] == pytest.approx(qs.grand_mean(veca))
+    selection = next(row for row in result["selection"] if row["resolution"] == 28 and row["metric"] ==
+                     "patch_centred" and row["model"] == "LookWhere-S from teacher")
+    difference = [[a - b for a, b in zip(x, y)] for x, y in zip(selection["per_seed_per_photo"]["selector"],
+                                                                   selection["per_seed_per_photo"]["random"])]
+    assert result["learning"]["lookwhere_selector_minus_random"]["mean"] == pytest.approx(qs.grand_mean(difference))
+    assert set(result["learning"]) == set(dq.LEARNING) | {f"{key}@56" for key in dq.LEARNING}
+    # validation picked a step, and that step's student is the one measured
+    assert all(record["best_step"] in {v["step"] for v in record["validation"]} for record in result["training"].values())
     assert set(result["training"]) == {f"{name}/seed{s}" for name in dq.STUDENTS for s in (0, 1)} | {
         "VECA elastic rerun/seed0"}
 
@@ -177,6 +193,29 @@ def test_smoke_run_writes_every_baseline_beside_the_students(tmp_path):
     assert "holds no interrupted run of these settings and this code" in str(stop.value) and "\n" not in str(stop.value)
     assert sorted(p.name for p in (tmp_path / "scratch" / "seed0").iterdir()) == sorted(
         [dq.slug(name) for name in dq.STUDENTS] + ["teacher_cache"])
+
+
+def test_each_selection_runs_the_models_own_extractor_and_fill(tmp_path):
+    """The selector's choice through `chosen_features` is the model's own forward; the centre choice keeps the cells
+    nearest the centre; the oracle keeps the teacher map's top-k."""
+    teacher(tmp_path)
+    model, _ = dq.load_teacher_model(str(tmp_path / "teacher"))
+    args = dq.parse_args(["--smoke"])
+    student = dq.new_student("LookWhere-S from teacher", model, args, 0)[0].eval()
+    torch.manual_seed(0)
+    pixels = torch.randn(3, 3, 56, 56)
+    with torch.no_grad():
+        own = student(pixels, k=4)
+        pooled, patches = dq.chosen_features(student, pixels, 4, lambda selector_map, photos: selector_map)
+    torch.testing.assert_close(pooled, own.pooler_output)
+    torch.testing.assert_close(patches, own.last_hidden_state[:, 1 + student.config.num_register_tokens :])
+    assert dq.centre_scores((4, 4)).topk(4).indices.sort().values.tolist() == [5, 6, 9, 10]
+    assert dq.centre_scores((3, 5)).topk(3).indices.sort().values.tolist() == [2, 6, 7]  # ties: row-major
+    assert dq.centre_scores((3, 3)).topk(5).indices.sort().values.tolist() == [1, 3, 4, 5, 7]
+    # another choice changes what the extractor sees: the centre's features differ from the selector's
+    with torch.no_grad():
+        centred = dq.chosen_features(student, pixels, 4, lambda m, photos: dq.centre_scores((4, 4)).expand(3, -1).to(m))
+    assert not torch.allclose(centred[1], patches)
 
 
 def test_a_missing_teacher_is_one_line(tmp_path):
