@@ -68,16 +68,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--resolution", type=int, default=224, help="the photos' side in px")
     parser.add_argument("--k-ratios", type=float, nargs="+", default=[0.1, 0.25, 0.5],
                         help="the fixed budgets, one cost point each")
-    parser.add_argument("--heldout-photos", type=Path, default=HELDOUT_PHOTOS)
-    parser.add_argument("--calibration-photos", type=Path, default=VAL_PHOTOS)
+    parser.add_argument("--heldout-photos", type=Path, default=HELDOUT_PHOTOS, help="where agreement is measured")
+    parser.add_argument("--calibration-photos", type=Path, default=VAL_PHOTOS,
+                        help="where each k_mass is matched to its fixed k_ratio's cost (not the held-out photos)")
     parser.add_argument("--centre-photos", type=Path, nargs="+", default=TRAIN_PHOTOS,
                         help=f"where the centre comes from without {CENTRE_FILE} in --model")
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "adaptive_budget.json")
-    parser.add_argument("--plot", type=Path, default=ROOT / "benchmarks" / "results" / "adaptive_budget.png")
+    parser.add_argument("--batch-size", type=int, default=8, help="photos per forward")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "adaptive_budget.json",
+                        help="the results (JSON)")
+    parser.add_argument("--plot", type=Path, default=ROOT / "benchmarks" / "results" / "adaptive_budget.png",
+                        help="k over the photos and the paired differences")
     args = parser.parse_args(argv)
     if not all(0 < ratio <= 1 for ratio in args.k_ratios):
         parser.error(f"--k-ratios {args.k_ratios}: each is a fraction of the grid, in (0, 1].")
+    if not (args.model / "config.json").is_file():
+        parser.error(f"--model {args.model}: no saved model there (no config.json); `make quality` writes the default "
+                     "one, or give a LookWhere save_pretrained folder.")
     for path in (args.out, args.plot):
         if not path.parent.is_dir():
             parser.error(f"the folder of {path} does not exist; create it first.")

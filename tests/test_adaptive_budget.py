@@ -92,3 +92,12 @@ def test_the_table_of_the_docs_page_has_one_row_per_cost_point(folders, tmp_path
     first = report["points"][0]
     assert rows[0].startswith(f"| 0.25 (4) | {first['gflops_fixed']:.3g} | {first['k_mass']:.3g} | ")
     assert rows[0].endswith(f" {first['measures']['patch_r2']['verdict']} |")
+
+
+def test_a_missing_model_is_one_line_before_any_work(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exited:
+        ab.main(["--model", str(tmp_path / "nowhere"), "--teacher", str(tmp_path / "no-teacher")])
+    assert exited.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.endswith("no saved model there (no config.json); `make quality` writes the default one, or give a "
+                          "LookWhere save_pretrained folder.")
