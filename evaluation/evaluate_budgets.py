@@ -21,6 +21,10 @@ decimals). For every budget:
   pooled output, logistic regression) on --probe-data (train/<class>/*, val/<class>/*); linear segmentation mIoU
   (per-patch linear head on frozen patch features) on --segmentation-data ({train,val}/images/*,
   {train,val}/masks/*.png, 255 = ignore).
+LookWhere with --k-mass M [M ...] (budgets per image: each image keeps the fewest patches holding that share of the
+selector's softmax mass): the mean, standard deviation and range of the analytic GFLOPs per image, and the mean k,
+over the --agreement-data images at --quality-resolution (`corevision_hf.selector_maps` / `mass_gflops`), into the
+JSON's "k_mass_costs" and the card.
 The dense teacher is timed at the same resolutions in the same run; with --optimize-for-cpu both are timed (and
 evaluated) with the CPU opt-in `corevision_hf.optimize_for_cpu`, which the card then names. Accuracy and mIoU come
 from the package's `evaluate` modules (corevision_hf.metrics). Writes OUT/evaluation.json, read by
@@ -61,7 +65,7 @@ from corevision_hf.agreement import (
 from corevision_hf.cli import reading_weights, run
 from corevision_hf.cpu import optimize_for_cpu
 from corevision_hf.loading import load_checked
-from corevision_hf.lookwhere.budget_lookwhere import num_kept
+from corevision_hf.lookwhere.budget_lookwhere import kept_for_mass, num_kept
 from training.teacher_mean import FILE as TEACHER_MEAN_FILE
 from training.teacher_mean import load_teacher_mean
 from corevision_hf.images import to_display
@@ -105,6 +109,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--agreement-data", default=None, help="image folder for CLS / patch cosine to the teacher")
     parser.add_argument("--probe-data", default=None, help="train/<class>/* and val/<class>/* for the linear probe")
     parser.add_argument("--segmentation-data", default=None, help="{train,val}/images/* and {train,val}/masks/*.png")
+    parser.add_argument("--k-mass", nargs="+", type=float, default=None,
+                        help="LookWhere: k_mass values whose GFLOPs over the --agreement-data images are reported")
     parser.add_argument("--picture-resolution", type=int, default=None,
                         help="size of features.png and where.png (default: the largest resolution)")
     parser.add_argument("--batch-size", type=int, default=1, help="batch for latency and throughput")
@@ -292,6 +298,8 @@ def main(argv=None) -> dict:
     check_resolutions(config, {"--resolutions": resolutions, "--quality-resolution": [quality_resolution],
                                "--picture-resolution": [picture_resolution]})
     budget_name, budgets = parse_budgets(config, args.budgets, [*resolutions, quality_resolution])
+    if args.k_mass and config.model_type != "lookwhere":
+        raise ValueError(f"--k-mass is LookWhere's per-image budget; a {config.model_type} checkpoint has none.")
     data = {
         "agreement": image_files(args.agreement_data) if args.agreement_data else None,
         "probe": classification_folder(args.probe_data) if args.probe_data else None,
@@ -309,6 +317,9 @@ def main(argv=None) -> dict:
                         data["agreement"])
     forwards, costs = measure_cost(args, config, model, teacher, report, recipe, dtype, progress)
     measure_quality(args, config, model, teacher, report, data, dtype, progress)
+    if args.k_mass:
+        report["k_mass_costs"] = k_mass_costs(config, model, data["agreement"], args.k_mass,
+                                              report["quality_resolution"], args.device, dtype, progress)
     if args.device.startswith("cuda") or (platform.system() == "Linux" and return_freed_memory_to_the_os()):
         progress("peak memory of one forward per budget and resolution")  # last: it changes the allocator's ways
         for key, forward in forwards.items():
@@ -336,6 +347,10 @@ def check_arguments(args, output: Path) -> None:
     if args.dtype == "float16" and args.device == "cpu":
         raise ValueError("--dtype float16 is for GPUs: the CPU lacks some of its operations (antialiased resizing of the "
                          "teacher's input); use --dtype bfloat16 or float32 there.")
+    if args.k_mass is not None and not args.agreement_data:
+        raise ValueError("--k-mass costs vary over images: give the images to measure them on with --agreement-data.")
+    if args.k_mass is not None and not all(0 < m <= 1 for m in args.k_mass):
+        raise ValueError(f"--k-mass {args.k_mass}: each k_mass is a share of the selector's mass, in (0, 1].")
     if args.optimize_for_cpu and (args.device != "cpu" or args.dtype != "float32"):
         raise ValueError(f"--optimize-for-cpu speeds up float32 on the CPU only, not --device {args.device} --dtype "
                          f"{args.dtype}: add --device cpu --dtype float32, or leave --optimize-for-cpu out.")
@@ -453,6 +468,20 @@ def agreement_centre(checkpoint: str, targets: tuple) -> tuple[tuple, str]:
     if centre is not None:
         return centre, "training crops"
     return (targets[0].mean(0), targets[1].mean((0, 1))), "evaluation images"
+
+
+def k_mass_costs(config, model, files: list, masses: list[float], size: int, device, dtype, progress) -> list[dict]:
+    """For each k_mass, {"k_mass", "resolution", "images", "mean", "std", "min", "max" (GFLOPs per image),
+    "num_kept_mean"} over the images of `files` at `size` px (one selector pass per image)."""
+    progress(f"k_mass costs at {size} px over {len(files)} images: {masses}")
+    images = [load_image(f, size)[None].to(device, dtype) for f in files]
+    maps = corevision_hf.selector_maps(model, images)
+    rows = []
+    for k_mass in masses:
+        kept = [int(kept_for_mass(scores[None], k_mass)[0]) for scores, _ in maps]
+        spread = corevision_hf.gflops_spread(corevision_hf.mass_gflops(config, maps, k_mass))
+        rows.append({"k_mass": k_mass, "resolution": size, **spread, "num_kept_mean": sum(kept) / len(kept)})
+    return rows
 
 
 def measure_quality(args, config, model, teacher, report, data: dict, dtype, progress) -> None:

@@ -110,6 +110,7 @@ def render_card(
         agreement_images=evaluation.get("agreement_images"),
         agreement_centre=evaluation.get("agreement_centre"),
         teacher_cost=_teacher_cost(evaluation),
+        k_mass_costs=evaluation.get("k_mass_costs") or [],
         environment=evaluation.get("environment") or {},
         latency_runs=_latency_runs(evaluation),
         latency_warnings=evaluation.get("latency_warnings") or [],

@@ -102,6 +102,26 @@ def test_lookwhere_budgets_as_k_ratio_and_as_k(folders, tmp_path):
     assert report["budget_name"] == "k" and report["teacher"] is None and report["teacher_cost"] is None
 
 
+def test_lookwhere_k_mass_costs_over_the_images_in_the_json_and_the_card(folders, tmp_path):
+    from corevision_hf import LookWhereModel, gflops_spread, mass_gflops, selector_maps
+
+    report = run(folders, tmp_path, "lookwhere", "--budgets", "0.5", "--resolutions", "32", "--teacher",
+                 folders["teacher"], "--agreement-data", folders["photos"], "--k-mass", "0.3", "1.0", "--card")
+    model = LookWhereModel.from_pretrained(folders["lookwhere"]).eval()
+    maps = selector_maps(model, [evaluate_budgets.load_image(f, 32)
+                                 for f in evaluate_budgets.image_files(folders["photos"])])
+    low, full = report["k_mass_costs"]
+    assert (low["k_mass"], full["k_mass"], low["images"], low["resolution"]) == (0.3, 1.0, 3, 32)
+    assert {k: low[k] for k in ("mean", "std", "min", "max")} == {
+        k: v for k, v in gflops_spread(mass_gflops(model.config, maps, 0.3)).items() if k != "images"}
+    grid = (32 // model.config.patch_size) ** 2
+    assert full["num_kept_mean"] == grid and full["std"] == 0 and low["num_kept_mean"] < grid
+    text = (tmp_path / "README.md").read_text()
+    assert f"k_mass 0.3 at 32 px, {low['mean']:.3g} GFLOPs ({low['std']:.2g}; " in text
+    with pytest.raises(ValueError, match="--k-mass costs vary over images: give the images"):
+        run(folders, tmp_path / "no-images", "lookwhere", "--budgets", "0.5", "--k-mass", "0.3")
+
+
 @pytest.mark.slow
 def test_a_hub_id_is_evaluated_from_the_hub_cache(folders, tmp_path):
     env = {**os.environ, **make_offline_hub_cache(tmp_path, folders["veca"], "org/veca-tiny")}

@@ -16,7 +16,7 @@ COMMANDS = [
     "evaluation.evaluate_budgets", "publishing.model_card", "publishing.publish", "training.distill_veca",
     "training.distill_lookwhere", "benchmarks.distill_quality", "benchmarks.distill_throughput",
     "benchmarks.linear_probe", "benchmarks.compile_budgets", "benchmarks.mixed_sizes", "benchmarks.recipe_parity",
-    "benchmarks.cpu_paths",
+    "benchmarks.cpu_paths", "benchmarks.adaptive_budget",
 ]
 
 

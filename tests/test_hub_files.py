@@ -38,6 +38,8 @@ def test_hub_file_holds_no_machine_or_exporter_branch(path):
         (lambda: LookWhereModel(tiny_lookwhere_config()), {"k_ratio": 0.3, "fill_dense": False}),
         (lambda: VecaModel(tiny_veca_config()), {"num_cores": 3, "pixel_mask": PIXEL_MASK}),
         (lambda: LookWhereModel(tiny_lookwhere_config()), {"k_ratio": 0.3, "pixel_mask": PIXEL_MASK}),
+        (lambda: LookWhereModel(tiny_lookwhere_config()), {"k_mass": 0.5, "k_ratio": 0.3}),  # a capped k_mass
+        (lambda: LookWhereModel(tiny_lookwhere_config()), {"k_mass": 0.5, "k": 20, "pixel_mask": PIXEL_MASK}),
     ],
 )
 def test_forward_compiles_as_one_graph(build, call):

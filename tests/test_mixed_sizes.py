@@ -249,7 +249,8 @@ def folders(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name, call", [("veca", {"num_cores": 3}), ("lookwhere", {"k_ratio": 0.5}),
-                                        ("lookwhere", {"k_ratio": 0.5, "fill_dense": False})])
+                                        ("lookwhere", {"k_ratio": 0.5, "fill_dense": False}),
+                                        ("lookwhere", {"k_mass": 0.5}), ("lookwhere", {"k_mass": 0.5, "fill_dense": False})])
 def test_pipelines_batch_photos_of_different_sizes(folders, name, call):
     generator = torch.Generator().manual_seed(0)
     photos = [Image.frombytes("RGB", (w, h), bytes(torch.randint(0, 256, (h * w * 3,), generator=generator).tolist()))

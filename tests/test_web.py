@@ -42,7 +42,9 @@ ORT_WEB = ROOT / "web" / "node_modules" / "onnxruntime-web"
 CASES = {
     "veca": (lambda: VecaModel(tiny_veca_config(num_cores=64, hidden_size=256, intermediate_size=384)), 32, (1, 64)),
     "lookwhere": (lambda: LookWhereModel(tiny_lookwhere_config()), 128, (0.1, 1.0)),
+    "lookwhere-k_mass": (lambda: LookWhereModel(tiny_lookwhere_config()), 128, (0.1, 1.0)),  # `serve.py --elastic k_mass`
 }
+BUDGET_INPUTS = {"veca": "num_cores", "lookwhere": "k_ratio", "lookwhere-k_mass": "k_mass"}
 TIMED_ROUNDS = 9
 NODE = shutil.which("node")
 
@@ -62,7 +64,7 @@ def test_the_page_keeps_the_models_k_for_a_k_ratio():
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium here (Debian: apt-get install chromium; .ci/run does)")
 @pytest.mark.skipif(not ORT_WEB.is_dir(), reason="onnxruntime-web is not installed: run `npm ci` in web/ (make web does)")
-@pytest.mark.parametrize("name", ["veca", "lookwhere"])
+@pytest.mark.parametrize("name", ["veca", "lookwhere", "lookwhere-k_mass"])
 def test_the_page_gives_onnxruntimes_features_and_a_lower_budget_is_not_slower(tmp_path, name):
     build, side, (low, high) = CASES[name]
     torch.manual_seed(0)
@@ -77,7 +79,7 @@ def test_the_page_gives_onnxruntimes_features_and_a_lower_budget_is_not_slower(t
     served = tmp_path / "served"
     server = subprocess.Popen(
         [sys.executable, str(ROOT / "web" / "serve.py"), str(tmp_path / "checkpoint"), "--model-dir", str(served),
-         "--port", str(port)],
+         "--port", str(port), *(["--elastic", "k_mass"] if name == "lookwhere-k_mass" else [])],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     browser = None
@@ -148,7 +150,7 @@ def test_the_page_gives_onnxruntimes_features_and_a_lower_budget_is_not_slower(t
         server.kill()
         server.wait(timeout=10)
 
-    assert budget_input == ("num_cores" if name == "veca" else "k_ratio")
+    assert budget_input == BUDGET_INPUTS[name]
     cropped = [451 // patch * patch, 300 // patch * patch]  # assets/photos/chelsea.jpg, cropped to whole patches
     assert sample[0] == cropped and sample[1] == cropped, sample
     assert sample[3] == sample[2] != "" and "ms this call" in sample[4] and sample[5].startswith("The sample photo")
@@ -162,7 +164,7 @@ def test_the_page_gives_onnxruntimes_features_and_a_lower_budget_is_not_slower(t
     cells = (side // patch) ** 2
     for budget, result in results.items():
         feed = {"pixel_values": expected_pixels[None].astype(np.float32),
-                budget_input: np.array(budget, dtype=np.float64 if budget_input == "k_ratio" else np.int64)}
+                budget_input: np.array(budget, dtype=np.int64 if budget_input == "num_cores" else np.float64)}
         expected = graph.run(None, feed)[0][0, -cells:]
         page = np.array(result["features"], dtype=np.float32).reshape(expected.shape)
         assert np.abs(page - expected).max() <= 1e-3, (budget, np.abs(page - expected).max())

@@ -38,19 +38,21 @@ async function loadModel() {
 }
 
 // The slider's range for this model and image: num_cores 1..bank; k from num_fill_neighbors to all patches; k_ratio
-// from the fraction that keeps num_fill_neighbors patches to 1.
+// from the fraction that keeps num_fill_neighbors patches to 1; k_mass, the share of the selector's softmax mass each
+// image keeps (the graph keeps at least num_fill_neighbors slots, unused ones weightless), 0.01 to 1.
 function budgetRange(model, patches) {
   const fewest = model.config.num_fill_neighbors;
   if (model.input === "num_cores") return { min: 1, max: model.config.num_cores, step: 1, value: model.config.num_cores };
   if (model.input === "k") {
     return { min: fewest, max: patches, step: 1, value: Math.max(fewest, keptForRatio(model.config.k_ratio, patches)) };
   }
+  if (model.input === "k_mass") return { min: 0.01, max: 1, step: 0.01, value: model.config.default_k_mass ?? 0.5 };
   const min = Math.ceil((100 * fewest) / patches) / 100;
   return { min, max: 1, step: 0.01, value: Math.max(min, model.config.k_ratio) };
 }
 
 function budgetTensor(name, value) {
-  return name === "k_ratio" ? new ort.Tensor("float64", Float64Array.of(value), [])
+  return name === "k_ratio" || name === "k_mass" ? new ort.Tensor("float64", Float64Array.of(value), [])
     : new ort.Tensor("int64", BigInt64Array.of(BigInt(value)), []);
 }
 

@@ -1,10 +1,12 @@
 """The web page (web/index.html): prepares a model folder and serves the page and the folder on localhost.
 
-    python web/serve.py [MODEL] [--model-dir DIR] [--port 8000]     # `make web`; then open http://127.0.0.1:8000/
+    python web/serve.py [MODEL] [--model-dir DIR] [--elastic INPUT] [--port 8000]   # `make web`; then open
+                                                                                    # http://127.0.0.1:8000/
 
 MODEL is a saved VECA or LookWhere folder or hub id (default: the checkpoint `make demo` distilled when there is one,
 else a random-init VECA-S/14, whose features show the mechanics only). Its elastic graph
-(`python -m corevision_hf.export MODEL DIR/onnx/model_elastic.onnx --elastic`), config.json and
+(`python -m corevision_hf.export MODEL DIR/onnx/model_elastic.onnx --elastic [INPUT]`: a LookWhere's slider sets
+k_ratio, or k / k_mass with `--elastic k` / `--elastic k_mass`), config.json and
 preprocessor_config.json are written to DIR (default outputs/web/model), laid out as a hub repo's `onnx/` is; without
 MODEL, a DIR that already holds them (a repo staged by `python -m publishing.publish --onnx-elastic --staging-dir DIR`)
 is served as it is. The page reads DIR at /model/, onnxruntime-web from web/node_modules (`npm ci` in web/ installs
@@ -29,7 +31,7 @@ GRAPH = Path("onnx") / "model_elastic.onnx"
 SAMPLE = ROOT / "assets" / "photos" / "chelsea.jpg"  # CC0 (assets/photos/LICENSES.md)
 
 
-def prepare(model: str, folder: Path) -> None:
+def prepare(model: str, folder: Path, budget_input: str = "") -> None:
     """Writes MODEL's elastic graph, config.json and preprocessor_config.json (when it has one) into `folder`. A file
     there that this package did not write (a user's config.json, say) is never replaced: ValueError, nothing written."""
     from transformers.utils import cached_file
@@ -44,7 +46,7 @@ def prepare(model: str, folder: Path) -> None:
         raise ValueError(f"--model-dir {folder} holds {' and '.join(theirs)}, which corevision_hf did not write (or "
                          "which changed since): serving a model would replace them. Choose another --model-dir.")
     (folder / GRAPH.parent).mkdir(parents=True, exist_ok=True)
-    if export([model, str(folder / GRAPH), "--elastic", "--force"]) != 0:
+    if export([model, str(folder / GRAPH), "--elastic", budget_input, "--force"]) != 0:
         raise SystemExit(2)
     for name in names:
         temporary = folder / f".{name}.tmp"
@@ -102,6 +104,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("model", nargs="?", help="a saved VECA or LookWhere folder or hub id")
     parser.add_argument("--model-dir", type=Path, default=ROOT / "outputs" / "web" / "model",
                         help="the folder the page reads: written from MODEL, or served as it is without MODEL")
+    parser.add_argument("--elastic", default="", metavar="INPUT",
+                        help="the graph's budget input, the slider's: a LookWhere's k_ratio (default), k or k_mass")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args(argv)
@@ -112,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     if model is None and not (args.model_dir / GRAPH).is_file():
         model = str(DEMO_CHECKPOINT) if DEMO_CHECKPOINT.is_dir() else random_veca(ROOT / "outputs" / "web" / "random-veca-s")
     if model is not None:
-        prepare(model, args.model_dir)
+        prepare(model, args.model_dir, args.elastic)
     server = http.server.ThreadingHTTPServer(
         (args.host, args.port), functools.partial(Handler, model_dir=args.model_dir.resolve())
     )

@@ -12,7 +12,15 @@ from transformers import (
 from .calibrate import budget_for_latency, calibrate_latency
 from .convert.dinov2_teacher import lookwhere_from_teacher
 from .cpu import optimize_for_cpu, restore_default_linear
-from .flops import dense_vit_flops, lookwhere_flops, veca_flops
+from .flops import (
+    dense_vit_flops,
+    gflops_spread,
+    k_mass_for_target,
+    lookwhere_flops,
+    mass_gflops,
+    selector_maps,
+    veca_flops,
+)
 from .lookwhere import (
     LOOKWHERE_PRESETS,
     LookWhereBackbone,
@@ -99,10 +107,14 @@ __all__ = [
     "budget_for_latency",
     "calibrate_latency",
     "dense_vit_flops",
+    "gflops_spread",
+    "k_mass_for_target",
     "lookwhere_flops",
     "lookwhere_from_teacher",
+    "mass_gflops",
     "optimize_for_cpu",
     "restore_default_linear",
     "save_model_folder",
+    "selector_maps",
     "veca_flops",
 ]

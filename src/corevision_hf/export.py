@@ -6,9 +6,10 @@
 The graph takes `pixel_values` (batch, channels, height, width), any multiples of the patch size, and returns
 `last_hidden_state` and `pooler_output` as the PyTorch model does. The budget is fixed per graph (VECA's number of
 cores, LookWhere's k_ratio, k then following the image size inside the graph, or a fixed k), or, with `--elastic`, a
-second input of the graph: `num_cores` (int64 scalar) for VECA, `k_ratio` (float64 scalar) or `k` (int64 scalar) for
-LookWhere; onnxruntime refuses a budget out of range. After writing, the graph is run with onnxruntime (when installed)
-against PyTorch at two resolutions and batch sizes (an elastic graph at several budgets).
+second input of the graph: `num_cores` (int64 scalar) for VECA, `k_ratio` (float64 scalar), `k` (int64 scalar) or
+`k_mass` (float64 scalar: each image keeps the fewest patches whose selector mass reaches it) for LookWhere;
+onnxruntime refuses a budget out of range. After writing, the graph is run with onnxruntime (when installed) against
+PyTorch at two resolutions and batch sizes (an elastic graph at several budgets).
 
 TorchScript-based `torch.onnx.export` (dynamo=False): it keeps height and width symbolic through both models'
 shape arithmetic. What only a graph needs lives here, not in the modeling files: ONNX has no complex numbers, so
@@ -46,7 +47,7 @@ OPSET = 18  # Resize with antialias (LookWhere's selector input and position tab
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
 # An elastic graph's budget input and its dtype, whatever the graph's dtype: k_ratio in float64, so that k (the
 # model's kept_for_ratio: floor(k_ratio * patches), exact for decimal ratios) rounds as the model's Python float does.
-BUDGET_INPUTS = {"num_cores": torch.int64, "k": torch.int64, "k_ratio": torch.float64}
+BUDGET_INPUTS = {"num_cores": torch.int64, "k": torch.int64, "k_ratio": torch.float64, "k_mass": torch.float64}
 # The metadata entry that says this package wrote a graph: the sha256 of the graph without it.
 GRAPH_MARK = "corevision_hf.sha256"
 
@@ -205,9 +206,10 @@ class VecaGraph(nn.Module):
 
 
 class LookWhereGraph(nn.Module):
-    """LookWhere at a fixed k or k_ratio, or at the graph's `k` or `k_ratio` input (`budget` {"k": None} or
-    {"k_ratio": None}), with the dense fill; a graph refuses a k or k_ratio that keeps fewer than num_fill_neighbors
-    patches (or, as an input, more than all of them):
+    """LookWhere at a fixed k or k_ratio, or at the graph's `k`, `k_ratio` or `k_mass` input (`budget` {"k": None},
+    {"k_ratio": None} or {"k_mass": None}), with the dense fill; a graph refuses a k or k_ratio that keeps fewer than
+    num_fill_neighbors patches (or, as an input, more than all of them), and a k_mass outside (0, 1]. With k_mass, the
+    batch keeps its largest count, at least num_fill_neighbors slots, the unused ones -1 and weightless, as the model:
     pixel_values [, budget] -> (last_hidden_state, pooler_output). The model's forward, step by step, except that k is
     a tensor computed from the symbolic image size, so that with a k_ratio it follows the image inside the graph (the
     model computes k in Python, which tracing would fix)."""
@@ -218,10 +220,11 @@ class LookWhereGraph(nn.Module):
         self.model = model
         if self.value is None or self.name == "k_ratio":  # a fixed k was checked at export (`budget_for`)
             fewest = model.config.num_fill_neighbors
-            self.budget_check = BudgetCheck(
-                f"k must lie in {fewest}..the image's patches" if self.name == "k"
-                else f"k_ratio must lie in (0, 1] and keep at least {fewest} patches (floor(k_ratio * patches))"
-            )
+            self.budget_check = BudgetCheck({
+                "k": f"k must lie in {fewest}..the image's patches",
+                "k_ratio": f"k_ratio must lie in (0, 1] and keep at least {fewest} patches (floor(k_ratio * patches))",
+                "k_mass": f"k_mass must lie in (0, 1], on an image of at least {fewest} patches",
+            }[self.name])
 
     def forward(self, pixel_values: torch.Tensor, budget: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         model = self.model
@@ -229,6 +232,8 @@ class LookWhereGraph(nn.Module):
         pixel_values = require_patch_multiples(pixel_values, patch)
         grid = (pixel_values.shape[2] // patch, pixel_values.shape[3] // patch)
         value = budget if self.value is None else self.value
+        if self.name == "k_mass":
+            return self.forward_mass(pixel_values, grid, value)
         if self.name == "k":
             k = value
         else:  # the model's kept_for_ratio, in its order and in float64: as (1,) tensors, which the exporter does
@@ -247,6 +252,20 @@ class LookWhereGraph(nn.Module):
         kept = model.extractor(pixel_values, selected_indices, global_tokens)
         return model.dense_fill(selected_indices, selector_map, grid)(kept), kept[:, 0]
 
+    def forward_mass(self, pixel_values: torch.Tensor, grid: tuple[int, int], k_mass: torch.Tensor):
+        """The model's forward at `k_mass`, with the modeling module's own helpers (ours or a hub copy)."""
+        model, module = self.model, sys.modules[type(self.model).__module__]
+        fewest = model.config.num_fill_neighbors
+        global_tokens, selector_map = model.selector(pixel_values, grid)
+        kept = module.kept_for_mass(selector_map, k_mass)
+        # At least `fewest` slots, which the fill's fixed neighbour count needs; the extra ones are unused, as in a batch.
+        slots = torch.clamp(kept.max(), min=fewest)
+        within = (k_mass > 0) & (k_mass <= 1) & (slots <= grid[0] * grid[1])
+        slots = self.budget_check(slots, within)
+        selected_indices = module.select_in_images(selector_map, slots, kept, None)
+        tokens = model.extractor(pixel_values, selected_indices, global_tokens, None, True)
+        return model.dense_fill(selected_indices, selector_map, grid)(tokens), tokens[:, 0]
+
 
 def graph_for(model: nn.Module, budget: dict) -> nn.Module:
     """The traceable module of `model` at `budget` (from `budget_for`)."""
@@ -264,7 +283,7 @@ def budget_for(
     if elastic is not None:
         if num_cores is not None or k_ratio is not None or k is not None:
             raise ExportError("--elastic takes the budget at run time; drop --num-cores / --k-ratio / --k.")
-        inputs = ["num_cores"] if isinstance(config, VecaConfig) else ["k_ratio", "k"]
+        inputs = ["num_cores"] if isinstance(config, VecaConfig) else ["k_ratio", "k", "k_mass"]
         if elastic not in ("", *inputs):
             raise ExportError(f"--elastic {elastic}: a {config.model_type} graph's budget input is {' or '.join(inputs)}.")
         return {elastic or inputs[0]: None}
@@ -311,7 +330,7 @@ def example_budget(config, name: str, shape: tuple[int, int, int, int]):
     for a broadcast (the whole bank, half the patches)."""
     if name == "num_cores":
         return config.num_cores
-    return (shape[2] // config.patch_size) * (shape[3] // config.patch_size) // 2 if name == "k" else 0.5
+    return (shape[2] // config.patch_size) * (shape[3] // config.patch_size) // 2 if name == "k" else 0.5  # k_ratio, k_mass
 
 
 def export_onnx(model: nn.Module, path: str, budget: dict, dtype: str = "fp32", verbose: bool = False) -> str:
@@ -394,6 +413,8 @@ def check_budgets(config, budget: dict, shape: tuple[int, int, int, int]) -> lis
         values = [cores for cores in (1, 8, 16) if cores < config.num_cores] + [config.num_cores]
     elif name == "k":
         values = sorted({fewest, max(fewest, patches // 10), patches})
+    elif name == "k_mass":  # one patch, a few, and all of them
+        values = [0.01, 0.5, 1.0]
     else:  # fewest + 0.5 patches, so that the floor keeps `fewest`
         values = sorted({(fewest + 0.5) / patches, max(0.1, (fewest + 0.5) / patches), 1.0})
     return [{name: value} for value in values]
@@ -446,7 +467,7 @@ def export_command(argv: list[str] | None) -> None:
     budget.add_argument("--k", type=int, help="LookWhere: a fixed number of kept patches, whatever the image size")
     budget.add_argument("--elastic", nargs="?", const="", metavar="INPUT",
                         help="one graph for every budget, an input at run time: VECA's num_cores; LookWhere's k_ratio "
-                             "(the default) or k")
+                             "(the default), k or k_mass")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="weights and input dtype")
     parser.add_argument("--force", action="store_true", help="replace an existing output file that this package wrote")
     parser.add_argument("--no-check", action="store_true", help="skip the onnxruntime comparison")

@@ -1,10 +1,11 @@
-"""A LookWhere forward's budget (`num_kept`, `kept_in_images`), what it costs, and the largest k that fits a target in
-analytic GFLOPs (`max_gflops`).
+"""A LookWhere forward's budget (`num_kept`, `kept_in_images`; per image from the selector map, `kept_for_mass`), what it
+costs, and the largest k that fits a target in analytic GFLOPs (`max_gflops`).
 
 Hub-copied: imported by modeling_lookwhere.py; standard library and torch. `corevision_hf.lookwhere_flops` and
 `corevision_hf.dense_vit_flops` are this file's functions, so cost tables and the budget a target picks use one
-formula. Choosing a budget is arithmetic on the image size: it reads no tensor's values and nothing of the machine
-(a latency target is `corevision_hf.budget_for_latency`'s).
+formula. Choosing a fixed budget is arithmetic on the image size, and k_mass's counts are computed on the device from
+the selector map: nothing here reads a tensor's values or anything of the machine (a latency target is
+`corevision_hf.budget_for_latency`'s).
 """
 
 import bisect
@@ -118,6 +119,51 @@ def kept_in_images(config, image_grids: torch.Tensor, k: int, k_ratio, budget_gi
         return patches.clamp(max=k)
     kept = (patches.double() * k_ratio + RATIO_TOLERANCE * patches.double()).floor().long()  # as kept_for_ratio
     return torch.minimum(kept.clamp(min=1), patches)
+
+
+def mass_for_call(config, batch_size: int, k=None, k_ratio=None, max_gflops=None, k_mass=None):
+    """The `k_mass` a forward keeps patches by (None: a fixed k), checked: the call's, else `config.default_k_mass`
+    when the call gives no budget. A number in (0, 1], or a floating-point tensor of shape () or (batch_size,) (one
+    mass per image), whose values are checked where forward reads the kept counts; `k` / `k_ratio` may come with it
+    (a cap), `max_gflops` may not."""
+    if k_mass is None:
+        if k is None and k_ratio is None and max_gflops is None:
+            return config.default_k_mass
+        return None
+    if max_gflops is not None:
+        raise ValueError(
+            f"k_mass={k_mass!r} and max_gflops={max_gflops!r} each choose the budget: give one (k_mass may come with k "
+            "or k_ratio, which cap each image's count)."
+        )
+    if isinstance(k_mass, torch.Tensor):
+        if not k_mass.is_floating_point() or k_mass.shape not in ((), (batch_size,)):
+            raise ValueError(
+                f"k_mass as a tensor must be floating point of shape () or ({batch_size},) (one mass per image), got "
+                f"{tuple(k_mass.shape)} {k_mass.dtype}; or pass a number in (0, 1]."
+            )
+        return k_mass
+    if isinstance(k_mass, bool) or not isinstance(k_mass, numbers.Real) or not 0 < k_mass <= 1:
+        raise ValueError(
+            f"k_mass must be a number in (0, 1] (the share of the selector's softmax mass each image keeps; 1 keeps "
+            f"every patch), got {k_mass!r}."
+        )
+    return float(k_mass)
+
+
+def kept_for_mass(selector_map: torch.Tensor, k_mass, cells: torch.Tensor | None = None) -> torch.Tensor:
+    """(B,) patches each image keeps for `k_mass`: the fewest of its best-scored cells whose softmax(selector_map)
+    mass, over the image's own cells (`cells` (B, N), True on them; default all), reaches `k_mass` (a number, or a
+    (B,) / () tensor), at least 1 and at most the image's cells. In float64 on the device: the ONNX graph computes the
+    same. `selector_map` (B, N) logits."""
+    logits = selector_map.double()
+    if cells is not None:
+        logits = logits.masked_fill(~cells, float("-inf"))
+    ranked = logits.softmax(dim=-1).sort(dim=-1, descending=True).values
+    mass = torch.as_tensor(k_mass, dtype=torch.float64, device=logits.device).reshape(-1, 1)
+    # The cells ranked before the one whose running mass first reaches k_mass, plus that one.
+    kept = (ranked.cumsum(dim=-1) < mass).sum(dim=-1) + 1
+    available = torch.full_like(kept, selector_map.shape[1]) if cells is None else cells.sum(dim=-1)
+    return torch.minimum(kept, available)
 
 
 def kept_for_target(config, height: int, width: int, max_gflops: float) -> int:

@@ -67,6 +67,9 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
             `from_pretrained(..., default_k=64)` or `pipeline(..., model_kwargs={"k_ratio": 0.2})`.
         default_max_gflops (`float`, *optional*): a default target instead: calls that give no budget keep the largest k
             whose analytic GFLOPs per image fit, at each call's size; wins over `k_ratio`, exclusive with `default_k`.
+        default_k_mass (`float`, *optional*): a per-image default instead: calls that give no budget keep, in each image,
+            the fewest patches whose softmax(selector_map) mass reaches it (forward's `k_mass`); in (0, 1], wins over
+            `k_ratio`, exclusive with `default_k` and `default_max_gflops`.
         num_fill_neighbors (`int`, defaults to 5): kept cells averaged (inverse distance) for each unkept cell.
         freeze_selector (`bool`, defaults to `True`): task heads keep the selector frozen while fine-tuning.
         out_features / out_indices: stages returned by [`LookWhereBackbone`] ("stem", "stage1", ...), on the filled grid.
@@ -104,6 +107,7 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         k_ratio=0.1,
         default_k=None,
         default_max_gflops=None,
+        default_k_mass=None,
         num_fill_neighbors=5,
         freeze_selector=True,
         semantic_loss_ignore_index=255,
@@ -140,6 +144,7 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         self.k_ratio = k_ratio
         self.default_k = default_k
         self.default_max_gflops = default_max_gflops
+        self.default_k_mass = default_k_mass
         self.num_fill_neighbors = num_fill_neighbors
         self.freeze_selector = freeze_selector
         self.semantic_loss_ignore_index = semantic_loss_ignore_index
@@ -186,6 +191,14 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         if not 1 <= self.selector_depth <= self.num_hidden_layers:
             raise ValueError(f"selector_depth must lie in 1..num_hidden_layers, got {self.selector_depth}.")
         check_target_fields(self, "default_k")
+        mass = self.default_k_mass
+        if mass is not None and (isinstance(mass, bool) or not isinstance(mass, (int, float)) or not 0 < mass <= 1):
+            raise ValueError(f"default_k_mass must lie in (0, 1] (a share of the selector's softmax mass) or be None, "
+                             f"got {mass!r}.")
+        for other in ("default_k", "default_max_gflops"):
+            if mass is not None and getattr(self, other) is not None:
+                raise ValueError(f"default_k_mass={mass!r} and {other}={getattr(self, other)!r} are both set: keep one "
+                                 "default budget.")
 
     @property
     def grid_size(self) -> int:

@@ -33,7 +33,7 @@ from transformers.utils import logging
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .budget_lookwhere import kept_in_images, num_kept
+from .budget_lookwhere import kept_for_mass, kept_in_images, mass_for_call, num_kept
 from .configuration_lookwhere import LookWhereConfig
 
 
@@ -52,18 +52,22 @@ class LookWhereModelOutput(BaseModelOutputWithPooling):
     pooler_output (`torch.FloatTensor` of shape `(batch_size, hidden_size)`):
         The extractor's CLS token after the final norm.
     selected_indices (`torch.LongTensor` of shape `(batch_size, k)`):
-        Row-major indices of the kept high-resolution patches, ascending.
+        Row-major indices of the kept high-resolution patches, ascending, then -1 in the slots an image does not use
+        (a padded batch of mixed sizes, or `k_mass`, where k is the batch's largest count).
     selector_map (`torch.FloatTensor` of shape `(batch_size, Hp * Wp)`):
         The selector's logits for every high-resolution patch.
     patch_tokens (`torch.FloatTensor` of shape `(batch_size, Hp * Wp, hidden_size)`):
         With the dense fill, the patch tokens of `last_hidden_state` alone, row-major on the patch grid (a view, not
         a copy): DINOv2's `last_hidden_state[:, 1:]` here is `last_hidden_state[:, 1 + num_registers:]`. None
         without the fill.
+    num_kept (`torch.LongTensor` of shape `(batch_size,)`):
+        The patches each image kept: its entries of `selected_indices` that are not -1.
     """
 
     selected_indices: torch.LongTensor | None = None
     selector_map: torch.FloatTensor | None = None
     patch_tokens: torch.FloatTensor | None = None
+    num_kept: torch.LongTensor | None = None
 
 
 class LookWherePatchEmbeddings(nn.Module):
@@ -366,14 +370,20 @@ class LookWhereExtractor(nn.Module):
         indices: torch.Tensor,
         prefix_tokens: torch.Tensor,
         image_grids: torch.Tensor | None = None,
+        unused_slots: bool = False,
         **kwargs,
     ) -> torch.Tensor:
         """(B, C, H, W) images, (B, k) kept patch indices, (B, P, D) prefix tokens -> (B, P + k, D) normalised. With
-        `image_grids` (B, 2), each image's patch grid in a padded batch: positions come from each image's own grid,
-        and slots an image does not use (index -1) are attended by no token."""
+        `image_grids` (B, 2), each image's patch grid in a padded batch, positions come from each image's own grid.
+        With `image_grids` or `unused_slots`, slots an image does not use (index -1) are attended by no token."""
         p = self.patch_embeddings.patch_size
         grid = (pixel_values.shape[2] // p, pixel_values.shape[3] // p)
         attention_mask = None
+        if image_grids is not None or unused_slots:
+            kept = indices >= 0
+            indices = indices.clamp(min=0)  # an unused slot embeds cell 0, and no token attends to it
+            prefix = kept.new_ones(kept.shape[0], prefix_tokens.shape[1])
+            attention_mask = additive_key_mask(torch.cat([prefix, kept], dim=1))
         if image_grids is None:
             positions = self.resize_positions(grid)[0][indices]  # (B, k, D)
         else:
@@ -381,11 +391,7 @@ class LookWhereExtractor(nn.Module):
             table = self.position_embeddings.transpose(1, 2).unflatten(-1, (side, side))  # (1, D, G, G)
             tables = resize_in_images(table, torch.full_like(image_grids, side), image_grids, grid, "bicubic",
                                       self.antialias).flatten(2).transpose(1, 2)  # (B, Hp * Wp, D), float32
-            kept = indices >= 0
-            indices = indices.clamp(min=0)  # an unused slot embeds cell 0, and no token attends to it
             positions = tables.gather(1, indices[..., None].expand(-1, -1, tables.shape[-1])).to(table.dtype)
-            prefix = kept.new_ones(kept.shape[0], prefix_tokens.shape[1])
-            attention_mask = additive_key_mask(torch.cat([prefix, kept], dim=1))
         # Positions are added per patch before anything mixes tokens, so the order of kept tokens does not matter.
         tokens = self.patch_embeddings.embed_selected(pixel_values, indices) + positions
         hidden_states = torch.cat([prefix_tokens.to(tokens.dtype), tokens], dim=1)
@@ -475,14 +481,33 @@ class DenseFill:
         return dense.scatter(1, self.destinations[..., None].expand(-1, -1, dim), kept)[:, : self.num_cells]
 
 
+def slots_for_mass(kept: torch.Tensor, cap: int | None, k_mass) -> int:
+    """The selection's slots for `k_mass` counts `kept` (B,): the cap when one was given, else the batch's largest
+    count, read to the host here (with a tensor `k_mass`, whose range is checked in the same read). The one place a
+    forward reads a value back."""
+    is_tensor = isinstance(k_mass, torch.Tensor)
+    if cap is not None and not is_tensor:
+        return cap
+    read = kept.max()[None]
+    if is_tensor:
+        read = torch.cat([read, ((k_mass > 0) & (k_mass <= 1)).all().long()[None].to(read.device)])
+    values = read.tolist()
+    if is_tensor and not values[1]:
+        raise ValueError("k_mass must lie in (0, 1] for every image (the share of the selector's softmax mass kept; "
+                         "1 keeps every patch): one of the given masses is outside it, or NaN.")
+    return cap if cap is not None else values[0]
+
+
 def select_in_images(
-    selector_map: torch.Tensor, k: int, kept: torch.Tensor, cells: torch.Tensor
+    selector_map: torch.Tensor, k: int, kept: torch.Tensor, cells: torch.Tensor | None
 ) -> torch.Tensor:
     """The top-`kept[b]` cells of each image of a padded batch by selector score, never a padding cell: (B, k)
     row-major indices, ascending, then -1 in the slots past an image's own count. `selector_map` (B, N), `k` the
-    slots (at least every `kept`), `kept` (B,) and `cells` (B, N), True on each image's own cells."""
+    slots (at least every `kept`), `kept` (B,) and `cells` (B, N), True on each image's own cells (None: all)."""
     num_cells = selector_map.shape[1]
-    ranked = selector_map.masked_fill(~cells, float("-inf")).topk(k, dim=-1).indices  # best first
+    if cells is not None:
+        selector_map = selector_map.masked_fill(~cells, float("-inf"))
+    ranked = selector_map.topk(k, dim=-1).indices  # best first
     used = torch.arange(k, device=kept.device) < kept[:, None]
     ordered = torch.where(used, ranked, ranked + num_cells).sort(dim=-1).values  # unused slots sort last
     return torch.where(ordered < num_cells, ordered, -1)
@@ -653,6 +678,7 @@ class LookWhereModel(LookWherePreTrainedModel):
         fill_dense: bool = True,
         max_gflops: float | None = None,
         pixel_mask: torch.Tensor | None = None,
+        k_mass: float | torch.Tensor | None = None,
         **kwargs,
     ) -> LookWhereModelOutput:
         r"""
@@ -673,37 +699,59 @@ class LookWhereModel(LookWherePreTrainedModel):
         max_gflops (`float`, *optional*):
             Target cost instead of k: the largest k whose analytic GFLOPs per image (`corevision_hf.lookwhere_flops`)
             at this size fit; default `config.default_max_gflops` (after `config.default_k`, before `config.k_ratio`).
+        k_mass (`float` or `torch.Tensor`, *optional*):
+            A budget per image instead: each image keeps the fewest patches, best first, whose softmax(selector_map)
+            mass over its own cells reaches `k_mass`, in (0, 1] (at least 1 patch; 1 keeps them all), so a plain image
+            keeps few and a busy one many; a (batch_size,) tensor gives one mass per image. `k` or `k_ratio` given with
+            it caps each image's count; `max_gflops` may not come with it. Default `config.default_k_mass` (set alone:
+            it wins over `config.k_ratio`). The batch keeps its largest count and marks each image's unused slots -1
+            in `selected_indices`; `num_kept` says what each image used, and each image gets the features it gets
+            alone. Without a cap that largest count is read to the host once, to size the selection (the only host
+            read of a forward; none with a cap, unless `k_mass` is a tensor, whose values are checked in that read).
         fill_dense (`bool`, *optional*, defaults to `True`):
             Fill every grid cell (DINOv2-style `last_hidden_state` and `hidden_states`); `False` skips the fill when
             only the image-level output or the kept tokens are needed.
         """
         check_inputs(self.config, pixel_values, pixel_mask, kwargs,
-                     ("k", "k_ratio", "fill_dense", "max_gflops", "pixel_mask"))
+                     ("k", "k_ratio", "fill_dense", "max_gflops", "pixel_mask", "k_mass"))
         grids = None if pixel_mask is None else grids_from_mask(pixel_mask, self.config.patch_size)
         return_dict = kwargs.pop("return_dict", self.config.return_dict)
         patch = self.config.patch_size
         grid = (pixel_values.shape[2] // patch, pixel_values.shape[3] // patch)
-        budget_given = not (k is None and k_ratio is None and max_gflops is None)
+        k_mass = mass_for_call(self.config, pixel_values.shape[0], k, k_ratio, max_gflops, k_mass)
+        capped = k is not None or k_ratio is not None
+        budget_given = capped or max_gflops is not None or k_mass is not None
         kept_ratio = k_ratio
-        k = num_kept(self.config, grid, k, k_ratio, max_gflops)
+        k = num_kept(self.config, grid, k, k_ratio, max_gflops) if k_mass is None or capped else None
         pixel_values = pixel_values.to(self.get_input_embeddings().weight.dtype)
 
         # Where: the selector scores every high-resolution patch from a low-resolution copy.
         global_tokens, selector_map = self.selector(pixel_values, grid, grids)
         # top-k is not differentiable: the selector learns from its map loss and through the global tokens.
-        if grids is None:
+        cells = None if grids is None else cells_in_images(grids, grid)
+        if k_mass is not None:  # each image's own count, capped by k / k_ratio (of its own grid) when given
+            kept = kept_for_mass(selector_map, k_mass, cells)
+            if k is not None and grids is not None:
+                kept = torch.minimum(kept, kept_in_images(self.config, grids, k, kept_ratio, True))
+            elif k is not None:
+                kept = kept.clamp(max=k)
+            k = slots_for_mass(kept, k, k_mass)
+            selected_indices = select_in_images(selector_map, k, kept, cells)
+        elif grids is None:
             selected_indices = selector_map.topk(k, dim=-1).indices.sort(dim=-1).values
+            kept = torch.full((selector_map.shape[0],), k, dtype=torch.long, device=selector_map.device)
         else:
             kept = kept_in_images(self.config, grids, k, kept_ratio, budget_given)
-            selected_indices = select_in_images(selector_map, k, kept, cells_in_images(grids, grid))
+            selected_indices = select_in_images(selector_map, k, kept, cells)
         # What: the extractor embeds and runs the kept patches only, after the selector's global tokens.
-        extracted = self.extract(pixel_values, selected_indices, global_tokens, grids, **kwargs)
+        extracted = self.extract(pixel_values, selected_indices, global_tokens, grids, k_mass is not None, **kwargs)
         outputs = LookWhereModelOutput(
             last_hidden_state=extracted.last_hidden_state,
             pooler_output=extracted.last_hidden_state[:, 0],
             hidden_states=extracted.hidden_states,
             attentions=extracted.attentions,
             selected_indices=selected_indices,
+            num_kept=kept,
             selector_map=selector_map,
         )
         if fill_dense:  # back onto the full grid, as a dense ViT lays out its tokens
@@ -721,13 +769,14 @@ class LookWhereModel(LookWherePreTrainedModel):
         selected_indices: torch.Tensor,
         global_tokens: torch.Tensor,
         image_grids: torch.Tensor | None = None,
+        unused_slots: bool = False,
         **kwargs,
     ) -> BaseModelOutput:
         """The extractor on the kept patches, its hidden states and attentions recorded when asked:
         last_hidden_state (B, 1 + R + k, D)."""
-        return BaseModelOutput(
-            last_hidden_state=self.extractor(pixel_values, selected_indices, global_tokens, image_grids, **kwargs)
-        )
+        return BaseModelOutput(last_hidden_state=self.extractor(
+            pixel_values, selected_indices, global_tokens, image_grids, unused_slots, **kwargs
+        ))
 
     def dense_fill(
         self, selected_indices: torch.Tensor, selector_map: torch.Tensor, grid: tuple[int, int]
@@ -753,12 +802,13 @@ class LookWhereModel(LookWherePreTrainedModel):
         k: int | None = None,
         k_ratio: float | None = None,
         pixel_mask: torch.Tensor | None = None,
+        k_mass: float | torch.Tensor | None = None,
     ) -> tuple:
         """DINOv2's `get_intermediate_layers` on the filled grid: the patch tokens after the last `n` extractor blocks
         (an int) or after the blocks of these 0-based indices (a list), through the final norm if `norm` (before the
         fill, as for `last_hidden_state`). Returns a tuple with one (B, Hp * Wp, D) tensor per block, (B, D, Hp, Wp)
         maps if `reshape`, or (patch tokens, (B, D) CLS) pairs if `return_class_token`."""
-        outputs = self(pixel_values, k=k, k_ratio=k_ratio, fill_dense=False, pixel_mask=pixel_mask,
+        outputs = self(pixel_values, k=k, k_ratio=k_ratio, fill_dense=False, pixel_mask=pixel_mask, k_mass=k_mass,
                        output_hidden_states=True)
         blocks = outputs.hidden_states[1:]  # [0] is the embedding output
         num_prefix = 1 + self.config.num_register_tokens
@@ -812,13 +862,14 @@ class LookWhereForImageClassification(LookWhereTaskModel):
         labels: torch.Tensor | None = None,
         k: int | None = None,
         k_ratio: float | None = None,
+        k_mass: float | torch.Tensor | None = None,
         **kwargs,
     ) -> ImageClassifierOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
             Class indices for the cross-entropy loss (mean-squared error when `num_labels == 1`).
         """
-        outputs = self.lookwhere(pixel_values, k=k, k_ratio=k_ratio, fill_dense=False, **kwargs)
+        outputs = self.lookwhere(pixel_values, k=k, k_ratio=k_ratio, k_mass=k_mass, fill_dense=False, **kwargs)
         logits = self.classifier(outputs.pooler_output)
         loss = self.loss_function(labels, logits, self.config, **kwargs) if labels is not None else None
         hidden_states = outputs.hidden_states
@@ -849,13 +900,15 @@ class LookWhereForSemanticSegmentation(LookWhereTaskModel):
         k: int | None = None,
         k_ratio: float | None = None,
         pixel_mask: torch.Tensor | None = None,
+        k_mass: float | torch.Tensor | None = None,
         **kwargs,
     ) -> SemanticSegmenterOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, height, width)`, *optional*):
             Per-pixel class indices; `config.semantic_loss_ignore_index` (255) is ignored, and so is padding.
         """
-        outputs = self.lookwhere(pixel_values, k=k, k_ratio=k_ratio, fill_dense=True, pixel_mask=pixel_mask, **kwargs)
+        outputs = self.lookwhere(pixel_values, k=k, k_ratio=k_ratio, fill_dense=True, pixel_mask=pixel_mask,
+                                 k_mass=k_mass, **kwargs)
         batch_size, _, height, width = pixel_values.shape
         patch = self.config.patch_size
         patch_logits = self.classifier(outputs.patch_tokens)  # (B, Hp * Wp, labels)
@@ -887,9 +940,14 @@ class LookWhereBackbone(BackboneMixin, LookWhereTaskModel):
     @can_return_tuple
     @filter_output_hidden_states
     def forward(
-        self, pixel_values: torch.Tensor, k: int | None = None, k_ratio: float | None = None, **kwargs
+        self,
+        pixel_values: torch.Tensor,
+        k: int | None = None,
+        k_ratio: float | None = None,
+        k_mass: float | torch.Tensor | None = None,
+        **kwargs,
     ) -> BackboneOutput:
-        outputs = self.lookwhere(pixel_values, k=k, k_ratio=k_ratio, fill_dense=False, **kwargs)
+        outputs = self.lookwhere(pixel_values, k=k, k_ratio=k_ratio, k_mass=k_mass, fill_dense=False, **kwargs)
         batch_size, _, height, width = pixel_values.shape
         grid_height, grid_width = height // self.config.patch_size, width // self.config.patch_size
         dense = self.lookwhere.dense_fill(outputs.selected_indices, outputs.selector_map, (grid_height, grid_width))

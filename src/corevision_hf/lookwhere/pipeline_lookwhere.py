@@ -14,7 +14,7 @@ class LookWhereImageFeatureExtractionPipeline(ImageFeatureExtractionPipeline):
     features cropped back to its own grid (or, with `fill_dense=False`, to its own kept tokens), as it gets them
     alone."""
 
-    budget_arguments = ("k", "k_ratio", "fill_dense", "max_gflops")
+    budget_arguments = ("k", "k_ratio", "k_mass", "fill_dense", "max_gflops")
     pipeline_arguments = ("image_processor_kwargs", "return_tensors", "pool", "timeout")
 
     # Same as pipeline_veca.VecaImageFeatureExtractionPipeline._sanitize_parameters
