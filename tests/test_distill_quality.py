@@ -102,13 +102,14 @@ def test_the_teacher_at_equal_flops_never_costs_more_than_the_student():
 
 
 def test_the_constant_predictor_is_the_same_for_every_photo_and_patch():
-    class Photos:
-        targets = {28: (torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.ones(2, 4, 2))}
-        paths = ["a", "b"]
-
-    values = dq.constant_agreement((torch.tensor([1.0, 1.0]), torch.tensor([1.0, 0.0])), Photos, 28)
+    constant = (torch.tensor([1.0, 1.0]), torch.tensor([1.0, 0.0]))
+    photos = dq.PhotoSet.__new__(dq.PhotoSet)  # the scoring alone, on hand-made targets
+    photos.targets = {28: (torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.ones(2, 4, 2))}
+    photos.paths, photos.centre = ["a", "b"], constant
+    values = dq.constant_agreement(constant, photos, 28)
     assert values["cls"] == pytest.approx([2**-0.5, 2**-0.5])
     assert values["patch"] == pytest.approx([2**-0.5, 2**-0.5])
+    assert values["cls_centred"] == values["patch_centred"] == values["patch_r2"] == [0.0, 0.0]  # the centre itself
 
 
 # ---------------------------------------------------------------------------------------------------- the run
