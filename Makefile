@@ -81,7 +81,7 @@ bench: setup
 # Distillation quality on the held-out photos (6 students x 2 seeds and a same-seed rerun, 400 steps each, the step
 # picked on the validation photos, with their baselines: docs/quality.md gives the measured time), then the model cards
 # of seed 0's VECA elastic and LookWhere-S from the teacher, budget tables included (benchmarks/results/cards/).
-# `make quality QUICK=1`: one seed and its rerun, 100 steps, everything under outputs/quality_quick/ (about 15 minutes).
+# `make quality QUICK=1`: one seed and its rerun, 100 steps, everything under outputs/quality_quick/ (6.4 minutes idle).
 QUALITY_OUT := $(if $(QUICK),outputs/quality_quick,benchmarks/results)
 QUALITY_RUNS := $(if $(QUICK),outputs/quality_quick/runs,outputs/distill_quality)
 CARD_ARGS = --latency-runs $(if $(QUICK),5,20) --resolutions 112 224 --teacher offline-dinov2-small \
