@@ -467,3 +467,18 @@ def test_a_best_of_another_score_measure_is_replaced_by_the_first_new_score(tmp_
     assert best == (0.3, "centred cosine") and exported == ["best"]
     best = loop.validate_and_keep_best(accelerator, args, "s", None, scoring(0.2), None, 4, best)
     assert best == (0.3, "centred cosine") and exported == ["best"]
+
+
+def test_a_run_made_before_an_argument_existed_resumes_with_that_argument_off(tmp_path):
+    """run.json of an older version lacks arguments added since (LookWhere's --freeze-extractor-steps): resuming is
+    accepted with them off (the run as it was made), refused with them on."""
+    from training.checkpointing import check_output_dir
+
+    old_args = {"resume": False, "overwrite": False, "seed": 0, "batch_size": 2}
+    (tmp_path / "run.json").write_text(json.dumps({"script": "training.distill_lookwhere", "args": old_args,
+                                                   "num_processes": 1}))
+    now = {**old_args, "resume": True, "freeze_extractor_steps": 0, "extractor_warmup_steps": None}
+    check_output_dir(str(tmp_path), {"script": "training.distill_lookwhere", "args": now, "num_processes": 1})
+    with pytest.raises(ValueError, match=r"--freeze-extractor-steps was None .* now 100"):
+        check_output_dir(str(tmp_path), {"script": "training.distill_lookwhere",
+                                         "args": {**now, "freeze_extractor_steps": 100}, "num_processes": 1})

@@ -48,6 +48,11 @@ def run_record(script: str, args, num_processes: int) -> dict:
     return {"script": script, "args": vars(args), "num_processes": num_processes}
 
 
+# An argument a run's run.json does not name (the run predates it) resumes at one of these values: they leave the
+# option off, so the run continues as it was made (e.g. --freeze-extractor-steps 0).
+OFF_VALUES = (None, 0, False)
+
+
 def check_output_dir(output_dir: str, record: dict) -> None:
     """Raises ValueError, before anything is written, when `output_dir` cannot take this run: a new run into a used
     folder (without --overwrite), or a resume of a run made by the other script, with other arguments or another
@@ -77,6 +82,8 @@ def check_output_dir(output_dir: str, record: dict) -> None:
             f"python -m {previous_script}, or choose a new --output-dir."
         )
     for name, value in args.items():
+        if name not in previous["args"] and value in OFF_VALUES:
+            continue  # an argument added since the run was made, left off: the run as it was
         if name not in RESUMABLE and previous["args"].get(name) != value:
             hidden = ("resume", "overwrite", "stop_at_step")
             changeable = ", ".join("--" + n.replace("_", "-") for n in RESUMABLE if n not in hidden)
