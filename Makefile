@@ -79,7 +79,7 @@ bench: setup
 	$(PYTHON) benchmarks/onnx_speed.py
 
 # Distillation quality on the held-out photos (6 students x 2 seeds and a same-seed rerun, 300 steps each, the step
-# picked on the validation photos, with their baselines; 21.5 minutes idle: docs/quality.md), then the model cards
+# picked on the validation photos, with their baselines; 22-27 minutes idle: docs/quality.md), then the model cards
 # of seed 0's VECA elastic and LookWhere-S from the teacher, budget tables included (benchmarks/results/cards/).
 # `make quality QUICK=1`: one seed and its rerun, 100 steps, everything under outputs/quality_quick/ (6.4 minutes idle).
 QUALITY_OUT := $(if $(QUICK),outputs/quality_quick,benchmarks/results)
