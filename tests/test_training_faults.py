@@ -169,7 +169,10 @@ def test_a_full_disk_during_a_checkpoint_is_one_line_and_the_earlier_ones_serve(
 @pytest.mark.slow
 def test_ctrl_c_is_one_line_that_says_how_to_continue(teacher_dir, image_dir, tmp_path):
     run = tmp_path / "run"
-    args = veca_args(teacher_dir, image_dir, run, "--max-steps", "200", "--checkpoint-every", "2")
+    # No DataLoader workers: about 1 run in 10 a ConnectionResetError line (most likely from a worker as the main
+    # process exits) follows the main process's line (a known wart, docs/limitations.md); this
+    # test is about the main process's message.
+    args = veca_args(teacher_dir, image_dir, run, "--max-steps", "200", "--checkpoint-every", "2", "--num-workers", "0")
     process = subprocess.Popen([sys.executable, "-m", "training.distill_veca", *args], cwd=ROOT,
                                stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as from a shell
