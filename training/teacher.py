@@ -15,6 +15,7 @@ from corevision_hf.agreement import teacher_input, teacher_patch_size, teacher_t
 from corevision_hf.loading import load_checked
 from corevision_hf.offline import check_hub_reachable
 
+from .arguments import MAP_QUERIES  # torch-free there, for the scripts' --help
 from .checkpointing import check_export
 
 
@@ -105,7 +106,6 @@ def load_teacher(name_or_path: str, dtype: torch.dtype = torch.float32) -> torch
 # The queries the LookWhere authors' map target averages over (`modeling.do_aggregate`: `attn_map[:, 5:1374]`, the patch
 # tokens of DINOv2 with 4 registers at 518 px); at other sizes or register counts, the positions that slice keeps.
 AUTHORS_MAP_QUERIES = slice(5, 1374)
-MAP_QUERIES = ("patches", "authors", "cls")  # --map-queries
 
 
 @torch.no_grad()
