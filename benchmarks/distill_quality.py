@@ -686,8 +686,7 @@ def load_teacher_model(name: str) -> tuple:
 
 def teacher_cache(scratch: Path, seed: int, args, source: str, train_names: list[str]) -> TeacherCache:
     fingerprint = {"teacher": source, "image_size": args.image_size, "map_queries": args.map_queries, "seed": seed,
-                   "copies": args.copies,
-                   "photos": hashlib.sha256("\n".join(train_names).encode()).hexdigest()[:16]}
+                   "copies": args.copies, "photos": hashlib.sha256("\n".join(train_names).encode()).hexdigest()[:16]}
     return TeacherCache(str(scratch / f"seed{seed}" / "teacher_cache"), args.crop_cycle, fingerprint)
 
 
