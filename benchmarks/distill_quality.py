@@ -25,7 +25,8 @@
      projection to the teacher's width (as VECA's), VECA's loss;
    - LookWhere-S, random init: the teacher's architecture (width 384, 12 layers), selector of 3 blocks at
      --selector-size, k uniform in [--k-min, --k-max] per step (default: k_ratio 0.1 to 1, the range measured), the
-     what-where loss;
+     what-where loss, its map target the teacher's last-layer attention of the --map-queries queries; its selector map
+     resized with antialiasing, as the authors trained (`lookwhere_from_teacher`), so every map-head cell trains;
    - LookWhere-S from the teacher: the same, initialised as the method prescribes (`lookwhere_from_teacher`), its
      extractor frozen for --freeze-extractor-steps steps (selector and map head only), then its lr warmed up over
      --extractor-warmup-steps (training.extractor_warmup).
@@ -99,7 +100,7 @@ from training.data import image_files as training_image_files  # noqa: E402  (re
 from training.loop import distill, start  # noqa: E402
 from training.losses import lookwhere_loss, veca_loss  # noqa: E402
 from training.schedule import draw, draw_int  # noqa: E402
-from training.teacher import teacher_targets_and_map  # noqa: E402
+from training.teacher import MAP_QUERIES, teacher_targets_and_map  # noqa: E402
 from training.teacher_cache import TeacherCache  # noqa: E402
 from training.teacher_mean import TeacherMean  # noqa: E402
 from training.validation import HeldOutAgreement  # noqa: E402
@@ -170,6 +171,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "the smallest measured)")
     parser.add_argument("--k-max", type=int, default=None, help="LookWhere's most kept patches (default: all of them, "
                         "k_ratio 1, the largest measured)")
+    parser.add_argument("--map-queries", default="patches", choices=MAP_QUERIES, help="LookWhere's map target: the "
+                        "teacher's last-layer attention of the mean patch query, the authors' positions, or the CLS "
+                        "query (training.teacher); also the oracle selection")
     parser.add_argument("--freeze-extractor-steps", type=int, default=100, help="LookWhere-S from the teacher: only "
                         "the selector and heads train for this many steps, then the extractor's lr warms up")
     parser.add_argument("--extractor-warmup-steps", type=int, default=40, help="the extractor's warm-up after that")
@@ -368,8 +372,8 @@ def train(name: str, student, step_loss, draws, lr: float, train_dir: Path, teac
         "--log-with", "none", "--seed", str(seed), "--num-workers", "0", "--eval-every", str(args.eval_every),
         "--eval-data", str(args.val_photos),
     ])
-    if STUDENTS[name][0] == "lookwhere":  # its recipe records the k range training drew from (the model card reads it)
-        run_args.k_min, run_args.k_max = args.k_min, args.k_max
+    if STUDENTS[name][0] == "lookwhere":  # its recipe records the k range and map target (the model card reads them)
+        run_args.k_min, run_args.k_max, run_args.map_queries = args.k_min, args.k_max, args.map_queries
     if name == "LookWhere-S from teacher":
         run_args.freeze_extractor_steps = args.freeze_extractor_steps
         run_args.extractor_warmup_steps = args.extractor_warmup_steps
@@ -383,8 +387,9 @@ def train(name: str, student, step_loss, draws, lr: float, train_dir: Path, teac
         pixel_values = batch["pixel_values"]
         seen["batches"] += 1
         seen["checksum"] += pixel_values.double().sum().item() * seen["batches"]  # order-sensitive fingerprint
-        cls, patches, attention_map, pixel_sums = cache.targets(
-            cached_targets(teacher, grid), pixel_values, batch["index"], cache.crop_epoch(batch["epoch"]))
+        cls, patches, attention_map, pixel_sums = cache.targets(cached_targets(teacher, grid, args.map_queries),
+                                                                pixel_values, batch["index"],
+                                                                cache.crop_epoch(batch["epoch"]))
         teacher_mean.update(cls, patches)
         if not torch.allclose(pixel_sums, pixel_values.sum((1, 2, 3)).half().float(), rtol=1e-3, atol=1e-2):
             raise RuntimeError("the teacher cache holds targets of other crops than this batch's: a bug; delete "
@@ -425,11 +430,12 @@ def training_dataset(train_dir: Path, args, seed: int, cache: TeacherCache) -> t
     return dataset, data_stats
 
 
-def cached_targets(teacher, grid: tuple[int, int]):
-    """The teacher's targets of a batch as the cache keeps them: CLS, patches, the attention map, rounded to float16
-    as the cache stores them, and each crop's pixel sum (checked against the batch that reads them)."""
+def cached_targets(teacher, grid: tuple[int, int], map_queries: str):
+    """The teacher's targets of a batch as the cache keeps them: CLS, patches, the attention map of `map_queries`,
+    rounded to float16 as the cache stores them, and each crop's pixel sum (checked against the batch that reads
+    them)."""
     def compute(pixel_values):
-        targets = teacher_targets_and_map(teacher, pixel_values, grid)
+        targets = teacher_targets_and_map(teacher, pixel_values, grid, map_queries)
         return (*(t.half().float() for t in targets), pixel_values.sum((1, 2, 3)))
     return compute
 
@@ -439,7 +445,7 @@ def fill_teacher_cache(cache: TeacherCache, teacher, train_dir: Path, args, seed
     centre, the mean over all of them, is known first). Returns the crops."""
     dataset, _ = training_dataset(train_dir, args, seed, cache)
     epochs = min(cache.cycle, math.ceil(args.steps * args.batch_size / len(dataset)))
-    compute = cached_targets(teacher, (args.image_size // 14, args.image_size // 14))
+    compute = cached_targets(teacher, (args.image_size // 14, args.image_size // 14), args.map_queries)
     for epoch in range(epochs):
         dataset.set_crop_epoch(epoch)
         for first in range(0, len(dataset), 16):
@@ -514,7 +520,9 @@ class PhotoSet:
         self.targets, self.teacher_maps = {}, {}
         with torch.inference_mode():
             for r in resolutions:
-                cls, patches, self.teacher_maps[r] = teacher_targets_and_map(teacher, self.pixels[r], (r // 14, r // 14))
+                grid = (r // 14, r // 14)
+                cls, patches, self.teacher_maps[r] = teacher_targets_and_map(teacher, self.pixels[r], grid,
+                                                                             args.map_queries)
                 self.targets[r] = (cls, patches)
         self.teacher_free_size = teacher_free_size
         if teacher_free_size:
@@ -677,8 +685,8 @@ def load_teacher_model(name: str) -> tuple:
 
 
 def teacher_cache(scratch: Path, seed: int, args, source: str, train_names: list[str]) -> TeacherCache:
-    fingerprint = {"teacher": source, "image_size": args.image_size, "seed": seed, "copies": args.copies,
-                   "photos": hashlib.sha256("\n".join(train_names).encode()).hexdigest()[:16]}
+    fingerprint = {"teacher": source, "image_size": args.image_size, "map_queries": args.map_queries, "seed": seed,
+                   "copies": args.copies, "photos": hashlib.sha256("\n".join(train_names).encode()).hexdigest()[:16]}
     return TeacherCache(str(scratch / f"seed{seed}" / "teacher_cache"), args.crop_cycle, fingerprint)
 
 

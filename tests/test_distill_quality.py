@@ -219,6 +219,22 @@ def test_each_selection_runs_the_models_own_extractor_and_fill(tmp_path):
     assert not torch.allclose(centred[1], patches)
 
 
+@pytest.mark.parametrize("map_queries", ["patches", "cls"])
+def test_lookwhere_students_train_every_map_cell_on_the_chosen_map_target(map_queries):
+    """Both LookWhere students resize their map with antialiasing (lookwhere_from_teacher's, as the training script's);
+    --map-queries picks the map target the cache serves and the oracle selects by."""
+    model = teacher()
+    args = dq.parse_args(["--smoke", "--map-queries", map_queries])
+    for name in ("LookWhere-S random init", "LookWhere-S from teacher"):
+        assert dq.new_student(name, model, args, 0)[0].config.selector_map_antialias, name
+    pixels = torch.randn(2, 3, 28, 28)
+    _, _, served, _ = dq.cached_targets(model, (2, 2), args.map_queries)(pixels)
+    _, _, chosen = dq.teacher_targets_and_map(model, pixels, (2, 2), map_queries)
+    _, _, other = dq.teacher_targets_and_map(model, pixels, (2, 2), {"patches": "cls", "cls": "patches"}[map_queries])
+    torch.testing.assert_close(served, chosen.half().float(), atol=0, rtol=0)
+    assert not torch.allclose(served, other.half().float())
+
+
 def test_a_missing_teacher_is_one_line(tmp_path):
     with pytest.raises(SystemExit) as stop:
         dq.main(["--smoke", "--teacher", str(tmp_path / "nowhere"), "--scratch-dir", str(tmp_path / "scratch")])
@@ -256,6 +272,7 @@ def test_scratch_folder_is_refused_unless_the_benchmark_made_it(tmp_path):
     (["--k-max", "300"], "--k-max <= 64"),
     (["--seeds", "1", "1"], "repeats a seed"),
     (["--rerun-seed", "5"], "is not one of --seeds"),
+    (["--map-queries", "registers"], "argument --map-queries: invalid choice: 'registers'"),
 ])
 def test_bad_arguments_are_one_line(argv, words, capsys):
     with pytest.raises(SystemExit) as stop:

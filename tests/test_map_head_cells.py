@@ -62,6 +62,9 @@ def test_without_antialiasing_a_5x_shrink_trains_only_the_centre_cells():
 @pytest.mark.parametrize("overrides, expected", [({}, True), ({"selector_map_antialias": False}, False)])
 def test_the_training_script_trains_with_the_antialiased_map_unless_overridden(teacher_dir, image_dir, tmp_path,
                                                                               overrides, expected):
-    distill_lookwhere.main(lookwhere_args(teacher_dir, image_dir, tmp_path, "--max-steps", "1",
+    """The exported config keeps the map numerics; --map-queries is among the arguments the model card prints."""
+    distill_lookwhere.main(lookwhere_args(teacher_dir, image_dir, tmp_path, "--max-steps", "1", "--map-queries", "cls",
                                           "--config-overrides", json.dumps(overrides)))
     assert AutoModel.from_pretrained(tmp_path / "final").config.selector_map_antialias is expected
+    recipe = json.loads((tmp_path / "final" / "training_recipe.json").read_text())  # what the model card prints
+    assert recipe["args"]["map_queries"] == "cls" and "--map-queries cls" in recipe["command"]
