@@ -234,6 +234,30 @@ def test_selector_learns_through_map_and_global_tokens(pixel_values):
     assert model.extractor.layers[0].attention.qkv.weight.grad.abs().sum() > 0
 
 
+@pytest.mark.parametrize("padded", [False, True], ids=["one_size", "pixel_mask"])
+def test_backward_is_bit_identical_across_identical_passes(padded):
+    # Advanced-index backward (index_put_ with accumulate) adds in parallel on a multi-threaded CPU: with the position
+    # gather written that way, most of these passes differed in the last bits of the position table's gradient.
+    torch.set_num_threads(2)  # restored by conftest's process_state_restored
+    torch.manual_seed(0)
+    model = LookWhereModel(tiny_lookwhere_config(hidden_size=64, image_size=148, num_hidden_layers=1)).train()
+    pixel_values = torch.randn(8, 3, 148, 148, generator=torch.Generator().manual_seed(1))  # a 37 x 37 grid
+    pixel_mask = torch.ones(8, 148, 148, dtype=torch.long)
+    pixel_mask[::2, 128:] = 0  # every other image a 32 x 37 grid: positions gathered from each image's own table
+
+    def gradients() -> dict:
+        model.zero_grad(set_to_none=True)
+        out = model(pixel_values, k=100, pixel_mask=pixel_mask if padded else None)
+        out.last_hidden_state.square().mean().backward()
+        return {name: param.grad.clone() for name, param in model.named_parameters() if param.grad is not None}
+
+    first = gradients()
+    for _ in range(10):
+        again = gradients()
+        assert all(torch.equal(again[name], grad) for name, grad in first.items()), [
+            name for name, grad in first.items() if not torch.equal(again[name], grad)]
+
+
 def test_classification_head_freezes_the_selector(pixel_values):
     model = LookWhereForImageClassification(tiny_lookwhere_config(num_labels=4))
     out = model(pixel_values, labels=torch.tensor([0, 3]), k=12)

@@ -115,6 +115,17 @@ def test_lookwhere_runs_the_teacher_once_per_step(teacher_dir, image_dir, tmp_pa
     assert json.loads((tmp_path / "final" / "training_recipe.json").read_text())["method"] == "lookwhere"
 
 
+def test_two_identical_lookwhere_runs_give_bit_identical_weights(teacher_dir, image_dir, tmp_path):
+    # On 2 threads, with the extractor's positions gathered by advanced indexing, the two runs' weights differed.
+    torch.set_num_threads(2)  # restored by conftest's process_state_restored
+    common = ["--max-steps", "2", "--image-size", "96", "--batch-size", "8", "--k-min", "130", "--k-max", "140",
+              "--num-workers", "0"]
+    for run in ("first", "second"):
+        distill_lookwhere.main(lookwhere_args(teacher_dir, image_dir, tmp_path / run, *common))
+    first, second = (load_file(tmp_path / run / "final" / "model.safetensors") for run in ("first", "second"))
+    assert [name for name, tensor in first.items() if not torch.equal(second[name], tensor)] == []
+
+
 def test_schedule_is_the_same_with_gradient_accumulation_and_resolutions_are_drawn(teacher_dir, image_dir, tmp_path):
     distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "plain", *SCHEDULE))
     distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "accumulated", *SCHEDULE,

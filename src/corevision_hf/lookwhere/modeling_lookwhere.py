@@ -384,14 +384,17 @@ class LookWhereExtractor(nn.Module):
             indices = indices.clamp(min=0)  # an unused slot embeds cell 0, and no token attends to it
             prefix = kept.new_ones(kept.shape[0], prefix_tokens.shape[1])
             attention_mask = additive_key_mask(torch.cat([prefix, kept], dim=1))
+        # Rows are taken with F.embedding: its backward sums each row's gradients in a fixed order on CPU and GPU,
+        # where advanced indexing's (index_put_ with accumulate) adds them in parallel, different bits every run.
         if image_grids is None:
-            positions = self.resize_positions(grid)[0][indices]  # (B, k, D)
+            positions = F.embedding(indices, self.resize_positions(grid)[0])  # (B, k, D)
         else:
             side = int(self.position_embeddings.shape[1] ** 0.5)
             table = self.position_embeddings.transpose(1, 2).unflatten(-1, (side, side))  # (1, D, G, G)
             tables = resize_in_images(table, torch.full_like(image_grids, side), image_grids, grid, "bicubic",
                                       self.antialias).flatten(2).transpose(1, 2)  # (B, Hp * Wp, D), float32
-            positions = tables.gather(1, indices[..., None].expand(-1, -1, tables.shape[-1])).to(table.dtype)
+            rows = indices + tables.shape[1] * torch.arange(indices.shape[0], device=indices.device)[:, None]
+            positions = F.embedding(rows, tables.flatten(0, 1)).to(table.dtype)
         # Positions are added per patch before anything mixes tokens, so the order of kept tokens does not matter.
         tokens = self.patch_embeddings.embed_selected(pixel_values, indices) + positions
         hidden_states = torch.cat([prefix_tokens.to(tokens.dtype), tokens], dim=1)
@@ -473,10 +476,11 @@ class DenseFill:
     def __call__(self, kept: torch.Tensor) -> torch.Tensor:
         batch_size, k, dim = kept.shape
         tokens = kept.float().reshape(-1, dim)  # weighted sums in float32 whatever the tokens' dtype
-        # One weighted gather per neighbour, accumulated in place: no (B, N, n, D) intermediate.
+        # One weighted gather per neighbour, accumulated in place: no (B, N, n, D) intermediate. F.embedding, whose
+        # backward sums in a fixed order on GPU too (index_select's adds atomically there).
         dense = tokens.new_zeros(self.neighbours.shape[0], dim)
         for neighbour, weight in zip(self.neighbours.unbind(1), self.weights.unbind(1)):
-            dense.addcmul_(tokens.index_select(0, neighbour), weight[:, None])
+            dense.addcmul_(F.embedding(neighbour, tokens), weight[:, None])
         dense = torch.cat([dense.view(batch_size, -1, dim), dense.new_zeros(batch_size, 1, dim)], dim=1).to(kept.dtype)
         return dense.scatter(1, self.destinations[..., None].expand(-1, -1, dim), kept)[:, : self.num_cells]
 
