@@ -97,14 +97,15 @@ def num_kept(config, grid: tuple[int, int], k=None, k_ratio=None, max_gflops=Non
 
 
 # k = floor(k_ratio * N), computed in float64 with a relative tolerance, so that a decimal ratio keeps what it says:
-# the product 0.29 * 100 is 28.999999999999996, an ulp short of 29. export.py's graph and web/budget.js compute the
-# same float64 expression, in the same order, and so get the same k.
-RATIO_TOLERANCE = 1e-9
+# the product 0.29 * 100 is 28.999999999999996, an ulp short of 29. The tolerance is above half a float32 ulp of a
+# ratio in (0, 1] (3e-8), so a ratio that went through float32 (0.28999999...) keeps its decimal's k too. export.py's
+# graph and web/budget.js compute the same float64 expression, in the same order, and so get the same k.
+RATIO_TOLERANCE = 1e-7
 
 
 def kept_for_ratio(k_ratio: float, num_patches: int) -> int:
-    """k for `k_ratio` of `num_patches`: floor(k_ratio * N + 1e-9 * N) clamped to [1, N], i.e. floor(k_ratio * N)
-    exact for decimal ratios (0.29 of 100 patches keeps 29, 0.57 keeps 57)."""
+    """k for `k_ratio` of `num_patches`: floor(k_ratio * N + 1e-7 * N) clamped to [1, N], i.e. floor(k_ratio * N)
+    exact for decimal ratios, in float64 or float32 (0.29 of 100 patches keeps 29, 0.57 keeps 57)."""
     return min(num_patches, max(1, math.floor(k_ratio * num_patches + RATIO_TOLERANCE * num_patches)))
 
 
