@@ -485,6 +485,12 @@ class DenseFill:
         return dense.scatter(1, self.destinations[..., None].expand(-1, -1, dim), kept)[:, : self.num_cells]
 
 
+def fill_hidden_states(fill: Callable, hidden_states: tuple) -> tuple:
+    """`fill` applied to each hidden state; the entries a list-valued `output_hidden_states` did not select stay
+    None."""
+    return tuple(None if state is None else fill(state) for state in hidden_states)
+
+
 def slots_for_mass(kept: torch.Tensor, cap: int | None, k_mass) -> int:
     """The selection's slots for `k_mass` counts `kept` (B,): the cap when one was given, else the batch's largest
     count, read to the host here (with a tensor `k_mass`, whose range is checked in the same read). The one place a
@@ -748,7 +754,8 @@ class LookWhereModel(LookWherePreTrainedModel):
             kept = kept_in_images(self.config, grids, k, kept_ratio, budget_given)
             selected_indices = select_in_images(selector_map, k, kept, cells)
         # What: the extractor embeds and runs the kept patches only, after the selector's global tokens.
-        extracted = self.extract(pixel_values, selected_indices, global_tokens, grids, k_mass is not None, **kwargs)
+        extracted = self.extract(pixel_values, selected_indices, global_tokens, grids, k_mass is not None,
+                                 return_dict=True, **kwargs)
         outputs = LookWhereModelOutput(
             last_hidden_state=extracted.last_hidden_state,
             pooler_output=extracted.last_hidden_state[:, 0],
@@ -763,7 +770,7 @@ class LookWhereModel(LookWherePreTrainedModel):
             outputs.last_hidden_state = fill(outputs.last_hidden_state)
             outputs.patch_tokens = outputs.last_hidden_state[:, 1 + self.config.num_register_tokens :]
             if outputs.hidden_states is not None:
-                outputs.hidden_states = tuple(fill(state) for state in outputs.hidden_states)
+                outputs.hidden_states = fill_hidden_states(fill, outputs.hidden_states)
         return outputs if return_dict else outputs.to_tuple()
 
     @capture_outputs(tie_last_hidden_states=False)
@@ -813,7 +820,7 @@ class LookWhereModel(LookWherePreTrainedModel):
         fill, as for `last_hidden_state`). Returns a tuple with one (B, Hp * Wp, D) tensor per block, (B, D, Hp, Wp)
         maps if `reshape`, or (patch tokens, (B, D) CLS) pairs if `return_class_token`."""
         outputs = self(pixel_values, k=k, k_ratio=k_ratio, fill_dense=False, pixel_mask=pixel_mask, k_mass=k_mass,
-                       output_hidden_states=True)
+                       output_hidden_states=True, return_dict=True)
         blocks = outputs.hidden_states[1:]  # [0] is the embedding output
         num_prefix = 1 + self.config.num_register_tokens
         grid = (pixel_values.shape[2] // self.config.patch_size, pixel_values.shape[3] // self.config.patch_size)
@@ -873,14 +880,15 @@ class LookWhereForImageClassification(LookWhereTaskModel):
         labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
             Class indices for the cross-entropy loss (mean-squared error when `num_labels == 1`).
         """
-        outputs = self.lookwhere(pixel_values, k=k, k_ratio=k_ratio, k_mass=k_mass, fill_dense=False, **kwargs)
+        outputs = self.lookwhere(pixel_values, k=k, k_ratio=k_ratio, k_mass=k_mass, fill_dense=False, return_dict=True,
+                                 **kwargs)
         logits = self.classifier(outputs.pooler_output)
         loss = self.loss_function(labels, logits, self.config, **kwargs) if labels is not None else None
         hidden_states = outputs.hidden_states
         if hidden_states is not None:  # filled onto the grid, as the base model gives them (the logits need no fill)
             grid = (pixel_values.shape[2] // self.config.patch_size, pixel_values.shape[3] // self.config.patch_size)
             fill = self.lookwhere.dense_fill(outputs.selected_indices, outputs.selector_map, grid)
-            hidden_states = tuple(fill(state) for state in hidden_states)
+            hidden_states = fill_hidden_states(fill, hidden_states)
         return ImageClassifierOutput(
             loss=loss, logits=logits, hidden_states=hidden_states, attentions=outputs.attentions
         )
@@ -912,7 +920,7 @@ class LookWhereForSemanticSegmentation(LookWhereTaskModel):
             Per-pixel class indices; `config.semantic_loss_ignore_index` (255) is ignored, and so is padding.
         """
         outputs = self.lookwhere(pixel_values, k=k, k_ratio=k_ratio, fill_dense=True, pixel_mask=pixel_mask,
-                                 k_mass=k_mass, **kwargs)
+                                 k_mass=k_mass, return_dict=True, **kwargs)
         batch_size, _, height, width = pixel_values.shape
         patch = self.config.patch_size
         patch_logits = self.classifier(outputs.patch_tokens)  # (B, Hp * Wp, labels)
@@ -951,7 +959,8 @@ class LookWhereBackbone(BackboneMixin, LookWhereTaskModel):
         k_mass: float | torch.Tensor | None = None,
         **kwargs,
     ) -> BackboneOutput:
-        outputs = self.lookwhere(pixel_values, k=k, k_ratio=k_ratio, k_mass=k_mass, fill_dense=False, **kwargs)
+        outputs = self.lookwhere(pixel_values, k=k, k_ratio=k_ratio, k_mass=k_mass, fill_dense=False, return_dict=True,
+                                 **kwargs)
         batch_size, _, height, width = pixel_values.shape
         grid_height, grid_width = height // self.config.patch_size, width // self.config.patch_size
         dense = self.lookwhere.dense_fill(outputs.selected_indices, outputs.selector_map, (grid_height, grid_width))
@@ -967,7 +976,7 @@ class LookWhereBackbone(BackboneMixin, LookWhereTaskModel):
             if self.config.reshape_hidden_states:
                 patch_tokens = patch_tokens.transpose(1, 2).reshape(batch_size, -1, grid_height, grid_width)
             feature_maps.append(patch_tokens)
-        hidden_states = tuple(dense(state) for state in outputs.hidden_states)  # on the grid, as the model gives them
+        hidden_states = fill_hidden_states(dense, outputs.hidden_states)  # on the grid, as the model gives them
         return BackboneOutput(feature_maps=tuple(feature_maps), hidden_states=hidden_states, attentions=outputs.attentions)
 
 
