@@ -114,7 +114,7 @@ def main(argv=None) -> None:
                                     accelerator, args.augment)
 
         def validate(student):
-            return held_out(student, teacher, teacher_mean.centre(accelerator))
+            return held_out(student, teacher, teacher_mean.validation_centre(accelerator))
 
     def draws(step: int) -> dict:
         return {"k": patches_kept(draw_int(args.k_min, args.k_max, args.seed, step), slots)}
