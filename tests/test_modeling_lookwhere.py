@@ -317,7 +317,7 @@ def test_a_list_of_hidden_states_selects_those_of_all(pixel_values, head):
 def test_return_dict_false_gives_the_dict_outputs_tuple(pixel_values, head):
     torch.manual_seed(0)
     model = head(tiny_lookwhere_config(num_labels=3)).eval()
-    as_tuple = head(tiny_lookwhere_config(num_labels=3, return_dict=False)).eval()  # from_pretrained(..., return_dict=False)
+    as_tuple = head(tiny_lookwhere_config(num_labels=3, return_dict=False)).eval()  # as from_pretrained(..., that)
     as_tuple.load_state_dict(model.state_dict())
     expected = model(pixel_values, output_hidden_states=True).to_tuple()
     for outputs in (as_tuple(pixel_values, output_hidden_states=True),

@@ -2,10 +2,10 @@
 (`corevision_hf.agreement.per_image_agreement(..., centre)`) subtract, so that a student outputting the mean token
 scores 0 there. Validation uses the mean as it stood at the run's first validation, fixed from then on and kept in
 the checkpoints (`validation_centre`), so that every step's score, and so `best/`, is measured against one centre;
-the export holds the mean over every crop. Summed on the device during training (no host read), reduced over processes when asked, saved with
-every checkpoint (per process: a resume continues the sums) and into every exported folder as
-`teacher_mean.safetensors` (tensors "cls" and "patch", (D,) float32; metadata "cls_count", "patch_count": the tokens
-averaged)."""
+the export holds the mean over every crop. Summed on the device during training (no host read), reduced over
+processes when asked, saved with every checkpoint (per process: a resume continues the sums) and into every exported
+folder as `teacher_mean.safetensors` (tensors "cls" and "patch", (D,) float32; metadata "cls_count", "patch_count":
+the tokens averaged)."""
 
 import os
 
