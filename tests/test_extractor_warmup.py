@@ -68,6 +68,20 @@ def test_the_extractor_stays_bit_identical_while_frozen_then_moves_with_its_ramp
     assert recipe["args"]["freeze_extractor_steps"] == 2 and recipe["args"]["extractor_warmup_steps"] == 2
 
 
+def test_the_ramp_applies_without_a_frozen_phase(teacher_dir, image_dir, tmp_path, monkeypatch):
+    warmup = ExtractorWarmup.from_args(argparse.Namespace(warmup_steps=7, freeze_extractor_steps=0,
+                                                          extractor_warmup_steps=3), True)
+    assert (warmup.freeze_steps, warmup.warmup_steps) == (0, 3)
+    records = record_steps(monkeypatch)
+    distill_lookwhere.main(lookwhere_args(teacher_dir, image_dir, tmp_path, "--max-steps", "4", "--lr", "1e-3",
+                                          "--extractor-warmup-steps", "2"))
+    for step, record in enumerate(records):
+        lr = 1e-3 * warmup_cosine(step, 0, 4, 0.0)
+        assert record["lrs"][False] == pytest.approx(lr)
+        assert record["lrs"][True] == pytest.approx(lr * [0.5, 1, 1, 1][step])
+    assert not equal(records[0]["extractor"], records[1]["extractor"])  # nothing frozen: it trains from step 0
+
+
 def test_a_resume_inside_the_frozen_phase_gives_the_uninterrupted_weights(teacher_dir, image_dir, tmp_path):
     common = ["--max-steps", "5", "--checkpoint-every", "1", "--freeze-extractor-steps", "3", "--lr", "1e-3"]
     distill_lookwhere.main(lookwhere_args(teacher_dir, image_dir, tmp_path / "straight", *common))

@@ -80,6 +80,17 @@ def test_images_with_different_maps_keep_different_counts(model):
     assert model(torch.stack(images_with_scales((0.5, 5.0, 50.0))), k_mass=1.0).num_kept.tolist() == [64] * 3
 
 
+@pytest.mark.parametrize("attention", ["flash_attention_2", "flash_attention_3", "flex_attention"])
+@pytest.mark.parametrize("budget", [{"k_mass": 0.6}, {"k_mass": 0.6, "k": 20}, {"k_mass": torch.tensor(0.6)}, {}])
+def test_k_mass_is_refused_by_name_with_attention_that_takes_no_float_mask(attention, budget):
+    """k_mass masks each image's unused slots with an additive float mask: flash would read it as 0/1 padding."""
+    torch.manual_seed(0)
+    model = LookWhereModel(tiny_lookwhere_config(default_k_mass=None if budget else 0.6)).eval()
+    model.config._attn_implementation = attention  # as loaded with it (needs a GPU or a compile here)
+    with pytest.raises(ValueError, match=f"^k_mass needs eager or sdpa attention, not '{attention}'"):
+        model(torch.randn(2, 3, 32, 32), **budget)
+
+
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 @pytest.mark.parametrize("cap", [{}, {"k": 20}, {"k_ratio": 0.3}])
 @torch.no_grad()

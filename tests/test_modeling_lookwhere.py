@@ -25,6 +25,7 @@ from corevision_hf import (
     lookwhere_from_teacher,
     save_model_folder,
 )
+from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio
 from corevision_hf.lookwhere.modeling_lookwhere import (
     inverse_distance_fill,
     resize_position_table,
@@ -210,6 +211,16 @@ def test_k_ratio_keeps_the_floor_of_its_decimal_share_of_the_grid(model, k_ratio
     assert lookwhere_flops(model.config, 40, k_ratio=k_ratio) == lookwhere_flops(model.config, 40, k=kept)
 
 
+def test_a_float32_ratio_keeps_what_its_decimal_keeps():
+    # float32(0.29) is 0.28999999165..., times 100 is 8e-7 short of 29: a tolerance below a float32 ulp kept 28.
+    assert kept_for_ratio(torch.tensor(0.29).item(), 100) == 29
+    for patches in (7, 64, 100, 1369, 4096):
+        for hundredths in range(1, 101):
+            ratio = hundredths / 100
+            assert kept_for_ratio(torch.tensor(ratio).item(), patches) == kept_for_ratio(ratio, patches) == max(
+                1, hundredths * patches // 100), (ratio, patches)
+
+
 @pytest.mark.parametrize(
     "pixel_values, message",
     [
@@ -232,6 +243,30 @@ def test_selector_learns_through_map_and_global_tokens(pixel_values):
     assert model.selector.map_head[0].weight.grad.abs().sum() > 0
     assert model.selector.cls_token.grad.abs().sum() > 0
     assert model.extractor.layers[0].attention.qkv.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["one_size", "pixel_mask"])
+def test_backward_is_bit_identical_across_identical_passes(padded):
+    # Advanced-index backward (index_put_ with accumulate) adds in parallel on a multi-threaded CPU: with the position
+    # gather written that way, most of these passes differed in the last bits of the position table's gradient.
+    torch.set_num_threads(2)  # restored by conftest's process_state_restored
+    torch.manual_seed(0)
+    model = LookWhereModel(tiny_lookwhere_config(hidden_size=64, image_size=148, num_hidden_layers=1)).train()
+    pixel_values = torch.randn(8, 3, 148, 148, generator=torch.Generator().manual_seed(1))  # a 37 x 37 grid
+    pixel_mask = torch.ones(8, 148, 148, dtype=torch.long)
+    pixel_mask[::2, 128:] = 0  # every other image a 32 x 37 grid: positions gathered from each image's own table
+
+    def gradients() -> dict:
+        model.zero_grad(set_to_none=True)
+        out = model(pixel_values, k=100, pixel_mask=pixel_mask if padded else None)
+        out.last_hidden_state.square().mean().backward()
+        return {name: param.grad.clone() for name, param in model.named_parameters() if param.grad is not None}
+
+    first = gradients()
+    for _ in range(10):
+        again = gradients()
+        assert all(torch.equal(again[name], grad) for name, grad in first.items()), [
+            name for name, grad in first.items() if not torch.equal(again[name], grad)]
 
 
 def test_classification_head_freezes_the_selector(pixel_values):
@@ -262,6 +297,37 @@ def test_every_heads_hidden_states_are_the_base_models_filled_onto_the_grid(pixe
     assert len(out.hidden_states) == len(base.hidden_states)
     for state, expected in zip(out.hidden_states, base.hidden_states):
         torch.testing.assert_close(state, expected, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("head", [LookWhereModel, *HEADS], ids=lambda head: head.__name__)
+def test_a_list_of_hidden_states_selects_those_of_all(pixel_values, head):
+    # transformers 5 selects layers by index and leaves the others None: the fill must pass them through.
+    torch.manual_seed(0)
+    model = head(tiny_lookwhere_config(num_labels=3)).eval()
+    every = model(pixel_values, output_hidden_states=True).hidden_states
+    for chosen in ([-1], [0, 2]):
+        states = model(pixel_values, output_hidden_states=chosen).hidden_states
+        selected = [i % len(every) for i in chosen]
+        assert [i for i, state in enumerate(states) if state is not None] == selected
+        for i in selected:
+            torch.testing.assert_close(states[i], every[i], atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("head", [LookWhereModel, *HEADS], ids=lambda head: head.__name__)
+def test_return_dict_false_gives_the_dict_outputs_tuple(pixel_values, head):
+    torch.manual_seed(0)
+    model = head(tiny_lookwhere_config(num_labels=3)).eval()
+    as_tuple = head(tiny_lookwhere_config(num_labels=3, return_dict=False)).eval()  # as from_pretrained(..., that)
+    as_tuple.load_state_dict(model.state_dict())
+    expected = model(pixel_values, output_hidden_states=True).to_tuple()
+    for outputs in (as_tuple(pixel_values, output_hidden_states=True),
+                    model(pixel_values, output_hidden_states=True, return_dict=False)):
+        assert isinstance(outputs, tuple) and len(outputs) == len(expected)
+        for got, want in zip(outputs, expected):
+            torch.testing.assert_close(got, want, atol=0, rtol=0)
+    if head is LookWhereModel:
+        torch.testing.assert_close(as_tuple.get_intermediate_layers(pixel_values, n=2),
+                                   model.get_intermediate_layers(pixel_values, n=2))
 
 
 @pytest.mark.parametrize("head", HEADS, ids=lambda head: head.__name__)

@@ -221,3 +221,20 @@ def test_training_utilities(tiny_config, images):
 def test_torch_compile(tiny_model, images):
     compiled = torch.compile(tiny_model, backend="aot_eager", fullgraph=False)
     torch.testing.assert_close(compiled(images, num_cores=4).last_hidden_state, tiny_model(images, num_cores=4).last_hidden_state)
+
+
+@pytest.mark.parametrize("head", [VecaModel, VecaForImageClassification, VecaBackbone], ids=lambda head: head.__name__)
+def test_return_dict_false_gives_the_dict_outputs_tuple(images, head):
+    torch.manual_seed(0)
+    model = head(tiny_veca_config(num_labels=3)).eval()
+    as_tuple = head(tiny_veca_config(num_labels=3, return_dict=False)).eval()  # as from_pretrained(..., that)
+    as_tuple.load_state_dict(model.state_dict())
+    expected = model(images, output_hidden_states=[0, -1]).to_tuple()
+    for outputs in (as_tuple(images, output_hidden_states=[0, -1]),
+                    model(images, output_hidden_states=[0, -1], return_dict=False)):
+        assert isinstance(outputs, tuple) and len(outputs) == len(expected)
+        for got, want in zip(outputs, expected):
+            torch.testing.assert_close(got, want, atol=0, rtol=0)
+    if head is VecaModel:
+        torch.testing.assert_close(as_tuple.get_intermediate_layers(images, n=2),
+                                   model.get_intermediate_layers(images, n=2))

@@ -31,6 +31,45 @@ def test_the_centre_is_the_mean_over_every_token_and_survives_a_checkpoint_and_a
     assert load_teacher_mean(tmp_path / "elsewhere") is None
 
 
+def test_the_validation_centre_is_fixed_at_the_first_validation_and_kept_by_a_checkpoint(tmp_path):
+    torch.manual_seed(0)
+    teacher_mean = TeacherMean()
+    assert teacher_mean.validation_centre() is None
+    teacher_mean.update(torch.randn(3, 8), torch.randn(3, 4, 8))
+    first = teacher_mean.validation_centre()
+    assert all(torch.equal(a, b) for a, b in zip(first, teacher_mean.centre()))
+    teacher_mean.update(torch.randn(2, 8) + 5, torch.randn(2, 9, 8) + 5)  # the running mean moves on
+    assert not torch.equal(teacher_mean.centre()[0], first[0])
+    assert all(torch.equal(a, b) for a, b in zip(teacher_mean.validation_centre(), first))  # every later validation
+    save_state(teacher_mean, tmp_path, 0)
+    resumed = TeacherMean()
+    load_state(resumed, tmp_path, 0)
+    resumed.update(torch.randn(2, 8) - 5, torch.randn(2, 4, 8) - 5)
+    assert all(torch.equal(a, b) for a, b in zip(resumed.validation_centre(), first))
+    teacher_mean.save(tmp_path)  # the export keeps the running mean over every training crop
+    assert all(torch.equal(a, b) for a, b in zip(load_teacher_mean(tmp_path), teacher_mean.centre()))
+
+
+def test_every_validation_of_a_run_and_of_its_resume_uses_one_centre(teacher_dir, image_dir, tmp_path, monkeypatch):
+    from training import distill_veca
+    from training.validation import HeldOutAgreement
+
+    centres, score = [], HeldOutAgreement.__call__
+
+    def spy(self, student, teacher, centre=None):
+        centres.append(centre)
+        return score(self, student, teacher, centre)
+
+    monkeypatch.setattr(HeldOutAgreement, "__call__", spy)
+    common = ["--max-steps", "4", "--eval-every", "2", "--checkpoint-every", "2", "--eval-data", image_dir,
+              "--eval-images", "2"]
+    distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "straight", *common))
+    distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "resumed", *common, "--stop-at-step", "3"))
+    distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "resumed", *common, "--resume"))
+    assert len(centres) == 4  # steps 2 and 4, then step 2 before the stop and step 4 after the resume
+    assert all(torch.equal(a, b) for centre in centres[1:] for a, b in zip(centre, centres[0]))
+
+
 def test_a_corrupt_file_is_one_line(tmp_path):
     (tmp_path / FILE).write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
     with pytest.raises(ValueError, match=r"is corrupt .*export the model folder again") as error:

@@ -115,6 +115,17 @@ def test_lookwhere_runs_the_teacher_once_per_step(teacher_dir, image_dir, tmp_pa
     assert json.loads((tmp_path / "final" / "training_recipe.json").read_text())["method"] == "lookwhere"
 
 
+def test_two_identical_lookwhere_runs_give_bit_identical_weights(teacher_dir, image_dir, tmp_path):
+    # On 2 threads, with the extractor's positions gathered by advanced indexing, the two runs' weights differed.
+    torch.set_num_threads(2)  # restored by conftest's process_state_restored
+    common = ["--max-steps", "2", "--image-size", "96", "--batch-size", "8", "--k-min", "130", "--k-max", "140",
+              "--num-workers", "0"]
+    for run in ("first", "second"):
+        distill_lookwhere.main(lookwhere_args(teacher_dir, image_dir, tmp_path / run, *common))
+    first, second = (load_file(tmp_path / run / "final" / "model.safetensors") for run in ("first", "second"))
+    assert [name for name, tensor in first.items() if not torch.equal(second[name], tensor)] == []
+
+
 def test_schedule_is_the_same_with_gradient_accumulation_and_resolutions_are_drawn(teacher_dir, image_dir, tmp_path):
     distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "plain", *SCHEDULE))
     distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "accumulated", *SCHEDULE,
@@ -469,16 +480,32 @@ def test_a_best_of_another_score_measure_is_replaced_by_the_first_new_score(tmp_
     assert best == (0.3, "centred cosine") and exported == ["best"]
 
 
-def test_a_run_made_before_an_argument_existed_resumes_with_that_argument_off(tmp_path):
-    """run.json of an older version lacks arguments added since (LookWhere's --freeze-extractor-steps): resuming is
-    accepted with them off (the run as it was made), refused with them on."""
+def test_a_run_made_before_an_argument_existed_resumes_at_its_value_from_then(tmp_path):
+    """run.json of an older version lacks the arguments added since: the run resumes at each one's value from before it
+    existed (training.checkpointing.BEFORE_IT_EXISTED), and at no other; one with no such value is refused by name."""
     from training.checkpointing import check_output_dir
 
-    old_args = {"resume": False, "overwrite": False, "seed": 0, "batch_size": 2}
-    (tmp_path / "run.json").write_text(json.dumps({"script": "training.distill_lookwhere", "args": old_args,
-                                                   "num_processes": 1}))
-    now = {**old_args, "resume": True, "freeze_extractor_steps": 0, "extractor_warmup_steps": None}
-    check_output_dir(str(tmp_path), {"script": "training.distill_lookwhere", "args": now, "num_processes": 1})
-    with pytest.raises(ValueError, match=r"--freeze-extractor-steps was None .* now 100"):
-        check_output_dir(str(tmp_path), {"script": "training.distill_lookwhere",
-                                         "args": {**now, "freeze_extractor_steps": 100}, "num_processes": 1})
+    def record(args: dict) -> dict:
+        return {"script": "training.distill_lookwhere", "args": args, "num_processes": 1}
+
+    now = vars(distill_lookwhere.parse_args(["--teacher", "t", "--data", "d", "--output-dir", str(tmp_path),
+                                             "--max-steps", "9", "--resume"]))
+    # a LookWhere run from before the authors' step (#36) and the extractor's warm-up: none of these was "off" then
+    added = ("config_overrides", "map_queries", "k_slots", "freeze_extractor_steps", "extractor_warmup_steps")
+    old = {name: value for name, value in now.items() if name not in added}
+    (tmp_path / "run.json").write_text(json.dumps(record({**old, "resume": False})))
+    check_output_dir(str(tmp_path), record(now))
+    for name, value, message in [("map_queries", "authors", "--map-queries was 'patches'"),
+                                 ("config_overrides", '{"layer_norm_eps": 1e-05}', "--config-overrides was '{}'"),
+                                 ("freeze_extractor_steps", 100, "--freeze-extractor-steps was 0")]:
+        with pytest.raises(ValueError, match=re.escape(f"--resume: {message} in the run in {tmp_path}, now {value!r}")):
+            check_output_dir(str(tmp_path), record({**now, name: value}))
+    # from before --tf32 (TF32 off, torch's default then): resumes with --no-tf32 only
+    (tmp_path / "run.json").write_text(json.dumps(record({n: v for n, v in old.items() if n != "tf32"})))
+    with pytest.raises(ValueError, match="--tf32 was False"):
+        check_output_dir(str(tmp_path), record(now))
+    check_output_dir(str(tmp_path), record({**now, "tf32": False}))
+    # from before --shuffle-buffer: streams were not shuffled, which no value gives again
+    (tmp_path / "run.json").write_text(json.dumps(record({n: v for n, v in old.items() if n != "shuffle_buffer"})))
+    with pytest.raises(ValueError, match="^--resume: the run in .* was made before --shuffle-buffer existed"):
+        check_output_dir(str(tmp_path), record(now))

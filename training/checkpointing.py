@@ -26,7 +26,7 @@ from .teacher_mean import load_state, save_state
 # size (a run that diverged
 # continues from its last good checkpoint with a lower learning rate or tighter clipping).
 RESUMABLE = ("resume", "overwrite", "stop_at_step", "checkpoint_every", "keep_checkpoints", "log_every", "log_with",
-             "output_dir", "lr", "min_lr", "max_grad_norm", "compile", "gradient_checkpointing")
+             "output_dir", "lr", "min_lr", "max_grad_norm", "compile", "gradient_checkpointing", "collective_timeout")
 # What a run writes into its --output-dir: what makes a folder "used", and all that --overwrite deletes.
 RUN_FILES = ("run.json", "metrics.jsonl", "validation.jsonl", "checkpoints", "final", "best", "teacher_cache", "logs")
 MANIFEST = "manifest.json"
@@ -48,9 +48,20 @@ def run_record(script: str, args, num_processes: int) -> dict:
     return {"script": script, "args": vars(args), "num_processes": num_processes}
 
 
-# An argument a run's run.json does not name (the run predates it) resumes at one of these values: they leave the
-# option off, so the run continues as it was made (e.g. --freeze-extractor-steps 0).
-OFF_VALUES = (None, 0, False)
+# Every argument added to the scripts after their first version (git log -S add_argument -- training/), with the
+# value that gives the run as it was before the argument existed: a run.json that lacks one resumes at that value, and
+# at no other. A missing argument not named here (--shuffle-buffer: streams were not shuffled before it) is refused.
+BEFORE_IT_EXISTED = {
+    # the recipes, validation and VECA stage 2 (#25)
+    "recipe": None, "augment": "simple", "optimizer": "adamw", "warmup_start_lr": 0.0, "eval_every": 0,
+    "eval_data": None, "eval_images": 64, "eval_budgets": None, "eval_resolutions": None, "teacher_microbatch": None,
+    "init_from": None, "patch_embed_from_teacher": False, "batch_sizes": None,
+    # training at scale (#27): TF32 was torch's default, off; one image column was read, "image"
+    "teacher_dtype": "fp32", "tf32": False, "image_column": "image",
+    # LookWhere: the teacher cache, the authors' step (#36), the extractor's warm-up
+    "teacher_cache": 0, "k_slots": None, "config_overrides": "{}", "map_queries": "patches",
+    "freeze_extractor_steps": 0, "extractor_warmup_steps": None,
+}
 
 
 def check_output_dir(output_dir: str, record: dict) -> None:
@@ -82,13 +93,19 @@ def check_output_dir(output_dir: str, record: dict) -> None:
             f"python -m {previous_script}, or choose a new --output-dir."
         )
     for name, value in args.items():
-        if name not in previous["args"] and value in OFF_VALUES:
-            continue  # an argument added since the run was made, left off: the run as it was
-        if name not in RESUMABLE and previous["args"].get(name) != value:
+        if name in RESUMABLE:
+            continue
+        if name not in previous["args"] and name not in BEFORE_IT_EXISTED:
+            raise ValueError(
+                f"--resume: the run in {output_dir} was made before --{name.replace('_', '-')} existed, and no value "
+                "of it gives that run again; start a new run (or choose a new --output-dir)."
+            )
+        before = previous["args"].get(name, BEFORE_IT_EXISTED.get(name))  # the run as it was made
+        if before != value:
             hidden = ("resume", "overwrite", "stop_at_step")
             changeable = ", ".join("--" + n.replace("_", "-") for n in RESUMABLE if n not in hidden)
             raise ValueError(
-                f"--resume: --{name.replace('_', '-')} was {previous['args'].get(name)!r} in the run in {output_dir}, "
+                f"--resume: --{name.replace('_', '-')} was {before!r} in the run in {output_dir}, "
                 f"now {value!r}; resume with the same arguments (only {changeable} may change), or choose a new "
                 "--output-dir."
             )

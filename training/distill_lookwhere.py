@@ -59,8 +59,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="optimisation steps at the start in which only the selector trains and the extractor's "
                              "weights stay as copied from the teacher (0: the authors' recipe)")
     parser.add_argument("--extractor-warmup-steps", type=int, default=None,
-                        help="after those, the extractor's learning rate ramps up linearly from 0 over this many "
-                             "steps (default: --warmup-steps)")
+                        help="after those (or from step 0), the extractor's learning rate ramps up linearly from 0 "
+                             "over this many steps (default: --warmup-steps after frozen steps, else no ramp)")
     return parse(parser, argv, SCRIPT)
 
 
@@ -119,7 +119,7 @@ def main(argv=None) -> None:
                                     accelerator, args.augment)
 
         def validate(student):
-            return held_out(student, teacher, teacher_mean.centre(accelerator))
+            return held_out(student, teacher, teacher_mean.validation_centre(accelerator))
 
     def draws(step: int) -> dict:
         return {"k": patches_kept(draw_int(args.k_min, args.k_max, args.seed, step), slots)}

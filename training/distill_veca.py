@@ -156,7 +156,7 @@ def main(argv=None) -> None:
                                     args.eval_images, accelerator, args.augment)
 
         def validate(student):
-            return held_out(student, teacher, teacher_mean.centre(accelerator))
+            return held_out(student, teacher, teacher_mean.validation_centre(accelerator))
 
     def draws(step: int) -> dict:
         _, phase_sizes, weights = [phase for phase in phases if phase[0] <= step][-1]

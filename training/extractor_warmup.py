@@ -37,8 +37,8 @@ def split_extractor_groups(optimizer: DistillOptimizer, model: torch.nn.Module) 
     parameters in a group marked "extractor". A ValueError when `model` has no extractor."""
     names = extractor_names(model)
     if not names:
-        raise ValueError(f"--freeze-extractor-steps: the {model.config.model_type} student has no LookWhere "
-                         "extractor to freeze; use 0.")
+        raise ValueError(f"--freeze-extractor-steps / --extractor-warmup-steps: the {model.config.model_type} student "
+                         "has no LookWhere extractor to freeze or ramp; leave them out.")
     groups = []
     for group in optimizer.param_groups:
         for extractor in (False, True):
@@ -59,12 +59,12 @@ class ExtractorWarmup:
     @classmethod
     def from_args(cls, args, single_process: bool) -> "ExtractorWarmup | None":
         """From run_args.freeze_extractor_steps (default 0: none) and extractor_warmup_steps (default: warmup_steps);
-        None when nothing is frozen."""
+        None when nothing is frozen and no ramp was asked for (a ramp alone starts at step 0)."""
         freeze = getattr(args, "freeze_extractor_steps", 0) or 0
         warmup = getattr(args, "extractor_warmup_steps", None)
         if freeze < 0 or (warmup is not None and warmup < 0):
             raise ValueError(f"--freeze-extractor-steps {freeze} and --extractor-warmup-steps {warmup} must be >= 0.")
-        if freeze == 0:
+        if freeze == 0 and not warmup:
             return None
         return cls(freeze, args.warmup_steps if warmup is None else warmup, single_process)
 

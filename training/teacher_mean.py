@@ -1,9 +1,11 @@
 """The teacher's mean CLS and patch token over the training crops: the centre that the centred agreement measures
 (`corevision_hf.agreement.per_image_agreement(..., centre)`) subtract, so that a student outputting the mean token
-scores 0 there. Summed on the device during training (no host read), reduced over processes when asked, saved with
-every checkpoint (per process: a resume continues the sums) and into every exported folder as
-`teacher_mean.safetensors` (tensors "cls" and "patch", (D,) float32; metadata "cls_count", "patch_count": the tokens
-averaged)."""
+scores 0 there. Validation uses the mean as it stood at the run's first validation, fixed from then on and kept in
+the checkpoints (`validation_centre`), so that every step's score, and so `best/`, is measured against one centre;
+the export holds the mean over every crop. Summed on the device during training (no host read), reduced over
+processes when asked, saved with every checkpoint (per process: a resume continues the sums) and into every exported
+folder as `teacher_mean.safetensors` (tensors "cls" and "patch", (D,) float32; metadata "cls_count", "patch_count":
+the tokens averaged)."""
 
 import os
 
@@ -22,6 +24,7 @@ class TeacherMean:
         self.device = torch.device(device)
         self.cls_sum = self.patch_sum = None
         self.cls_count = self.patch_count = 0
+        self.fixed_centre = None
 
     def update(self, cls: torch.Tensor, patches: torch.Tensor) -> None:
         """Adds a batch of teacher targets: cls (B, D), patches (B, N, D)."""
@@ -54,6 +57,13 @@ class TeacherMean:
         width = (vector.numel() - 2) // 2
         return ((vector[:width] / vector[-2]).float(), (vector[width : 2 * width] / vector[-1]).float())
 
+    def validation_centre(self, accelerator=None) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The centre every validation of the run uses: `centre` at the first call that has tokens (a collective with
+        several processes, as validation is), then that same pair, also after a resume (`state_dict` keeps it)."""
+        if self.fixed_centre is None:
+            self.fixed_centre = self.centre(accelerator)
+        return self.fixed_centre
+
     def save(self, folder: str, accelerator=None) -> None:
         """Writes `folder/teacher_mean.safetensors` (the main process, under a temporary name then renamed); every
         process must call it. Nothing is written before any token was seen."""
@@ -69,17 +79,23 @@ class TeacherMean:
         os.replace(path + ".tmp", path)
 
     def state_dict(self) -> dict:
-        """This process's sums and counts (a checkpoint holds one per process)."""
+        """This process's sums and counts (a checkpoint holds one per process), and the validation centre once fixed."""
         if self.cls_sum is None:
             return {}
-        return {"cls_sum": self.cls_sum.cpu(), "patch_sum": self.patch_sum.cpu(),
-                "counts": torch.tensor([self.cls_count, self.patch_count], dtype=torch.int64)}
+        state = {"cls_sum": self.cls_sum.cpu(), "patch_sum": self.patch_sum.cpu(),
+                 "counts": torch.tensor([self.cls_count, self.patch_count], dtype=torch.int64)}
+        if self.fixed_centre is not None:
+            state["validation_cls"], state["validation_patch"] = (t.cpu() for t in self.fixed_centre)
+        return state
 
     def load_state_dict(self, state: dict) -> None:
+        self.fixed_centre = None  # a checkpoint from before the first validation, or from before it was kept
         if not state:
             self.cls_sum = self.patch_sum = None
             self.cls_count = self.patch_count = 0
             return
+        if "validation_cls" in state:
+            self.fixed_centre = (state["validation_cls"].to(self.device), state["validation_patch"].to(self.device))
         self.cls_sum = state["cls_sum"].to(self.device, torch.float64)
         self.patch_sum = state["patch_sum"].to(self.device, torch.float64)
         self.cls_count, self.patch_count = (int(c) for c in state["counts"])

@@ -97,14 +97,15 @@ def num_kept(config, grid: tuple[int, int], k=None, k_ratio=None, max_gflops=Non
 
 
 # k = floor(k_ratio * N), computed in float64 with a relative tolerance, so that a decimal ratio keeps what it says:
-# the product 0.29 * 100 is 28.999999999999996, an ulp short of 29. export.py's graph and web/budget.js compute the
-# same float64 expression, in the same order, and so get the same k.
-RATIO_TOLERANCE = 1e-9
+# the product 0.29 * 100 is 28.999999999999996, an ulp short of 29. The tolerance is above half a float32 ulp of a
+# ratio in (0, 1] (3e-8), so a ratio that went through float32 (0.28999999...) keeps its decimal's k too. export.py's
+# graph and web/budget.js compute the same float64 expression, in the same order, and so get the same k.
+RATIO_TOLERANCE = 1e-7
 
 
 def kept_for_ratio(k_ratio: float, num_patches: int) -> int:
-    """k for `k_ratio` of `num_patches`: floor(k_ratio * N + 1e-9 * N) clamped to [1, N], i.e. floor(k_ratio * N)
-    exact for decimal ratios (0.29 of 100 patches keeps 29, 0.57 keeps 57)."""
+    """k for `k_ratio` of `num_patches`: floor(k_ratio * N + 1e-7 * N) clamped to [1, N], i.e. floor(k_ratio * N)
+    exact for decimal ratios, in float64 or float32 (0.29 of 100 patches keeps 29, 0.57 keeps 57)."""
     return min(num_patches, max(1, math.floor(k_ratio * num_patches + RATIO_TOLERANCE * num_patches)))
 
 
@@ -125,11 +126,19 @@ def mass_for_call(config, batch_size: int, k=None, k_ratio=None, max_gflops=None
     """The `k_mass` a forward keeps patches by (None: a fixed k), checked: the call's, else `config.default_k_mass`
     when the call gives no budget. A number in (0, 1], or a floating-point tensor of shape () or (batch_size,) (one
     mass per image), whose values are checked where forward reads the kept counts; `k` / `k_ratio` may come with it
-    (a cap), `max_gflops` may not."""
+    (a cap), `max_gflops` may not. Only with eager or sdpa attention."""
     if k_mass is None:
-        if k is None and k_ratio is None and max_gflops is None:
-            return config.default_k_mass
-        return None
+        if k is not None or k_ratio is not None or max_gflops is not None:
+            return None
+        k_mass = config.default_k_mass
+        if k_mass is None:
+            return None
+    attention = config._attn_implementation
+    if attention not in ("eager", "sdpa"):  # flash reads a float mask as 0/1 padding; flex's CPU kernel fails on it
+        raise ValueError(
+            f"k_mass needs eager or sdpa attention, not {attention!r} (each image's unused slots are masked out of "
+            'attention): load the model with attn_implementation="sdpa", or give a fixed k or k_ratio instead.'
+        )
     if max_gflops is not None:
         raise ValueError(
             f"k_mass={k_mass!r} and max_gflops={max_gflops!r} each choose the budget: give one (k_mass may come with k "

@@ -384,14 +384,17 @@ class LookWhereExtractor(nn.Module):
             indices = indices.clamp(min=0)  # an unused slot embeds cell 0, and no token attends to it
             prefix = kept.new_ones(kept.shape[0], prefix_tokens.shape[1])
             attention_mask = additive_key_mask(torch.cat([prefix, kept], dim=1))
+        # Rows are taken with F.embedding: its backward sums each row's gradients in a fixed order on CPU and GPU,
+        # where advanced indexing's (index_put_ with accumulate) adds them in parallel, different bits every run.
         if image_grids is None:
-            positions = self.resize_positions(grid)[0][indices]  # (B, k, D)
+            positions = F.embedding(indices, self.resize_positions(grid)[0])  # (B, k, D)
         else:
             side = int(self.position_embeddings.shape[1] ** 0.5)
             table = self.position_embeddings.transpose(1, 2).unflatten(-1, (side, side))  # (1, D, G, G)
             tables = resize_in_images(table, torch.full_like(image_grids, side), image_grids, grid, "bicubic",
                                       self.antialias).flatten(2).transpose(1, 2)  # (B, Hp * Wp, D), float32
-            positions = tables.gather(1, indices[..., None].expand(-1, -1, tables.shape[-1])).to(table.dtype)
+            rows = indices + tables.shape[1] * torch.arange(indices.shape[0], device=indices.device)[:, None]
+            positions = F.embedding(rows, tables.flatten(0, 1)).to(table.dtype)
         # Positions are added per patch before anything mixes tokens, so the order of kept tokens does not matter.
         tokens = self.patch_embeddings.embed_selected(pixel_values, indices) + positions
         hidden_states = torch.cat([prefix_tokens.to(tokens.dtype), tokens], dim=1)
@@ -473,12 +476,19 @@ class DenseFill:
     def __call__(self, kept: torch.Tensor) -> torch.Tensor:
         batch_size, k, dim = kept.shape
         tokens = kept.float().reshape(-1, dim)  # weighted sums in float32 whatever the tokens' dtype
-        # One weighted gather per neighbour, accumulated in place: no (B, N, n, D) intermediate.
+        # One weighted gather per neighbour, accumulated in place: no (B, N, n, D) intermediate. F.embedding, whose
+        # backward sums in a fixed order on GPU too (index_select's adds atomically there).
         dense = tokens.new_zeros(self.neighbours.shape[0], dim)
         for neighbour, weight in zip(self.neighbours.unbind(1), self.weights.unbind(1)):
-            dense.addcmul_(tokens.index_select(0, neighbour), weight[:, None])
+            dense.addcmul_(F.embedding(neighbour, tokens), weight[:, None])
         dense = torch.cat([dense.view(batch_size, -1, dim), dense.new_zeros(batch_size, 1, dim)], dim=1).to(kept.dtype)
         return dense.scatter(1, self.destinations[..., None].expand(-1, -1, dim), kept)[:, : self.num_cells]
+
+
+def fill_hidden_states(fill: Callable, hidden_states: tuple) -> tuple:
+    """`fill` applied to each hidden state; the entries a list-valued `output_hidden_states` did not select stay
+    None."""
+    return tuple(None if state is None else fill(state) for state in hidden_states)
 
 
 def slots_for_mass(kept: torch.Tensor, cap: int | None, k_mass) -> int:
@@ -744,7 +754,8 @@ class LookWhereModel(LookWherePreTrainedModel):
             kept = kept_in_images(self.config, grids, k, kept_ratio, budget_given)
             selected_indices = select_in_images(selector_map, k, kept, cells)
         # What: the extractor embeds and runs the kept patches only, after the selector's global tokens.
-        extracted = self.extract(pixel_values, selected_indices, global_tokens, grids, k_mass is not None, **kwargs)
+        extracted = self.extract(pixel_values, selected_indices, global_tokens, grids, k_mass is not None,
+                                 return_dict=True, **kwargs)
         outputs = LookWhereModelOutput(
             last_hidden_state=extracted.last_hidden_state,
             pooler_output=extracted.last_hidden_state[:, 0],
@@ -759,7 +770,7 @@ class LookWhereModel(LookWherePreTrainedModel):
             outputs.last_hidden_state = fill(outputs.last_hidden_state)
             outputs.patch_tokens = outputs.last_hidden_state[:, 1 + self.config.num_register_tokens :]
             if outputs.hidden_states is not None:
-                outputs.hidden_states = tuple(fill(state) for state in outputs.hidden_states)
+                outputs.hidden_states = fill_hidden_states(fill, outputs.hidden_states)
         return outputs if return_dict else outputs.to_tuple()
 
     @capture_outputs(tie_last_hidden_states=False)
@@ -809,7 +820,7 @@ class LookWhereModel(LookWherePreTrainedModel):
         fill, as for `last_hidden_state`). Returns a tuple with one (B, Hp * Wp, D) tensor per block, (B, D, Hp, Wp)
         maps if `reshape`, or (patch tokens, (B, D) CLS) pairs if `return_class_token`."""
         outputs = self(pixel_values, k=k, k_ratio=k_ratio, fill_dense=False, pixel_mask=pixel_mask, k_mass=k_mass,
-                       output_hidden_states=True)
+                       output_hidden_states=True, return_dict=True)
         blocks = outputs.hidden_states[1:]  # [0] is the embedding output
         num_prefix = 1 + self.config.num_register_tokens
         grid = (pixel_values.shape[2] // self.config.patch_size, pixel_values.shape[3] // self.config.patch_size)
@@ -869,14 +880,15 @@ class LookWhereForImageClassification(LookWhereTaskModel):
         labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
             Class indices for the cross-entropy loss (mean-squared error when `num_labels == 1`).
         """
-        outputs = self.lookwhere(pixel_values, k=k, k_ratio=k_ratio, k_mass=k_mass, fill_dense=False, **kwargs)
+        outputs = self.lookwhere(pixel_values, k=k, k_ratio=k_ratio, k_mass=k_mass, fill_dense=False, return_dict=True,
+                                 **kwargs)
         logits = self.classifier(outputs.pooler_output)
         loss = self.loss_function(labels, logits, self.config, **kwargs) if labels is not None else None
         hidden_states = outputs.hidden_states
         if hidden_states is not None:  # filled onto the grid, as the base model gives them (the logits need no fill)
             grid = (pixel_values.shape[2] // self.config.patch_size, pixel_values.shape[3] // self.config.patch_size)
             fill = self.lookwhere.dense_fill(outputs.selected_indices, outputs.selector_map, grid)
-            hidden_states = tuple(fill(state) for state in hidden_states)
+            hidden_states = fill_hidden_states(fill, hidden_states)
         return ImageClassifierOutput(
             loss=loss, logits=logits, hidden_states=hidden_states, attentions=outputs.attentions
         )
@@ -908,7 +920,7 @@ class LookWhereForSemanticSegmentation(LookWhereTaskModel):
             Per-pixel class indices; `config.semantic_loss_ignore_index` (255) is ignored, and so is padding.
         """
         outputs = self.lookwhere(pixel_values, k=k, k_ratio=k_ratio, fill_dense=True, pixel_mask=pixel_mask,
-                                 k_mass=k_mass, **kwargs)
+                                 k_mass=k_mass, return_dict=True, **kwargs)
         batch_size, _, height, width = pixel_values.shape
         patch = self.config.patch_size
         patch_logits = self.classifier(outputs.patch_tokens)  # (B, Hp * Wp, labels)
@@ -947,7 +959,8 @@ class LookWhereBackbone(BackboneMixin, LookWhereTaskModel):
         k_mass: float | torch.Tensor | None = None,
         **kwargs,
     ) -> BackboneOutput:
-        outputs = self.lookwhere(pixel_values, k=k, k_ratio=k_ratio, k_mass=k_mass, fill_dense=False, **kwargs)
+        outputs = self.lookwhere(pixel_values, k=k, k_ratio=k_ratio, k_mass=k_mass, fill_dense=False, return_dict=True,
+                                 **kwargs)
         batch_size, _, height, width = pixel_values.shape
         grid_height, grid_width = height // self.config.patch_size, width // self.config.patch_size
         dense = self.lookwhere.dense_fill(outputs.selected_indices, outputs.selector_map, (grid_height, grid_width))
@@ -963,7 +976,7 @@ class LookWhereBackbone(BackboneMixin, LookWhereTaskModel):
             if self.config.reshape_hidden_states:
                 patch_tokens = patch_tokens.transpose(1, 2).reshape(batch_size, -1, grid_height, grid_width)
             feature_maps.append(patch_tokens)
-        hidden_states = tuple(dense(state) for state in outputs.hidden_states)  # on the grid, as the model gives them
+        hidden_states = fill_hidden_states(dense, outputs.hidden_states)  # on the grid, as the model gives them
         return BackboneOutput(feature_maps=tuple(feature_maps), hidden_states=hidden_states, attentions=outputs.attentions)
 
 

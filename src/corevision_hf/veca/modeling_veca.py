@@ -555,7 +555,8 @@ class VecaModel(VecaPreTrainedModel):
         `output_projection_size`) if `norm`, so that the last block gives `patch_tokens` and core 0 `pooler_output`;
         without `norm`, the blocks' raw tokens (hidden_size wide). Returns a tuple with one (B, Hp * Wp, D) tensor per
         block, (B, D, Hp, Wp) maps if `reshape`, or (patch tokens, (B, D) core 0) pairs if `return_class_token`."""
-        outputs = self(pixel_values, num_cores=num_cores, pixel_mask=pixel_mask, output_hidden_states=True)
+        outputs = self(pixel_values, num_cores=num_cores, pixel_mask=pixel_mask, output_hidden_states=True,
+                       return_dict=True)
         blocks = outputs.hidden_states[1:]  # [0] is the embedding output
         active_cores = outputs.core_coordinates.shape[1]
         grid = (pixel_values.shape[2] // self.config.patch_size, pixel_values.shape[3] // self.config.patch_size)
@@ -598,7 +599,8 @@ class VecaForImageClassification(VecaPreTrainedModel):
         labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
             Class indices for the cross-entropy loss (mean-squared error when `num_labels == 1`).
         """
-        outputs: VecaModelOutput = self.veca(pixel_values, num_cores=num_cores, pixel_mask=pixel_mask, **kwargs)
+        outputs: VecaModelOutput = self.veca(pixel_values, num_cores=num_cores, pixel_mask=pixel_mask, return_dict=True,
+                                             **kwargs)
         patch_tokens = outputs.patch_tokens
         if pixel_mask is None:
             mean_patch = patch_tokens.mean(dim=1)
@@ -632,7 +634,7 @@ class VecaBackbone(BackboneMixin, VecaPreTrainedModel):
     @can_return_tuple
     @filter_output_hidden_states
     def forward(self, pixel_values: torch.Tensor, num_cores: int | None = None, **kwargs) -> BackboneOutput:
-        outputs: VecaModelOutput = self.veca(pixel_values, num_cores=num_cores, **kwargs)
+        outputs: VecaModelOutput = self.veca(pixel_values, num_cores=num_cores, return_dict=True, **kwargs)
         batch_size, _, height, width = pixel_values.shape
         grid_height, grid_width = height // self.config.patch_size, width // self.config.patch_size
         active_cores = outputs.core_coordinates.shape[1]
