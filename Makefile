@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 # installs as a .pth hook (transformers imports torchvision whenever it is installed); hence `pip show`, not an import.
 TORCHVISION_SPEC ?= torchvision==0.28.0
 
-.PHONY: setup demo app web test test-fast bench quality
+.PHONY: setup demo app web test test-fast bench quality tasks
 
 setup: $(VENV)/.installed
 
@@ -92,3 +92,12 @@ quality: setup $(VENV)/.teacher
 		--output-dir $(QUALITY_OUT)/cards/veca-ti $(CARD_ARGS)
 	$(PYTHON) -m evaluation.evaluate_budgets $(QUALITY_RUNS)/seed0/LookWhere-S_from_teacher/best \
 		--budgets 0.1 0.25 0.5 1.0 --output-dir $(QUALITY_OUT)/cards/lookwhere-s $(CARD_ARGS)
+
+# The sparse-recognition task of docs/tasks.md: the where check of the teacher's map targets, then
+# benchmarks.sparse_recognition (results in benchmarks/results/). `make tasks QUICK=1`: fewer canvases and steps,
+# everything under outputs/tasks_quick/. docs/tasks.md gives both times.
+TASKS_OUT := $(if $(QUICK),outputs/tasks_quick,benchmarks/results)
+tasks: setup $(VENV)/.teacher
+	$(PYTHON) -m evaluation.where_check --teacher offline-dinov2-small --out-dir $(TASKS_OUT)/where_check \
+		$(if $(QUICK),--canvases 16)
+	$(PYTHON) -m benchmarks.sparse_recognition $(if $(QUICK),--quick) --out-dir $(TASKS_OUT)

@@ -33,7 +33,8 @@
 7. Accuracy on the test canvases with a 95% bootstrap interval over canvases (--bootstrap resamples; paired for
    differences); GFLOPs (analytic) and ms per canvas (batch 1, alternated, --threads threads); the goals, met or not.
 
-Writes --out-dir/sparse_recognition.json, accuracy_vs_gflops.png and selections.png.
+Writes --out-dir/sparse_recognition.json, sparse_recognition.png (accuracy against GFLOPs) and
+sparse_recognition_selections.png (the cells each selection keeps on test canvases).
 """
 
 import argparse
@@ -562,11 +563,11 @@ def benchmark(argv=None) -> dict:
     progress("6/6 results")
     print_tables(report)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    save_figures_atomically({args.out_dir / "accuracy_vs_gflops.png": accuracy_figure(report),
-                             args.out_dir / "selections.png": selections_figure(measured, query)})
+    save_figures_atomically({args.out_dir / "sparse_recognition.png": accuracy_figure(report),
+                             args.out_dir / "sparse_recognition_selections.png": selections_figure(measured, query)})
     write_json(str(args.out_dir / "sparse_recognition.json"), report)
-    print(f"  wrote {args.out_dir / 'sparse_recognition.json'}, accuracy_vs_gflops.png and selections.png; total "
-          f"{report['total_time_s'] / 60:.1f} min", flush=True)
+    print(f"  wrote {args.out_dir / 'sparse_recognition.json'}, sparse_recognition.png and "
+          f"sparse_recognition_selections.png; total {report['total_time_s'] / 60:.1f} min", flush=True)
     return report
 
 
