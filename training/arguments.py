@@ -6,6 +6,9 @@ at once.
 
 import argparse
 
+# --map-queries: the teacher queries whose attention is LookWhere's map target (training.teacher's)
+MAP_QUERIES = ("patches", "authors", "cls")
+
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
     """The module docstring as written, and every argument's default."""

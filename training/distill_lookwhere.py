@@ -6,18 +6,22 @@
 
 The student starts from the teacher (`lookwhere_from_teacher`: the extractor is a copy, the selector its first
 blocks), with the numerics --config-overrides gives (the recipe: the authors' JAX training's LayerNorm epsilon, tanh
-GELU and antialiased resizes), which the exported student keeps. The teacher sees the full image once per sample: one forward gives its tokens and, through a hook, its
-last-layer attention map. Loss: CLS MSE + dense patch MSE after the fill + 0.1 KL between the teacher's attention map
-and the selector map. One k per step, uniform in [k_min, k_max] and a function of (seed, step) alone, so every
-process agrees; at most --k-slots patches run (the authors draw k up to 129 and select 128). AdamW decays only kernels (Linear and Conv2d weights), as the authors do. The loop (data per process,
-schedule, guarded update, validation, checkpoints, resume, export) is training.loop's. The final export is a hub-ready
-folder.
+GELU and antialiased resizes), which the exported student keeps. Its selector map is resized to the patch grid with
+antialiasing (selector_map_antialias=True, the authors' JAX training numerics) unless --config-overrides sets
+selector_map_antialias: a plain bilinear shrink of the map head's fine map (e.g. 40 x 40 to 8 x 8) would read, and so
+train, only the centre cell of each block. The teacher sees the full image once per sample: one forward gives its
+tokens and, through a hook, its last-layer attention map, the map target (--map-queries: the mean over the patch
+queries, the authors' positions, or the CLS query). Loss: CLS MSE + dense patch MSE after the fill + 0.1 KL between
+the teacher's attention map and the selector map. One k per step, uniform in [k_min, k_max] and a function of (seed,
+step) alone, so every process agrees; at most --k-slots patches run (the authors draw k up to 129 and select 128).
+AdamW decays only kernels (Linear and Conv2d weights), as the authors do. The loop (data per process, schedule,
+guarded update, validation, checkpoints, resume, export) is training.loop's. The final export is a hub-ready folder.
 """
 
 import argparse
 import sys
 
-from .arguments import check_positive, parse, parse_config_overrides, training_parser
+from .arguments import MAP_QUERIES, check_positive, parse, parse_config_overrides, training_parser
 
 SCRIPT = "training.distill_lookwhere"
 # Fields the teacher fixes: the student is a copy of it (depth and size of the selector have their own flags).
@@ -42,11 +46,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--k-slots", type=int, default=None,
                         help="M, the most patches the extractor keeps: a k drawn above it runs M (default: --k-max)")
     parser.add_argument("--config-overrides", default="{}",
-                        help='JSON of LookWhereConfig fields the teacher does not fix, e.g. {"layer_norm_eps": 1e-5}')
+                        help='JSON of LookWhereConfig fields the teacher does not fix, e.g. {"layer_norm_eps": 1e-5}; '
+                             'selector_map_antialias is true unless set here (every map-head cell trains)')
     parser.add_argument("--map-weight", type=float, default=0.1, help="weight of the attention-map KL")
-    parser.add_argument("--map-queries", default="patches", choices=["patches", "authors"],
-                        help="the teacher queries the map target averages: every patch token, or the authors' token "
-                             "positions 5..1373 (the same for a 4-register teacher at 518 px)")
+    parser.add_argument("--map-queries", default="patches", choices=MAP_QUERIES,
+                        help="the teacher queries the map target averages: every patch token, the authors' token "
+                             "positions 5..1373 (the same for a 4-register teacher at 518 px), or the CLS token alone")
     parser.add_argument("--teacher-microbatch", type=int, default=None, help="images per teacher forward (default: "
                         "the batch)")
     parser.add_argument("--eval-budgets", default=None, help='k validated, "16,128" (default: --k-min and --k-slots)')

@@ -15,6 +15,7 @@ from corevision_hf.agreement import teacher_input, teacher_patch_size, teacher_t
 from corevision_hf.loading import load_checked
 from corevision_hf.offline import check_hub_reachable
 
+from .arguments import MAP_QUERIES  # torch-free there, for the scripts' --help
 from .checkpointing import check_export
 
 
@@ -105,21 +106,21 @@ def load_teacher(name_or_path: str, dtype: torch.dtype = torch.float32) -> torch
 # The queries the LookWhere authors' map target averages over (`modeling.do_aggregate`: `attn_map[:, 5:1374]`, the patch
 # tokens of DINOv2 with 4 registers at 518 px); at other sizes or register counts, the positions that slice keeps.
 AUTHORS_MAP_QUERIES = slice(5, 1374)
-MAP_QUERIES = ("patches", "authors")  # --map-queries
 
 
 @torch.no_grad()
-def teacher_targets_and_map(
-    teacher, pixel_values: torch.Tensor, grid: tuple[int, int], queries: str = "patches"
+def teacher_targets_and_maps(
+    teacher, pixel_values: torch.Tensor, grid: tuple[int, int], queries: tuple[str, ...] = ("patches",)
 ) -> tuple:
     """One teacher forward for what-where distillation: CLS (B, D) and patch tokens (B, Hp * Wp, D) as in
-    `teacher_targets`, and the last-layer pre-softmax attention logits q.k / sqrt(d), averaged over heads and over the
-    queries, keys restricted to the patch tokens: (B, Hp * Wp). `queries`: "patches" (every patch token) or "authors"
-    (the token positions 5..1373, as the authors' code slices them: the same for a 4-register teacher with at most 37 x
-    37 patches). The logits are computed from the last attention's input, caught by a forward pre-hook (the teacher's
-    code is untouched); the mean over queries is taken before the product, which is the same."""
-    if queries not in MAP_QUERIES:
-        raise ValueError(f"queries must be one of {MAP_QUERIES}, got {queries!r}.")
+    `teacher_targets`, and {query: (B, Hp * Wp)} for each of `queries`: the last-layer pre-softmax attention logits
+    q.k / sqrt(d), averaged over heads and over the queries, keys restricted to the patch tokens. A query (MAP_QUERIES)
+    is "patches" (every patch token), "authors" (the token positions 5..1373, as the authors' code slices them: the
+    same for a 4-register teacher with at most 37 x 37 patches) or "cls" (the CLS token alone, token 0). The logits are
+    computed from the last attention's input, caught by a forward pre-hook (the teacher's code is untouched); the mean
+    over queries is taken before the product, which is the same."""
+    if unknown := [query for query in queries if query not in MAP_QUERIES]:
+        raise ValueError(f"queries must be among {MAP_QUERIES}, got {unknown[0]!r}.")
     if not teacher.config.model_type.startswith("dinov2"):
         raise ValueError(
             f"The attention-map target needs a DINOv2 teacher (learned positions); got {teacher.config.model_type}, "
@@ -138,14 +139,25 @@ def teacher_targets_and_map(
         hook.remove()
     hidden = captured["hidden"].float()  # the normalised input of the last attention
     normed = hidden[:, -grid[0] * grid[1] :]
+    query_tokens = {"patches": normed, "authors": hidden[:, AUTHORS_MAP_QUERIES], "cls": hidden[:, :1]}
     heads = teacher.config.num_attention_heads
     head_dim = normed.shape[-1] // heads
     # in float32 even under mixed precision: the KL target is a softmax of these logits
     with torch.autocast(normed.device.type, enabled=False):
-        mean_query_input = (normed if queries == "patches" else hidden[:, AUTHORS_MAP_QUERIES]).mean(1, keepdim=True)
-        query = F.linear(mean_query_input, attention.q_proj.weight.float(), attention.q_proj.bias.float())
         key = F.linear(normed, attention.k_proj.weight.float(), attention.k_proj.bias.float())
-        query = query.view(-1, 1, heads, head_dim).transpose(1, 2)  # (B, H, 1, d)
         key = key.view(key.shape[0], -1, heads, head_dim).transpose(1, 2)  # (B, H, N, d)
-        logits = (query @ key.transpose(-1, -2)).squeeze(2) / math.sqrt(head_dim)  # (B, H, N)
-    return cls, patches, logits.mean(1)
+        maps = {}
+        for name in queries:
+            mean_query_input = query_tokens[name].mean(1, keepdim=True)
+            query = F.linear(mean_query_input, attention.q_proj.weight.float(), attention.q_proj.bias.float())
+            query = query.view(-1, 1, heads, head_dim).transpose(1, 2)  # (B, H, 1, d)
+            maps[name] = ((query @ key.transpose(-1, -2)).squeeze(2) / math.sqrt(head_dim)).mean(1)  # (B, N)
+    return cls, patches, maps
+
+
+def teacher_targets_and_map(
+    teacher, pixel_values: torch.Tensor, grid: tuple[int, int], queries: str = "patches"
+) -> tuple:
+    """`teacher_targets_and_maps` with one query: (CLS (B, D), patches (B, Hp * Wp, D), map logits (B, Hp * Wp))."""
+    cls, patches, maps = teacher_targets_and_maps(teacher, pixel_values, grid, (queries,))
+    return cls, patches, maps[queries]

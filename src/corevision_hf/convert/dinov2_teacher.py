@@ -8,9 +8,11 @@ from ..lookwhere.modeling_lookwhere import resize_position_table
 
 
 def lookwhere_from_teacher(teacher: PreTrainedModel, **config_overrides) -> LookWhereModel:
-    """A LookWhere initialised from a transformers `Dinov2WithRegistersModel` or `Dinov2Model`, as the method
-    prescribes: the extractor is a copy of the teacher, the selector its first `selector_depth` blocks (with the
-    position table resized to the selector's grid); the map head starts random."""
+    """A LookWhere student to distil, initialised from a transformers `Dinov2WithRegistersModel` or `Dinov2Model` as
+    the method prescribes: the extractor is a copy of the teacher, the selector its first `selector_depth` blocks (with
+    the position table resized to the selector's grid); the map head starts random. Its selector map is resized with
+    antialiasing (`selector_map_antialias=True`, the authors' JAX training numerics), so that every cell of the map
+    head's fine map gets a gradient at any training size; `config_overrides` (any LookWhereConfig field) win."""
     teacher_config = teacher.config
     if getattr(teacher_config, "use_swiglu_ffn", False):
         raise ValueError("lookwhere_from_teacher supports DINOv2 teachers with a plain MLP (use_swiglu_ffn=False).")
@@ -47,6 +49,8 @@ def lookwhere_from_teacher(teacher: PreTrainedModel, **config_overrides) -> Look
             "selector_image_size": LookWhereConfig().selector_grid_size * teacher_config.patch_size,
             # transformers resizes DINOv2-with-registers position tables with antialiasing, DINOv2's without
             "interpolate_antialias": teacher_config.model_type == "dinov2_with_registers",
+            # without it, a shrink (e.g. 40 x 40 to 8 x 8) reads only the centre cells of the map head's fine map
+            "selector_map_antialias": True,
             **config_overrides,
         }
     )
