@@ -33,6 +33,7 @@ RANDOM_DRAWS = 3
 BOOTSTRAP_RESAMPLES = 2000
 DEFAULT_PHOTOS = ("astronaut.jpg", "chelsea.jpg", "coffee.jpg")  # of assets/photos/
 BATCH = 8  # canvases per teacher forward
+DIGIT_SIZE = 28  # the digits' side on the canvases measured (MNIST's own)
 
 
 def default_threads() -> int:
@@ -109,8 +110,8 @@ def measure(teacher, patch: int, args) -> dict:
     size = CANVAS_SIZE // patch * patch
     report = {}
     for variant in VARIANTS:
-        canvases = make_canvases(args.canvases, variant=variant, split="test", seed=args.seed, canvas_size=size,
-                                 cell=patch)
+        canvases = make_canvases(args.canvases, variant=variant, split="test", seed=args.seed, digit_size=DIGIT_SIZE,
+                                 canvas_size=size, cell=patch)
         label_cells = canvases.label_ink.reshape(args.canvases, -1) > 0
         maps = teacher_maps(teacher, canvases.images, patch)
         rng = np.random.default_rng([args.seed, VARIANTS.index(variant)])
@@ -169,16 +170,19 @@ def verdict(choice: dict, teacher: str) -> str:
 
 
 def draw(teacher, patch: int, photos: list[str], seed: int):
-    """A figure: one row per target, its map (per-panel colour scale) over each photo and one majority canvas."""
+    """A figure: one row per target, its map (per-panel colour scale) over each photo and one majority canvas, whose
+    label digits are outlined."""
     from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
 
     from corevision_hf.images import open_image
 
     size = CANVAS_SIZE // patch * patch
     images = [np.asarray(open_image(photo).resize((size, size))) for photo in photos]
-    images.append(make_canvases(1, split="test", seed=seed, canvas_size=size, cell=patch).images[0])
+    canvas = make_canvases(1, split="test", seed=seed, digit_size=DIGIT_SIZE, canvas_size=size, cell=patch)
+    images.append(canvas.images[0])
     maps = teacher_maps(teacher, np.stack(images), patch)
-    names = [Path(photo).stem for photo in photos] + ["majority canvas 0"]
+    names = [Path(photo).stem for photo in photos] + ["canvas (label: cyan)"]
     figure = Figure(figsize=(2.6 * len(images), 2.8 * len(MAP_QUERIES)), layout="constrained")
     axes = figure.subplots(len(MAP_QUERIES), len(images), squeeze=False)
     grid = size // patch
@@ -191,6 +195,9 @@ def draw(teacher, patch: int, photos: list[str], seed: int):
             axis.set_xticks([])
             axis.set_yticks([])
             axis.set_title(name if row == 0 else "", fontsize=9)
+        for digit_class, y, x, _ in canvas.layout[0]:
+            edge = "#00e5ff" if digit_class == canvas.labels[0] else "#888888"  # the label's digits, the others
+            axes[row, -1].add_patch(Rectangle((x, y), DIGIT_SIZE, DIGIT_SIZE, fill=False, edgecolor=edge, linewidth=1))
         axes[row, 0].set_ylabel(f"--map-queries {target}", fontsize=10)
     return figure
 
