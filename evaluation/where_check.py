@@ -67,28 +67,33 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def top_cells(maps: np.ndarray, fraction: float) -> np.ndarray:
-    """(N, C) scores -> (N, C) bool: each row's round(fraction * C) highest-scoring cells (at least 1)."""
-    count = max(1, round(fraction * maps.shape[1]))
-    chosen = np.zeros(maps.shape, dtype=bool)
-    np.put_along_axis(chosen, np.argsort(-maps, axis=1, kind="stable")[:, :count], True, axis=1)
-    return chosen
+def top_cells(scores, k: int):
+    """(N, C) scores -> (N, k) indices of each row's k highest-scoring cells, sorted."""
+    return scores.topk(k, dim=-1).indices.sort(dim=-1).values
 
 
-def coverage(maps: np.ndarray, label_cells: np.ndarray, fraction: float) -> np.ndarray:
-    """The share of each canvas's label cells (N, C) bool that lie in the top `fraction` of its map (N, C): (N,)."""
-    return (top_cells(maps, fraction) & label_cells).sum(1) / label_cells.sum(1).clip(min=1)
+def coverage(chosen, label_cells):
+    """(N,) share of each canvas's label-digit cells (N, C) bool among the `chosen` (N, k) cells."""
+    kept = label_cells.new_zeros(label_cells.shape).scatter_(1, chosen, True)
+    return (kept & label_cells).sum(1) / label_cells.sum(1).clamp(min=1)
 
 
-def bootstrap_interval(values: np.ndarray, resamples: np.ndarray) -> tuple[float, float]:
-    """The 95% percentile bootstrap interval of the mean of `values` (N,) over `resamples` (R, N), rows of canvas
-    indices drawn with replacement."""
-    means = values[resamples].mean(1)
-    low, high = np.percentile(means, [2.5, 97.5])
-    return float(low), float(high)
+def bootstrap_rows(count: int, resamples: int, seed: int):
+    """(resamples, count) canvas indices drawn with replacement: one set shared by every line (paired intervals)."""
+    import torch
+
+    return torch.randint(0, count, (resamples, count), generator=torch.Generator().manual_seed(seed + 17))
 
 
-def teacher_maps(teacher, images, patch: int) -> dict:
+def interval(values, rows) -> dict:
+    """Mean of per-canvas `values` (N,) and its 95% percentile-bootstrap interval over `rows` (a paired difference
+    when `values` are per-canvas differences)."""
+    means = values.double()[rows].mean(1)
+    low, high = (float(means.quantile(q)) for q in (0.025, 0.975))
+    return {"mean": float(values.double().mean()), "low": low, "high": high, "half_width": (high - low) / 2}
+
+
+def teacher_maps(teacher, images: np.ndarray, patch: int) -> dict:
     """{target: (N, Hp * Wp) float32 map logits} of uint8 RGB images (N, S, S, 3), BATCH at a time."""
     import torch
 
@@ -101,34 +106,33 @@ def teacher_maps(teacher, images, patch: int) -> dict:
         pixels = torch.stack([to_pixel_values(Image.fromarray(image)) for image in images[first : first + BATCH]])
         _, _, maps = teacher_targets_and_maps(teacher, pixels, grid, queries=MAP_QUERIES)
         for query, scores in maps.items():
-            parts[query].append(scores.float().numpy())
-    return {query: np.concatenate(scores) for query, scores in parts.items()}
+            parts[query].append(scores.float())
+    return {query: torch.cat(scores) for query, scores in parts.items()}
 
 
 def measure(teacher, patch: int, args) -> dict:
-    """{variant: {target or "random": {"top N%": {"mean", "low", "high", "per_canvas"}}}} on the test canvases."""
+    """{variant: {target or "random": {"top N%": {"mean", "low", "high", "half_width", "per_canvas"}}}} on the test
+    canvases."""
+    import torch
+
     size = CANVAS_SIZE // patch * patch
+    rows = bootstrap_rows(args.canvases, BOOTSTRAP_RESAMPLES, args.seed)
     report = {}
     for variant in VARIANTS:
         canvases = make_canvases(args.canvases, variant=variant, split="test", seed=args.seed, digit_size=DIGIT_SIZE,
                                  canvas_size=size, cell=patch)
-        label_cells = canvases.label_ink.reshape(args.canvases, -1) > 0
+        label_cells = torch.from_numpy(canvases.label_ink).reshape(args.canvases, -1) > 0
         maps = teacher_maps(teacher, canvases.images, patch)
-        rng = np.random.default_rng([args.seed, VARIANTS.index(variant)])
-        maps["random"] = rng.random((RANDOM_DRAWS, *label_cells.shape))
-        # the same resamples for every target: their intervals are over the same canvases
-        resamples = rng.integers(0, args.canvases, size=(BOOTSTRAP_RESAMPLES, args.canvases))
-        report[variant] = {}
-        for target, scores in maps.items():
-            report[variant][target] = {}
-            for fraction in FRACTIONS:
-                if target == "random":
-                    shares = np.mean([coverage(draw, label_cells, fraction) for draw in scores], axis=0)
-                else:
-                    shares = coverage(scores, label_cells, fraction)
-                low, high = bootstrap_interval(shares, resamples)
-                report[variant][target][f"top {fraction:.0%}"] = {
-                    "mean": float(shares.mean()), "low": low, "high": high, "per_canvas": shares.tolist()}
+        generator = torch.Generator().manual_seed(args.seed * len(VARIANTS) + VARIANTS.index(variant))
+        draws = torch.rand(RANDOM_DRAWS, *label_cells.shape, generator=generator)
+        report[variant] = {target: {} for target in (*maps, "random")}
+        for fraction in FRACTIONS:
+            k = max(1, round(fraction * label_cells.shape[1]))
+            shares = {target: coverage(top_cells(scores, k), label_cells) for target, scores in maps.items()}
+            shares["random"] = torch.stack([coverage(top_cells(draw, k), label_cells) for draw in draws]).mean(0)
+            for target, values in shares.items():
+                report[variant][target][f"top {fraction:.0%}"] = {**interval(values, rows),
+                                                                  "per_canvas": values.tolist()}
     return report
 
 
@@ -190,8 +194,8 @@ def draw(teacher, patch: int, photos: list[str], seed: int):
         for column, (image, name) in enumerate(zip(images, names)):
             axis = axes[row, column]
             axis.imshow(image)
-            axis.imshow(maps[target][column].reshape(grid, grid), cmap="magma", alpha=0.6, extent=(0, size, size, 0),
-                        interpolation="nearest")
+            axis.imshow(maps[target][column].reshape(grid, grid).numpy(), cmap="magma", alpha=0.6,
+                        extent=(0, size, size, 0), interpolation="nearest")
             axis.set_xticks([])
             axis.set_yticks([])
             axis.set_title(name if row == 0 else "", fontsize=9)
