@@ -215,10 +215,7 @@ def main(argv=None) -> dict:
     from training.teacher import load_teacher
 
     torch.set_num_threads(args.threads)
-    teacher = load_teacher(args.teacher)
-    if not teacher.config.model_type.startswith("dinov2"):
-        raise ValueError(f"--teacher {args.teacher} is a {teacher.config.model_type} model: the map targets need a "
-                         "DINOv2 teacher (learned positions).")
+    teacher = load_teacher(args.teacher)  # not a DINOv2: teacher_targets_and_maps's ValueError
     patch = teacher_patch_size(teacher)
     coverages = measure(teacher, patch, args)
     choice = pick(coverages)
