@@ -17,7 +17,7 @@
    trained with it.
 4. LookWhere-S from the teacher (`lookwhere_from_teacher`: extractor = the teacher, selector = its first 3 blocks at
    154 px, a new map head), distilled label-free on the training canvases of both variants by training.loop's
-   `distill` (the what-where loss, k uniform in k_ratio 0.05..0.25, the antialiased map resize so every map-head cell
+   `distill` (the what-where loss, k uniform in k_ratio 0.05..0.1, the antialiased map resize so every map-head cell
    learns, the extractor frozen for the first --freeze-extractor-steps then warmed up). Its untrained start is a row.
 5. Lines, on the same canvases, features = [CLS ; mean of the patch tokens kept] (the teacher: of all its patches):
    the teacher dense at 518 px; the teacher at the largest 14 px multiple whose GFLOPs fit LookWhere's at k_ratio 0.1
@@ -64,6 +64,7 @@ from corevision_hf.measure import alternated_latency  # noqa: E402
 from corevision_hf.visualize import save_figures_atomically  # noqa: E402
 from evaluation.probes import fit_linear_classifier  # noqa: E402
 from evaluation.sparse_digits import CELL, make_canvases  # noqa: E402
+from evaluation.where_check import bootstrap_rows, coverage, interval, top_cells  # noqa: E402  (shared measures)
 from training.arguments import training_parser  # noqa: E402
 from training.checkpointing import write_json  # noqa: E402
 from training.data import DataStats  # noqa: E402
@@ -78,6 +79,7 @@ ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ("single", "majority")
 K_RATIOS = (0.05, 0.1, 0.25)
 MAIN_K_RATIO = 0.1  # the goals' budget; every selection runs there, the selector, random and the ceiling at all three
+TRAIN_K_RATIOS = (0.05, 0.1)  # k drawn uniformly in this range each distillation step (the cheap budgets measured)
 PICK_K_RATIO = 0.1  # the where target is the map covering most label cells in its top 10% (evaluation.where_check)
 SELECTIONS = ("selector", "random", "centre", *(f"oracle_{query}" for query in MAP_QUERIES), "digits")
 # The selections whose features (and probes) are measured, per variant and k_ratio; the coverage of every selection is
@@ -89,7 +91,7 @@ FEATURE_LINES = {
                0.25: ("selector", "random")},
     "majority": {0.1: ("selector", "random", "digits")},
 }
-QUICK = dict(train=60, val=20, test=40, steps=20, freeze_extractor_steps=8, extractor_warmup_steps=4,
+QUICK = dict(train=48, val=16, test=32, steps=20, freeze_extractor_steps=10, extractor_warmup_steps=4,
              finetune_epochs=2, finetune_variants=["single"], out_dir=ROOT / "outputs" / "tasks_quick")
 SMOKE = dict(canvas_size=112, digit_size=14, strokes=4, train=16, val=6, test=8, steps=3, batch_size=4,
              freeze_extractor_steps=1, extractor_warmup_steps=1, selector_size=28, finetune_epochs=1, random_draws=2,
@@ -108,10 +110,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--digit-size", type=int, default=28, help="digit height and width in px (28: MNIST's own)")
     parser.add_argument("--strokes", type=int, default=50, help="scribble strokes per canvas")
     parser.add_argument("--canvas-size", type=int, default=518, help="canvas side in px, a multiple of 14")
-    parser.add_argument("--steps", type=int, default=80, help="distillation steps of the LookWhere-S student")
+    parser.add_argument("--steps", type=int, default=100, help="distillation steps of the LookWhere-S student")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--lr", type=float, default=1e-4, help="the student's peak learning rate")
-    parser.add_argument("--freeze-extractor-steps", type=int, default=30,
+    parser.add_argument("--freeze-extractor-steps", type=int, default=40,
                         help="the student's first steps train the selector and map head only")
     parser.add_argument("--extractor-warmup-steps", type=int, default=10, help="then the extractor's lr ramps up")
     parser.add_argument("--selector-size", type=int, default=154, help="the selector's low-resolution input in px")
@@ -255,16 +257,6 @@ def teacher_features_at(teacher, split: Split, size: int, batch_size: int) -> to
     return torch.cat(parts)
 
 
-def coverage(chosen: torch.Tensor, label_cells: torch.Tensor) -> torch.Tensor:
-    """(N,) share of each canvas's label-digit cells among the `chosen` (N, k) cells."""
-    kept = torch.zeros_like(label_cells).scatter_(1, chosen, True)
-    return (kept & label_cells).sum(1) / label_cells.sum(1).clamp(min=1)
-
-
-def top_cells(scores: torch.Tensor, k: int) -> torch.Tensor:
-    return scores.topk(k, dim=-1).indices.sort(dim=-1).values
-
-
 def pick_target(maps: dict, label_cells: torch.Tensor, k: int) -> dict:
     """Each teacher map's mean coverage of the label cells in its top-k cells on the training canvases, and the pick."""
     covered = {query: float(coverage(top_cells(m, k), label_cells).mean()) for query, m in maps.items()}
@@ -285,7 +277,7 @@ def distil_student(args, teacher, train: list[Split], targets: list[dict], query
     cls = torch.cat([t["cls"] for t in targets])
     patches = torch.cat([t["patches"] for t in targets])
     maps = torch.cat([t["maps"][query] for t in targets])
-    k_min, k_max = kept_for_ratio(min(K_RATIOS) / 2, cells), kept_for_ratio(max(K_RATIOS), cells)
+    k_min, k_max = kept_for_ratio(TRAIN_K_RATIOS[0], cells), kept_for_ratio(TRAIN_K_RATIOS[1], cells)
     run_args = training_parser(__doc__, lr=args.lr, min_lr=args.lr / 100, weight_decay=0.05).parse_args([
         "--teacher", args.teacher, "--data", "sparse-recognition canvases", "--output-dir", str(args.scratch_dir),
         "--overwrite", "--batch-size", str(args.batch_size), "--max-steps", str(args.steps),
@@ -453,19 +445,6 @@ def predict(model: FineTuned, split: Split, rows, batch_size: int, seed: int) ->
 
 
 # ---------------------------------------------------------------------------------------------------- statistics
-
-
-def bootstrap_rows(count: int, resamples: int, seed: int) -> torch.Tensor:
-    """(resamples, count) canvas indices drawn with replacement: one set shared by every line (paired intervals)."""
-    return torch.randint(0, count, (resamples, count), generator=torch.Generator().manual_seed(seed + 17))
-
-
-def interval(values: torch.Tensor, rows: torch.Tensor) -> dict:
-    """Mean of per-canvas `values` (N,) and its 95% percentile-bootstrap interval over `rows` (a paired difference
-    when `values` are per-canvas differences)."""
-    means = values.double()[rows].mean(1)
-    low, high = torch.quantile(means, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
-    return {"mean": float(values.double().mean()), "low": low, "high": high, "half_width": (high - low) / 2}
 
 
 def ratio_interval(values: torch.Tensor, reference: torch.Tensor, rows: torch.Tensor) -> dict:
