@@ -371,6 +371,9 @@ def test_help_shows_defaults_without_importing_torch():
     ("lookwhere", ["--k-min", "0"], "Need 1 <= k_min <= k_max"),
     ("lookwhere", ["--k-max", "17"], "Need 1 <= k_min <= k_max <= 16"),
     ("lookwhere", ["--selector-depth", "0"], "--selector-depth must be positive"),
+    ("lookwhere", ["--freeze-extractor-steps", "2"], "--freeze-extractor-steps 2 is not below --max-steps 2: the "
+                                                     "extractor would never train"),
+    ("lookwhere", ["--freeze-extractor-steps", "7"], "--freeze-extractor-steps 7 is not below --max-steps 2"),
 ])
 def test_bad_arguments_are_named(teacher_dir, image_dir, tmp_path, method, extra, message):
     script, make_args = METHODS[method]

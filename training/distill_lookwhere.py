@@ -75,6 +75,10 @@ def main(argv=None) -> None:
     from .validation import HeldOutAgreement
 
     check_optimizer("lookwhere", args.optimizer)
+    if args.freeze_extractor_steps >= args.max_steps:
+        raise ValueError(f"--freeze-extractor-steps {args.freeze_extractor_steps} is not below --max-steps "
+                         f"{args.max_steps}: the extractor would never train (final/ would hold the teacher's copy); "
+                         "lower it, or raise --max-steps.")
     if unknown := sorted(set(parse_config_overrides(args.config_overrides)) - set(LookWhereConfig().to_dict())):
         raise ValueError(f"--config-overrides sets {', '.join(unknown)}, which LookWhereConfig does not have.")
     accelerator = start(args, SCRIPT)
