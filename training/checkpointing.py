@@ -11,9 +11,11 @@ import shlex
 import shutil
 import sys
 
+import torch
 from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list, gather_object, load
 from accelerate.utils.constants import RNG_STATE_NAME
+from safetensors import SafetensorError
 
 from corevision_hf.cli import RunStopped
 from corevision_hf.outputs import sha256
@@ -159,13 +161,15 @@ def save_checkpoint(accelerator: Accelerator, output_dir: str, step: int, data_p
     if accelerator.is_main_process and os.path.exists(partial):
         shutil.rmtree(partial)  # left by a run that died while saving
     accelerator.wait_for_everyone()
-    with unwritable(partial, f"checkpoint_{step}", f"The earlier checkpoints in {output_dir}/checkpoints are intact: "
-                    "free some space, then --resume continues from the newest."):
+    failed = (partial, f"checkpoint_{step}", f"The earlier checkpoints in {output_dir}/checkpoints are intact: free "
+              "some space, then --resume continues from the newest.")
+    with unwritable(*failed):
         accelerator.save_state(partial)
         if teacher_mean is not None:
             save_state(teacher_mean, partial, accelerator.process_index)
-        accelerator.wait_for_everyone()
-        if accelerator.is_main_process:
+    accelerator.wait_for_everyone()  # outside: a collective's failure is the loop's to report, not a write's
+    if accelerator.is_main_process:
+        with unwritable(*failed):
             write_json(os.path.join(partial, "state.json"), {"step": step, "data_positions": positions})
             write_json(os.path.join(partial, MANIFEST), file_digests(partial))
             if os.path.exists(folder):  # the same step of this run, saved before a resume from an earlier checkpoint
@@ -178,16 +182,21 @@ def save_checkpoint(accelerator: Accelerator, output_dir: str, step: int, data_p
 
 @contextlib.contextmanager
 def unwritable(partial: str, what: str, continuation: str):
-    """Turns a failed write under `partial` (a full disk, an I/O error: OSError, or torch's writer's RuntimeError)
-    into a RunStopped naming `what`, after deleting the half-written `partial`."""
+    """Turns a failed write under `partial` (a full disk, an I/O error: OSError, or torch's zip writer's RuntimeError,
+    "file write failed" or "unexpected pos") into a RunStopped naming `what`, after deleting the half-written
+    `partial`. A collective's failure (a DistError) passes through."""
     try:
         yield
     except (OSError, RuntimeError) as error:
-        if isinstance(error, RuntimeError) and "write" not in str(error).lower():
+        if isinstance(error, torch.distributed.DistError):
             raise
         shutil.rmtree(partial, ignore_errors=True)
         raise RunStopped(f"could not write {what} ({' '.join(str(error).split())[:200]}): is the disk full? "
                          f"{continuation}") from None
+
+
+# What a damaged checkpoint file raises as it loads: a cut pickle or zip, a cut safetensors file, JSON, a missing key.
+UNLOADABLE = (pickle.UnpicklingError, EOFError, SafetensorError, RuntimeError, ValueError, KeyError, OSError)
 
 
 def load_checkpoint(accelerator: Accelerator, output_dir: str, teacher_mean=None) -> tuple[int, dict]:
@@ -212,7 +221,7 @@ def load_checkpoint(accelerator: Accelerator, output_dir: str, teacher_mean=None
                 accelerator.print(f"warning: --resume: {folder} holds no teacher mean (made before it was recorded); "
                                   "the exported teacher_mean.safetensors averages the crops from here on only")
             failure = None
-        except (pickle.UnpicklingError, RuntimeError, ValueError, KeyError, OSError) as error:
+        except UNLOADABLE as error:
             failure = f"{type(error).__name__}: {' '.join(str(error).split()).split('. ')[0]}"
         failures = [f for f in gather_object([failure]) if f]
         if not failures:
