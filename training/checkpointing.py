@@ -75,8 +75,7 @@ def check_output_dir(output_dir: str, record: dict) -> None:
         raise FileNotFoundError(
             f"--resume: {output_dir} holds no run to resume (no run.json); drop --resume to start one."
         )
-    with open(path) as f:
-        previous = json.load(f)
+    previous = read_run_record(path)
     previous_script = previous["script"]
     if previous_script != script:
         raise ValueError(
@@ -100,6 +99,25 @@ def check_output_dir(output_dir: str, record: dict) -> None:
             f"{record['num_processes']}; the data each process reads would change. Resume on "
             f"{previous['num_processes']} processes, or choose a new --output-dir."
         )
+
+
+def read_run_record(path: str) -> dict:
+    """The run record `path` (run.json: "script", "args", "num_processes", as `run_record` writes it); a ValueError in
+    one line naming the file when it is no JSON or lacks one of those."""
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (ValueError, UnicodeDecodeError) as error:
+        problem = f"not valid JSON: {error}"
+    else:
+        fields = {"script": str, "args": dict, "num_processes": int}
+        wrong = [name for name, kind in fields.items() if not isinstance(record, dict) or
+                 not isinstance(record.get(name), kind)]
+        if not wrong:
+            return record
+        problem = f"no {' or '.join(wrong)} of the kind a run writes"
+    raise ValueError(f"--resume: {path} is not a run record ({problem}): restore the run.json the run wrote, or start "
+                     "again with --overwrite.")
 
 
 def clear_run(output_dir: str) -> None:
