@@ -362,6 +362,7 @@ def test_help_shows_defaults_without_importing_torch():
     ("veca", ["--resolutions", "32:0"], "with positive numbers"),
     ("veca", ["--resolutions", "32:nan,16:1"], "with positive numbers"),
     ("veca", ["--resolutions", "32:inf"], "with positive numbers"),
+    ("veca", ["--resolutions", "32:1e308,40:1e308"], "with positive numbers (each phase's sum finite)"),
     ("veca", ["--resolutions", "32:1,16:1,32:2"], "the phase from step 0 names [32] twice"),
     ("veca", ["--resolutions", "32:1;5=16:1"], "the phase from step 5 starts at or after --max-steps 2"),
     ("veca", ["--resolutions", "100000:1"], "Resolution 100000: 2 image(s) of 100000 x 100000 px need"),

@@ -63,10 +63,12 @@ def parse_resolutions(args) -> list[tuple[int, list[int], list[float]]]:
     starts = [first for first, _, _ in phases]
     if (not phases or starts != sorted(set(starts))  # a NaN or infinite weight is no positive number either
             or any(not (size > 0 and 0 < weight < math.inf) for _, sizes, weights in phases
-                   for size, weight in zip(sizes, weights))):
+                   for size, weight in zip(sizes, weights))
+            or any(sum(weights) == math.inf for _, _, weights in phases)):  # the draw divides by it
         raise ValueError(
-            f'--resolutions {args.resolutions!r}: expected "size:weight,..." with positive numbers, and later phases '
-            'as ";STEP=size:weight,..." with increasing steps, e.g. "256:1,384:1;7000=256:1,768:1".'
+            f'--resolutions {args.resolutions!r}: expected "size:weight,..." with positive numbers (each phase\'s sum '
+            'finite), and later phases as ";STEP=size:weight,..." with increasing steps, e.g. '
+            '"256:1,384:1;7000=256:1,768:1".'
         )
     for first, sizes, _ in phases:
         if len(set(sizes)) < len(sizes):
