@@ -63,6 +63,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     # heavy imports after parsing, so that --help answers at once
     from corevision_hf import LookWhereConfig, lookwhere_from_teacher
+    from corevision_hf.cli import reading_weights
     from corevision_hf.images import check_pixels_fit
 
     from .loop import distill, start, training_data
@@ -93,7 +94,8 @@ def main(argv=None) -> None:
         raise ValueError(f"--teacher-microbatch must lie in 1..--batch-size {args.batch_size}, got "
                          f"{args.teacher_microbatch}.")
 
-    teacher = load_teacher(args.teacher).to(accelerator.device)
+    with reading_weights(args.teacher):
+        teacher = load_teacher(args.teacher).to(accelerator.device)
     student = lookwhere_from_teacher(
         teacher, selector_depth=args.selector_depth, selector_image_size=args.selector_image_size, **overrides
     )

@@ -101,6 +101,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     # heavy imports after parsing, so that --help answers at once
     from corevision_hf import VecaConfig, VecaModel
+    from corevision_hf.cli import reading_weights
     from corevision_hf.images import check_pixels_fit
 
     from .loop import distill, start, training_data
@@ -128,10 +129,12 @@ def main(argv=None) -> None:
         raise ValueError("--teacher-cache needs one resolution (its targets are per image and size): drop --resolutions.")
 
     # Data, teacher and student are all checked before the first step.
-    teacher = load_teacher(args.teacher, TEACHER_DTYPES[args.teacher_dtype]).to(accelerator.device)
+    with reading_weights(args.teacher):
+        teacher = load_teacher(args.teacher, TEACHER_DTYPES[args.teacher_dtype]).to(accelerator.device)
     teacher_patch = teacher_patch_size(teacher)
     if args.init_from:
-        student = load_init(args.init_from, VecaModel, args.preset, overrides, teacher.config.hidden_size)
+        with reading_weights(args.init_from):
+            student = load_init(args.init_from, VecaModel, args.preset, overrides, teacher.config.hidden_size)
         config = student.config
     else:
         config = VecaConfig.from_preset(args.preset or "small", **overrides)
