@@ -171,14 +171,14 @@ def check_inputs(args: argparse.Namespace) -> tuple:
     return config, evaluation, plot if os.path.isfile(plot) else None
 
 
-# The checkpoint's files that publishing reads and stages (its weights: every *.safetensors and index, below).
+# The checkpoint's files that publishing reads and stages, beside its weights (any safetensors or PyTorch file, index).
 CHECKPOINT_FILES = ("config.json", "preprocessor_config.json", RECIPE_FILE)
 
 
 def checkpoint_files(checkpoint: str) -> list[str]:
     """The paths of the files of `checkpoint` whose content the staged folder carries."""
     return [os.path.join(checkpoint, name) for name in sorted(os.listdir(checkpoint))
-            if name in CHECKPOINT_FILES or name.endswith((".safetensors", ".safetensors.index.json"))]
+            if name in CHECKPOINT_FILES or name.endswith((".safetensors", ".bin", ".index.json"))]
 
 
 def refuse_links(paths: list[str]) -> None:
