@@ -4,9 +4,10 @@ refused before it deletes or writes anything, instead of both writing `final/`.
 The lock is an exclusive POSIX record lock (`lockf`) on `OUT/.run.lock`, held by the run's main process until the run
 ends. The operating system releases it when that process dies, so a crashed or killed run never leaves its folder
 locked; unlike a `flock`, it is not inherited by forked DataLoader workers, which can outlive a killed run for a while.
-It lives in the folder itself, so every run into that folder finds it whatever its TMPDIR (or its machine, on a
-shared file system); --overwrite deletes the run's files (`checkpointing.RUN_FILES`) and never the lock. The file is
-opened without following a link and never truncated: a link planted there cannot make a run write elsewhere.
+It lives in the folder itself, so every run into that folder finds it whatever its TMPDIR (and on a shared file system
+with POSIX locks, whatever its machine). It is never deleted, by --overwrite (which deletes `checkpointing.RUN_FILES`)
+or otherwise: a run could hold the deleted file while another locks a new one. It is opened without following a link
+and never truncated, so a link planted there cannot make a run write elsewhere.
 """
 
 import errno
