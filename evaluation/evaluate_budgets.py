@@ -464,7 +464,7 @@ def agreement_centre(checkpoint: str, targets: tuple) -> tuple[tuple, str]:
     """(the centre of the centred measures, where it comes from): the teacher's mean CLS and patch token over the
     training crops from the checkpoint folder's teacher_mean.safetensors, else over the evaluation images' own teacher
     targets (CLS (N, D), patches (N, P, D))."""
-    centre = load_teacher_mean(checkpoint) if os.path.isdir(checkpoint) else None
+    centre = load_teacher_mean(checkpoint, targets[0].shape[-1]) if os.path.isdir(checkpoint) else None
     if centre is not None:
         return centre, "training crops"
     return (targets[0].mean(0), targets[1].mean((0, 1))), "evaluation images"

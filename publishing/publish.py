@@ -164,8 +164,30 @@ def check_inputs(args: argparse.Namespace) -> tuple:
             f"{args.evaluation} evaluates a {evaluation.get('model_type')!r} model but {checkpoint} holds a "
             f"{model_type!r} one: pass the evaluation of this checkpoint."
         )
-    plot = os.path.join(os.path.dirname(os.path.abspath(args.evaluation)), "evaluation.png")
+    folder = os.path.dirname(os.path.abspath(args.evaluation))
+    plot = os.path.join(folder, "evaluation.png")
+    pictures = [os.path.join(folder, file) for file in existing_pictures(evaluation, args.evaluation).values()]
+    refuse_links([*checkpoint_files(checkpoint), args.evaluation, plot, *pictures])
     return config, evaluation, plot if os.path.isfile(plot) else None
+
+
+# The checkpoint's files that publishing reads and stages, beside its weights (any safetensors or PyTorch file, index).
+CHECKPOINT_FILES = ("config.json", "preprocessor_config.json", RECIPE_FILE)
+
+
+def checkpoint_files(checkpoint: str) -> list[str]:
+    """The paths of the files of `checkpoint` whose content the staged folder carries."""
+    return [os.path.join(checkpoint, name) for name in sorted(os.listdir(checkpoint))
+            if name in CHECKPOINT_FILES or name.endswith((".safetensors", ".bin", ".index.json"))]
+
+
+def refuse_links(paths: list[str]) -> None:
+    """Raises ValueError naming the first of `paths` that is a symbolic link: what it points at (any file, a secret)
+    would be published under its name."""
+    for path in paths:
+        if os.path.islink(path):
+            raise ValueError(f"{path} is a symbolic link: publish stages files, never what a link points to; put the "
+                             "file itself there.")
 
 
 def stage(checkpoint: str, evaluation_path: str, plot: str | None, config, card, folder: str, repo_id: str) -> None:

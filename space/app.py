@@ -27,7 +27,7 @@ import torch
 from PIL import Image
 from transformers import AutoModel, Dinov2Config, Dinov2Model
 
-from corevision_hf.cli import HelpFormatter
+from corevision_hf.cli import HelpFormatter, reading_weights
 import corevision_hf
 from corevision_hf import (
     LookWhereConfig,
@@ -68,7 +68,11 @@ def load_model(name: str) -> torch.nn.Module:
     elif name == RANDOM_LOOKWHERE:
         model = LookWhereModel(LookWhereConfig.from_preset("small"))
     else:
-        model = load_checked(AutoModel, name)
+        try:
+            with reading_weights(name):
+                model = load_checked(AutoModel, name)
+        except ValueError as error:  # weights that cannot be loaded, or are not finite: one line on the page
+            raise gr.Error(str(error)) from None
         if model.config.model_type not in ("veca", "lookwhere"):
             raise gr.Error(f"{name} is a {model.config.model_type!r} model; this page shows VECA and LookWhere.")
     return optimize_for_cpu(model.eval())  # the page runs on CPU: prepacked linear weights

@@ -187,7 +187,8 @@ def saved_elastic(tmp_path, name: str):
     else:
         model = LookWhereModel(tiny_lookwhere_config())
     model.eval().save_pretrained(tmp_path / "model")
-    return model, str(tmp_path / "model"), {"veca": "num_cores", "lookwhere-k": "k", "lookwhere-k_ratio": "k_ratio"}[name]
+    return model, str(tmp_path / "model"), {"veca": "num_cores", "lookwhere-k": "k", "lookwhere-k_ratio": "k_ratio",
+                                            "lookwhere-k_mass": "k_mass"}[name]
 
 
 def budget_feed(budget: dict) -> dict:
@@ -244,6 +245,11 @@ def test_elastic_fp16_graph_runs_close_to_float32_at_every_budget(tmp_path, name
         ("lookwhere-k_ratio", np.array(1.5), r"Name:'k_ratio must lie in \(0, 1\] and keep at least 5 patches"),
         ("lookwhere-k_ratio", np.array(0.05), r"Name:'k_ratio must lie in \(0, 1\] and keep at least 5 patches"),
         ("lookwhere-k_ratio", np.array(0.5, dtype=np.float32), r"Actual: \(tensor\(float\)\) , expected: \(tensor\(double\)\)"),
+        # onnxruntime does not check a 0-d input's shape: the graph's first reshape of it does, naming the fix
+        ("veca", np.array([8, 8]), r"Name:'num_cores must be one number for the whole batch: a 0-d array"),
+        ("lookwhere-k", np.array([5, 6]), r"Name:'k must be one number for the whole batch: a 0-d array"),
+        ("lookwhere-k_ratio", np.array([0.5, 0.9]), r"Name:'k_ratio must be one number for the whole batch"),
+        ("lookwhere-k_mass", np.array([0.5, 0.9]), r"Name:'k_mass must be one number for the whole batch"),
     ],
 )
 def test_elastic_graph_refuses_a_budget_out_of_range_or_of_another_dtype(tmp_path, name, bad, message):
@@ -252,7 +258,8 @@ def test_elastic_graph_refuses_a_budget_out_of_range_or_of_another_dtype(tmp_pat
     assert main([folder, out, "--elastic", budget_input, "--no-check"]) == 0
     session = onnxruntime.InferenceSession(out, providers=["CPUExecutionProvider"])
     pixel_values = torch.randn(SHAPES["veca" if name == "veca" else "lookwhere"][0]).numpy()
-    with pytest.raises(onnxruntime.capi.onnxruntime_pybind11_state.InvalidArgument, match=message):
+    state = onnxruntime.capi.onnxruntime_pybind11_state
+    with pytest.raises((state.InvalidArgument, state.Fail), match=message):
         session.run(None, {"pixel_values": pixel_values, budget_input: bad})
 
 

@@ -95,14 +95,16 @@ def test_a_resume_inside_the_frozen_phase_gives_the_uninterrupted_weights(teache
 
 @pytest.mark.slow
 def test_under_ddp_the_frozen_extractor_stays_bit_identical_too(teacher_dir, image_dir, tmp_path):
-    """Two gloo processes (DDP synchronises every gradient, so nothing stops requiring one): after 2 frozen steps the
-    extractor equals one process's, which the test above shows is the starting copy; the selector has trained."""
-    common = ["--max-steps", "2", "--freeze-extractor-steps", "2", "--lr", "1e-3"]
+    """Two gloo processes (DDP synchronises every gradient, so nothing stops requiring one): after 2 frozen steps (the
+    checkpoint of step 2; a run must train its extractor after them) the extractor equals one process's, which the
+    test above shows is the starting copy; the selector has trained."""
+    common = ["--max-steps", "3", "--freeze-extractor-steps", "2", "--lr", "1e-3", "--checkpoint-every", "2",
+              "--keep-checkpoints", "2"]
     two_args = lookwhere_args(teacher_dir, image_dir, tmp_path / "two", *common)
     launch_two_processes(tmp_path, "training.distill_lookwhere", two_args)
     distill_lookwhere.main(lookwhere_args(teacher_dir, image_dir, tmp_path / "one", *common))
-    two = load_file(tmp_path / "two" / "final" / "model.safetensors")
-    one = load_file(tmp_path / "one" / "final" / "model.safetensors")
+    two = load_file(tmp_path / "two" / "checkpoints" / "checkpoint_2" / "model.safetensors")
+    one = load_file(tmp_path / "one" / "checkpoints" / "checkpoint_2" / "model.safetensors")
     assert all(torch.equal(two[name], one[name]) for name in one if name.startswith("extractor."))
     assert not all(torch.equal(two[name], one[name]) for name in one if name.startswith("selector."))
 

@@ -201,7 +201,7 @@ def test_a_padded_batch_without_its_mask_is_refused(model_class, config):
 
 @pytest.mark.parametrize("model_class, config", [(VecaModel, tiny_veca_config), (LookWhereModel, tiny_lookwhere_config)])
 def test_the_opt_in_mask_check_refuses_masks_the_model_would_misread(images, model_class, config):
-    """An all-0 mask (VECA: NaN), 1s that are not one rectangle at the top left, soft or scaled values and a rectangle
+    """An all-0 mask (read as the top-left patch), 1s that are not one rectangle at the top left, soft or scaled values and a rectangle
     that is not whole patches are each a ValueError naming the problem; the processor's mask, as bool too, passes."""
     torch.manual_seed(0)
     model = check_forward_mask(model_class(config()).eval())
@@ -261,3 +261,22 @@ def test_pipelines_batch_photos_of_different_sizes(folders, name, call):
         assert_same_features(features, pipe(photo, return_tensors=True, **call))
     pooled = pipe(photos, batch_size=4, pool=True, return_tensors=True, **call)
     assert_same_features(torch.cat(pooled), torch.cat([pipe(p, pool=True, return_tensors=True, **call) for p in photos]))
+
+
+@pytest.mark.parametrize("model_class, config", [(VecaModel, tiny_veca_config), (LookWhereModel, tiny_lookwhere_config)])
+def test_an_all_zero_mask_reads_the_images_top_left_patch_instead_of_nan(images, model_class, config):
+    """An image whose pixel_mask is all 0 (the processor never makes one; the opt-in check refuses it) has no pixel to
+    read, which gave NaN (VECA): forward reads it as its top-left patch, finite, without reading the mask on the host;
+    the other images are untouched."""
+    torch.manual_seed(0)
+    model = model_class(config()).eval()
+    pixel_values, pixel_mask = padded_batch(images)
+    empty, corner = pixel_mask.clone(), pixel_mask.clone()
+    empty[1] = 0
+    corner[1] = 0
+    corner[1, : model.config.patch_size, : model.config.patch_size] = 1
+    with torch.no_grad():
+        read = model(pixel_values, pixel_mask=empty).last_hidden_state
+        expected = model(pixel_values, pixel_mask=corner).last_hidden_state
+    assert read.isfinite().all()
+    torch.testing.assert_close(read, expected, atol=0, rtol=0)

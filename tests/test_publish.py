@@ -4,6 +4,7 @@
 import base64
 import json
 import re
+import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -594,3 +595,31 @@ def test_bad_input_from_the_command_line_is_one_line(tmp_path, veca_run, capsys)
                         "--repo-id", REPO_ID, "--dry-run"])
     error = capsys.readouterr().err
     assert code == 2 and error.count("\n") == 1 and "does not exist: pass a save_pretrained folder" in error
+
+
+STAGED_KINDS = ["final/model.safetensors", "final/config.json", "final/preprocessor_config.json",
+                "final/training_recipe.json", "eval/evaluation.json", "eval/evaluation.png", "eval/features.png"]
+
+
+@pytest.mark.parametrize("kind", STAGED_KINDS)
+def test_a_staged_file_that_is_a_link_is_refused_naming_it(tmp_path, hub, veca_run, kind, capsys):
+    """A link where publish reads a file it stages (here to a copy of the real file kept elsewhere, so that only the
+    link can make it fail) is one line naming it, before anything is staged: a link could publish any file it
+    points at (a secret), the way a picture outside the evaluation's folder would."""
+    run = tmp_path / "run"
+    for folder in ("final", "eval"):
+        shutil.copytree(veca_run / folder, run / folder)
+    record = json.loads((run / "eval" / "evaluation.json").read_text())
+    (run / "eval" / "evaluation.json").write_text(json.dumps({**record, "pictures": {"features": "features.png"}}))
+    Image.new("RGB", (8, 8)).save(run / "eval" / "features.png")
+    # a picture linking out of its folder is refused as such already: this one links inside it
+    elsewhere = (run / "eval" / "kept" if kind == "eval/features.png" else tmp_path / "elsewhere") / kind
+    elsewhere.parent.mkdir(parents=True)
+    shutil.move(run / kind, elsewhere)
+    (run / kind).symlink_to(elsewhere)
+    code = publish.cli([str(run / "final"), "--evaluation", str(run / "eval" / "evaluation.json"), "--repo-id",
+                        REPO_ID, "--dry-run", "--staging-dir", str(tmp_path / "staged")])
+    error = capsys.readouterr().err
+    assert code == 2 and error.count("\n") == 1, error
+    assert error.startswith(f"error: {run / kind} is a symbolic link: publish")
+    assert hub.requests == [] and not (tmp_path / "staged").exists()

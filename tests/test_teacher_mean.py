@@ -1,11 +1,13 @@
 """training.teacher_mean: the teacher's mean tokens over the training crops, the centre of the centred measures."""
 
 import json
+import re
 
 import pytest
 import torch
 from conftest import launch_two_processes, veca_args
 from safetensors import safe_open
+from safetensors.torch import save_file
 
 from training.teacher_mean import FILE, TeacherMean, load_state, load_teacher_mean, save_state
 
@@ -27,8 +29,8 @@ def test_the_centre_is_the_mean_over_every_token_and_survives_a_checkpoint_and_a
     torch.testing.assert_close(patch, torch.cat([p.flatten(0, 1) for _, p in batches]).mean(0))
     assert all(torch.equal(a, b) for a, b in zip(resumed.centre(), teacher_mean.centre()))
     teacher_mean.save(tmp_path)
-    assert all(torch.equal(a, b) for a, b in zip(load_teacher_mean(tmp_path), (cls, patch)))
-    assert load_teacher_mean(tmp_path / "elsewhere") is None
+    assert all(torch.equal(a, b) for a, b in zip(load_teacher_mean(tmp_path, 8), (cls, patch)))
+    assert load_teacher_mean(tmp_path / "elsewhere", 8) is None
 
 
 def test_the_validation_centre_is_fixed_at_the_first_validation_and_kept_by_a_checkpoint(tmp_path):
@@ -73,7 +75,7 @@ def test_every_validation_of_a_run_and_of_its_resume_uses_one_centre(teacher_dir
 def test_a_corrupt_file_is_one_line(tmp_path):
     (tmp_path / FILE).write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
     with pytest.raises(ValueError, match=r"is corrupt .*export the model folder again") as error:
-        load_teacher_mean(tmp_path)
+        load_teacher_mean(tmp_path, 8)
     assert "\n" not in str(error.value)
 
 
@@ -100,3 +102,29 @@ def read(path) -> tuple[dict, dict]:
     """(metadata, tensors) of a teacher_mean.safetensors (its header's key order is not fixed: compare values)."""
     with safe_open(path, "pt") as f:
         return f.metadata(), {name: f.get_tensor(name) for name in f.keys()}
+
+
+BAD_MEANS = {
+    "width 1": (torch.ones(1), "holds means of width 1, not the model's output width 8"),
+    "another width": (torch.ones(5), "holds means of width 5, not the model's output width 8"),
+    "NaN": (torch.tensor([0.5] * 7 + [float("nan")]), "holds NaN or infinite values"),
+    "inf": (torch.tensor([0.5] * 7 + [float("inf")]), "holds NaN or infinite values"),
+    "integers": (torch.ones(8, dtype=torch.int64), "holds torch.int64 tensors, not floating point"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_MEANS)
+def test_a_mean_that_would_centre_wrongly_is_one_line_naming_the_file(tmp_path, case):
+    """Width 1 broadcasts, NaN, inf and integers change every centred score silently: evaluate_budgets (which reads it
+    through agreement_centre) refuses them, naming the file, before any score is written."""
+    from evaluation.evaluate_budgets import agreement_centre
+
+    tensor, message = BAD_MEANS[case]
+    save_file({"cls": tensor, "patch": tensor.clone()}, tmp_path / FILE)
+    targets = (torch.randn(2, 8), torch.randn(2, 4, 8))  # the teacher's CLS and patch tokens, 8 wide
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / FILE} {message}")) as error:
+        agreement_centre(str(tmp_path), targets)
+    assert "\n" not in str(error.value)
+    save_file({"cls": torch.ones(8), "patch": torch.zeros(8)}, tmp_path / FILE)  # a good one is used as it is
+    centre, source = agreement_centre(str(tmp_path), targets)
+    assert source == "training crops" and torch.equal(centre[0], torch.ones(8)) and torch.equal(centre[1], torch.zeros(8))

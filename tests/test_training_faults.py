@@ -1,6 +1,7 @@
 """Faults during distillation: kill -9 at random moments and inside a save, a flipped byte in a checkpoint, input
 folders without a single readable image. Each resume must end in the weights of an uninterrupted run."""
 
+import errno
 import os
 import pickle
 import random
@@ -142,17 +143,27 @@ class EvilPickle:
         return os.system, (self.command,)
 
 
+# What a full disk raises while torch writes the optimiser state (its zip writer's two messages) or a plain write does
+FULL_DISK_ERRORS = {
+    "file write failed": RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing "
+                                      "file data/3: file write failed"),
+    "unexpected pos": RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 13107840 vs 13107728"),
+    "ENOSPC": OSError(errno.ENOSPC, "No space left on device"),
+}
+
+
+@pytest.mark.parametrize("raised", FULL_DISK_ERRORS)
 def test_a_full_disk_during_a_checkpoint_is_one_line_and_the_earlier_ones_serve(teacher_dir, image_dir, tmp_path,
-                                                                                 monkeypatch, capsys):
+                                                                                 monkeypatch, capsys, raised):
     common = ["--max-steps", "4", "--checkpoint-every", "2"]
     save_state = Accelerator.save_state
 
     def full_disk(self, folder, *args, **kwargs):
         if "checkpoint_4" in str(folder):
-            os.makedirs(folder, exist_ok=True)
-            (Path(folder) / "model.safetensors").write_bytes(b"half")
-            raise RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file "
-                               "data/3: file write failed")
+            save_state(self, folder, *args, **kwargs)  # every file written, then the optimiser's cut midway
+            with open(Path(folder) / "optimizer.bin", "r+b") as f:
+                f.truncate(f.seek(0, os.SEEK_END) // 2)
+            raise FULL_DISK_ERRORS[raised]
         return save_state(self, folder, *args, **kwargs)
 
     monkeypatch.setattr(Accelerator, "save_state", full_disk)
@@ -223,3 +234,23 @@ def test_a_stopped_process_ends_the_run_within_the_collective_timeout(teacher_di
         assert "--resume continues from it" in err
     finally:
         kill_processes_naming(tmp_path)
+
+
+@pytest.mark.parametrize("damaged", ["model.safetensors", "teacher_mean_0.safetensors", "optimizer.bin", "state.json"])
+def test_a_newest_checkpoint_sealed_with_a_corrupt_file_is_skipped_for_the_older_one(teacher_dir, image_dir, tmp_path,
+                                                                                     capsys, damaged):
+    """A file cut in half before the manifest was written (its digests match: an unnoticed bad write): the resume
+    says which checkpoint it skipped and why, and continues from the older one to the uninterrupted run's weights."""
+    common = ["--max-steps", "4", "--checkpoint-every", "2"]
+    distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "straight", *common))
+    distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "cut", *common))
+    checkpoint = tmp_path / "cut" / "checkpoints" / "checkpoint_4"
+    data = (checkpoint / damaged).read_bytes()
+    (checkpoint / damaged).write_bytes(data[: len(data) // 2])
+    write_json(str(checkpoint / "manifest.json"), file_digests(str(checkpoint)))
+    capsys.readouterr()
+    distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "cut", *common, "--resume"))
+    out = capsys.readouterr().out
+    assert f"--resume: skipping {checkpoint}: it does not load (" in out
+    assert f"resumed from {checkpoint.parent / 'checkpoint_2'} at step 2" in out
+    assert_same_weights(tmp_path / "straight" / "final", tmp_path / "cut" / "final")

@@ -292,3 +292,20 @@ def test_lookwhere_serves_teacher_targets_and_map_from_the_cache(teacher_dir, im
     metrics = read_metrics(tmp_path)
     assert len(metrics) == 12 and all(m["map_kl"] >= 0 for m in metrics)
     assert [m["teacher_time_share"] > 0 for m in metrics[4:]] == [False] * 8
+
+
+@pytest.mark.parametrize("cut, message", [
+    (2560 + 100, r"is truncated inside the header of sample024.jpg, after 2 whole files"),  # tarfile stops silently
+    (2560, r"is truncated after 2 whole files \(no end-of-archive block follows them\)"),  # a member boundary
+    (3072 + 300, r"is truncated inside sample024.jpg \(300 of its 643 bytes\), after 2 whole files"),
+])
+def test_a_shard_cut_inside_a_member_names_it(tmp_path, cut, message):
+    """A copy interrupted anywhere: the member it cut is named, and how many whole files precede it; never a shard
+    read as if whole (members 2560 bytes apart: sample008.jpg, sample008.cls, sample024.jpg at 2560, its data at
+    3072)."""
+    write_shards(tmp_path / "shards", [3])
+    shard = tmp_path / "shards" / "shard-000.tar"
+    shard.write_bytes(shard.read_bytes()[:cut])
+    for streaming in (False, True):
+        with pytest.raises(ValueError, match=rf"^The shard .*shard-000.tar {message}: copy it again or remove it.$"):
+            build_dataset(str(tmp_path / "shards"), streaming=streaming, image_size=GRAY_SIZE)

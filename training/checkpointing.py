@@ -11,9 +11,11 @@ import shlex
 import shutil
 import sys
 
+import torch
 from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list, gather_object, load
 from accelerate.utils.constants import RNG_STATE_NAME
+from safetensors import SafetensorError
 
 from corevision_hf.cli import RunStopped
 from corevision_hf.outputs import sha256
@@ -84,8 +86,7 @@ def check_output_dir(output_dir: str, record: dict) -> None:
         raise FileNotFoundError(
             f"--resume: {output_dir} holds no run to resume (no run.json); drop --resume to start one."
         )
-    with open(path) as f:
-        previous = json.load(f)
+    previous = read_run_record(path)
     previous_script = previous["script"]
     if previous_script != script:
         raise ValueError(
@@ -115,6 +116,25 @@ def check_output_dir(output_dir: str, record: dict) -> None:
             f"{record['num_processes']}; the data each process reads would change. Resume on "
             f"{previous['num_processes']} processes, or choose a new --output-dir."
         )
+
+
+def read_run_record(path: str) -> dict:
+    """The run record `path` (run.json: "script", "args", "num_processes", as `run_record` writes it); a ValueError in
+    one line naming the file when it is no JSON or lacks one of those."""
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (ValueError, UnicodeDecodeError) as error:
+        problem = f"not valid JSON: {error}"
+    else:
+        fields = {"script": str, "args": dict, "num_processes": int}
+        wrong = [name for name, kind in fields.items() if not isinstance(record, dict) or
+                 not isinstance(record.get(name), kind)]
+        if not wrong:
+            return record
+        problem = f"no {' or '.join(wrong)} of the kind a run writes"
+    raise ValueError(f"--resume: {path} is not a run record ({problem}): restore the run.json the run wrote, or start "
+                     "again with --overwrite.")
 
 
 def clear_run(output_dir: str) -> None:
@@ -176,13 +196,15 @@ def save_checkpoint(accelerator: Accelerator, output_dir: str, step: int, data_p
     if accelerator.is_main_process and os.path.exists(partial):
         shutil.rmtree(partial)  # left by a run that died while saving
     accelerator.wait_for_everyone()
-    with unwritable(partial, f"checkpoint_{step}", f"The earlier checkpoints in {output_dir}/checkpoints are intact: "
-                    "free some space, then --resume continues from the newest."):
+    failed = (partial, f"checkpoint_{step}", f"The earlier checkpoints in {output_dir}/checkpoints are intact: free "
+              "some space, then --resume continues from the newest.")
+    with unwritable(*failed):
         accelerator.save_state(partial)
         if teacher_mean is not None:
             save_state(teacher_mean, partial, accelerator.process_index)
-        accelerator.wait_for_everyone()
-        if accelerator.is_main_process:
+    accelerator.wait_for_everyone()  # outside: a collective's failure is the loop's to report, not a write's
+    if accelerator.is_main_process:
+        with unwritable(*failed):
             write_json(os.path.join(partial, "state.json"), {"step": step, "data_positions": positions})
             write_json(os.path.join(partial, MANIFEST), file_digests(partial))
             if os.path.exists(folder):  # the same step of this run, saved before a resume from an earlier checkpoint
@@ -195,16 +217,21 @@ def save_checkpoint(accelerator: Accelerator, output_dir: str, step: int, data_p
 
 @contextlib.contextmanager
 def unwritable(partial: str, what: str, continuation: str):
-    """Turns a failed write under `partial` (a full disk, an I/O error: OSError, or torch's writer's RuntimeError)
-    into a RunStopped naming `what`, after deleting the half-written `partial`."""
+    """Turns a failed write under `partial` (a full disk, an I/O error: OSError, or torch's zip writer's RuntimeError,
+    "file write failed" or "unexpected pos") into a RunStopped naming `what`, after deleting the half-written
+    `partial`. A collective's failure (a DistError) passes through."""
     try:
         yield
     except (OSError, RuntimeError) as error:
-        if isinstance(error, RuntimeError) and "write" not in str(error).lower():
+        if isinstance(error, torch.distributed.DistError):
             raise
         shutil.rmtree(partial, ignore_errors=True)
         raise RunStopped(f"could not write {what} ({' '.join(str(error).split())[:200]}): is the disk full? "
                          f"{continuation}") from None
+
+
+# What a damaged checkpoint file raises as it loads: a cut pickle or zip, a cut safetensors file, JSON, a missing key.
+UNLOADABLE = (pickle.UnpicklingError, EOFError, SafetensorError, RuntimeError, ValueError, KeyError, OSError)
 
 
 def load_checkpoint(accelerator: Accelerator, output_dir: str, teacher_mean=None) -> tuple[int, dict]:
@@ -229,7 +256,7 @@ def load_checkpoint(accelerator: Accelerator, output_dir: str, teacher_mean=None
                 accelerator.print(f"warning: --resume: {folder} holds no teacher mean (made before it was recorded); "
                                   "the exported teacher_mean.safetensors averages the crops from here on only")
             failure = None
-        except (pickle.UnpicklingError, RuntimeError, ValueError, KeyError, OSError) as error:
+        except UNLOADABLE as error:
             failure = f"{type(error).__name__}: {' '.join(str(error).split()).split('. ')[0]}"
         failures = [f for f in gather_object([failure]) if f]
         if not failures:

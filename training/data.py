@@ -259,17 +259,35 @@ def held_out_rows(batches) -> list[tuple[str, str]]:
 
 def shard_members(shard: str) -> tuple[int, list[tuple[str, str]]]:
     """A tar shard's number of files, and (member, held-out photo) for every file that is a copy of a held-out photo
-    (read only when its size is a held-out photo's). A shard that is truncated or no tar file is a ValueError naming
-    it."""
+    (read only when its size is a held-out photo's). A shard that is truncated (inside a member's data or header, or
+    between members: tarfile reads the last two as a shard's end) or no tar file is a ValueError naming it and the
+    member it cut."""
+    size, files, last = os.path.getsize(shard), [], None
     try:
         with tarfile.open(shard) as tar:
-            files = [member for member in tar if member.isfile()]
-            return len(files), [(f"{Path(shard).name}:{member.name}", name) for member in files
-                                if held_out_size(member.size) and (name := held_out_copy(tar.extractfile(member).read()))]
+            for member in tar:
+                last = member
+                files += [member] if member.isfile() else []
+            found = [(f"{Path(shard).name}:{member.name}", name) for member in files
+                     if held_out_size(member.size) and (name := held_out_copy(tar.extractfile(member).read()))]
+            end = tar.offset  # where the next header, or the end-of-archive block, starts
     except tarfile.TarError as error:
+        if last is not None and last.offset_data + last.size > size:
+            whole = len(files) - last.isfile()
+            raise ValueError(f"The shard {shard} is truncated inside {last.name} ({size - last.offset_data} of its "
+                             f"{last.size} bytes), after {whole} whole files: copy it again or remove it.") from None
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0].rstrip(":")
         raise ValueError(f"The shard {shard} cannot be read ({reason}): it is truncated or not a tar file; copy it "
                          "again or remove it.") from None
+    with open(shard, "rb") as f:
+        f.seek(end)
+        tail = f.read(tarfile.BLOCKSIZE)
+    if tail != bytes(tarfile.BLOCKSIZE):  # a member header cut short, or no end-of-archive block at all
+        cut = tail[:100].split(b"\0")[0].decode(errors="replace")  # a header starts with the member's name
+        where = f"inside the header of {cut}, " if cut else ""
+        after = f"after {len(files)} whole files" + ("" if cut else " (no end-of-archive block follows them)")
+        raise ValueError(f"The shard {shard} is truncated {where}{after}: copy it again or remove it.")
+    return len(files), found
 
 
 def image_files(path: Path, split: str, train: bool = True) -> tuple[list[str], list[Path]]:

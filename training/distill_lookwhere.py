@@ -68,6 +68,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     # heavy imports after parsing, so that --help answers at once
     from corevision_hf import LookWhereConfig, lookwhere_from_teacher
+    from corevision_hf.cli import reading_weights
     from corevision_hf.images import check_pixels_fit
 
     from .loop import distill, start, training_data
@@ -80,6 +81,10 @@ def main(argv=None) -> None:
     from .validation import HeldOutAgreement
 
     check_optimizer("lookwhere", args.optimizer)
+    if args.freeze_extractor_steps >= args.max_steps:
+        raise ValueError(f"--freeze-extractor-steps {args.freeze_extractor_steps} is not below --max-steps "
+                         f"{args.max_steps}: the extractor would never train (final/ would hold the teacher's copy); "
+                         "lower it, or raise --max-steps.")
     if unknown := sorted(set(parse_config_overrides(args.config_overrides)) - set(LookWhereConfig().to_dict())):
         raise ValueError(f"--config-overrides sets {', '.join(unknown)}, which LookWhereConfig does not have.")
     accelerator = start(args, SCRIPT)
@@ -94,7 +99,8 @@ def main(argv=None) -> None:
         raise ValueError(f"--teacher-microbatch must lie in 1..--batch-size {args.batch_size}, got "
                          f"{args.teacher_microbatch}.")
 
-    teacher = load_teacher(args.teacher).to(accelerator.device)
+    with reading_weights(args.teacher):
+        teacher = load_teacher(args.teacher).to(accelerator.device)
     student = lookwhere_from_teacher(
         teacher, selector_depth=args.selector_depth, selector_image_size=args.selector_image_size, **overrides
     )

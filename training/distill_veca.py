@@ -63,10 +63,12 @@ def parse_resolutions(args) -> list[tuple[int, list[int], list[float]]]:
     starts = [first for first, _, _ in phases]
     if (not phases or starts != sorted(set(starts))  # a NaN or infinite weight is no positive number either
             or any(not (size > 0 and 0 < weight < math.inf) for _, sizes, weights in phases
-                   for size, weight in zip(sizes, weights))):
+                   for size, weight in zip(sizes, weights))
+            or any(sum(weights) == math.inf for _, _, weights in phases)):  # the draw divides by it
         raise ValueError(
-            f'--resolutions {args.resolutions!r}: expected "size:weight,..." with positive numbers, and later phases '
-            'as ";STEP=size:weight,..." with increasing steps, e.g. "256:1,384:1;7000=256:1,768:1".'
+            f'--resolutions {args.resolutions!r}: expected "size:weight,..." with positive numbers (each phase\'s sum '
+            'finite), and later phases as ";STEP=size:weight,..." with increasing steps, e.g. '
+            '"256:1,384:1;7000=256:1,768:1".'
         )
     for first, sizes, _ in phases:
         if len(set(sizes)) < len(sizes):
@@ -99,6 +101,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     # heavy imports after parsing, so that --help answers at once
     from corevision_hf import VecaConfig, VecaModel
+    from corevision_hf.cli import reading_weights
     from corevision_hf.images import check_pixels_fit
 
     from .loop import distill, start, training_data
@@ -126,10 +129,12 @@ def main(argv=None) -> None:
         raise ValueError("--teacher-cache needs one resolution (its targets are per image and size): drop --resolutions.")
 
     # Data, teacher and student are all checked before the first step.
-    teacher = load_teacher(args.teacher, TEACHER_DTYPES[args.teacher_dtype]).to(accelerator.device)
+    with reading_weights(args.teacher):
+        teacher = load_teacher(args.teacher, TEACHER_DTYPES[args.teacher_dtype]).to(accelerator.device)
     teacher_patch = teacher_patch_size(teacher)
     if args.init_from:
-        student = load_init(args.init_from, VecaModel, args.preset, overrides, teacher.config.hidden_size)
+        with reading_weights(args.init_from):
+            student = load_init(args.init_from, VecaModel, args.preset, overrides, teacher.config.hidden_size)
         config = student.config
     else:
         config = VecaConfig.from_preset(args.preset or "small", **overrides)

@@ -121,10 +121,11 @@ def load_state(teacher_mean: TeacherMean, folder: str, process_index: int) -> bo
     return True
 
 
-def load_teacher_mean(folder: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+def load_teacher_mean(folder: str, width: int) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(mean CLS token (D,), mean patch token (D,)) float32 from `folder/teacher_mean.safetensors`, the teacher's mean
     over the training crops that an exported model folder holds; None when there is no such file. A ValueError (one
-    line) when the file cannot be read or lacks the tensors."""
+    line) when the file cannot be read, lacks the tensors, or holds anything but two finite floating-point vectors of
+    the model's output width `width` (one of width 1 would broadcast: every centred score silently wrong)."""
     path = os.path.join(folder, FILE)
     if not os.path.isfile(path):
         return None
@@ -137,4 +138,12 @@ def load_teacher_mean(folder: str) -> tuple[torch.Tensor, torch.Tensor] | None:
     if cls.ndim != 1 or cls.shape != patch.shape:
         raise ValueError(f"{path} is corrupt: cls {tuple(cls.shape)} and patch {tuple(patch.shape)} are not two "
                          "(D,) vectors.")
+    fix = "delete it (the evaluation images' own mean serves), or export the model folder again."
+    if cls.shape[0] != width:
+        raise ValueError(f"{path} holds means of width {cls.shape[0]}, not the model's output width {width}: {fix}")
+    if not (cls.is_floating_point() and patch.is_floating_point()):
+        raise ValueError(f"{path} holds {cls.dtype if not cls.is_floating_point() else patch.dtype} tensors, not "
+                         f"floating point: {fix}")
+    if not (cls.isfinite().all() and patch.isfinite().all()):
+        raise ValueError(f"{path} holds NaN or infinite values: {fix}")
     return cls.float(), patch.float()

@@ -110,6 +110,8 @@ def reading_weights(name: str):
         if out_of_memory(error) or isinstance(error, OSError) and error.errno != errno.EINVAL:
             raise
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        if isinstance(error, pickle.UnpicklingError):  # torch's own first line says how to unpickle it anyway
+            reason = "a pickle of more than tensors, which is never unpickled"
         raise ValueError(f"The weights of {name!r} cannot be loaded ({reason[:160]}): the file is truncated, corrupt "
                          "or not this model's (a pickle that would run code is never unpickled). Copy or download "
                          "it again.") from None

@@ -143,15 +143,27 @@ class BudgetCheck(nn.Module):
         return budget.reshape(1).index_select(0, 1 - within.long().reshape(1)).reshape(())
 
 
-def finish_graph(path: str, budget_message: str | None) -> None:
-    """Names the node of the graph at `path` that refuses a budget out of range (`BudgetCheck`) `budget_message` (when
-    it has one), and marks the graph as this package's (`GRAPH_MARK`)."""
+class ScalarBudget(nn.Module):
+    """The graph's budget input, unchanged, through a reshape to a scalar: onnxruntime does not check the shape of a
+    0-d input, and refuses this reshape for any other (`finish_graph` names the node `message`)."""
+
+    def __init__(self, name: str, example: str):
+        super().__init__()
+        self.message = f"{name} must be one number for the whole batch: a 0-d array such as np.array({example})"
+
+    def forward(self, budget: torch.Tensor) -> torch.Tensor:
+        return budget.reshape(())
+
+
+def finish_graph(path: str, messages: dict[str, str]) -> None:
+    """Names the nodes of the graph at `path` that refuse a budget ({node name: message}: `BudgetCheck`'s out of range,
+    `ScalarBudget`'s of another shape), and marks the graph as this package's (`GRAPH_MARK`)."""
     import onnx
 
     graph = onnx.load(path)
-    if budget_message is not None:
-        (node,) = (node for node in graph.graph.node if node.name == "/budget_check/Gather")
-        node.name = budget_message
+    for name, message in messages.items():
+        (node,) = (node for node in graph.graph.node if node.name == name)
+        node.name = message
     graph.metadata_props.add(key=GRAPH_MARK, value=unmarked_digest(graph))
     onnx.save(graph, path)
 
@@ -193,12 +205,14 @@ class VecaGraph(nn.Module):
         self.model, self.num_cores = model, num_cores
         if num_cores is None:
             self.budget_check = BudgetCheck(f"num_cores must lie in 1..{model.config.num_cores}")
+            self.budget_shape = ScalarBudget("num_cores", "8")
 
     def forward(self, pixel_values: torch.Tensor, num_cores: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         pixel_values = require_patch_multiples(pixel_values, self.model.config.patch_size)
         if self.num_cores is not None:
             outputs = self.model(pixel_values, num_cores=self.num_cores)
         else:
+            num_cores = self.budget_shape(num_cores)
             num_cores = self.budget_check(num_cores, (num_cores >= 1) & (num_cores <= self.model.config.num_cores))
             with cores_from_input(self.model, num_cores):
                 outputs = self.model(pixel_values)
@@ -225,13 +239,15 @@ class LookWhereGraph(nn.Module):
                 "k_ratio": f"k_ratio must lie in (0, 1] and keep at least {fewest} patches (floor(k_ratio * patches))",
                 "k_mass": f"k_mass must lie in (0, 1], on an image of at least {fewest} patches",
             }[self.name])
+        if self.value is None:
+            self.budget_shape = ScalarBudget(self.name, {"k": "16", "k_ratio": "0.25", "k_mass": "0.9"}[self.name])
 
     def forward(self, pixel_values: torch.Tensor, budget: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         model = self.model
         patch = model.config.patch_size
         pixel_values = require_patch_multiples(pixel_values, patch)
         grid = (pixel_values.shape[2] // patch, pixel_values.shape[3] // patch)
-        value = budget if self.value is None else self.value
+        value = self.budget_shape(budget) if self.value is None else self.value
         if self.name == "k_mass":
             return self.forward_mass(pixel_values, grid, value)
         if self.name == "k":
@@ -370,7 +386,9 @@ def export_onnx(model: nn.Module, path: str, budget: dict, dtype: str = "fp32", 
                     "pooler_output": {0: "batch"},
                 },
             )
-        finish_graph(temporary, graph.budget_check.message if hasattr(graph, "budget_check") else None)
+        checks = {"/budget_check/Gather": "budget_check", "/budget_shape/Reshape": "budget_shape"}
+        finish_graph(temporary, {node: getattr(graph, check).message for node, check in checks.items()
+                                 if hasattr(graph, check)})
         os.replace(temporary, path)
     finally:
         if os.path.exists(temporary):

@@ -12,7 +12,7 @@ every call. `check_forward_finite(model)` adds that check, and one of the output
 check the outputs they keep with `check_output_finite` instead, outside the timed calls.
 
 `check_forward_mask(model)` does the same for a `pixel_mask` built by hand: the models read only where each image's
-1s end in its first row and column, and any nonzero value as 1, so an all-0 mask (NaN or meaningless features), 1s
+1s end in its first row and column, and any nonzero value as 1, so an all-0 mask (read as its top-left patch), 1s
 that are not one rectangle at the top left, or a soft mask of 0.5s would pass without a word:
 
     model = check_forward_mask(AutoModel.from_pretrained(...))
@@ -78,8 +78,8 @@ def check_pixel_mask(pixel_mask: torch.Tensor, patch_size: int) -> None:
     height, width = pixel_mask.shape[-2:]
     for index, image in enumerate(inside):
         if not image.any():
-            raise ValueError(f"pixel_mask of image {index} is all 0 (no pixel of the image), which gives NaN or "
-                             f"meaningless features: {fix}")
+            raise ValueError(f"pixel_mask of image {index} is all 0 (no pixel of the image), which the models "
+                             f"read as its top-left patch: {fix}")
         rectangle = ((torch.arange(height, device=image.device) < rows[index])[:, None]
                      & (torch.arange(width, device=image.device) < columns[index])[None, :])
         if not torch.equal(image, rectangle):

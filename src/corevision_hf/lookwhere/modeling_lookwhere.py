@@ -612,9 +612,10 @@ def check_inputs(
 # Same as modeling_veca.grids_from_mask
 def grids_from_mask(pixel_mask: torch.Tensor, patch_size: int) -> torch.Tensor:
     """Each image's patch grid (rows, columns), (B, 2), in a batch padded at the bottom and right as the image
-    processor pads it: `pixel_mask` (B, H, W) is nonzero on each image and zero on its padding."""
+    processor pads it: `pixel_mask` (B, H, W) is nonzero on each image and zero on its padding. An all-0 mask, which
+    the processor never makes, reads as its top-left patch (an image of no patch would give NaN)."""
     patch_mask = pixel_mask[:, ::patch_size, ::patch_size] != 0  # (B, Hp, Wp)
-    return torch.stack([patch_mask[:, :, 0].sum(dim=1), patch_mask[:, 0].sum(dim=1)], dim=1)
+    return torch.stack([patch_mask[:, :, 0].sum(dim=1), patch_mask[:, 0].sum(dim=1)], dim=1).clamp(min=1)
 
 
 # Same as modeling_veca.cells_in_images
