@@ -87,7 +87,7 @@ QUALITY_RUNS := $(if $(QUICK),outputs/quality_quick/runs,outputs/distill_quality
 CARD_ARGS = --latency-runs $(if $(QUICK),5,20) --resolutions 112 224 --teacher offline-dinov2-small \
 	--agreement-data assets/heldout --card --force
 quality: setup $(VENV)/.teacher
-	$(PYTHON) -m benchmarks.distill_quality $(if $(QUICK),--quick) --scratch-dir $(QUALITY_RUNS)
+	$(PYTHON) -m benchmarks.distill_quality $(if $(QUICK),--quick) --map-queries cls --scratch-dir $(QUALITY_RUNS)
 	$(PYTHON) -m evaluation.evaluate_budgets $(QUALITY_RUNS)/seed0/VECA_elastic/best --budgets 1 2 4 8 16 32 \
 		--output-dir $(QUALITY_OUT)/cards/veca-ti $(CARD_ARGS)
 	$(PYTHON) -m evaluation.evaluate_budgets $(QUALITY_RUNS)/seed0/LookWhere-S_from_teacher/best \
