@@ -59,9 +59,9 @@ def check_output_dir(output_dir: str, record: dict) -> None:
     number of processes."""
     path = os.path.join(output_dir, "run.json")
     script, args = record["script"], record["args"]
-    if args["resume"] and args.get("overwrite"):
+    if args.get("resume") and args.get("overwrite"):
         raise ValueError("--resume continues the run in --output-dir, --overwrite deletes it: choose one.")
-    if not args["resume"]:
+    if not args.get("resume"):  # training.finetune has no --resume
         used = [name for name in RUN_FILES if os.path.exists(os.path.join(output_dir, name))]
         if used and not args.get("overwrite"):
             raise ValueError(
@@ -291,7 +291,7 @@ def export(
             shutil.rmtree(final)
         os.replace(partial, final)
     accelerator.wait_for_everyone()
-    if name == "final":
+    if name == "final" and stats is not None:  # training.finetune counts no data
         stats = stats if isinstance(stats, list) else [stats]  # one per resolution of a multi-resolution run
         counts = accelerator.reduce(sum(s.as_tensor() for s in stats).to(accelerator.device), "sum")
         accelerator.print(f"data: {stats[0].summary(counts)}")
@@ -333,11 +333,12 @@ def training_recipe(accelerator: Accelerator, script: str, args, model_type: str
         "script": script,
         "method": model_type,
         "command": " ".join([launcher, "-m", script, *flags]),
-        "teacher": args.teacher,
+        "teacher": getattr(args, "teacher", None),  # None: training.finetune
         "data": args.data,
-        "steps": args.max_steps,
+        "steps": getattr(args, "max_steps", None),
         "num_processes": accelerator.num_processes,
-        "global_batch_size": args.batch_size * accelerator.num_processes * args.gradient_accumulation_steps,
+        "global_batch_size": (args.batch_size * accelerator.num_processes
+                              * getattr(args, "gradient_accumulation_steps", 1)),
         "mixed_precision": accelerator.mixed_precision,  # the effective one: the flag's, else the config's
         "recipe": arguments.get("recipe"),
         "recipe_overrides": {name: {"recipe": value, "used": arguments[name]} for name, value in recipe.items()
