@@ -59,7 +59,7 @@ def write_pairs(files: list[Path], folder: Path, crops_per_photo: int, size: int
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--output-dir", default="outputs/rotation")
-    parser.add_argument("--train-images", type=int, default=200, help="upright and rotated crops of the training photos")
+    parser.add_argument("--train-images", type=int, default=200, help="crops of the training photos, both ways up")
     parser.add_argument("--size", type=int, default=224, help="side of the square crops in pixels")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)

@@ -262,12 +262,13 @@ def check_export(folder: str) -> None:
 
 def export(
     accelerator: Accelerator, model, output_dir: str, stats, script: str, args, name: str = "final",
-    validation: dict | None = None, teacher_mean=None,
+    validation: dict | None = None, teacher_mean=None, processor=None,
 ) -> None:
     """The hub-ready `OUT/<name>` folder (`final`, or `best` with its `validation.json`; weights gathered from every
     process), the recipe that produced it (`training_recipe.json`, which the model card quotes), the teacher's mean
     tokens over the training crops so far (`teacher_mean.safetensors`, from `teacher_mean`) and the run's data
-    counts. Written under a temporary name and renamed when complete."""
+    counts. Written under a temporary name and renamed when complete. `processor`: the image processor saved beside
+    the weights (default: the model's own, corevision_hf.saving.image_processor_for)."""
     accelerator.wait_for_everyone()
     final = os.path.join(output_dir, name)
     partial = final + ".partial"
@@ -275,9 +276,8 @@ def export(
         shutil.rmtree(partial)  # left by a run that died while exporting
     accelerator.wait_for_everyone()  # else another process's save_pretrained could create it just before the rmtree
     state_dict = accelerator.get_state_dict(model)  # every process takes part (FSDP, DeepSpeed gather here)
-    save_model_folder(
-        accelerator.unwrap_model(model), partial, is_main_process=accelerator.is_main_process, state_dict=state_dict
-    )
+    save_model_folder(accelerator.unwrap_model(model), partial, processor, is_main_process=accelerator.is_main_process,
+                      state_dict=state_dict)
     accelerator.wait_for_everyone()  # every process is done with the folder before it is renamed
     if teacher_mean is not None:
         teacher_mean.save(partial, accelerator)  # a collective: the sums of every process

@@ -38,17 +38,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--val-fraction", type=float, default=0.2,
                         help="share of --data per class kept apart to choose the best epoch")
     parser.add_argument("--image-size", type=int, default=None, help="square side in pixels (default: the config's)")
-    parser.add_argument("--epochs", type=int, default=5, help="fine-tuning epochs after the linear probe (0: probe only)")
+    parser.add_argument("--epochs", type=int, default=5, help="fine-tuning epochs after the probe (0: the probe only)")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--lr", type=float, default=1e-5, help="peak learning rate of fine-tuning (the head's)")
     parser.add_argument("--layer-decay", type=float, default=1.0, help="layer-wise learning-rate decay (1: none)")
     parser.add_argument("--weight-decay", type=float, default=0.05, help="AdamW's, on weight matrices only")
+    parser.add_argument("--max-grad-norm", type=float, default=1.0, help="gradient clipping (0: none)")
     parser.add_argument("--warmup-epochs", type=float, default=1.0)
-    parser.add_argument("--probe-weight-decay", type=float, default=1e-4, help="L2 penalty of the linear probe")
+    parser.add_argument("--probe-weight-decay", type=float, default=1e-2, help="L2 penalty of the linear probe")
     parser.add_argument("--k-ratio", default="0.1:0.5", help="LookWhere: k_ratio per step, LOW:HIGH or one value")
     parser.add_argument("--eval-k-ratio", type=float, default=0.25, help="LookWhere: k_ratio of every evaluation")
     parser.add_argument("--num-cores", default=None,
-                        help="VECA: core counts drawn per step, comma-separated (default: the config's training_budgets)")
+                        help="VECA: core counts drawn per step, comma-separated (default: config.training_budgets)")
     parser.add_argument("--eval-num-cores", type=int, default=None,
                         help="VECA: core count of every evaluation (default: the model's default budget)")
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers")
@@ -63,7 +64,7 @@ def check_arguments(args) -> None:
     check_positive(args, "batch_size", "lr", "layer_decay", "probe_weight_decay")
     if not 0 < args.val_fraction < 1:
         raise ValueError(f"--val-fraction must be between 0 and 1, got {args.val_fraction}.")
-    for name in ("epochs", "weight_decay", "warmup_epochs", "num_workers"):
+    for name in ("epochs", "weight_decay", "warmup_epochs", "num_workers", "max_grad_norm"):
         if getattr(args, name) < 0:
             raise ValueError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(args, name)}.")
     if args.layer_decay > 1:
@@ -96,7 +97,7 @@ def budgets(args, config) -> tuple:
                              "--eval-k-ratio.")
         low, high = k_ratio_range(args.k_ratio)
         return (lambda step: {"k_ratio": draw_uniform(low, high, args.seed, step)}), {"k_ratio": args.eval_k_ratio}
-    cores = (config.training_budgets or [config.num_cores]) if args.num_cores is None else parse_cores(args.num_cores, config)
+    cores = parse_cores(args.num_cores, config) if args.num_cores else config.training_budgets or [config.num_cores]
     if args.eval_num_cores is not None and not 1 <= args.eval_num_cores <= config.num_cores:
         raise ValueError(f"--eval-num-cores must be in [1, {config.num_cores}] (the model's cores), "
                          f"got {args.eval_num_cores}.")
@@ -217,17 +218,15 @@ def fit_head(model, batches, budget: dict, device, weight_decay: float) -> None:
 
 
 def layer_indices(model) -> dict[str, int]:
-    """BEiT's layer of every parameter: i + 1 for block i, 0 for what comes before the blocks (embeddings, core bank),
-    num_layers + 1 for what comes after (final norm, projection, head), in the model's registration order."""
+    """BEiT's layer of every parameter: i + 1 for block i, num_layers + 1 for what is registered after the last block
+    (final norm, projection, head), 0 for the rest (embeddings, core bank, LookWhere's selector)."""
     import re
 
-    blocks = {name: int(match.group(1)) + 1 for name, _ in model.named_parameters()
-              if (match := re.search(r"\.layers\.(\d+)\.", name))}
-    layers, after_blocks = {}, False
-    for name, _ in model.named_parameters():
-        after_blocks = after_blocks or name in blocks
-        layers[name] = blocks.get(name, model.config.num_hidden_layers + 1 if after_blocks else 0)
-    return layers
+    names = [name for name, _ in model.named_parameters()]
+    blocks = {name: int(match.group(1)) + 1 for name in names if (match := re.search(r"\.layers\.(\d+)\.", name))}
+    last_block = max(names.index(name) for name in blocks)
+    after = model.config.num_hidden_layers + 1
+    return {name: blocks.get(name, after if index > last_block else 0) for index, name in enumerate(names)}
 
 
 def parameter_groups(model, lr: float, weight_decay: float, layer_decay: float) -> list[dict]:
@@ -245,13 +244,17 @@ def parameter_groups(model, lr: float, weight_decay: float, layer_decay: float) 
     return list(groups.values())
 
 
-def card(args, classes: list[str], model_type: str, epoch: int, validation: dict, heldout: dict | None) -> str:
-    """The README.md of an exported model folder: what it classifies, how it was fine-tuned and how well."""
+def card(args, argv: list[str], classes: list[str], model_type: str, epoch: int, validation: dict,
+         heldout: dict | None) -> str:
+    """The README.md of an exported model folder: what it classifies, how it was fine-tuned (the command's `argv`)
+    and how well (on the validation split and, for best/, the held-out data)."""
     import shlex
 
-    command = " ".join(["python", "-m", SCRIPT, *map(shlex.quote, sys.argv[1:])]) if sys.argv[1:] else ""
-    heldout_line = (f"- held-out accuracy ({args.eval_data}, {heldout['images']} images): **{heldout['accuracy']:.4f}**"
-                    if heldout else "- held-out accuracy: not measured (no --eval-data)")
+    command = " ".join(["python", "-m", SCRIPT, *map(shlex.quote, argv)])
+    heldout_line = "- held-out accuracy: " + ("see best/" if args.eval_data else "none (no --eval-data)")
+    if heldout:
+        heldout_line = (f"- held-out accuracy ({args.eval_data}, {heldout['images']} images): "
+                        f"**{heldout['accuracy']:.4f}**")
     return "\n".join([
         f"# {model_type} image classifier fine-tuned from {args.checkpoint}", "",
         f"Classes: {', '.join(classes)}. Images resized to {args.image_size} x {args.image_size}.", "",
@@ -260,7 +263,7 @@ def card(args, classes: list[str], model_type: str, epoch: int, validation: dict
         f"2. fine-tuning of the backbone and the head for {args.epochs} epochs: AdamW, lr {args.lr}, layer decay "
         f"{args.layer_decay}, weight decay {args.weight_decay}, batch {args.batch_size}, budget per step "
         f"{args.num_cores if model_type == 'veca' else args.k_ratio}; LookWhere's selector frozen.", "",
-        f"Command: `{command}`" if command else "", "",
+        f"Command: `{command}`", "",
         "## Accuracy", "",
         f"- chosen at epoch {epoch} (0: the probe) on {validation['images']} validation images carved from "
         f"{args.data}: {validation['accuracy']:.4f}",
@@ -281,40 +284,45 @@ def write_card(folder: str, text: str) -> None:
     os.replace(os.path.join(folder, "README.md.tmp"), os.path.join(folder, "README.md"))
 
 
-def main(argv=None) -> dict:
-    """Runs the command; returns {"best_epoch", "validation", "heldout"} (heldout None without --eval-data)."""
-    args = parse_args(argv)
-    check_arguments(args)
-    import json
-    import os
-
+def train_epoch(model, optimizer, batches, args, draw_budget, first_step: int, total_steps: int, device, desc: str):
+    """One epoch of fine-tuning, its budget drawn per step and the learning rate `args.lr * warmup_cosine(step)`
+    (times each group's lr_scale); returns the sums of the loss and of the correct predictions, on the device (read
+    back once per epoch, not per step)."""
     import torch
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState
     from tqdm.auto import tqdm
-    from transformers import AutoConfig, AutoModelForImageClassification
 
-    import corevision_hf  # noqa: F401  (registers VECA and LookWhere with the Auto classes)
-    from corevision_hf.cli import reading_weights
-    from corevision_hf.loading import load_checked
-    from corevision_hf.saving import image_processor_for
-
-    from .checkpointing import check_output_dir, clear_run, export, run_record, write_json
-    from .run_lock import lock_output_dir, release_output_dirs
     from .schedule import reseed_for_step, warmup_cosine
 
-    examples, classes = labelled_files(args.data, train=True)
-    heldout = labelled_files(args.eval_data, train=False) if args.eval_data else None
-    if heldout and heldout[1] != classes:
-        raise ValueError(f"--eval-data has the classes {heldout[1]}, --data {classes}: give both the same sub-folders.")
-    train, validation = split_validation(examples, args.val_fraction, args.seed)
-    config = AutoConfig.from_pretrained(args.checkpoint)
-    if config.model_type not in ("veca", "lookwhere"):
-        raise ValueError(f"{args.checkpoint} is a {config.model_type} model: give a VECA or LookWhere checkpoint.")
-    draw_budget, eval_budget = budgets(args, config)
-    args.image_size = args.image_size or config.image_size
-    if args.image_size % config.patch_size:
-        raise ValueError(f"--image-size {args.image_size} is no multiple of the patch size {config.patch_size}.")
+    model.train()  # LookWhere's heads keep the selector frozen and in eval mode through train()
+    loss_sum, correct = torch.zeros((), device=device), torch.zeros((), device=device)
+    warmup = round(args.warmup_epochs * len(batches))
+    for step, (pixel_values, labels) in enumerate(tqdm(batches, desc=desc, leave=False), start=first_step):
+        reseed_for_step(args.seed, step, 0)
+        for group in optimizer.param_groups:
+            group["lr"] = args.lr * warmup_cosine(step, warmup, total_steps, 0.0) * group["lr_scale"]
+        pixel_values, labels = pixel_values.to(device), labels.to(device)
+        output = model(pixel_values, labels=labels, **draw_budget(step))
+        optimizer.zero_grad(set_to_none=True)
+        output.loss.backward()
+        if args.max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+        optimizer.step()
+        loss_sum += output.loss.detach() * len(labels)
+        correct += (output.logits.detach().argmax(-1) == labels).sum()
+    return loss_sum, correct
+
+
+def open_output_dir(args):
+    """The run's Accelerator, once --output-dir is free (new, or --overwrite: its run deleted) and locked; writes
+    run.json."""
+    import os
+
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    from .checkpointing import check_output_dir, clear_run, run_record, write_json
+    from .run_lock import lock_output_dir
+
     AcceleratorState._reset_state()  # a second run in one process (the tests) starts clean
     accelerator = Accelerator()
     check_output_dir(args.output_dir, run_record(SCRIPT, args, 1))
@@ -323,85 +331,115 @@ def main(argv=None) -> dict:
         clear_run(args.output_dir)
     os.makedirs(args.output_dir, exist_ok=True)
     write_json(os.path.join(args.output_dir, "run.json"), run_record(SCRIPT, args, 1))
+    return accelerator
+
+
+def load_model(args, classes: list[str], device):
+    """(the checkpoint's AutoModelForImageClassification with a head for `classes`, its image processor at
+    --image-size)."""
+    import os
+
+    import torch
+    from transformers import AutoModelForImageClassification
+
+    from corevision_hf.cli import reading_weights
+    from corevision_hf.loading import load_checked
+    from corevision_hf.saving import image_processor_for
 
     torch.manual_seed(args.seed)
     labels = {"id2label": dict(enumerate(classes)), "label2id": {name: i for i, name in enumerate(classes)}}
     with reading_weights(args.checkpoint):
         model = load_checked(AutoModelForImageClassification, args.checkpoint, num_labels=len(classes),
                              ignore_mismatched_sizes=True, **labels)
-    device = accelerator.device
-    model.to(device)
     processor = image_processor_for(model.config, args.checkpoint if os.path.isdir(args.checkpoint) else None)
     processor.size = {"shortest_edge": args.image_size}  # the size the head was trained at
+    return model.to(device), processor
 
+
+def log_epoch(args, epoch: int, loss: float, train_accuracy: float, validation: dict) -> None:
+    """The epoch's line, printed and appended to OUT/metrics.jsonl."""
+    import json
+    import os
+
+    print(f"epoch {epoch}/{args.epochs}{' (linear probe)' if epoch == 0 else ''}: loss {loss:.4f}, train accuracy "
+          f"{train_accuracy:.4f}, validation accuracy {validation['accuracy']:.4f}")
+    line = {"epoch": epoch, "loss": loss, "train_accuracy": train_accuracy, "validation": validation}
+    with open(os.path.join(args.output_dir, "metrics.jsonl"), "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def main(argv=None) -> dict:
+    """Runs the command; returns {"best_epoch", "validation", "heldout"} (heldout None without --eval-data)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv)
+    check_arguments(args)
+    import os
+
+    import torch
+    from transformers import AutoConfig, AutoModelForImageClassification
+
+    import corevision_hf  # noqa: F401  (registers VECA and LookWhere with the Auto classes)
+    from corevision_hf.loading import load_checked
+
+    from .checkpointing import export, write_json
+    from .run_lock import release_output_dirs
+
+    examples, classes = labelled_files(args.data, train=True)
+    heldout, heldout_classes = labelled_files(args.eval_data, train=False) if args.eval_data else (None, classes)
+    if heldout_classes != classes:
+        raise ValueError(f"--eval-data has the classes {heldout_classes}, --data {classes}: give both the same "
+                         "sub-folders.")
+    train, validation = split_validation(examples, args.val_fraction, args.seed)
+    config = AutoConfig.from_pretrained(args.checkpoint)
+    if config.model_type not in ("veca", "lookwhere"):
+        raise ValueError(f"{args.checkpoint} is a {config.model_type} model: give a VECA or LookWhere checkpoint.")
+    draw_budget, eval_budget = budgets(args, config)
+    args.image_size = args.image_size or config.image_size
+    if args.image_size % config.patch_size:
+        raise ValueError(f"--image-size {args.image_size} is no multiple of the patch size {config.patch_size}.")
+    accelerator = open_output_dir(args)
+    device = accelerator.device
+    model, processor = load_model(args, classes, device)
     train_batches = loader(train, args.image_size, args.batch_size, args.num_workers, seed=args.seed)
-    fixed = loader(train, args.image_size, args.batch_size, args.num_workers)
+    fixed_batches = loader(train, args.image_size, args.batch_size, args.num_workers)
     validation_batches = loader(validation, args.image_size, args.batch_size, args.num_workers)
-    metrics = os.path.join(args.output_dir, "metrics.jsonl")
-
-    def log(epoch: int, values: dict) -> None:
-        line = {"epoch": epoch, **values}
-        accelerator.print(f"epoch {epoch}/{args.epochs}{' (linear probe)' if epoch == 0 else ''}: "
-                          f"loss {values['loss']:.4f}, train accuracy {values['train_accuracy']:.4f}, "
-                          f"validation accuracy {values['validation']['accuracy']:.4f}")
-        with open(metrics, "a") as f:
-            f.write(json.dumps(line) + "\n")
 
     def keep_if_best(epoch: int, result: dict, best):
         if best is None or (result["accuracy"], -result["loss"]) > (best[1]["accuracy"], -best[1]["loss"]):
-            export(accelerator, model, args.output_dir, None, SCRIPT, args, "best", {"epoch": epoch, **result})
-            processor.save_pretrained(os.path.join(args.output_dir, "best"))
+            export(accelerator, model, args.output_dir, None, SCRIPT, args, "best", {"epoch": epoch, **result},
+                   processor=processor)
             return epoch, result
         return best
 
-    fit_head(model, fixed, eval_budget, device, args.probe_weight_decay)
-    probe_train = evaluate(model, fixed, eval_budget, device)
+    fit_head(model, fixed_batches, eval_budget, device, args.probe_weight_decay)
+    probe = evaluate(model, fixed_batches, eval_budget, device)
     result = evaluate(model, validation_batches, eval_budget, device)
-    log(0, {"loss": probe_train["loss"], "train_accuracy": probe_train["accuracy"], "validation": result})
+    log_epoch(args, 0, probe["loss"], probe["accuracy"], result)
     best = keep_if_best(0, result, None)
-
-    optimizer = torch.optim.AdamW(parameter_groups(model, args.lr, args.weight_decay, args.layer_decay), lr=args.lr)
-    steps_per_epoch, step = len(train_batches), 0
-    total = args.epochs * steps_per_epoch
+    optimizer = torch.optim.AdamW(parameter_groups(model, args.lr, args.weight_decay, args.layer_decay))
     for epoch in range(1, args.epochs + 1):
-        model.train()
-        loss_sum, correct = torch.zeros((), device=device), torch.zeros((), device=device)
-        for pixel_values, labels_ in tqdm(train_batches, desc=f"epoch {epoch}", leave=False,
-                                          disable=not accelerator.is_main_process):
-            reseed_for_step(args.seed, step, 0)
-            factor = warmup_cosine(step, round(args.warmup_epochs * steps_per_epoch), total, 0.0)
-            for group in optimizer.param_groups:
-                group["lr"] = args.lr * factor * group["lr_scale"]
-            pixel_values, labels_ = pixel_values.to(device), labels_.to(device)
-            output = model(pixel_values, labels=labels_, **draw_budget(step))
-            optimizer.zero_grad(set_to_none=True)
-            output.loss.backward()
-            optimizer.step()
-            loss_sum += output.loss.detach() * len(labels_)
-            correct += (output.logits.detach().argmax(-1) == labels_).sum()
-            step += 1
-        result = evaluate(model, validation_batches, eval_budget, device)
+        loss_sum, correct = train_epoch(model, optimizer, train_batches, args, draw_budget,
+                                        (epoch - 1) * len(train_batches), args.epochs * len(train_batches), device,
+                                        f"epoch {epoch}")
         if not torch.isfinite(loss_sum):
             raise FloatingPointError(f"The training loss is no longer finite at epoch {epoch}: lower --lr.")
-        log(epoch, {"loss": loss_sum.item() / len(train), "train_accuracy": correct.item() / len(train),
-                    "validation": result})
+        result = evaluate(model, validation_batches, eval_budget, device)
+        log_epoch(args, epoch, loss_sum.item() / len(train), correct.item() / len(train), result)
         best = keep_if_best(epoch, result, best)
+    export(accelerator, model, args.output_dir, None, SCRIPT, args, "final", {"epoch": args.epochs, **result},
+           processor=processor)
 
-    final = {"epoch": args.epochs, **result}
-    export(accelerator, model, args.output_dir, None, SCRIPT, args, "final", final)
-    processor.save_pretrained(os.path.join(args.output_dir, "final"))
-    best_folder = os.path.join(args.output_dir, "best")
-    heldout_result = None
+    best_folder, heldout_result = os.path.join(args.output_dir, "best"), None
     if heldout:
         best_model = load_checked(AutoModelForImageClassification, best_folder).to(device)
-        heldout_batches = loader(heldout[0], args.image_size, args.batch_size, args.num_workers)
-        heldout_result = evaluate(best_model, heldout_batches, eval_budget, device)
+        batches = loader(heldout, args.image_size, args.batch_size, args.num_workers)
+        heldout_result = evaluate(best_model, batches, eval_budget, device)
         write_json(os.path.join(best_folder, "heldout.json"), {"data": args.eval_data, **heldout_result})
-        accelerator.print(f"held-out accuracy of best/ (epoch {best[0]}) on {args.eval_data}: "
-                          f"{heldout_result['accuracy']:.4f} ({heldout_result['images']} images)")
-    write_card(best_folder, card(args, classes, config.model_type, best[0], best[1], heldout_result))
-    write_card(os.path.join(args.output_dir, "final"), card(args, classes, config.model_type, args.epochs, result,
-                                                            None))
+        print(f"held-out accuracy of best/ (epoch {best[0]}) on {args.eval_data}: {heldout_result['accuracy']:.4f} "
+              f"({heldout_result['images']} images)")
+    write_card(best_folder, card(args, argv, classes, config.model_type, best[0], best[1], heldout_result))
+    write_card(os.path.join(args.output_dir, "final"),
+               card(args, argv, classes, config.model_type, args.epochs, result, None))
     release_output_dirs()
     return {"best_epoch": best[0], "validation": best[1], "heldout": heldout_result}
 
