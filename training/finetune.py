@@ -22,7 +22,7 @@ the head, id2label, the processor and a card (README.md) with the recipe and the
 import argparse
 import sys
 
-from corevision_hf.cli import HelpFormatter
+from .arguments import HelpFormatter
 
 SCRIPT = "training.finetune"
 
