@@ -116,8 +116,10 @@ def test_layer_decay_scales_blocks_below_the_head():
     (["--val-fraction", "1.5"], "--val-fraction must be between 0 and 1"),
     (["--num-cores", "8"], "--num-cores and --eval-num-cores are VECA's budgets"),
     (["--layer-decay", "2"], "--layer-decay must be in (0, 1]"),
+    (["--eval-data", "{train}"], "--eval-data shares 20 images with --data"),
 ])
 def test_bad_arguments_are_one_line(folders, tmp_path, capsys, extra, message):
+    extra = [arg.format(train=folders["train"]) for arg in extra]
     assert run(finetune.main, arguments(folders, "lookwhere", tmp_path / "run", *extra)) == 2
     error = capsys.readouterr().err.strip()
     assert message in error and "\n" not in error

@@ -52,6 +52,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="VECA: core counts drawn per step, comma-separated (default: config.training_budgets)")
     parser.add_argument("--eval-num-cores", type=int, default=None,
                         help="VECA: core count of every evaluation (default: the model's default budget)")
+    parser.add_argument("--hflip", action=argparse.BooleanOptionalAction, default=True,
+                        help="flip half the training images left to right (--no-hflip where left and right matter)")
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
@@ -301,6 +303,9 @@ def train_epoch(model, optimizer, batches, args, draw_budget, first_step: int, t
         for group in optimizer.param_groups:
             group["lr"] = args.lr * warmup_cosine(step, warmup, total_steps, 0.0) * group["lr_scale"]
         pixel_values, labels = pixel_values.to(device), labels.to(device)
+        if args.hflip:  # drawn after reseed_for_step: the same flips in every run
+            flip = torch.rand(len(labels), device=device) < 0.5
+            pixel_values = torch.where(flip[:, None, None, None], pixel_values.flip(-1), pixel_values)
         output = model(pixel_values, labels=labels, **draw_budget(step))
         optimizer.zero_grad(set_to_none=True)
         output.loss.backward()
@@ -389,6 +394,10 @@ def main(argv=None) -> dict:
     if heldout_classes != classes:
         raise ValueError(f"--eval-data has the classes {heldout_classes}, --data {classes}: give both the same "
                          "sub-folders.")
+    shared = {os.path.realpath(path) for path, _ in examples} & {os.path.realpath(path) for path, _ in heldout or []}
+    if shared:
+        raise ValueError(f"--eval-data shares {len(shared)} images with --data (e.g. {sorted(shared)[0]}): held-out "
+                         "images must be ones the model never trains on; give a separate folder.")
     train, validation = split_validation(examples, args.val_fraction, args.seed)
     config = AutoConfig.from_pretrained(args.checkpoint)
     if config.model_type not in ("veca", "lookwhere"):
