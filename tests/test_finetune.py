@@ -92,7 +92,7 @@ def test_probe_is_folded_into_the_head_exactly(monkeypatch):
     model = VecaForImageClassification(tiny_veca_config(num_labels=2))  # the head reads 2 x 64 features
     monkeypatch.setattr(finetune, "head_features", lambda *args: (features, labels))
     finetune.fit_head(model, [], {}, "cpu", 1e-2)
-    probe = fit_linear_classifier(features, labels, 2, 1e-2)
+    probe = fit_linear_classifier(features, labels, 2, 1e-2, per_feature=False)
     torch.testing.assert_close(model.classifier(features), probe(features), rtol=1e-4, atol=1e-4)
 
 

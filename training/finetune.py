@@ -155,7 +155,8 @@ def split_validation(examples: list, fraction: float, seed: int) -> tuple[list, 
 
 
 def loader(examples: list, size: int, batch_size: int, workers: int, seed: int | None = None):
-    """A DataLoader of (pixel_values (B, 3, S, S), labels (B,)); shuffled each epoch from `seed` when given."""
+    """A DataLoader of batches {"pixel_values": (B, 3, S, S), "labels": (B,)}; shuffled each epoch from `seed` when
+    given."""
     import torch
 
     from evaluation.probes import load_image
@@ -166,31 +167,40 @@ def loader(examples: list, size: int, batch_size: int, workers: int, seed: int |
 
         def __getitem__(self, index):
             path, label = examples[index]
-            return load_image(path, size), label
+            return {"pixel_values": load_image(path, size), "labels": label}
 
     generator = None if seed is None else torch.Generator().manual_seed(seed)
     return torch.utils.data.DataLoader(Images(), batch_size=batch_size, shuffle=seed is not None,
                                        generator=generator, num_workers=workers)
 
 
+def to_device(batch: dict, device) -> dict:
+    """The batch's tensors on `device` (a budget or other plain value as it is)."""
+    import torch
+
+    return {name: value.to(device) if torch.is_tensor(value) else value for name, value in batch.items()}
+
+
 def evaluate(model, batches, budget: dict, device) -> dict:
-    """{"loss", "accuracy", "images"} of `model` over `batches` at `budget`, in eval mode."""
+    """{"loss", "accuracy", "images"} of `model` over `batches` (dicts of its inputs with "labels") at `budget`, in
+    eval mode."""
     import torch
 
     model.eval()
     loss, correct, count = torch.zeros((), device=device), torch.zeros((), device=device), 0
     with torch.no_grad():
-        for pixel_values, labels in batches:
-            pixel_values, labels = pixel_values.to(device), labels.to(device)
-            output = model(pixel_values, labels=labels, **budget)
-            loss += output.loss * len(labels)
-            correct += (output.logits.argmax(-1) == labels).sum()
-            count += len(labels)
+        for batch in batches:
+            batch = to_device(batch, device)
+            output = model(**batch, **budget)
+            loss += output.loss * len(batch["labels"])
+            correct += (output.logits.argmax(-1) == batch["labels"]).sum()
+            count += len(batch["labels"])
     return {"loss": loss.item() / count, "accuracy": correct.item() / count, "images": count}
 
 
 def head_features(model, batches, budget: dict, device) -> tuple:
-    """(the classifier's inputs (N, D), labels (N,)) over `batches` at `budget`: the frozen features the head reads."""
+    """(the classifier's inputs (N, D), labels (N,)) over `batches` (dicts of the model's inputs with "labels") at
+    `budget`: the frozen features the head reads."""
     import torch
 
     captured = []
@@ -198,21 +208,27 @@ def head_features(model, batches, budget: dict, device) -> tuple:
     labels = []
     model.eval()
     with torch.no_grad():
-        for pixel_values, batch_labels in batches:
-            model(pixel_values.to(device), **budget)
-            labels.append(batch_labels)
+        for batch in batches:
+            inputs = to_device(batch, device)
+            labels.append(inputs.pop("labels").cpu())
+            model(**inputs, **budget)
     hook.remove()
     return torch.cat(captured).float().cpu(), torch.cat(labels)
 
 
-def fit_head(model, batches, budget: dict, device, weight_decay: float) -> None:
-    """Stage 1: the linear probe on the frozen features, folded into `model.classifier` (standardisation included)."""
+def fit_head(model, batches, budget: dict, device="cpu", weight_decay: float = 1e-2) -> None:
+    """Stage 1: the linear probe (logistic regression on standardised features) on the frozen features of `batches`
+    (dicts of the model's inputs with "labels", such as a Trainer's collate gives) at `budget`, folded into
+    `model.classifier`. A head trained by gradient steps from random fails here: the features carry a few large
+    constant components that swamp the steps; the probe centres them. One scale for all features (not one each), so
+    that no weight is enlarged for a feature that barely varies, which fine-tuning would then swing."""
     import torch
 
     from evaluation.probes import fit_linear_classifier
 
     features, labels = head_features(model, batches, budget, device)
-    standardize, linear = fit_linear_classifier(features, labels, model.config.num_labels, weight_decay)
+    standardize, linear = fit_linear_classifier(features, labels, model.config.num_labels, weight_decay,
+                                                per_feature=False)
     weight = linear.weight / standardize.std  # W (x - mean) / std + b = (W / std) x + (b - (W / std) mean)
     with torch.no_grad():
         model.classifier.weight.copy_(weight)
@@ -298,11 +314,11 @@ def train_epoch(model, optimizer, batches, args, draw_budget, first_step: int, t
     model.train()  # LookWhere's heads keep the selector frozen and in eval mode through train()
     loss_sum, correct = torch.zeros((), device=device), torch.zeros((), device=device)
     warmup = round(args.warmup_epochs * len(batches))
-    for step, (pixel_values, labels) in enumerate(tqdm(batches, desc=desc, leave=False), start=first_step):
+    for step, batch in enumerate(tqdm(batches, desc=desc, leave=False), start=first_step):
         reseed_for_step(args.seed, step, 0)
         for group in optimizer.param_groups:
             group["lr"] = args.lr * warmup_cosine(step, warmup, total_steps, 0.0) * group["lr_scale"]
-        pixel_values, labels = pixel_values.to(device), labels.to(device)
+        pixel_values, labels = batch["pixel_values"].to(device), batch["labels"].to(device)
         if args.hflip:  # drawn after reseed_for_step: the same flips in every run
             flip = torch.rand(len(labels), device=device) < 0.5
             pixel_values = torch.where(flip[:, None, None, None], pixel_values.flip(-1), pixel_values)
