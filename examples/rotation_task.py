@@ -4,7 +4,8 @@ Writes two ImageFolders (one sub-folder per class, `upright/` and `upside_down/`
 
   - OUT/train: crops of the training photos (assets/photos, assets/wallpaper_photos/train), each saved upright and
     rotated by 180 degrees, `--train-images` in all;
-  - OUT/heldout: one centre-ish crop of every photo in assets/heldout, upright and rotated: for evaluation only.
+  - OUT/heldout: one crop (80-100 % of the shorter side) of every photo in assets/heldout, upright and rotated: for
+    evaluation only.
 
 The crops are square, a random 60-100 % of the photo's shorter side at a random place, resized to `--size` px; the
 draws are seeded, so the folders are the same bits on every run. Then, for example:

@@ -280,11 +280,12 @@ def card(args, argv: list[str], classes: list[str], model_type: str, epoch: int,
         "1. linear probe on the frozen features (L-BFGS logistic regression, folded into the head);",
         f"2. fine-tuning of the backbone and the head for {args.epochs} epochs: AdamW, lr {args.lr}, layer decay "
         f"{args.layer_decay}, weight decay {args.weight_decay}, batch {args.batch_size}, budget per step "
-        f"{args.num_cores if model_type == 'veca' else args.k_ratio}; LookWhere's selector frozen.", "",
+        f"{(args.num_cores or 'config.training_budgets') if model_type == 'veca' else args.k_ratio}; LookWhere's "
+        "selector frozen.", "",
         f"Command: `{command}`", "",
         "## Accuracy", "",
-        f"- chosen at epoch {epoch} (0: the probe) on {validation['images']} validation images carved from "
-        f"{args.data}: {validation['accuracy']:.4f}",
+        f"- these weights: epoch {epoch} (0: the probe alone); validation accuracy on {validation['images']} images "
+        f"carved from {args.data}: {validation['accuracy']:.4f}",
         heldout_line, "",
         "```python",
         "from transformers import AutoModelForImageClassification",
