@@ -91,10 +91,16 @@ def load_mask(path: Path, size: int | None = None) -> torch.Tensor:
 
 
 def fit_linear_classifier(features: torch.Tensor, labels: torch.Tensor, num_classes: int,
-                          weight_decay: float = 1e-4, max_iter: int = 200) -> torch.nn.Module:
+                          weight_decay: float = 1e-4, max_iter: int = 200, per_feature: bool = True) -> torch.nn.Module:
     """Multinomial logistic regression on frozen features (N, D) -> (N,) labels: full-batch L-BFGS on standardised
-    features with an L2 penalty. Returns a module mapping raw features to logits."""
-    mean, std = features.mean(0), features.std(0).clamp_min(1e-6)
+    features with an L2 penalty. Returns a module mapping raw features to logits. `per_feature=False` centres each
+    feature but divides all by one scale (their root-mean-square spread): no weight is enlarged for a feature that
+    barely varies, so a head that the backbone's fine-tuning moves on from stays stable."""
+    mean = features.mean(0)
+    if per_feature:
+        std = features.std(0).clamp_min(1e-6)
+    else:
+        std = (features - mean).square().mean().sqrt().clamp_min(1e-6).expand(features.shape[1]).clone()
     head = torch.nn.Linear(features.shape[1], num_classes)
     torch.nn.init.zeros_(head.weight), torch.nn.init.zeros_(head.bias)
     inputs = (features - mean) / std

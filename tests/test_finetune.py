@@ -1,0 +1,136 @@
+"""python -m training.finetune: LP-FT on an ImageFolder with tiny random models and generated images (two classes a
+linear head can tell apart: bright and dark noise)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_lookwhere_config, tiny_veca_config
+from PIL import Image
+from safetensors.torch import load_file
+from transformers import AutoModelForImageClassification
+
+from corevision_hf import LookWhereModel, VecaModel, save_model_folder
+from corevision_hf.cli import run
+from evaluation.probes import fit_linear_classifier, load_image
+from training import finetune
+
+CLASSES = ("bright", "dark")
+
+
+def write_folder(root, per_class: int, seed: int) -> str:
+    """An ImageFolder of `per_class` 32 px noise images per class, bright or dark."""
+    rng = np.random.default_rng(seed)
+    for label, name in enumerate(CLASSES):
+        (root / name).mkdir(parents=True)
+        for index in range(per_class):
+            low = 96 if label == 0 else 0
+            pixels = rng.integers(low, low + 160, size=(32, 32, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(root / name / f"{index}.png")
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("finetune")
+    torch.manual_seed(0)
+    save_model_folder(VecaModel(tiny_veca_config()), root / "veca")
+    save_model_folder(LookWhereModel(tiny_lookwhere_config()), root / "lookwhere")
+    return {"veca": str(root / "veca"), "lookwhere": str(root / "lookwhere"),
+            "train": write_folder(root / "train", 10, seed=0), "heldout": write_folder(root / "heldout", 3, seed=1)}
+
+
+def arguments(folders, model: str, output_dir, *extra: str) -> list[str]:
+    budget = ["--k-ratio", "0.25:0.75", "--eval-k-ratio", "0.5"] if model == "lookwhere" else ["--num-cores", "2,4,8"]
+    return [folders[model], "--data", folders["train"], "--eval-data", folders["heldout"], "--output-dir",
+            str(output_dir), "--epochs", "2", "--batch-size", "4", "--lr", "1e-3", *budget, *extra]
+
+
+@pytest.mark.parametrize("model", ["lookwhere", "veca"])
+def test_finetune_writes_best_and_final_that_reload_with_their_accuracy(folders, tmp_path, model):
+    result = finetune.main(arguments(folders, model, tmp_path / "run"))
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [line["epoch"] for line in lines] == [0, 1, 2]  # the probe, then one line per epoch
+    budget = {"k_ratio": 0.5} if model == "lookwhere" else {}
+    for name, expected in (("best", result["heldout"]), ("final", lines[-1]["validation"])):
+        folder = tmp_path / "run" / name
+        assert {"README.md", "preprocessor_config.json", "config.json", "model.safetensors"} <= {
+            path.name for path in folder.iterdir()}
+        reloaded = AutoModelForImageClassification.from_pretrained(folder, trust_remote_code=True).eval()
+        assert reloaded.config.id2label == dict(enumerate(CLASSES))
+        data = folders["heldout"] if name == "best" else None
+        examples = (finetune.labelled_files(data, train=False)[0] if data else
+                    finetune.split_validation(finetune.labelled_files(folders["train"], True)[0], 0.2, 0)[1])
+        with torch.no_grad():
+            pixels = torch.stack([load_image(path, 32) for path, _ in examples])
+            predicted = reloaded(pixels, **budget).logits.argmax(-1)
+        accuracy = (predicted == torch.tensor([label for _, label in examples])).float().mean().item()
+        assert accuracy == pytest.approx(expected["accuracy"])
+    assert f"{result['heldout']['accuracy']:.4f}" in (tmp_path / "run" / "best" / "README.md").read_text()
+    assert result["validation"]["accuracy"] == 1.0  # bright vs dark: the probe alone separates them
+
+
+def test_selector_is_untouched_and_a_second_run_gives_the_same_bits(folders, tmp_path):
+    finetune.main(arguments(folders, "lookwhere", tmp_path / "a"))
+    finetune.main(arguments(folders, "lookwhere", tmp_path / "b"))
+    start = load_file(f"{folders['lookwhere']}/model.safetensors")
+    first, second = (load_file(tmp_path / run / "final" / "model.safetensors") for run in ("a", "b"))
+    selector = [name for name in start if name.startswith("selector.")]
+    assert selector and all(torch.equal(first[f"lookwhere.{name}"], start[name]) for name in selector)
+    assert not torch.equal(first["lookwhere.extractor.layers.0.mlp.fc1.weight"],
+                           start["extractor.layers.0.mlp.fc1.weight"])  # the extractor did train
+    assert first.keys() == second.keys() and all(torch.equal(first[name], second[name]) for name in first)
+
+
+def test_probe_is_folded_into_the_head_exactly(monkeypatch):
+    """The head after the linear probe gives the probe's logits (its standardisation folded into the weights)."""
+    from corevision_hf import VecaForImageClassification
+
+    torch.manual_seed(0)
+    features, labels = torch.randn(40, 128) * 3 + 1, torch.arange(40) % 2
+    model = VecaForImageClassification(tiny_veca_config(num_labels=2))  # the head reads 2 x 64 features
+    monkeypatch.setattr(finetune, "head_features", lambda *args: (features, labels))
+    finetune.fit_head(model, [], {}, "cpu", 1e-2)
+    probe = fit_linear_classifier(features, labels, 2, 1e-2, per_feature=False)
+    torch.testing.assert_close(model.classifier(features), probe(features), rtol=1e-4, atol=1e-4)
+
+
+def test_layer_decay_scales_blocks_below_the_head():
+    from corevision_hf import LookWhereForImageClassification
+
+    model = LookWhereForImageClassification(tiny_lookwhere_config(num_labels=2))
+    groups = finetune.parameter_groups(model, 1e-3, 0.05, 0.5)
+    scale = {id(param): group["lr_scale"] for group in groups for param in group["params"]}
+    named = dict(model.named_parameters())
+    assert scale[id(named["classifier.weight"])] == 1.0
+    assert scale[id(named["lookwhere.extractor.norm.weight"])] == 1.0
+    assert scale[id(named["lookwhere.extractor.layers.2.mlp.fc1.weight"])] == 0.5
+    assert scale[id(named["lookwhere.extractor.layers.0.mlp.fc1.weight"])] == 0.5 ** 3
+    assert scale[id(named["lookwhere.extractor.position_embeddings"])] == 0.5 ** 4
+    assert not any(id(param) in scale for param in model.lookwhere.selector.parameters())  # frozen
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--k-ratio", "0.6:0.2"], "--k-ratio needs 0 < LOW <= HIGH <= 1"),
+    (["--val-fraction", "1.5"], "--val-fraction must be between 0 and 1"),
+    (["--num-cores", "8"], "--num-cores and --eval-num-cores are VECA's budgets"),
+    (["--layer-decay", "2"], "--layer-decay must be in (0, 1]"),
+    (["--eval-data", "{train}"], "--eval-data shares 20 images with --data"),
+])
+def test_bad_arguments_are_one_line(folders, tmp_path, capsys, extra, message):
+    extra = [arg.format(train=folders["train"]) for arg in extra]
+    assert run(finetune.main, arguments(folders, "lookwhere", tmp_path / "run", *extra)) == 2
+    error = capsys.readouterr().err.strip()
+    assert message in error and "\n" not in error
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_existing_output_folder_is_refused_without_overwrite(folders, tmp_path, capsys):
+    argv = arguments(folders, "veca", tmp_path / "run", "--epochs", "0")
+    finetune.main(argv)
+    capsys.readouterr()
+    assert run(finetune.main, argv) == 2
+    error = capsys.readouterr().err.strip()
+    assert "already holds a run" in error and "--overwrite" in error and "\n" not in error
+    assert finetune.main([*argv, "--overwrite"])["best_epoch"] == 0

@@ -1,0 +1,479 @@
+"""Image-classification fine-tuning of a VECA or LookWhere checkpoint on an ImageFolder, head first (LP-FT).
+
+    python -m training.finetune outputs/demo/lookwhere --data photos/train --eval-data photos/heldout \\
+        --output-dir outputs/finetune --k-ratio 0.1:0.5 --eval-k-ratio 0.25
+
+--data and --eval-data are ImageFolders: one sub-folder per class, its images at any depth below it. A seeded
+--val-fraction of --data is kept apart to choose the best epoch; --eval-data is read once, at the end, to report
+the held-out accuracy of that best model (never to choose anything). Images are resized to --image-size squared.
+
+The recipe, as for a DINOv2 backbone (LP-FT: a fine-tuned random head first distorts the features it reads):
+  1. linear probe: the classifier is fitted on the frozen features (L-BFGS logistic regression,
+     evaluation.probes.fit_linear_classifier) and folded into the model's head;
+  2. fine-tuning: the backbone and the head, AdamW at a small --lr (warm-up, then cosine), optionally with layer-wise
+     decay (--layer-decay: block i of L trains at lr * decay ** (L + 1 - i)), for --epochs epochs.
+LookWhere's selector stays frozen (the heads keep it so). Each step draws its budget: a LookWhere k_ratio uniform in
+--k-ratio LOW:HIGH (or one value), a VECA core count from --num-cores (default: the config's training budgets); every
+evaluation runs at --eval-k-ratio / --eval-num-cores, the budget you deploy. One line per epoch (loss, train and
+validation accuracy); OUT/best (the best validation accuracy, the probe included) and OUT/final are model folders with
+the head, id2label, the processor and a card (README.md) with the recipe and the accuracies.
+"""
+
+import argparse
+import sys
+
+from .arguments import HelpFormatter
+
+SCRIPT = "training.finetune"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=f"python -m {SCRIPT}", description=__doc__, formatter_class=HelpFormatter)
+    parser.add_argument("checkpoint", help="a VECA or LookWhere save_pretrained folder or hub id")
+    parser.add_argument("--data", required=True, help="training ImageFolder: one sub-folder per class")
+    parser.add_argument("--eval-data", default=None,
+                        help="held-out ImageFolder with the same classes, evaluated once at the end (of best/)")
+    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--overwrite", action="store_true", help="replace the run already in --output-dir")
+    parser.add_argument("--val-fraction", type=float, default=0.2,
+                        help="share of --data per class kept apart to choose the best epoch")
+    parser.add_argument("--image-size", type=int, default=None, help="square side in pixels (default: the config's)")
+    parser.add_argument("--epochs", type=int, default=5, help="fine-tuning epochs after the probe (0: the probe only)")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--lr", type=float, default=1e-5, help="peak learning rate of fine-tuning (the head's)")
+    parser.add_argument("--layer-decay", type=float, default=1.0, help="layer-wise learning-rate decay (1: none)")
+    parser.add_argument("--weight-decay", type=float, default=0.05, help="AdamW's, on weight matrices only")
+    parser.add_argument("--max-grad-norm", type=float, default=1.0, help="gradient clipping (0: none)")
+    parser.add_argument("--warmup-epochs", type=float, default=1.0)
+    parser.add_argument("--probe-weight-decay", type=float, default=1e-2, help="L2 penalty of the linear probe")
+    parser.add_argument("--k-ratio", default="0.1:0.5", help="LookWhere: k_ratio per step, LOW:HIGH or one value")
+    parser.add_argument("--eval-k-ratio", type=float, default=0.25, help="LookWhere: k_ratio of every evaluation")
+    parser.add_argument("--num-cores", default=None,
+                        help="VECA: core counts drawn per step, comma-separated (default: config.training_budgets)")
+    parser.add_argument("--eval-num-cores", type=int, default=None,
+                        help="VECA: core count of every evaluation (default: the model's default budget)")
+    parser.add_argument("--hflip", action=argparse.BooleanOptionalAction, default=True,
+                        help="flip half the training images left to right (--no-hflip where left and right matter)")
+    parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def check_arguments(args) -> None:
+    """Raises ValueError on the first argument that cannot work, before anything is loaded."""
+    from .arguments import check_positive
+
+    check_positive(args, "batch_size", "lr", "layer_decay", "probe_weight_decay")
+    if not 0 < args.val_fraction < 1:
+        raise ValueError(f"--val-fraction must be between 0 and 1, got {args.val_fraction}.")
+    for name in ("epochs", "weight_decay", "warmup_epochs", "num_workers", "max_grad_norm"):
+        if getattr(args, name) < 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(args, name)}.")
+    if args.layer_decay > 1:
+        raise ValueError(f"--layer-decay must be in (0, 1] (lower layers train slower), got {args.layer_decay}.")
+    if args.image_size is not None and args.image_size <= 0:
+        raise ValueError(f"--image-size must be positive, got {args.image_size}.")
+    k_ratio_range(args.k_ratio)
+    if not 0 < args.eval_k_ratio <= 1:
+        raise ValueError(f"--eval-k-ratio must be in (0, 1], got {args.eval_k_ratio}.")
+
+
+def k_ratio_range(text: str) -> tuple[float, float]:
+    """--k-ratio "LOW:HIGH" (or one value) as (low, high), each in (0, 1]."""
+    try:
+        low, high = (float(part) for part in (text.split(":") if ":" in text else (text, text)))
+    except ValueError:
+        raise ValueError(f"--k-ratio takes LOW:HIGH or one value (e.g. 0.1:0.5 or 0.25), got {text!r}.") from None
+    if not 0 < low <= high <= 1:
+        raise ValueError(f"--k-ratio needs 0 < LOW <= HIGH <= 1, got {text!r}.")
+    return low, high
+
+
+def budgets(args, config) -> tuple:
+    """(draw(step) -> the training call's budget kwargs, the evaluation's budget kwargs) for `config`'s model."""
+    from .schedule import draw, draw_uniform
+
+    if config.model_type == "lookwhere":
+        if args.num_cores is not None or args.eval_num_cores is not None:
+            raise ValueError("--num-cores and --eval-num-cores are VECA's budgets: give LookWhere --k-ratio and "
+                             "--eval-k-ratio.")
+        low, high = k_ratio_range(args.k_ratio)
+        return (lambda step: {"k_ratio": draw_uniform(low, high, args.seed, step)}), {"k_ratio": args.eval_k_ratio}
+    cores = parse_cores(args.num_cores, config) if args.num_cores else config.training_budgets or [config.num_cores]
+    if args.eval_num_cores is not None and not 1 <= args.eval_num_cores <= config.num_cores:
+        raise ValueError(f"--eval-num-cores must be in [1, {config.num_cores}] (the model's cores), "
+                         f"got {args.eval_num_cores}.")
+    evaluation = {} if args.eval_num_cores is None else {"num_cores": args.eval_num_cores}
+    return (lambda step: {"num_cores": draw(cores, [1] * len(cores), args.seed, step)}), evaluation
+
+
+def parse_cores(text: str, config) -> list[int]:
+    """--num-cores "8,16,32" as a list, each in [1, config.num_cores]."""
+    try:
+        cores = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--num-cores takes comma-separated core counts (e.g. 8,16,32), got {text!r}.") from None
+    if not all(1 <= c <= config.num_cores for c in cores):
+        raise ValueError(f"--num-cores must lie in [1, {config.num_cores}] (the model's cores), got {text!r}.")
+    return cores
+
+
+def labelled_files(folder: str, train: bool) -> tuple[list[tuple[str, int]], list[str]]:
+    """[(path, label)] of an ImageFolder (label: the index of its class, the sorted sub-folder names) and the class
+    names. A training folder may not hold the held-out photos (training.data.image_files refuses them)."""
+    from pathlib import Path
+
+    from evaluation.probes import image_files
+
+    from .data import image_files as training_files
+
+    root = Path(folder)
+    files = training_files(root, "", train=True)[0] if train else [str(path) for path in image_files(folder)]
+    classes = sorted(path.name for path in root.iterdir() if path.is_dir())
+    loose = [file for file in files if len(Path(file).relative_to(root).parts) < 2]
+    if len(classes) < 2 or loose:
+        raise ValueError(f"{root} is no ImageFolder: give one sub-folder per class (at least two) holding its images"
+                         f"{f', not images at its top ({Path(loose[0]).name})' if loose else ''}.")
+    return [(file, classes.index(Path(file).relative_to(root).parts[0])) for file in files], classes
+
+
+def split_validation(examples: list, fraction: float, seed: int) -> tuple[list, list]:
+    """(train, validation): a seeded `fraction` of each class's examples (at least one) kept for validation."""
+    import random
+
+    train, validation = [], []
+    for label in sorted({label for _, label in examples}):
+        members = [example for example in examples if example[1] == label]
+        random.Random(seed * 1_000_003 + label).shuffle(members)
+        count = max(1, round(fraction * len(members)))
+        if count >= len(members):
+            raise ValueError(f"Class {label} has {len(members)} image(s): too few to keep a validation share; add "
+                             "images or lower --val-fraction.")
+        validation += members[:count]
+        train += members[count:]
+    return train, validation
+
+
+def loader(examples: list, size: int, batch_size: int, workers: int, seed: int | None = None):
+    """A DataLoader of batches {"pixel_values": (B, 3, S, S), "labels": (B,)}; shuffled each epoch from `seed` when
+    given."""
+    import torch
+
+    from evaluation.probes import load_image
+
+    class Images(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(examples)
+
+        def __getitem__(self, index):
+            path, label = examples[index]
+            return {"pixel_values": load_image(path, size), "labels": label}
+
+    generator = None if seed is None else torch.Generator().manual_seed(seed)
+    return torch.utils.data.DataLoader(Images(), batch_size=batch_size, shuffle=seed is not None,
+                                       generator=generator, num_workers=workers)
+
+
+def to_device(batch: dict, device) -> dict:
+    """The batch's tensors on `device` (a budget or other plain value as it is)."""
+    import torch
+
+    return {name: value.to(device) if torch.is_tensor(value) else value for name, value in batch.items()}
+
+
+def evaluate(model, batches, budget: dict, device) -> dict:
+    """{"loss", "accuracy", "images"} of `model` over `batches` (dicts of its inputs with "labels") at `budget`, in
+    eval mode."""
+    import torch
+
+    model.eval()
+    loss, correct, count = torch.zeros((), device=device), torch.zeros((), device=device), 0
+    with torch.no_grad():
+        for batch in batches:
+            batch = to_device(batch, device)
+            output = model(**batch, **budget)
+            loss += output.loss * len(batch["labels"])
+            correct += (output.logits.argmax(-1) == batch["labels"]).sum()
+            count += len(batch["labels"])
+    return {"loss": loss.item() / count, "accuracy": correct.item() / count, "images": count}
+
+
+def head_features(model, batches, budget: dict, device) -> tuple:
+    """(the classifier's inputs (N, D), labels (N,)) over `batches` (dicts of the model's inputs with "labels") at
+    `budget`: the frozen features the head reads."""
+    import torch
+
+    captured = []
+    hook = model.classifier.register_forward_hook(lambda module, inputs, output: captured.append(inputs[0]))
+    labels = []
+    model.eval()
+    with torch.no_grad():
+        for batch in batches:
+            inputs = to_device(batch, device)
+            labels.append(inputs.pop("labels").cpu())
+            model(**inputs, **budget)
+    hook.remove()
+    return torch.cat(captured).float().cpu(), torch.cat(labels)
+
+
+def fit_head(model, batches, budget: dict, device="cpu", weight_decay: float = 1e-2) -> None:
+    """Stage 1: the linear probe (logistic regression on standardised features) on the frozen features of `batches`
+    (dicts of the model's inputs with "labels", such as a Trainer's collate gives) at `budget`, folded into
+    `model.classifier`. A head trained by gradient steps from random fails here: the features carry a few large
+    constant components that swamp the steps; the probe centres them. One scale for all features (not one each), so
+    that no weight is enlarged for a feature that barely varies, which fine-tuning would then swing."""
+    import torch
+
+    from evaluation.probes import fit_linear_classifier
+
+    features, labels = head_features(model, batches, budget, device)
+    standardize, linear = fit_linear_classifier(features, labels, model.config.num_labels, weight_decay,
+                                                per_feature=False)
+    weight = linear.weight / standardize.std  # W (x - mean) / std + b = (W / std) x + (b - (W / std) mean)
+    with torch.no_grad():
+        model.classifier.weight.copy_(weight)
+        model.classifier.bias.copy_(linear.bias - weight @ standardize.mean)
+
+
+def layer_indices(model) -> dict[str, int]:
+    """BEiT's layer of every parameter: i + 1 for block i, num_layers + 1 for what is registered after the last block
+    (final norm, projection, head), 0 for the rest (embeddings, core bank, LookWhere's selector)."""
+    import re
+
+    names = [name for name, _ in model.named_parameters()]
+    blocks = {name: int(match.group(1)) + 1 for name in names if (match := re.search(r"\.layers\.(\d+)\.", name))}
+    last_block = max(names.index(name) for name in blocks)
+    after = model.config.num_hidden_layers + 1
+    return {name: blocks.get(name, after if index > last_block else 0) for index, name in enumerate(names)}
+
+
+def parameter_groups(model, lr: float, weight_decay: float, layer_decay: float) -> list[dict]:
+    """AdamW groups of the trainable parameters: weight decay on matrices only (nanoGPT), and with `layer_decay` < 1
+    a learning rate of lr * layer_decay ** (num_layers + 1 - layer) ("lr_scale", which the schedule multiplies)."""
+    top, layers, groups = model.config.num_hidden_layers + 1, layer_indices(model), {}
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue  # LookWhere's selector
+        layer, decayed = layers[name], param.ndim >= 2
+        group = groups.setdefault((layer, decayed), {
+            "params": [], "weight_decay": weight_decay if decayed else 0.0, "lr_scale": layer_decay ** (top - layer),
+        })
+        group["params"].append(param)
+    return list(groups.values())
+
+
+def card(args, argv: list[str], classes: list[str], model_type: str, epoch: int, validation: dict,
+         heldout: dict | None) -> str:
+    """The README.md of an exported model folder: what it classifies, how it was fine-tuned (the command's `argv`)
+    and how well (on the validation split and, for best/, the held-out data)."""
+    import shlex
+
+    command = " ".join(["python", "-m", SCRIPT, *map(shlex.quote, argv)])
+    heldout_line = "- held-out accuracy: " + ("see best/" if args.eval_data else "none (no --eval-data)")
+    if heldout:
+        heldout_line = (f"- held-out accuracy ({args.eval_data}, {heldout['images']} images): "
+                        f"**{heldout['accuracy']:.4f}**")
+    return "\n".join([
+        f"# {model_type} image classifier fine-tuned from {args.checkpoint}", "",
+        f"Classes: {', '.join(classes)}. Images resized to {args.image_size} x {args.image_size}.", "",
+        "## Recipe (LP-FT)", "",
+        "1. linear probe on the frozen features (L-BFGS logistic regression, folded into the head);",
+        f"2. fine-tuning of the backbone and the head for {args.epochs} epochs: AdamW, lr {args.lr}, layer decay "
+        f"{args.layer_decay}, weight decay {args.weight_decay}, batch {args.batch_size}, budget per step "
+        f"{(args.num_cores or 'config.training_budgets') if model_type == 'veca' else args.k_ratio}; LookWhere's "
+        "selector frozen.", "",
+        f"Command: `{command}`", "",
+        "## Accuracy", "",
+        f"- these weights: epoch {epoch} (0: the probe alone); validation accuracy on {validation['images']} images "
+        f"carved from {args.data}: {validation['accuracy']:.4f}",
+        heldout_line, "",
+        "```python",
+        "from transformers import AutoModelForImageClassification",
+        "model = AutoModelForImageClassification.from_pretrained(FOLDER, trust_remote_code=True)",
+        "```", "",
+    ])
+
+
+def write_card(folder: str, text: str) -> None:
+    """`folder`/README.md, written under a temporary name and renamed."""
+    import os
+
+    with open(os.path.join(folder, "README.md.tmp"), "w") as f:
+        f.write(text)
+    os.replace(os.path.join(folder, "README.md.tmp"), os.path.join(folder, "README.md"))
+
+
+def train_epoch(model, optimizer, batches, args, draw_budget, first_step: int, total_steps: int, device, desc: str):
+    """One epoch of fine-tuning, its budget drawn per step and the learning rate `args.lr * warmup_cosine(step)`
+    (times each group's lr_scale); returns the sums of the loss and of the correct predictions, on the device (read
+    back once per epoch, not per step)."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from .schedule import reseed_for_step, warmup_cosine
+
+    model.train()  # LookWhere's heads keep the selector frozen and in eval mode through train()
+    loss_sum, correct = torch.zeros((), device=device), torch.zeros((), device=device)
+    warmup = round(args.warmup_epochs * len(batches))
+    for step, batch in enumerate(tqdm(batches, desc=desc, leave=False), start=first_step):
+        reseed_for_step(args.seed, step, 0)
+        for group in optimizer.param_groups:
+            group["lr"] = args.lr * warmup_cosine(step, warmup, total_steps, 0.0) * group["lr_scale"]
+        pixel_values, labels = batch["pixel_values"].to(device), batch["labels"].to(device)
+        if args.hflip:  # drawn after reseed_for_step: the same flips in every run
+            flip = torch.rand(len(labels), device=device) < 0.5
+            pixel_values = torch.where(flip[:, None, None, None], pixel_values.flip(-1), pixel_values)
+        output = model(pixel_values, labels=labels, **draw_budget(step))
+        optimizer.zero_grad(set_to_none=True)
+        output.loss.backward()
+        if args.max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+        optimizer.step()
+        loss_sum += output.loss.detach() * len(labels)
+        correct += (output.logits.detach().argmax(-1) == labels).sum()
+    return loss_sum, correct
+
+
+def open_output_dir(args):
+    """The run's Accelerator, once --output-dir is free (new, or --overwrite: its run deleted) and locked; writes
+    run.json."""
+    import os
+
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    from .checkpointing import check_output_dir, clear_run, run_record, write_json
+    from .run_lock import lock_output_dir
+
+    AcceleratorState._reset_state()  # a second run in one process (the tests) starts clean
+    accelerator = Accelerator()
+    check_output_dir(args.output_dir, run_record(SCRIPT, args, 1))
+    lock_output_dir(args.output_dir)
+    if args.overwrite:
+        clear_run(args.output_dir)
+    os.makedirs(args.output_dir, exist_ok=True)
+    write_json(os.path.join(args.output_dir, "run.json"), run_record(SCRIPT, args, 1))
+    return accelerator
+
+
+def load_model(args, classes: list[str], device):
+    """(the checkpoint's AutoModelForImageClassification with a head for `classes`, its image processor at
+    --image-size)."""
+    import os
+
+    import torch
+    from transformers import AutoModelForImageClassification
+
+    from corevision_hf.cli import reading_weights
+    from corevision_hf.loading import load_checked
+    from corevision_hf.saving import image_processor_for
+
+    torch.manual_seed(args.seed)
+    labels = {"id2label": dict(enumerate(classes)), "label2id": {name: i for i, name in enumerate(classes)}}
+    with reading_weights(args.checkpoint):
+        model = load_checked(AutoModelForImageClassification, args.checkpoint, num_labels=len(classes),
+                             ignore_mismatched_sizes=True, **labels)
+    processor = image_processor_for(model.config, args.checkpoint if os.path.isdir(args.checkpoint) else None)
+    processor.size = {"shortest_edge": args.image_size}  # the size the head was trained at
+    return model.to(device), processor
+
+
+def log_epoch(args, epoch: int, loss: float, train_accuracy: float, validation: dict) -> None:
+    """The epoch's line, printed and appended to OUT/metrics.jsonl."""
+    import json
+    import os
+
+    print(f"epoch {epoch}/{args.epochs}{' (linear probe)' if epoch == 0 else ''}: loss {loss:.4f}, train accuracy "
+          f"{train_accuracy:.4f}, validation accuracy {validation['accuracy']:.4f}")
+    line = {"epoch": epoch, "loss": loss, "train_accuracy": train_accuracy, "validation": validation}
+    with open(os.path.join(args.output_dir, "metrics.jsonl"), "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def main(argv=None) -> dict:
+    """Runs the command; returns {"best_epoch", "validation", "heldout"} (heldout None without --eval-data)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv)
+    check_arguments(args)
+    import os
+
+    import torch
+    from transformers import AutoConfig, AutoModelForImageClassification
+
+    import corevision_hf  # noqa: F401  (registers VECA and LookWhere with the Auto classes)
+    from corevision_hf.loading import load_checked
+
+    from .checkpointing import export, write_json
+    from .run_lock import release_output_dirs
+
+    examples, classes = labelled_files(args.data, train=True)
+    heldout, heldout_classes = labelled_files(args.eval_data, train=False) if args.eval_data else (None, classes)
+    if heldout_classes != classes:
+        raise ValueError(f"--eval-data has the classes {heldout_classes}, --data {classes}: give both the same "
+                         "sub-folders.")
+    shared = {os.path.realpath(path) for path, _ in examples} & {os.path.realpath(path) for path, _ in heldout or []}
+    if shared:
+        raise ValueError(f"--eval-data shares {len(shared)} images with --data (e.g. {sorted(shared)[0]}): held-out "
+                         "images must be ones the model never trains on; give a separate folder.")
+    train, validation = split_validation(examples, args.val_fraction, args.seed)
+    config = AutoConfig.from_pretrained(args.checkpoint)
+    if config.model_type not in ("veca", "lookwhere"):
+        raise ValueError(f"{args.checkpoint} is a {config.model_type} model: give a VECA or LookWhere checkpoint.")
+    draw_budget, eval_budget = budgets(args, config)
+    args.image_size = args.image_size or config.image_size
+    if args.image_size % config.patch_size:
+        raise ValueError(f"--image-size {args.image_size} is no multiple of the patch size {config.patch_size}.")
+    accelerator = open_output_dir(args)
+    device = accelerator.device
+    model, processor = load_model(args, classes, device)
+    train_batches = loader(train, args.image_size, args.batch_size, args.num_workers, seed=args.seed)
+    fixed_batches = loader(train, args.image_size, args.batch_size, args.num_workers)
+    validation_batches = loader(validation, args.image_size, args.batch_size, args.num_workers)
+
+    def keep_if_best(epoch: int, result: dict, best):
+        if best is None or (result["accuracy"], -result["loss"]) > (best[1]["accuracy"], -best[1]["loss"]):
+            export(accelerator, model, args.output_dir, None, SCRIPT, args, "best", {"epoch": epoch, **result},
+                   processor=processor)
+            return epoch, result
+        return best
+
+    fit_head(model, fixed_batches, eval_budget, device, args.probe_weight_decay)
+    probe = evaluate(model, fixed_batches, eval_budget, device)
+    result = evaluate(model, validation_batches, eval_budget, device)
+    log_epoch(args, 0, probe["loss"], probe["accuracy"], result)
+    best = keep_if_best(0, result, None)
+    optimizer = torch.optim.AdamW(parameter_groups(model, args.lr, args.weight_decay, args.layer_decay))
+    for epoch in range(1, args.epochs + 1):
+        loss_sum, correct = train_epoch(model, optimizer, train_batches, args, draw_budget,
+                                        (epoch - 1) * len(train_batches), args.epochs * len(train_batches), device,
+                                        f"epoch {epoch}")
+        if not torch.isfinite(loss_sum):
+            raise FloatingPointError(f"The training loss is no longer finite at epoch {epoch}: lower --lr.")
+        result = evaluate(model, validation_batches, eval_budget, device)
+        log_epoch(args, epoch, loss_sum.item() / len(train), correct.item() / len(train), result)
+        best = keep_if_best(epoch, result, best)
+    export(accelerator, model, args.output_dir, None, SCRIPT, args, "final", {"epoch": args.epochs, **result},
+           processor=processor)
+
+    best_folder, heldout_result = os.path.join(args.output_dir, "best"), None
+    if heldout:
+        best_model = load_checked(AutoModelForImageClassification, best_folder).to(device)
+        batches = loader(heldout, args.image_size, args.batch_size, args.num_workers)
+        heldout_result = evaluate(best_model, batches, eval_budget, device)
+        write_json(os.path.join(best_folder, "heldout.json"), {"data": args.eval_data, **heldout_result})
+        print(f"held-out accuracy of best/ (epoch {best[0]}) on {args.eval_data}: {heldout_result['accuracy']:.4f} "
+              f"({heldout_result['images']} images)")
+    write_card(best_folder, card(args, argv, classes, config.model_type, best[0], best[1], heldout_result))
+    write_card(os.path.join(args.output_dir, "final"),
+               card(args, argv, classes, config.model_type, args.epochs, result, None))
+    release_output_dirs()
+    return {"best_epoch": best[0], "validation": best[1], "heldout": heldout_result}
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except (Exception, KeyboardInterrupt) as error:  # corevision_hf.cli (and torch) only now: --help answers at once
+        from corevision_hf.cli import exit_status
+
+        sys.exit(exit_status(error))
