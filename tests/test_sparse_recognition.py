@@ -122,3 +122,14 @@ def test_smoke_run_measures_every_line_and_states_every_goal(tmp_path):
             k: v for k, v in d.items() if k != "_"})
 
     assert untimed(rerun["variants"]) == untimed(report["variants"])  # the same bits twice
+
+
+def test_a_missing_teacher_or_a_bad_size_is_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as done:
+        sr.main(["--smoke", "--teacher", str(tmp_path / "nowhere"), "--out-dir", str(tmp_path / "out")])
+    assert str(done.value).startswith("error:") and "\n" not in str(done.value) and "nowhere" in str(done.value)
+    for bad in (["--val", "0"], ["--canvas-size", "500"], ["--threads", "0"]):
+        with pytest.raises(SystemExit) as done:
+            sr.parse_args(bad)
+        assert done.value.code == 2 and capsys.readouterr().err.count("error:") == 1
+    assert not (tmp_path / "out").exists()
