@@ -771,6 +771,7 @@ def benchmark(argv=None) -> dict:
               f"({time.perf_counter() - run_start:.0f} s so far)", flush=True)
     constant_cls, constant_patch, crops = mean_teacher_tokens([scratch / f"seed{s}" / "teacher_cache" for s in args.seeds])
     centre = (constant_cls, constant_patch)
+    print(f"    the teacher on the held-out photos at {args.resolutions} px", flush=True)
     heldout = PhotoSet(args.heldout_photos, teacher, args.resolutions, args.image_size, args, centre)
     print(f"2/6 students x seeds {args.seeds}, {args.steps} steps of {args.batch_size}", flush=True)
     measured, untrained, resumed, training = train_students(args, teacher, source, heldout, scratch, train_dir,
