@@ -71,23 +71,28 @@ test: setup $(VENV)/.app
 test-fast: setup
 	$(PYTHON) -m pytest -m "not slow"
 
-# The figures of docs/speed.md (about 35 minutes on 2 cores; a GPU machine runs benchmarks/gpu_check.py instead).
+# The figures of docs/speed.md, written over the committed ones in benchmarks/results/ (about 35 minutes on 2 idle
+# cores, 2-3x on a busy machine; a GPU machine runs benchmarks/gpu_check.py instead).
 bench: setup
-	$(PYTHON) benchmarks/veca_speed.py --resolutions 1024 2048 --budgets 64 16 --no-memory
-	$(PYTHON) benchmarks/lookwhere_speed.py --no-memory
-	$(PYTHON) benchmarks/memory.py
-	$(PYTHON) benchmarks/onnx_speed.py
+	$(PYTHON) benchmarks/veca_speed.py --resolutions 1024 2048 --budgets 64 16 --no-memory \
+		--out benchmarks/results/veca_cpu
+	$(PYTHON) benchmarks/lookwhere_speed.py --no-memory --out benchmarks/results/lookwhere_cpu
+	$(PYTHON) benchmarks/memory.py --out benchmarks/results/memory_cpu.json
+	$(PYTHON) benchmarks/onnx_speed.py --output benchmarks/results/onnx_cpu.json
 
 # Distillation quality on the held-out photos (6 students x 2 seeds and a same-seed rerun, 300 steps each, the step
-# picked on the validation photos, with their baselines; 22-27 minutes idle: docs/quality.md), then the model cards
-# of seed 0's VECA elastic and LookWhere-S from the teacher, budget tables included (benchmarks/results/cards/).
-# `make quality QUICK=1`: one seed and its rerun, 100 steps, everything under outputs/quality_quick/ (6.4 minutes idle).
+# picked on the validation photos, with their baselines; 22-27 minutes idle, 2-3x on a busy machine: docs/quality.md),
+# then the model cards of seed 0's VECA elastic and LookWhere-S from the teacher, budget tables included
+# (benchmarks/results/cards/).
+# `make quality QUICK=1`: one seed and its rerun, 100 steps, everything under outputs/quality_quick/ (6.4 minutes idle;
+# 2-3x on a busy machine).
 QUALITY_OUT := $(if $(QUICK),outputs/quality_quick,benchmarks/results)
 QUALITY_RUNS := $(if $(QUICK),outputs/quality_quick/runs,outputs/distill_quality)
 CARD_ARGS = --latency-runs $(if $(QUICK),5,20) --resolutions 112 224 --teacher offline-dinov2-small \
 	--agreement-data assets/heldout --card --force
 quality: setup $(VENV)/.teacher
-	$(PYTHON) -m benchmarks.distill_quality $(if $(QUICK),--quick) --map-queries cls --scratch-dir $(QUALITY_RUNS)
+	$(PYTHON) -m benchmarks.distill_quality $(if $(QUICK),--quick) --map-queries cls --scratch-dir $(QUALITY_RUNS) \
+		--out $(QUALITY_OUT)/distill_quality.json --plot $(QUALITY_OUT)/quality.png
 	$(PYTHON) -m evaluation.evaluate_budgets $(QUALITY_RUNS)/seed0/VECA_elastic/best --budgets 1 2 4 8 16 32 \
 		--output-dir $(QUALITY_OUT)/cards/veca-ti $(CARD_ARGS)
 	$(PYTHON) -m evaluation.evaluate_budgets $(QUALITY_RUNS)/seed0/LookWhere-S_from_teacher/best \

@@ -74,9 +74,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--centre-photos", type=Path, nargs="+", default=TRAIN_PHOTOS,
                         help=f"where the centre comes from without {CENTRE_FILE} in --model")
     parser.add_argument("--batch-size", type=int, default=8, help="photos per forward")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "adaptive_budget.json",
+    parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "benchmarks" / "adaptive_budget.json",
                         help="the results (JSON)")
-    parser.add_argument("--plot", type=Path, default=ROOT / "benchmarks" / "results" / "adaptive_budget.png",
+    parser.add_argument("--plot", type=Path, default=ROOT / "outputs" / "benchmarks" / "adaptive_budget.png",
                         help="k over the photos and the paired differences")
     args = parser.parse_args(argv)
     if not all(0 < ratio <= 1 for ratio in args.k_ratios):
@@ -84,8 +84,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     if not (args.model / "config.json").is_file():
         parser.error(f"--model {args.model}: no saved model there (no config.json); `make quality` writes the default "
                      "one, or give a LookWhere save_pretrained folder.")
-    for path in (args.out, args.plot):
-        if not path.parent.is_dir():
+    for name in ("out", "plot"):
+        path = getattr(args, name)
+        if path == parser.get_default(name):  # the default folder is made; a folder the user names must exist
+            path.parent.mkdir(parents=True, exist_ok=True)
+        elif not path.parent.is_dir():
             parser.error(f"the folder of {path} does not exist; create it first.")
     return args
 

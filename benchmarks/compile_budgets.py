@@ -8,7 +8,7 @@ process, as the training loop runs them (budgets and sizes change from step to s
 eager; torch.compile with `dynamic=True` (budgets and sizes symbols from the first step: what training.loop asks for);
 torch.compile with torch's default (a value that changes is made a symbol at its first recompile). Reports per setting
 the graphs compiled (torch._dynamo's unique graphs) and recompiles, the seconds of the first pass over the grid (the
-compiles included) and the median seconds of a step in a second pass. Writes benchmarks/results/compile_budgets.json.
+compiles included) and the median seconds of a step in a second pass. Writes outputs/benchmarks/compile_budgets.json.
 """
 
 import argparse
@@ -33,7 +33,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--budgets", type=int, nargs="+", default=[8, 16, 24, 32, 40, 48, 56, 64])
     parser.add_argument("--sizes", type=int, nargs="+", default=[128, 160, 192, 224], help="square image sizes (px)")
     parser.add_argument("--batch-size", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "compile_budgets.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "benchmarks" / "compile_budgets.json")
     return parser.parse_args(argv)
 
 
@@ -77,6 +77,7 @@ def main(argv=None) -> None:
     record = {"backend": args.backend, "preset": args.preset, "budgets": args.budgets, "sizes": args.sizes,
               "batch_size": args.batch_size, "machine": platform.processor() or platform.machine(),
               "threads": torch.get_num_threads(), "torch": torch.__version__, "results": results}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=2) + "\n")
     print(f"wrote {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}")
 

@@ -3,7 +3,7 @@
 resized by matrix products). VECA-B at 16 cores on 1024 px and LookWhere-B at k_ratio 0.1 on 1036 px, random-init
 (speed does not depend on the weights), batch 1, float32, every thread; the median of --runs calls after one warm-up.
 
-    python benchmarks/cpu_paths.py                        # about 3 minutes on 2 cores
+    python benchmarks/cpu_paths.py                        # about 3 minutes on 2 idle cores (2-3x busy)
     PYTHONPATH=OTHER_TREE/src python benchmarks/cpu_paths.py   # another checkout's code: run both, alternating
 
 Prints one JSON line: the package file it measured and the seconds per forward of each model and path.

@@ -1,6 +1,7 @@
 """Distillation quality on held-out photos, with the baselines a skeptic asks for.
 
-    python -m benchmarks.distill_quality               # the committed run (docs/quality.md gives its time)
+    python -m benchmarks.distill_quality               # the full run, results under outputs/quality/ (make quality
+                                                       # writes the committed ones; docs/quality.md gives its time)
     python -m benchmarks.distill_quality --quick       # one seed and its rerun, 100 steps: results under outputs/
     python -m benchmarks.distill_quality --resume      # after an interruption: keeps the students it finished
     python -m benchmarks.distill_quality --sweep-lr    # how the learning rates were chosen (validation split)
@@ -90,6 +91,7 @@ from corevision_hf.offline import load_dinov2_small_teacher  # noqa: E402
 from corevision_hf.agreement import features, per_image_agreement, teacher_flops, teacher_targets  # noqa: E402
 from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio  # noqa: E402
 from corevision_hf.images import open_image  # noqa: E402
+from corevision_hf.measure import threads_to_use  # noqa: E402
 from corevision_hf.visualize import save_figures_atomically  # noqa: E402
 from evaluation import teacher_free  # noqa: E402
 from evaluation.probes import image_files, load_image  # noqa: E402
@@ -142,7 +144,8 @@ ELASTICITY_TARGET, EQUAL_FLOPS_TARGET = 0.96, 0.95
 SMOKE = dict(steps=4, batch_size=2, image_size=28, resolutions=[28, 56], copies=1, crop_cycle=1, width=16, depth=2,
              heads=2, views=2, pairs=1, sweep_steps=2, eval_every=2, freeze_extractor_steps=2, extractor_warmup_steps=1,
              random_draws=2)
-# `make quality QUICK=1`: one seed (and its rerun), fewer steps: a 15-minute look, written under outputs/.
+# `make quality QUICK=1`: one seed (and its rerun), fewer steps: 6.4 minutes idle (2-3x on a busy machine), written
+# under outputs/.
 QUICK = dict(seeds=[0], steps=100, eval_every=25, freeze_extractor_steps=40, extractor_warmup_steps=10, views=4,
              pairs=1, random_draws=2)
 
@@ -193,8 +196,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--sweep-grid", nargs="+", default=None, metavar="LR_ARG=LR,LR",
                         help="with --sweep-lr: sweep only these, e.g. lr_veca=1e-4 (added to the rows already in --out)")
     parser.add_argument("--smoke", action="store_true", help=f"tiny sizes and a few steps: {SMOKE}")
-    parser.add_argument("--quick", action="store_true", help=f"a 15-minute look: {QUICK}; results under "
-                        "outputs/quality_quick/ unless --out / --plot say otherwise")
+    parser.add_argument("--quick", action="store_true", help=f"a look in 6.4 minutes on an idle 2-core machine (2-3x "
+                        f"on a busy one): {QUICK}; results under outputs/quality_quick/ unless --out / --plot say "
+                        "otherwise")
     parser.add_argument("--resume", action="store_true", help="after an interruption: keep the students the run in "
                         "--scratch-dir finished (same settings, same code: checked) and train the others")
     parser.add_argument("--teacher", default=TEACHER, help="offline-dinov2-small, or a DINOv2 save_pretrained folder")
@@ -203,20 +207,25 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--heldout-photos", type=Path, default=HELDOUT_PHOTOS)
     parser.add_argument("--log-every", type=int, default=100)
     parser.add_argument("--scratch-dir", type=Path, default=ROOT / "outputs" / "distill_quality")
-    parser.add_argument("--out", type=Path, default=None, help="default benchmarks/results/distill_quality.json "
-                        "(lr_sweep.json with --sweep-lr)")
-    parser.add_argument("--plot", type=Path, default=ROOT / "benchmarks" / "results" / "quality.png")
+    parser.add_argument("--out", type=Path, default=None, help="default outputs/quality/distill_quality.json "
+                        "(lr_sweep.json with --sweep-lr); make quality gives benchmarks/results/distill_quality.json")
+    parser.add_argument("--plot", type=Path, default=None, help="default quality.png beside the default --out")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: OMP_NUM_THREADS if set, else every core; 1 with --smoke)")
     args = parser.parse_args(argv)
     args.argv = argv
     for flag, settings in (("quick", QUICK), ("smoke", SMOKE)):
         if getattr(args, flag):
             for name, value in settings.items():
                 setattr(args, name, value)
-    results = ROOT / "outputs" / "quality_quick" if args.quick else ROOT / "benchmarks" / "results"
+    # the committed results are written only when --out / --plot name them (make quality does)
+    results = ROOT / "outputs" / ("quality_quick" if args.quick else "quality")
     if args.out is None:
         args.out = results / ("lr_sweep.json" if args.sweep_lr else "distill_quality.json")
-    if args.quick and args.plot == parser.get_default("plot"):
+    if args.plot is None:
         args.plot = results / "quality.png"
+    if args.threads is not None and args.threads < 1:
+        parser.error(f"--threads {args.threads} must be at least 1.")
     for size in [args.image_size, *args.resolutions]:
         if size <= 0 or size % 14:
             parser.error(f"size {size} is not a positive multiple of the patch size 14; use e.g. {max(14, round(size / 14) * 14)}.")
@@ -446,6 +455,7 @@ def fill_teacher_cache(cache: TeacherCache, teacher, train_dir: Path, args, seed
     dataset, _ = training_dataset(train_dir, args, seed, cache)
     epochs = min(cache.cycle, math.ceil(args.steps * args.batch_size / len(dataset)))
     compute = cached_targets(teacher, (args.image_size // 14, args.image_size // 14), args.map_queries)
+    start = last_print = time.perf_counter()
     for epoch in range(epochs):
         dataset.set_crop_epoch(epoch)
         for first in range(0, len(dataset), 16):
@@ -453,6 +463,10 @@ def fill_teacher_cache(cache: TeacherCache, teacher, train_dir: Path, args, seed
             kept = [i for i, pixels in enumerate(items["pixel_values"]) if pixels is not None]  # unreadable: skipped
             pixel_values = torch.stack([items["pixel_values"][i] for i in kept])
             cache.targets(compute, pixel_values, torch.tensor([items["index"][i] for i in kept]), epoch)
+        if time.perf_counter() - last_print >= 10 or epoch == epochs - 1:  # minutes in all: a line every 10 s or so
+            last_print = time.perf_counter()
+            print(f"    teacher targets, seed {seed}: crop epoch {epoch + 1}/{epochs} "
+                  f"({(epoch + 1) * len(dataset)} crops, {last_print - start:.0f} s)", flush=True)
     return epochs * len(dataset)
 
 
@@ -478,7 +492,7 @@ CODE = ("src/corevision_hf/**/*.py", "training/**/*.py", "evaluation/**/*.py", "
 def run_fingerprint(args) -> dict:
     """The settings (every argument but where results go) and a hash of the code: a run resumes only into the same."""
     settings = {key: jsonable(value) for key, value in sorted(vars(args).items())
-                if key not in ("argv", "resume", "out", "plot", "log_every", "scratch_dir")}
+                if key not in ("argv", "resume", "out", "plot", "log_every", "scratch_dir", "threads")}
     digest = hashlib.sha256()
     for path in sorted({f for pattern in CODE for f in ROOT.glob(pattern)}):
         digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
@@ -733,7 +747,7 @@ def main(argv=None) -> dict:
 def benchmark(argv=None) -> dict:
     args = parse_args(argv)
     run_start = time.perf_counter()
-    torch.set_num_threads(1 if args.smoke else os.cpu_count())  # tiny tensors run faster on one thread
+    torch.set_num_threads(threads_to_use(args.threads, 1 if args.smoke else None))  # tiny tensors: one thread
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}")
     try:
         teacher, source = load_teacher_model(args.teacher)
@@ -757,6 +771,7 @@ def benchmark(argv=None) -> dict:
               f"({time.perf_counter() - run_start:.0f} s so far)", flush=True)
     constant_cls, constant_patch, crops = mean_teacher_tokens([scratch / f"seed{s}" / "teacher_cache" for s in args.seeds])
     centre = (constant_cls, constant_patch)
+    print(f"    the teacher on the held-out photos at {args.resolutions} px", flush=True)
     heldout = PhotoSet(args.heldout_photos, teacher, args.resolutions, args.image_size, args, centre)
     print(f"2/6 students x seeds {args.seeds}, {args.steps} steps of {args.batch_size}", flush=True)
     measured, untrained, resumed, training = train_students(args, teacher, source, heldout, scratch, train_dir,

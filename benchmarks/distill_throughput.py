@@ -1,6 +1,6 @@
 """Distillation throughput on this machine: both training scripts, one and two processes, as a user runs them.
 
-    python benchmarks/distill_throughput.py               # a few minutes on 2 CPU cores
+    python benchmarks/distill_throughput.py               # a few minutes on 2 idle CPU cores (2-3x busy)
     python benchmarks/distill_throughput.py --steps 3     # a quicker look
 
 Each configuration runs the real script (`python -m training.distill_*`, or `accelerate launch --config_file
@@ -17,7 +17,7 @@ Read from each run's metrics.jsonl, leaving out the first --warmup steps: median
 FLOP floor: the analytic FLOPs of the teacher's forward (unless cached) and of the student's forward and backward
 (3x its forward, at the budget the step drew), over this machine's float32 matmul rate (a 4096 x 4096 torch.mm,
 measured first), and the step's time as a multiple of it. Also the time `--help` takes. Prints a table and writes
-benchmarks/results/distill_throughput.json. Other jobs on the machine slow every figure; the shares and memory are
+outputs/benchmarks/distill_throughput.json (--out). Other jobs on the machine slow every figure; the shares and memory are
 less affected.
 """
 
@@ -52,7 +52,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=8, help="per process")
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--scratch-dir", type=Path, default=ROOT / "outputs" / "distill_throughput")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "distill_throughput.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "benchmarks" / "distill_throughput.json")
     args = parser.parse_args(argv)
     if args.steps <= args.warmup or args.warmup < 0:
         parser.error(f"--steps ({args.steps}) must exceed --warmup ({args.warmup}), which must be 0 or more.")

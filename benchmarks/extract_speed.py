@@ -9,7 +9,7 @@ reported apart; the model load and the final merge are not counted. The jobs run
 --rounds times, alternating; the median round is reported.
 The machine may have been shared with other jobs: the ratios, measured in the same run, carry over, not the seconds.
 
-    python benchmarks/extract_speed.py     # a few minutes on 2 cores
+    python benchmarks/extract_speed.py     # a few minutes on 2 idle cores (2-3x busy)
 """
 
 import argparse
@@ -29,7 +29,7 @@ from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel
 
 ROOT = Path(__file__).resolve().parents[1]
 PHOTOS = ROOT / "assets" / "photos"
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = ROOT / "outputs" / "benchmarks"  # the committed results only when --output names them
 
 
 def models() -> dict:

@@ -14,7 +14,7 @@
 On a machine without CUDA it runs what a CPU can (fp32 agreement of eager and sdpa, small models with --quick) and
 says what it skipped. Exit status 1 if any agreement check fails.
 
-    python benchmarks/gpu_check.py                 # on a GPU machine: writes benchmarks/results/gpu.json
+    python benchmarks/gpu_check.py                 # on a GPU machine: writes outputs/benchmarks/gpu.json
     python benchmarks/gpu_check.py --quick         # tiny models, agreement only (what the CPU test runs)
 """
 
@@ -188,7 +188,7 @@ def main() -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--quick", action="store_true", help="tiny models, agreement only")
     parser.add_argument("--runs", type=int, default=10, help="timed runs per configuration (GPU)")
-    parser.add_argument("--out", default="benchmarks/results/gpu.json")
+    parser.add_argument("--out", default="outputs/benchmarks/gpu.json")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         print("error: --device cuda, but this torch sees no CUDA GPU; run on a GPU machine or pass --device cpu",

@@ -19,7 +19,7 @@ the student's architecture untrained; accuracy with its standard error.
    `fit_linear_classifier`, deterministic). Accuracy on val, with the binomial standard error sqrt(p (1 - p) / n):
    the spread from which val images happened to be drawn.
 
-Prints a table and writes --output (default benchmarks/results/linear_probe.json).
+Prints a table and writes --output (default outputs/benchmarks/linear_probe.json).
 """
 
 import argparse
@@ -70,7 +70,7 @@ def main(argv=None) -> dict:
                         help="VECA core counts or LookWhere k_ratios (default: see above)")
     parser.add_argument("--resolution", type=int, default=224)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "linear_probe.json"))
+    parser.add_argument("--output", default=str(ROOT / "outputs" / "benchmarks" / "linear_probe.json"))
     args = parser.parse_args(argv)
 
     splits, classes = classification_folder(args.data)

@@ -30,6 +30,7 @@ from common import (
 from transformers import Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 
 from corevision_hf.cli import HelpFormatter
+from corevision_hf.measure import threads_to_use
 from corevision_hf import LookWhereConfig, LookWhereModel, dense_vit_flops, lookwhere_flops, optimize_for_cpu
 from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio
 
@@ -63,10 +64,10 @@ def main() -> None:
     parser.add_argument("--dtype", default="fp32", choices=sorted(DTYPES))
     parser.add_argument("--attn", default="sdpa")
     parser.add_argument("--no-memory", action="store_true", help="skip the fresh-process peak-memory probes")
-    parser.add_argument("--out", default="benchmarks/results/lookwhere_cpu", help="output prefix for .json and .png")
+    parser.add_argument("--out", default="outputs/benchmarks/lookwhere_cpu", help="output prefix for .json and .png")
     parser.add_argument("--probe-memory", nargs=2, metavar=("MODEL", "RES"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    torch.set_num_threads(os.cpu_count())
+    torch.set_num_threads(threads_to_use(None))  # OMP_NUM_THREADS, else every core
     dtype = DTYPES[args.dtype]
 
     if args.probe_memory:

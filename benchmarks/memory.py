@@ -24,6 +24,7 @@ from common import rss_kib
 from transformers import AutoModel, DINOv3ViTConfig, DINOv3ViTModel, Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 
 from corevision_hf.cli import HelpFormatter
+from corevision_hf.measure import threads_to_use
 import corevision_hf  # noqa: F401  (registers VECA and LookWhere with the Auto classes)
 from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel, optimize_for_cpu
 
@@ -46,7 +47,7 @@ def mib(kib: int) -> float:
 
 def probe(folder: str, name: str, optimized: bool, resolution: int) -> dict:
     """Runs in the fresh process: load, forward once, report resident sizes."""
-    torch.set_num_threads(os.cpu_count())
+    torch.set_num_threads(threads_to_use(None))  # OMP_NUM_THREADS, else every core
     baseline = rss_kib("VmRSS")
     model = AutoModel.from_pretrained(folder, dtype=torch.float32).eval()
     if optimized:
@@ -81,7 +82,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--resolution", type=int, default=1024, help="forward size (snapped down to the patch size)")
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
-    parser.add_argument("--out", default="benchmarks/results/memory_cpu.json")
+    parser.add_argument("--out", default="outputs/benchmarks/memory_cpu.json")
     parser.add_argument("--probe", nargs=3, metavar=("FOLDER", "MODEL", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
 
@@ -111,7 +112,7 @@ def main() -> None:
                 )
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
-        json.dump({"torch": torch.__version__, "threads": os.cpu_count(), "rows": rows}, f, indent=2)
+        json.dump({"torch": torch.__version__, "threads": threads_to_use(None), "rows": rows}, f, indent=2)
     print(f"wrote {args.out}")
 
 

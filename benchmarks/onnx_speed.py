@@ -21,6 +21,7 @@ import torch
 from common import alternate
 
 from corevision_hf.cli import HelpFormatter
+from corevision_hf.measure import threads_to_use
 from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel, optimize_for_cpu
 from corevision_hf.export import BUDGET_INPUTS, budget_for, check_onnx, export_onnx
 
@@ -43,13 +44,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     parser.add_argument("--runs", type=int, nargs=2, default=[5, 3], help="timed runs at the small / large size")
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--output", default=os.path.join(os.path.dirname(__file__), "results", "onnx_cpu.json"))
+    parser.add_argument("--output", default=os.path.join("outputs", "benchmarks", "onnx_cpu.json"))
     args = parser.parse_args()
-    torch.set_num_threads(os.cpu_count())
+    torch.set_num_threads(threads_to_use(None))  # OMP_NUM_THREADS, else every core
 
     rows = []
     options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = os.cpu_count()
+    options.intra_op_num_threads = threads_to_use(None)
     with tempfile.TemporaryDirectory() as folder:
         for name, (sizes, budgets) in PLAN.items():
             model = build(name)
@@ -106,7 +107,7 @@ def main() -> None:
     with open(args.output, "w") as f:
         json.dump(
             {
-                "threads": os.cpu_count(),
+                "threads": threads_to_use(None),
                 "torch": torch.__version__,
                 "onnxruntime": onnxruntime.__version__,
                 "note": "one process, runs alternated (PyTorch, fixed graph, elastic graph), medians; the machine may "

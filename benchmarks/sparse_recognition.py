@@ -60,7 +60,7 @@ from corevision_hf.cli import HelpFormatter, error_line  # noqa: E402
 from corevision_hf.flops import k_mass_for_target  # noqa: E402
 from corevision_hf.images import IMAGENET_MEAN, IMAGENET_STD  # noqa: E402
 from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio  # noqa: E402
-from corevision_hf.measure import alternated_latency  # noqa: E402
+from corevision_hf.measure import alternated_latency, threads_to_use  # noqa: E402
 from corevision_hf.visualize import save_figures_atomically  # noqa: E402
 from evaluation.probes import fit_linear_classifier  # noqa: E402
 from evaluation.sparse_digits import CELL, make_canvases  # noqa: E402
@@ -153,14 +153,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.threads is not None and args.threads < 1:
         parser.error(f"--threads {args.threads} must be at least 1.")
     return args
-
-
-def threads_to_use(asked: int | None) -> int:
-    """--threads, else OMP_NUM_THREADS, else every core."""
-    if asked is not None:
-        return asked
-    environment = os.environ.get("OMP_NUM_THREADS", "")
-    return int(environment) if environment.isdigit() and int(environment) > 0 else os.cpu_count()
 
 
 # ---------------------------------------------------------------------------------------------------- data

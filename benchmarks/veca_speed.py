@@ -34,6 +34,7 @@ from common import (
 from transformers import DINOv3ViTConfig, DINOv3ViTModel
 
 from corevision_hf.cli import HelpFormatter
+from corevision_hf.measure import threads_to_use
 from corevision_hf import VecaConfig, VecaModel, dense_vit_flops, optimize_for_cpu, veca_flops
 
 LABELS = {"dinov3": "DINOv3-B", "dinov3_cpu": "DINOv3-B, optimize_for_cpu (reference)",
@@ -112,7 +113,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--attn", nargs="+", default=["sdpa"], help="attention backends to compare")
     parser.add_argument("--no-memory", action="store_true", help="skip the fresh-process peak-memory probes")
     parser.add_argument("--teacher-opt-in", action="store_true", help="also time DINOv3 with optimize_for_cpu (CPU)")
-    parser.add_argument("--out", default="benchmarks/results/veca_cpu", help="output prefix for .json and .png")
+    parser.add_argument("--out", default="outputs/benchmarks/veca_cpu", help="output prefix for .json and .png")
     parser.add_argument("--probe-memory", nargs=4, metavar=("MODEL", "ATTN", "RES", "CORES"), help=argparse.SUPPRESS)
     return parser.parse_args()
 
@@ -190,7 +191,7 @@ def slopes_of(rows: list[dict], resolutions: list[int]) -> dict:
 
 def main() -> None:
     args = parse_args()
-    torch.set_num_threads(os.cpu_count())
+    torch.set_num_threads(threads_to_use(None))  # OMP_NUM_THREADS, else every core
     if args.probe_memory:
         name, attn, resolution, cores = args.probe_memory
         probe_memory(name, attn, int(resolution), int(cores), args.device, args.dtype)

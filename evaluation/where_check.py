@@ -36,12 +36,6 @@ BATCH = 8  # canvases per teacher forward
 DIGIT_SIZE = 28  # the digits' side on the canvases measured (MNIST's own)
 
 
-def default_threads() -> int:
-    """OMP_NUM_THREADS when it is a whole number, else 1."""
-    value = os.environ.get("OMP_NUM_THREADS", "")
-    return int(value) if value.isdigit() and int(value) > 0 else 1
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m evaluation.where_check", description=__doc__,
                                      formatter_class=HelpFormatter)
@@ -53,14 +47,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="where where_check.json and where_check.png go")
     parser.add_argument("--photos", nargs="+", default=[str(ROOT / "assets" / "photos" / name) for name in
                                                         DEFAULT_PHOTOS], help="photos the targets are drawn over")
-    parser.add_argument("--threads", type=int, default=default_threads(),
+    parser.add_argument("--threads", type=int, default=None,
                         help="torch's CPU threads (default: OMP_NUM_THREADS, else 1)")
     args = parser.parse_args(argv)
     if args.canvases < 1:
         raise ValueError(f"--canvases must be at least 1, got {args.canvases}.")
     if args.seed < 0:
         raise ValueError(f"--seed must be a whole number >= 0, got {args.seed}.")
-    if args.threads < 1:
+    if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be at least 1, got {args.threads}.")
     if missing := [photo for photo in args.photos if not os.path.isfile(photo)]:
         raise ValueError(f"--photos: {missing[0]} is not a file; give existing photo files.")
@@ -212,9 +206,10 @@ def main(argv=None) -> dict:
     import torch  # only now: --help and bad arguments answer at once
 
     from corevision_hf.agreement import teacher_patch_size
+    from corevision_hf.measure import threads_to_use
     from training.teacher import load_teacher
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(threads_to_use(args.threads, default=1))
     teacher = load_teacher(args.teacher)  # not a DINOv2: teacher_targets_and_maps's ValueError
     patch = teacher_patch_size(teacher)
     coverages = measure(teacher, patch, args)

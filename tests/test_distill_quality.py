@@ -115,7 +115,7 @@ def test_the_constant_predictor_is_the_same_for_every_photo_and_patch():
 # ---------------------------------------------------------------------------------------------------- the run
 
 
-def test_smoke_run_writes_every_baseline_beside_the_students(tmp_path):
+def test_smoke_run_writes_every_baseline_beside_the_students(tmp_path, capsys):
     held_out = tmp_path / "held_out"
     held_out.mkdir()
     for photo in sorted(dq.VAL_PHOTOS.glob("*.jpg"))[:4]:  # stand-ins: the test only checks the plumbing
@@ -126,6 +126,8 @@ def test_smoke_run_writes_every_baseline_beside_the_students(tmp_path):
                       "--heldout-photos", str(held_out), "--out", str(out), "--plot", str(plot)])
     assert json.loads(out.read_text())["command"].startswith("python -m benchmarks.distill_quality --smoke")
     assert plot.stat().st_size > 0
+    printed = capsys.readouterr().out  # issue #46: the minutes of teacher targets print progress, per seed
+    assert "teacher targets, seed 0: crop epoch" in printed and "teacher targets, seed 1: crop epoch" in printed
     assert result["same_data_for_all_students_of_a_seed"]
     assert set(result["results"]) == {"28", "56"}
     interval_keys = {"mean", "se", "df", "half_width", "low", "high"}

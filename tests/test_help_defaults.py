@@ -3,7 +3,9 @@ as it starts parsing, and every option with a default must show it in its help l
 
 import argparse
 import importlib
+import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -67,3 +69,35 @@ def test_the_formatter_leaves_options_without_a_default_alone():
     text = " ".join(parser.format_help().split())
     assert "image side (default: 224)" in text and "a name --fast" in text and "go fast" in text
     assert "steps (default: five)" in text and "(default: 5)" not in text
+
+
+WRITING_BENCHMARKS = ["adaptive_budget", "compile_budgets", "distill_throughput", "extract_speed", "gpu_check",
+                      "linear_probe", "lookwhere_speed", "memory", "mixed_sizes", "onnx_speed", "parity", "veca_speed"]
+
+
+@pytest.mark.parametrize("name", WRITING_BENCHMARKS)
+def test_no_benchmark_writes_over_the_committed_results_by_default(name, monkeypatch):
+    """Issue #46: a benchmark run without --out writes under outputs/; benchmarks/results/ only when named (make)."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))  # their `from common import`
+    parser = built_parser(f"benchmarks.{name}", monkeypatch)
+    written = [str(a.default) for a in parser._actions if a.dest in ("out", "output", "plot")]
+    assert written and all("outputs" in path and "benchmarks/results" not in path for path in written), written
+
+
+def test_distill_quality_writes_under_outputs_unless_told(tmp_path):
+    from benchmarks.distill_quality import parse_args
+
+    root = Path(__file__).resolve().parents[1]
+    assert parse_args([]).out == root / "outputs" / "quality" / "distill_quality.json"
+    assert parse_args([]).plot == root / "outputs" / "quality" / "quality.png"
+    assert parse_args(["--quick"]).plot == root / "outputs" / "quality_quick" / "quality.png"
+    assert parse_args(["--out", str(tmp_path / "q.json")]).out == tmp_path / "q.json"
+
+
+def test_threads_to_use_reads_the_flag_then_omp_num_threads(monkeypatch):
+    from corevision_hf.measure import threads_to_use
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert threads_to_use(5) == 5 and threads_to_use(None) == 3 and threads_to_use(None, default=1) == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "four")
+    assert threads_to_use(None) == os.cpu_count() and threads_to_use(None, default=1) == 1

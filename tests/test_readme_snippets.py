@@ -74,6 +74,8 @@ def shared_set_up(request, tmp_path_factory) -> dict[str, str]:
 @pytest.mark.parametrize("page", [page for page in PAGES if SNIPPETS[page]])
 def test_each_page_runs_on_its_own(shared_set_up, tmp_path, monkeypatch, page):
     monkeypatch.chdir(tmp_path)  # snippets save pictures and runs into the working folder
+    configs = sorted(pathlib.Path(shared_set_up["outputs/demo/run/final"]).parent.glob("*/config.json"))
+    before = {path: path.read_bytes() for path in configs}
     set_up = {}
     for number, snippet in enumerate(SNIPPETS[page], start=1):
         for name, replacement in shared_set_up.items():
@@ -82,3 +84,5 @@ def test_each_page_runs_on_its_own(shared_set_up, tmp_path, monkeypatch, page):
             exec(compile(snippet, f"{page} python snippet {number}", "exec"), set_up if number == 1 else dict(set_up))
         except Exception as error:
             raise AssertionError(f"{page} python snippet {number} failed:\n{snippet}") from error
+    # issue #46: a page's snippets leave the user's model folders as they were (a copy is theirs to change)
+    assert [path for path in configs if path.read_bytes() != before[path]] == [], f"{page} changed a model folder"

@@ -4,10 +4,22 @@ a busy machine slows all alike, the device synchronised around each call (docs/s
 each figure)."""
 
 import ctypes
+import os
 import statistics
 import time
 
 import torch
+
+
+def threads_to_use(asked: int | None, default: int | None = None) -> int:
+    """Torch's CPU threads for a script: `asked` (its --threads) when given, else OMP_NUM_THREADS when it is a whole
+    number, else `default` (every core when None), so that a shared machine can hold a run to its share."""
+    if asked is not None:
+        return asked
+    environment = os.environ.get("OMP_NUM_THREADS", "")
+    if environment.isdigit() and int(environment) > 0:
+        return int(environment)
+    return os.cpu_count() if default is None else default
 
 
 def synchronize(device: str) -> None:
