@@ -736,7 +736,8 @@ def goals(report: dict, costs: dict) -> list[dict]:
              for protocol in ("probe", "fine-tuned")}
     return [
         {"goal": "coverage_selector_over_random", "met": coverage_ratio["ratio"] >= 3,
-         "rule": "majority variant, k_ratio 0.1: the trained selector's share of the label's digit cells >= 3x random's",
+         "rule": "majority variant, k_ratio 0.1: the trained selector's share of the label's digit cells >= 3x "
+                 "random's",
          "value": coverage_ratio},
         {"goal": "accuracy_selector_minus_random",
          "met": separated(difference["single"]["probe"]) and separated(difference["single"]["fine-tuned"]),
@@ -744,11 +745,12 @@ def goals(report: dict, costs: dict) -> list[dict]:
                  "(majority beside it)", "value": difference},
         {"goal": "lookwhere_vs_dense_teacher",
          "met": tuned is not None and tuned["accuracy"]["mean"] >= dense_probe["mean"] and cost_ratio >= 10,
-         "rule": "single variant: LookWhere-S at k_ratio 0.1, fine-tuned, >= the dense teacher's frozen-probe accuracy, "
-                 "at >= 10x fewer GFLOPs",
+         "rule": "single variant: LookWhere-S at k_ratio 0.1, fine-tuned, >= the dense teacher's frozen-probe "
+                 "accuracy, at >= 10x fewer GFLOPs",
          "value": {"lookwhere_fine_tuned": None if tuned is None else tuned["accuracy"], "teacher_dense_probe":
                    dense_probe, "gflops_ratio": cost_ratio}},
-        {"goal": "lookwhere_vs_equal_flops_teacher", "met": above_zero(ahead["probe"]) and above_zero(ahead["fine-tuned"]),
+        {"goal": "lookwhere_vs_equal_flops_teacher",
+         "met": above_zero(ahead["probe"]) and above_zero(ahead["fine-tuned"]),
          "rule": "single variant, k_ratio 0.1: LookWhere-S minus the teacher at equal FLOPs, 95% interval above 0, in "
                  "each protocol", "value": ahead},
     ]

@@ -33,7 +33,8 @@ def test_the_digit_ceiling_keeps_ink_cells_first_most_ink_first():
 
 def test_the_where_target_picked_covers_the_most_label_cells():
     label_cells = torch.tensor([[True, False, False, False], [False, True, False, False]])
-    maps = {"patches": torch.tensor([[0.0, 0, 1, 0], [0, 0, 1, 0]]), "cls": torch.tensor([[1.0, 0, 0, 0], [0, 0, 1, 0]])}
+    maps = {"patches": torch.tensor([[0.0, 0, 1, 0], [0, 0, 1, 0]]),
+            "cls": torch.tensor([[1.0, 0, 0, 0], [0, 0, 1, 0]])}
     where = sr.pick_target(maps, label_cells, k=1)
     assert where["coverage_top10"] == {"patches": 0.0, "cls": 0.5} and where["picked"] == "cls"
 
