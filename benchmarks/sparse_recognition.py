@@ -27,9 +27,9 @@
    GFLOPs of k_ratio 0.1 (calibrated on the training canvases). Coverage: the share of the label's digit cells kept.
 6. Protocols: (a) frozen features + a linear probe (evaluation.probes.fit_linear_classifier; weight decay chosen on
    the validation canvases from --probe-decays, then refit on all training canvases); (b) fine-tuning (the seeds'
-   recipe): the selector frozen, the extractor + a linear head trained (the head starts from the probe, AdamW, the
-   epoch chosen on the validation canvases), for LookWhere at k_ratio 0.1 (its selector's cells, and random cells) and
-   the equal-FLOPs teacher, on --finetune-variants.
+   recipe): the selector frozen, the extractor + a linear head trained (the head starts from the probe, AdamW; the
+   epoch, 0 being the probe's head, chosen on the validation canvases), for LookWhere at k_ratio 0.1 (its selector's
+   cells, and random cells) and the equal-FLOPs teacher, on --finetune-variants.
 7. Accuracy on the test canvases with a 95% bootstrap interval over canvases (--bootstrap resamples; paired for
    differences); GFLOPs (analytic) and ms per canvas (batch 1, alternated, --threads threads); the goals, met or not.
 
@@ -123,7 +123,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--probe-decays", type=float, nargs="+", default=[1e-4, 1e-3, 1e-2, 1e-1],
                         help="the linear probe's weight decays, one chosen on the validation canvases")
     parser.add_argument("--finetune-epochs", type=int, default=2)
-    parser.add_argument("--finetune-lr", type=float, default=2e-5, help="backbone learning rate (the head's: x 50)")
+    parser.add_argument("--finetune-lr", type=float, default=1e-5, help="backbone learning rate (the head's: x 10)")
     parser.add_argument("--finetune-variants", nargs="+", default=["single"], choices=VARIANTS)
     parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples of the test canvases")
     parser.add_argument("--latency-runs", type=int, default=5, help="timed batch-1 runs per line (alternated)")
@@ -365,8 +365,9 @@ def probe(train_features: torch.Tensor, train_labels: torch.Tensor, test_feature
           decays: list[float]) -> dict:
     """The frozen-feature protocol: the weight decay of the best accuracy on the last `val` training canvases (fit on
     the others), then a fit on every training canvas. Returns the decay, the validation accuracies, the per-canvas
-    test predictions, and the head fitted without the validation canvases (where fine-tuning starts: its epochs are
-    chosen on them)."""
+    test predictions, and the head fine-tuning starts from: fitted without the validation canvases (its epochs are
+    chosen on them) on features centred and divided by one scale for all (per-feature scaling enlarges the weights of
+    near-constant features, which the backbone's updates then swing: fine-tuning from such a head fell to chance)."""
     fit, held = slice(0, len(train_labels) - val), slice(len(train_labels) - val, None)
     heads, scores = {}, {}
     for decay in decays:
@@ -375,7 +376,8 @@ def probe(train_features: torch.Tensor, train_labels: torch.Tensor, test_feature
     decay = max(decays, key=lambda d: (scores[d], -decays.index(d)))  # ties: the first listed
     head = fit_linear_classifier(train_features, train_labels, 10, weight_decay=decay)
     return {"weight_decay": decay, "val_accuracy": scores, "predictions": head(test_features).argmax(-1),
-            "head_without_val": heads[decay]}
+            "finetune_head": fit_linear_classifier(train_features[fit], train_labels[fit], 10, weight_decay=decay,
+                                                      per_feature=False)}
 
 
 class FineTuned(torch.nn.Module):
@@ -392,19 +394,25 @@ class FineTuned(torch.nn.Module):
 
 def finetune(model: FineTuned, train: Split, test: Split, args, val: int) -> dict:
     """Trains the backbone and head on the training canvases but the last `val` (AdamW, the backbone at
-    --finetune-lr, the head at 50x, cosine over --finetune-epochs, batch --batch-size, order from --seed); the epoch of
-    the best validation accuracy is measured on the test canvases. Returns {"predictions", "val_accuracy" per epoch,
-    "epoch", "train_time_s"}."""
-    fit = len(train) - val
+    --finetune-lr, the head at 10x, cosine over --finetune-epochs, batch --batch-size, order from --seed). The best of
+    the start (epoch 0: the probe's head on the frozen backbone) and each epoch on the validation canvases is measured
+    on the test canvases. Returns {"predictions", "val_accuracy" per epoch from 0, "epoch", "train_time_s"}."""
+    fit, held = len(train) - val, range(len(train) - val, len(train))
     backbone = [p for p in model.backbone.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW([{"params": backbone, "lr": args.finetune_lr},
-                                   {"params": model.head.parameters(), "lr": 50 * args.finetune_lr}], weight_decay=0.05)
+                                   {"params": model.head.parameters(), "lr": 10 * args.finetune_lr}], weight_decay=0.05)
     peaks = [group["lr"] for group in optimizer.param_groups]
-    steps_per_epoch = math.ceil(fit / args.batch_size)
-    total = steps_per_epoch * args.finetune_epochs
+    total = math.ceil(fit / args.batch_size) * args.finetune_epochs
     generator = torch.Generator().manual_seed(args.seed)
-    best, history, started, step = None, [], time.perf_counter(), 0
-    for epoch in range(args.finetune_epochs):
+    started, step = time.perf_counter(), 0
+
+    def validation_accuracy() -> float:
+        return float((predict(model, train, held, args.batch_size, args.seed) == train.labels[fit:]).float().mean())
+
+    history = [validation_accuracy()]
+    best, state = 0, copy.deepcopy(model.state_dict())
+    print(f"      start (the probe's head): validation accuracy {history[0]:.3f}", flush=True)
+    for epoch in range(1, args.finetune_epochs + 1):
         model.train()
         order = torch.randperm(fit, generator=generator)
         for first in range(0, fit, args.batch_size):
@@ -416,17 +424,14 @@ def finetune(model: FineTuned, train: Split, test: Split, args, val: int) -> dic
             loss.backward()
             optimizer.step()
             step += 1
-        accuracy = float((predict(model, train, range(fit, len(train)), args.batch_size, args.seed)
-                          == train.labels[fit:]).float().mean())
-        history.append(accuracy)
-        print(f"      epoch {epoch + 1}/{args.finetune_epochs}: validation accuracy {accuracy:.3f}", flush=True)
-        if best is None or accuracy > history[best]:
+        history.append(validation_accuracy())
+        print(f"      epoch {epoch}/{args.finetune_epochs}: validation accuracy {history[-1]:.3f}", flush=True)
+        if history[-1] > history[best]:
             best, state = epoch, copy.deepcopy(model.state_dict())
     train_time = time.perf_counter() - started
     model.load_state_dict(state)
     return {"predictions": predict(model, test, range(len(test)), args.batch_size, args.seed + 1),
-            "val_accuracy": history,
-            "epoch": best + 1, "train_time_s": train_time}
+            "val_accuracy": history, "epoch": best, "train_time_s": train_time}
 
 
 @torch.inference_mode()
@@ -559,7 +564,7 @@ class Measure:
 
     def add(self, name: str, train_features: torch.Tensor, test_features: torch.Tensor, gflops: float, **extra):
         result = probe(train_features, self.train.labels, test_features, self.args.val, self.args.probe_decays)
-        self.heads[name] = result["head_without_val"]
+        self.heads[name] = result["finetune_head"]
         self.lines[name] = {"gflops": gflops, "weight_decay": result["weight_decay"],
                             "correct": (result["predictions"] == self.test.labels).float(), **extra}
 

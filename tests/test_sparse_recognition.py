@@ -60,9 +60,10 @@ def test_the_probe_chooses_its_decay_on_the_validation_canvases_alone():
     relabelled[-10:] = (relabelled[-10:] + 1) % 10  # other validation labels can change the choice...
     second = sr.probe(features, relabelled, test_features, val=10, decays=[1e-4, 1e-1])
     assert first["val_accuracy"] != second["val_accuracy"]
-    # ...and the head fine-tuning starts from never saw them: it equals a fit on the others alone
-    head = sr.fit_linear_classifier(features[:30], labels[:30], 10, weight_decay=first["weight_decay"])
-    assert torch.equal(head(test_features), first["head_without_val"](test_features))
+    # ...and the head fine-tuning starts from never saw them: it equals a fit on the others alone, one scale for all
+    head = sr.fit_linear_classifier(features[:30], labels[:30], 10, weight_decay=first["weight_decay"],
+                                    per_feature=False)
+    assert torch.equal(head(test_features), first["finetune_head"](test_features))
 
 
 def report_with(coverage_ratio: float, probe_difference: dict, tuned_accuracy: float, dense_accuracy: float) -> dict:
