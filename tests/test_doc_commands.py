@@ -24,6 +24,8 @@ REPOSITORY_FOLDERS = {"assets", "benchmarks", "docs", "evaluation", "examples", 
 # What `make demo` writes (examples/distill_demo.py, docs/demo.md), so that the pages may name it before it exists.
 DEMO_FOLDERS = ["outputs/demo/run/final", "outputs/demo/lookwhere", "outputs/demo/evaluation",
                 "outputs/demo/hub", "outputs/teachers/"]
+# Folders an example script writes by default: a page may name them after running that script.
+EXAMPLE_FOLDERS = {"outputs/rotation/": "examples/rotation_task.py"}
 # Options whose value is a file or folder the command writes: it need not exist before.
 OUTPUT_OPTIONS = {"--out", "--output", "--output-dir", "--out-dir", "--plot", "--staging-dir", "--scratch-dir"}
 
@@ -89,8 +91,11 @@ def test_every_named_thing_exists(page, words):
         assert set(targets) <= make_targets(), f"{page}: `{' '.join(words)}` names no Makefile target"
     for path in repository_paths(words):
         made_by_demo = any((path + "/").startswith(folder.rstrip("/") + "/") for folder in DEMO_FOLDERS)
-        assert (ROOT / path).exists() or made_by_demo, (
-            f"{page}: `{' '.join(words)}` names {path}, which is neither in the repository nor written by make demo")
+        made_by_example = any((path + "/").startswith(folder) and any(script in line for line in bash_blocks(page))
+                              for folder, script in EXAMPLE_FOLDERS.items())
+        assert (ROOT / path).exists() or made_by_demo or made_by_example, (
+            f"{page}: `{' '.join(words)}` names {path}, which is neither in the repository nor written by make demo "
+            "or by an example script the page runs")
 
 
 @pytest.mark.parametrize("module", sorted({module_of(words) for _, words in COMMANDS} - {None}))
