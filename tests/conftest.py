@@ -232,3 +232,11 @@ def kill_processes_naming(path) -> None:
             continue
         if pid.isdigit() and str(path).encode() in cmdline and int(pid) != os.getpid():
             os.kill(int(pid), signal.SIGKILL)
+
+
+def nothing_written(folder) -> bool:
+    """A refused run wrote nothing: no folder, or, for an error found after the run took the folder, the run lock alone
+    (training.run_lock never deletes it: a deleted lock lets two runs lock different files)."""
+    from training.run_lock import LOCK_FILE
+
+    return not os.path.exists(folder) or os.listdir(folder) == [LOCK_FILE]

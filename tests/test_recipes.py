@@ -7,7 +7,9 @@ import math
 
 import pytest
 import torch
-from conftest import ROOT, TINY_VECA, lookwhere_args, read_metrics, tiny_lookwhere_config, tiny_veca_config, veca_args
+from conftest import (
+    ROOT, TINY_VECA, lookwhere_args, nothing_written, read_metrics, tiny_lookwhere_config, tiny_veca_config, veca_args,
+)
 from safetensors.torch import load_file
 from transformers import AutoModel
 
@@ -165,7 +167,7 @@ def test_a_lookwhere_run_keeps_its_numerics_and_runs_at_most_k_slots(teacher_dir
 def test_bad_lookwhere_numerics_or_slots_are_one_clear_error(teacher_dir, image_dir, tmp_path, extra, message):
     with pytest.raises(ValueError, match=message):
         distill_lookwhere.main(lookwhere_args(teacher_dir, image_dir, tmp_path / "run", "--max-steps", "1", *extra))
-    assert not (tmp_path / "run").exists()
+    assert nothing_written(tmp_path / "run")
 
 
 # ------------------------------------------------------------------------ who gets which optimiser
@@ -210,7 +212,7 @@ def test_normuon_is_refused_for_lookwhere(teacher_dir, image_dir, tmp_path):
     with pytest.raises(ValueError, match="NorMuon split .* VECA authors'"):
         distill_lookwhere.main(lookwhere_args(teacher_dir, image_dir, tmp_path / "run", "--max-steps", "1",
                                               "--optimizer", "normuon"))
-    assert not (tmp_path / "run").exists()
+    assert nothing_written(tmp_path / "run")
 
 
 def test_plain_groups_step_as_torch_adamw():
@@ -348,7 +350,7 @@ def test_a_recipe_sets_defaults_and_flags_override_them(teacher_dir, image_dir, 
 def test_bad_recipe_arguments_are_one_clear_error(teacher_dir, image_dir, tmp_path, extra, message):
     with pytest.raises(ValueError, match=message):
         distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "run", "--max-steps", "1", *extra))
-    assert not (tmp_path / "run").exists()
+    assert nothing_written(tmp_path / "run")
 
 
 # ------------------------------------------------------------------------ the multi-resolution stage
@@ -423,7 +425,7 @@ def test_init_from_refuses_another_model_or_teacher(teacher_dir, image_dir, stag
                 str(init), "--max-steps", "1", "--log-with", "none", *extra]
         with pytest.raises(ValueError, match=message):
             distill_veca.main(args)
-        assert not (tmp_path / "run").exists()
+        assert nothing_written(tmp_path / "run")
 
 
 # ------------------------------------------------------------------------ clipping and the teacher's patch embedding

@@ -49,7 +49,7 @@ def test_the_validation_centre_is_fixed_at_the_first_validation_and_kept_by_a_ch
     resumed.update(torch.randn(2, 8) - 5, torch.randn(2, 4, 8) - 5)
     assert all(torch.equal(a, b) for a, b in zip(resumed.validation_centre(), first))
     teacher_mean.save(tmp_path)  # the export keeps the running mean over every training crop
-    assert all(torch.equal(a, b) for a, b in zip(load_teacher_mean(tmp_path), teacher_mean.centre()))
+    assert all(torch.equal(a, b) for a, b in zip(load_teacher_mean(tmp_path, 8), teacher_mean.centre()))
 
 
 def test_every_validation_of_a_run_and_of_its_resume_uses_one_centre(teacher_dir, image_dir, tmp_path, monkeypatch):
