@@ -841,8 +841,8 @@ def print_tables(report: dict) -> None:
 
 # ---------------------------------------------------------------------------------------------------- pictures
 
-STYLES = {"photos": ("tab:cyan", "P"), "teacher": ("black", "s"), "selector": ("tab:blue", "o"), "random": ("tab:gray", "v"),
-          "digits": ("tab:green", "^"), "k_mass": ("tab:purple", "D"), "centre": ("tab:olive", "<"),
+STYLES = {"photos": ("tab:cyan", "P"), "teacher": ("black", "s"), "selector": ("tab:blue", "o"),
+          "random": ("tab:gray", "v"), "digits": ("tab:green", "^"), "k_mass": ("tab:purple", "D"), "centre": ("tab:olive", "<"),
           "oracle": ("tab:orange", ">")}
 
 
