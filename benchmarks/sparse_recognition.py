@@ -39,6 +39,7 @@ sparse_recognition_selections.png (the cells each selection keeps on test canvas
 
 import argparse
 import copy
+import json
 import math
 import os
 import platform
@@ -91,6 +92,11 @@ FEATURE_LINES = {
                0.25: ("selector", "random")},
     "majority": {0.1: ("selector", "random", "digits")},
 }
+# The photo-trained student (--photo-student): its selector and random cells at k_ratio 0.1, and its selector at 0.05
+# and 0.25 on the single variant.
+PHOTO_STUDENT = "LookWhere-S photos"
+PHOTO_LINES = {"single": {0.05: ("selector",), 0.1: ("selector", "random"), 0.25: ("selector",)},
+               "majority": {0.1: ("selector", "random")}}
 QUICK = dict(train=48, val=16, test=32, steps=20, freeze_extractor_steps=10, extractor_warmup_steps=4,
              finetune_epochs=2, finetune_variants=["single"], out_dir=ROOT / "outputs" / "tasks_quick")
 SMOKE = dict(canvas_size=112, digit_size=14, strokes=4, train=16, val=6, test=8, steps=3, batch_size=4,
@@ -119,6 +125,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--selector-size", type=int, default=154, help="the selector's low-resolution input in px")
     parser.add_argument("--map-queries", default="pick", choices=["pick", *MAP_QUERIES],
                         help="the where target the student learns: pick (the best on the training canvases) or one")
+    parser.add_argument("--photo-student", type=Path, default=None,
+                        help="a LookWhere-S folder distilled on the photos from the same teacher (make quality's: "
+                             "outputs/distill_quality/seed0/LookWhere-S_from_teacher/best): its selector's lines "
+                             "beside the canvas-trained student's, untouched by the task's canvases")
     parser.add_argument("--random-draws", type=int, default=3, help="random selections per canvas")
     parser.add_argument("--probe-decays", type=float, nargs="+", default=[1e-4, 1e-3, 1e-2, 1e-1],
                         help="the linear probe's weight decays, one chosen on the validation canvases")
@@ -294,6 +304,40 @@ def distil_student(args, teacher, train: list[Split], targets: list[dict], query
     torch.set_num_threads(threads)  # the loop's start may set its own
     trained = type(student).from_pretrained(str(args.scratch_dir / "final")).float().eval()
     return trained, untrained
+
+
+def load_photo_student(folder: Path, teacher):
+    """The --photo-student folder as a float32 LookWhere model in eval mode; one line when it is not one of the
+    teacher's width."""
+    from corevision_hf import LookWhereModel
+
+    config = folder / "config.json"
+    model_type = json.loads(config.read_text()).get("model_type") if config.is_file() else None
+    if model_type != "lookwhere":
+        held = "no config.json" if model_type is None else f"a {model_type} model"
+        raise SystemExit(f"--photo-student {folder} holds {held}, not a LookWhere one: give make quality's "
+                         "outputs/distill_quality/seed0/"
+                         "LookWhere-S_from_teacher/best or another LookWhere save_pretrained folder.")
+    try:
+        model = LookWhereModel.from_pretrained(str(folder)).float().eval()
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"--photo-student {folder}: {error_line(error)} (give a LookWhere save_pretrained folder, "
+                         "e.g. make quality's outputs/distill_quality/seed0/LookWhere-S_from_teacher/best)") from None
+    if model.config.hidden_size != teacher.config.hidden_size:
+        raise SystemExit(f"--photo-student {folder} has width {model.config.hidden_size}, the teacher "
+                         f"{teacher.config.hidden_size}: give a student distilled from this teacher.")
+    return model
+
+
+def recipe_of(folder: Path) -> dict | None:
+    """What a training run recorded beside its export (training_recipe.json: map target, k range, steps), if any."""
+    recipe = folder / "training_recipe.json"
+    if not recipe.is_file():
+        return None
+    keep = ("map_queries", "k_min", "k_max", "max_steps", "lr", "freeze_extractor_steps", "command")
+    data = json.loads(recipe.read_text())
+    flat = {**data, **data.get("args", {})} if isinstance(data.get("args"), dict) else data
+    return {key: flat[key] for key in keep if key in flat}
 
 
 # ---------------------------------------------------------------------------------------------------- the lines
@@ -478,6 +522,7 @@ def benchmark(argv=None) -> dict:
         teacher, source = load_teacher_model(args.teacher)
     except (ValueError, OSError) as error:
         raise SystemExit(error_line(error)) from None
+    photo_student = None if args.photo_student is None else load_photo_student(args.photo_student, teacher)
     cells = (args.canvas_size // CELL) ** 2
     print(f"torch {torch.__version__}, {threads} threads; teacher {source}; per variant {args.train} training "
           f"({args.val} of them validation) and {args.test} test canvases of {args.canvas_size} px", flush=True)
@@ -520,6 +565,8 @@ def benchmark(argv=None) -> dict:
         task.lookwhere_lines(student, "LookWhere-S", FEATURE_LINES[variant])
         task.lookwhere_lines(untrained, "LookWhere-S untrained", {MAIN_K_RATIO: ("selector",)})
         task.k_mass_line(student)
+        if photo_student is not None:
+            task.lookwhere_lines(photo_student, PHOTO_STUDENT, PHOTO_LINES[variant])
         progress(f"    {variant}: LookWhere's lines")
         measured[variant] = task
         if variant in args.finetune_variants:
@@ -530,6 +577,9 @@ def benchmark(argv=None) -> dict:
     latency = measure_latency(args, teacher, student, splits["single"]["test"], equal_size)
     report = build_report(args, measured, finetuned, costs, equal_size, latency)
     report.update(where_target={**where, "used": query}, student=student_record, teacher=source,
+                  photo_student=None if photo_student is None else {
+                      "folder": str(args.photo_student), "trained_on": "photos (benchmarks.distill_quality)",
+                      "recipe": recipe_of(args.photo_student)},
                   command=f"python -m benchmarks.sparse_recognition {' '.join(args.argv)}".strip(),
                   environment={"torch": torch.__version__, "corevision_hf": corevision_hf.__version__,
                                "threads": threads, "cpu_count": os.cpu_count(), "machine": platform.machine(),
@@ -707,6 +757,15 @@ def build_report(args, measured: dict, finetuned: dict, costs: dict, equal_size:
             "coverage: selector / random": ratio_interval(task.selection(selector)["covered"],
                                                           task.selection(random)["covered"], rows),
         }
+        photo = (line_name(PHOTO_STUDENT, MAIN_K_RATIO, kind) for kind in ("selector", "random"))
+        photo_selector, photo_random = photo
+        if photo_selector in lines:
+            comparisons.update({
+                "probe: photo selector - its random": difference(lines[photo_selector], lines[photo_random]),
+                "probe: photo selector - canvas selector": difference(lines[photo_selector], lines[selector]),
+                "coverage: photo selector / random": ratio_interval(task.selection(photo_selector)["covered"],
+                                                                    task.selection(photo_random)["covered"], rows),
+            })
         if tuned:
             comparisons.update({
                 "fine-tuned: selector - random": difference(tuned[selector], tuned[random]),
@@ -782,8 +841,8 @@ def print_tables(report: dict) -> None:
 
 # ---------------------------------------------------------------------------------------------------- pictures
 
-STYLES = {"teacher": ("black", "s"), "selector": ("tab:blue", "o"), "random": ("tab:gray", "v"),
-          "digits": ("tab:green", "^"), "k_mass": ("tab:purple", "D"), "centre": ("tab:olive", "<"),
+STYLES = {"photos": ("tab:cyan", "P"), "teacher": ("black", "s"), "selector": ("tab:blue", "o"),
+          "random": ("tab:gray", "v"), "digits": ("tab:green", "^"), "k_mass": ("tab:purple", "D"), "centre": ("tab:olive", "<"),
           "oracle": ("tab:orange", ">")}
 
 

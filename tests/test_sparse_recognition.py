@@ -7,6 +7,7 @@ import torch
 from transformers import Dinov2Config, Dinov2Model
 
 from benchmarks import sparse_recognition as sr
+from corevision_hf import lookwhere_from_teacher
 
 
 def test_coverage_is_the_share_of_label_cells_kept():
@@ -96,9 +97,12 @@ def test_smoke_run_measures_every_line_and_states_every_goal(tmp_path):
     torch.manual_seed(0)
     Dinov2Model(Dinov2Config(hidden_size=32, num_hidden_layers=3, num_attention_heads=2, intermediate_size=64,
                              patch_size=14, image_size=56)).save_pretrained(tmp_path / "teacher")
+    teacher = Dinov2Model.from_pretrained(str(tmp_path / "teacher"))
+    lookwhere_from_teacher(teacher, selector_depth=2, selector_image_size=42).save_pretrained(tmp_path / "photos")
     out = tmp_path / "out"
+    photo = ["--photo-student", str(tmp_path / "photos")]
     report = sr.main(["--smoke", "--teacher", str(tmp_path / "teacher"), "--out-dir", str(out), "--scratch-dir",
-                      str(tmp_path / "scratch"), "--threads", "1"])
+                      str(tmp_path / "scratch"), "--threads", "1", *photo])
     assert json.loads((out / "sparse_recognition.json").read_text())["command"].startswith(
         "python -m benchmarks.sparse_recognition --smoke")
     assert all((out / name).stat().st_size > 0 for name in ("sparse_recognition.png",
@@ -114,10 +118,21 @@ def test_smoke_run_measures_every_line_and_states_every_goal(tmp_path):
                                          sr.line_name("LookWhere-S", 0.1, "random"), sr.EQUAL}
     # the ceiling at k_ratio 0.25 keeps every label cell of a one-digit canvas (a 14 px digit spans at most 4 of 16)
     assert single["label_cell_coverage"][sr.line_name("LookWhere-S", 0.25, "digits")]["mean"] == 1.0
+    # the photo student's lines are its own selector's: its coverage recomputed by hand from its maps
+    photo_line = sr.line_name(sr.PHOTO_STUDENT, 0.1, "selector")
+    assert {photo_line, sr.line_name(sr.PHOTO_STUDENT, 0.1, "random")} <= probed
+    test = sr.task_splits(sr.parse_args(["--smoke"]), "majority")["test"]
+    photo_student = sr.load_photo_student(tmp_path / "photos", teacher)
+    chosen = sr.top_cells(sr.selector_maps_of(photo_student, test, 4)[1], sr.kept_for_ratio(0.1, 64))
+    by_hand = sr.coverage(chosen, test.label_cells).mean().item()
+    majority = report["variants"]["majority"]
+    assert majority["label_cell_coverage"][photo_line]["mean"] == pytest.approx(by_hand, abs=1e-6)
+    assert "coverage: photo selector / random" in majority["comparisons"]
+    assert report["photo_student"]["folder"] == str(tmp_path / "photos")
     assert report["where_target"]["used"] == max(report["where_target"]["coverage_top10"],
                                                  key=report["where_target"]["coverage_top10"].get)
     rerun = sr.main(["--smoke", "--teacher", str(tmp_path / "teacher"), "--out-dir", str(tmp_path / "again"),
-                     "--scratch-dir", str(tmp_path / "scratch2"), "--threads", "1"])
+                     "--scratch-dir", str(tmp_path / "scratch2"), "--threads", "1", *photo])
 
     def untimed(variants: dict) -> dict:
         return json.loads(json.dumps(variants).replace('"train_time_s"', '"_"'), object_hook=lambda d: {
@@ -130,6 +145,12 @@ def test_a_missing_teacher_or_a_bad_size_is_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as done:
         sr.main(["--smoke", "--teacher", str(tmp_path / "nowhere"), "--out-dir", str(tmp_path / "out")])
     assert str(done.value).startswith("error:") and "\n" not in str(done.value) and "nowhere" in str(done.value)
+    Dinov2Model(Dinov2Config(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                             patch_size=14)).save_pretrained(tmp_path / "teacher")
+    with pytest.raises(SystemExit) as done:
+        sr.main(["--smoke", "--teacher", str(tmp_path / "teacher"), "--photo-student", str(tmp_path / "teacher"),
+                 "--out-dir", str(tmp_path / "out")])
+    assert "--photo-student" in str(done.value) and "\n" not in str(done.value)
     for bad in (["--val", "0"], ["--canvas-size", "500"], ["--threads", "0"]):
         with pytest.raises(SystemExit) as done:
             sr.parse_args(bad)
