@@ -40,8 +40,8 @@ def test_veca_prepacked_matches_default_and_follows_weight_changes(images):
     with torch.no_grad():
         packed = model(images, num_cores=3).last_hidden_state
     linears = [m for m in model.modules() if isinstance(m, PrepackedLinear)]
-    layers = model.config.num_hidden_layers  # 4 per block, the output projection, a coordinate head per later block
-    assert len(linears) == 4 * layers + 1 + (layers - 1) and all(m._packed is not None for m in linears)
+    layers = model.config.num_hidden_layers  # q k v o fc1 fc2 per block, the output projection, the coordinate heads
+    assert len(linears) == 6 * layers + 1 + (layers - 1) and all(m._packed is not None for m in linears)
     torch.testing.assert_close(packed, default, atol=1e-5, rtol=1e-5)
     with torch.no_grad():  # an updated weight is repacked, never served stale
         model.encoder.layers[0].mlp.fc1.weight.mul_(2)
