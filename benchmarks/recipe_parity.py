@@ -64,11 +64,8 @@ def reference_names(tensors: dict[str, torch.Tensor], chunk: int) -> dict[str, t
             out.update({f"query_token_chunks.{i}": c for i, c in enumerate(value.split(chunk, dim=1))})
         elif name == "core_bank.coordinates":
             out.update({f"qcoord_chunks.{i}": c[None] for i, c in enumerate(value.split(chunk))})
-        elif match := re.fullmatch(r"coordinate_heads\.(\d+)\.alpha", name):
+        elif match := re.fullmatch(r"encoder\.coordinate_heads\.(\d+)\.alpha", name):
             alphas[int(match.group(1))] = value
-        elif match := re.fullmatch(r"layers\.(\d+)\.attention\.qkv\.(weight|bias)", name):
-            for part, block in zip("qkv", value.chunk(3)):
-                out[f"blocks.{match.group(1)}.attn.{part}_proj.{match.group(2)}"] = block
         else:
             for pattern, reference in _INVERSE_RENAMES:
                 if match := pattern.match(name):
@@ -142,16 +139,9 @@ def replay(expected: dict, step: int, report: Report, chunk_names: dict[str, str
 
 
 def block_names(optimizer) -> dict[str, str]:
-    """Our NorMuon block names (`layers.0.attention.qkv.weight[1]`, `layers.0.mlp.fc1.weight`) -> the authors'."""
-    names = {}
-    for group in optimizer.param_groups:
-        for name in group["names"] if group["algorithm"] == "normuon" else []:
-            if group["split_sizes"]:
-                layer = name.split(".")[1]
-                names.update({f"{name}[{i}]": f"blocks.{layer}.attn.{part}_proj.weight" for i, part in enumerate("qkv")})
-            else:
-                names[name] = next(iter(reference_names({name: torch.zeros(1, 1)}, 1)))
-    return names
+    """Our NorMuon matrix names (`encoder.layers.0.attention.q_proj.weight`) -> the authors'."""
+    return {name: next(iter(reference_names({name: torch.zeros(1, 1)}, 1)))
+            for group in optimizer.param_groups if group["algorithm"] == "normuon" for name in group["names"]}
 
 
 def check_case(folder: Path, replay_gradients: bool = True, replay_orthogonalization: bool = True) -> Report:

@@ -40,18 +40,19 @@ def to_reference(model: VecaModel) -> dict[str, torch.Tensor]:
     for i, chunk in enumerate(ours["core_bank.coordinates"][None].split(8, dim=1)):
         ref[f"qcoord_chunks.{i}"] = chunk.clone()
     heads = range(config.num_hidden_layers - 1)
-    ref["pos_alpha"] = torch.cat([ours[f"coordinate_heads.{i}.alpha"] for i in heads])
+    ref["pos_alpha"] = torch.cat([ours[f"encoder.coordinate_heads.{i}.alpha"] for i in heads])
     for k in ("weight", "bias"):
         for i in heads:
-            ref[f"pos_linears.{i}.{k}"] = ours[f"coordinate_heads.{i}.proj.{k}"]
+            ref[f"pos_linears.{i}.{k}"] = ours[f"encoder.coordinate_heads.{i}.proj.{k}"]
         for i in range(config.num_hidden_layers):
-            for name, part in zip("qkv", ours[f"layers.{i}.attention.qkv.{k}"].chunk(3)):
-                ref[f"blocks.{i}.attn.{name}_proj.{k}"] = part
-            ref[f"blocks.{i}.attn.out_proj.{k}"] = ours[f"layers.{i}.attention.proj.{k}"]
-            ref[f"blocks.{i}.norm_attn.{k}"] = ours[f"layers.{i}.norm1.{k}"]
-            ref[f"blocks.{i}.norm_ffn.{k}"] = ours[f"layers.{i}.norm2.{k}"]
-            ref[f"blocks.{i}.fc1.{k}"] = ours[f"layers.{i}.mlp.fc1.{k}"]
-            ref[f"blocks.{i}.fc2.{k}"] = ours[f"layers.{i}.mlp.fc2.{k}"]
+            layer = f"encoder.layers.{i}."
+            for name in "qkv":
+                ref[f"blocks.{i}.attn.{name}_proj.{k}"] = ours[f"{layer}attention.{name}_proj.{k}"]
+            ref[f"blocks.{i}.attn.out_proj.{k}"] = ours[f"{layer}attention.o_proj.{k}"]
+            ref[f"blocks.{i}.norm_attn.{k}"] = ours[f"{layer}norm1.{k}"]
+            ref[f"blocks.{i}.norm_ffn.{k}"] = ours[f"{layer}norm2.{k}"]
+            ref[f"blocks.{i}.fc1.{k}"] = ours[f"{layer}mlp.fc1.{k}"]
+            ref[f"blocks.{i}.fc2.{k}"] = ours[f"{layer}mlp.fc2.{k}"]
         ref[f"final_norm.{k}"] = ours[f"norm.{k}"]
         if config.output_projection_size:
             ref[f"output_proj.{k}"] = ours[f"output_projection.{k}"]
@@ -140,7 +141,7 @@ def test_rejects_unknown_missing_and_misshaped_keys():
         convert_reference_state_dict({**reference, "patch_embed.norm.weight": torch.ones(32),
                                       "patch_embed.norm.bias": torch.ones(64)}, 2)
     del reference["blocks.1.fc1.bias"]
-    with pytest.raises(ValueError, match=r"1 missing tensors \(layers.1.mlp.fc1.bias\)"):
+    with pytest.raises(ValueError, match=r"1 missing tensors \(encoder.layers.1.mlp.fc1.bias\)"):
         convert_reference_state_dict(reference, 2)
 
 

@@ -40,16 +40,16 @@ def test_veca_prepacked_matches_default_and_follows_weight_changes(images):
     with torch.no_grad():
         packed = model(images, num_cores=3).last_hidden_state
     linears = [m for m in model.modules() if isinstance(m, PrepackedLinear)]
-    layers = model.config.num_hidden_layers  # 4 per block, the output projection, a coordinate head per later block
-    assert len(linears) == 4 * layers + 1 + (layers - 1) and all(m._packed is not None for m in linears)
+    layers = model.config.num_hidden_layers  # q k v o fc1 fc2 per block, the output projection, the coordinate heads
+    assert len(linears) == 6 * layers + 1 + (layers - 1) and all(m._packed is not None for m in linears)
     torch.testing.assert_close(packed, default, atol=1e-5, rtol=1e-5)
     with torch.no_grad():  # an updated weight is repacked, never served stale
-        model.layers[0].mlp.fc1.weight.mul_(2)
+        model.encoder.layers[0].mlp.fc1.weight.mul_(2)
         updated = model(images, num_cores=3).last_hidden_state
     assert not torch.allclose(updated, default, atol=1e-3)
     with torch.enable_grad():  # parameters that need gradients take F.linear
         torch.testing.assert_close(updated, model(images, num_cores=3).last_hidden_state, atol=1e-5, rtol=1e-5)
-    fc2 = model.layers[1].mlp.fc2  # a replaced parameter is repacked too
+    fc2 = model.encoder.layers[1].mlp.fc2  # a replaced parameter is repacked too
     fc2.weight = torch.nn.Parameter(fc2.weight.detach() * 3)
     with torch.no_grad():
         replaced = model(images, num_cores=3).last_hidden_state
@@ -102,17 +102,17 @@ def test_cpu_opt_in_chunks_veca_mlp_and_resizes_lookwhere_positions_by_matrices(
 
     torch.manual_seed(0)
     veca = VecaModel(tiny_veca_config()).eval()
-    assert {layer.chunk_size_feed_forward for layer in veca.layers} == {0}
+    assert {layer.chunk_size_feed_forward for layer in veca.encoder.layers} == {0}
     with torch.no_grad():
         default = veca(images).last_hidden_state
         optimize_for_cpu(veca)
-        assert {layer.chunk_size_feed_forward for layer in veca.layers} == {CPU_MLP_CHUNK}
-        for layer in veca.layers:
+        assert {layer.chunk_size_feed_forward for layer in veca.encoder.layers} == {CPU_MLP_CHUNK}
+        for layer in veca.encoder.layers:
             layer.chunk_size_feed_forward = 4  # several chunks of this tiny sequence, the last one shorter
             layer._chunked_for_cpu = True
         torch.testing.assert_close(veca(images).last_hidden_state, default, atol=1e-5, rtol=1e-5)
     restore_default_linear(veca)
-    assert {layer.chunk_size_feed_forward for layer in veca.layers} == {0}
+    assert {layer.chunk_size_feed_forward for layer in veca.encoder.layers} == {0}
 
     table = torch.randn(1, 8 * 8, 16, generator=torch.Generator().manual_seed(1))
     for grid, antialias in (((5, 11), False), ((12, 3), True)):

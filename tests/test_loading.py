@@ -32,7 +32,7 @@ def to_int32(name):
 
 
 @pytest.mark.parametrize("model_class, config, tensor", [
-    (VecaModel, tiny_veca_config, "layers.1.mlp.fc2.weight"),
+    (VecaModel, tiny_veca_config, "encoder.layers.1.mlp.fc2.weight"),
     (LookWhereModel, tiny_lookwhere_config, "extractor.norm.weight"),
 ])
 @pytest.mark.parametrize("shards", [False, True])
@@ -55,9 +55,9 @@ def test_a_head_loading_a_base_checkpoint_maps_the_names(tmp_path):
 
 def test_non_finite_weights_are_refused_naming_the_first(tmp_path):
     def poison(tensors):
-        tensors["layers.1.mlp.fc2.weight"][0, 0] = float("nan")
+        tensors["encoder.layers.1.mlp.fc2.weight"][0, 0] = float("nan")
     folder = saved(tmp_path / "nan", VecaModel(tiny_veca_config()), poison)
-    with pytest.raises(ValueError, match=rf"^layers.1.mlp.fc2.weight holds NaN or infinite values: the checkpoint "
+    with pytest.raises(ValueError, match=rf"^encoder.layers.1.mlp.fc2.weight holds NaN or infinite values: the checkpoint "
                                          rf"'{folder}' is corrupt \(or was saved after training diverged\)"):
         check_loaded_weights(VecaModel.from_pretrained(folder), folder)
 

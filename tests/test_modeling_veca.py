@@ -58,7 +58,7 @@ def test_eager_attention_maps_follow_core_periphery_pattern(tiny_model, images):
     num_cores, heads, head_dim = 3, 4, 16
     calls = []  # (attention module, its positional inputs, its output), one per layer
     hooks = [layer.attention.register_forward_hook(lambda module, args, output: calls.append((module, args, output)))
-             for layer in tiny_model.layers]
+             for layer in tiny_model.encoder.layers]
     try:
         out = tiny_model(images, num_cores=num_cores, output_attentions=True)
     finally:
@@ -68,16 +68,17 @@ def test_eager_attention_maps_follow_core_periphery_pattern(tiny_model, images):
     assert len(calls) == len(out.attentions) == tiny_model.config.num_hidden_layers
     for (module, (hidden_states, cores, angles), (layer_output, _)), attn in zip(calls, out.attentions):
         assert cores == num_cores and attn.shape == (2, heads, seq_len, seq_len)
-        qkv = module.qkv(hidden_states).view(2, seq_len, 3, heads, head_dim)
-        query, key = apply_rotary(qkv[:, :, :2], angles).unbind(2)
-        query, key, value = (x.transpose(1, 2) for x in (query, key, qkv[:, :, 2]))  # (B, H, L, head_dim)
+        query, key, value = (proj(hidden_states).view(2, seq_len, heads, head_dim)
+                             for proj in (module.q_proj, module.k_proj, module.v_proj))
+        query, key = apply_rotary(torch.stack([query, key], dim=2), angles).unbind(2)
+        query, key, value = (x.transpose(1, 2) for x in (query, key, value))  # (B, H, L, head_dim)
         scores = query @ key.transpose(-1, -2) / head_dim**0.5  # every query against every key
         expected = torch.zeros_like(attn)
         expected[:, :, :num_cores] = scores[:, :, :num_cores].softmax(-1)  # cores: active cores and all patches
         expected[:, :, num_cores:, :num_cores] = scores[:, :, num_cores:, :num_cores].softmax(-1)  # patches: cores
         torch.testing.assert_close(attn, expected, atol=1e-6, rtol=1e-5)
         mixed = (expected @ value).transpose(1, 2).reshape(2, seq_len, heads * head_dim)
-        torch.testing.assert_close(layer_output, module.proj(mixed), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(layer_output, module.o_proj(mixed), atol=1e-5, rtol=1e-5)
 
 
 def test_gradients_reach_every_parameter(images):

@@ -108,7 +108,7 @@ def template(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("workspace")
     tiny_veca().save_pretrained(root / "veca")
     tiny_lookwhere().save_pretrained(root / "lookwhere")
-    for name, model, tensor, value in [("veca_nan", tiny_veca(), "layers.1.mlp.fc2.weight", float("nan")),
+    for name, model, tensor, value in [("veca_nan", tiny_veca(), "encoder.layers.1.mlp.fc2.weight", float("nan")),
                                        ("lookwhere_nan", tiny_lookwhere(), "extractor.norm.weight", float("inf"))]:
         with torch.no_grad():
             model.get_parameter(tensor)[0] = value
@@ -237,7 +237,7 @@ PROBES = [
     ("export-k-too-large", "export", ["lookwhere", "out.onnx", "--k", "100000", "--no-check"], 2,
      ["--k 100000 is more than the 64 patches of a 32 px image", "at most 64"], []),
     ("export-nan-weights", "export", ["veca_nan", "out.onnx", "--no-check"], 2,
-     ["layers.1.mlp.fc2.weight holds NaN or infinite values", "'veca_nan' is corrupt"], []),
+     ["encoder.layers.1.mlp.fc2.weight holds NaN or infinite values", "'veca_nan' is corrupt"], []),
     ("export-chunk-size-negative", "export", ["veca_chunk", "out.onnx", "--no-check"], 2,
      ["chunk_size_feed_forward must be an int >= 0", "got -5"], []),
     ("export-no-layers", "export", ["veca_no_layers", "out.onnx", "--no-check"], 2,
@@ -247,7 +247,7 @@ PROBES = [
     ("convert-veca-nan", "convert.veca", ["t_nan.pt", "out"], 2,
      ["'t_nan.pt' holds non-finite weights", NAN_VECA_TENSOR, "corrupt"], []),
     ("convert-veca-int32-weight", "convert.veca", ["t_int.pt", "out"], 2,
-     ["The weight layers.0.attention.proj.weight is stored as int32, not as floating point"], []),
+     ["The weight encoder.layers.0.attention.o_proj.weight is stored as int32, not as floating point"], []),
     ("convert-lookwhere-inf", "convert.lookwhere", ["lw_nan.pt", "out"], 2,
      ["'lw_nan.pt' holds non-finite weights", f"extractor.{INF_LOOKWHERE_TENSOR}", "corrupt"], []),
     ("convert-force-over-user-files", "convert.veca", [str(FIXTURES / "veca" / "tiny.pt"), "mine", "--force"], 2,
@@ -257,7 +257,7 @@ PROBES = [
     ("teachers-into-the-onnx-folder", "teachers", ["teacher", "--onnx", "teacher/model.onnx", "--force"], 2,
      ["The output teacher holds the input teacher/model.onnx"], []),
     ("extract-nan-veca", "extract", ["veca_nan", "--data", "photos", "--output", "feats"], 2,
-     ["layers.1.mlp.fc2.weight holds NaN or infinite values", "'veca_nan' is corrupt"], []),
+     ["encoder.layers.1.mlp.fc2.weight holds NaN or infinite values", "'veca_nan' is corrupt"], []),
     ("extract-inf-lookwhere", "extract", ["lookwhere_nan", "--data", "photos", "--output", "feats"], 2,
      ["extractor.norm.weight holds NaN or infinite values", "'lookwhere_nan' is corrupt"], []),
     ("extract-missing-gpu", "extract", ["veca", "--data", "photos", "--output", "feats", "--device", "cuda:7"], 2,
@@ -567,7 +567,7 @@ def test_optimize_for_cpu_sees_edits_through_data(model_class):
 
 
 @pytest.mark.parametrize("model_class, folder, tensor", [
-    (VecaModel, "veca_nan", "layers.1.mlp.fc2.weight"),
+    (VecaModel, "veca_nan", "encoder.layers.1.mlp.fc2.weight"),
     (LookWhereModel, "lookwhere_nan", "extractor.norm.weight"),
 ])
 def test_the_commands_loader_refuses_non_finite_weights(workspace, model_class, folder, tensor):

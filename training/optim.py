@@ -195,24 +195,22 @@ def _kind(model: torch.nn.Module, name: str) -> type | None:
 def veca_groups(model, matrices: str, weight_decay: float) -> list[dict]:
     """The VECA authors' split (veca/optim.py): the weights of the Linear layers go to `matrices` ("normuon" or
     "adamw"), except the coordinate heads' and the last layer's MLP output; everything else to AdamW. Every parameter is
-    decayed, as the authors do. q / k / v are one fused matrix here: NorMuon treats its three blocks apart."""
-    last_fc2 = f"layers.{model.config.num_hidden_layers - 1}.mlp.fc2.weight"
-    matrix, qkv, rest, nested = [], [], [], []
+    decayed, as the authors do."""
+    last_fc2 = f"encoder.layers.{model.config.num_hidden_layers - 1}.mlp.fc2.weight"
+    matrix, rest, nested = [], [], []
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
         if name.startswith("core_bank."):
             nested.append((name, param))
         elif (_kind(model, name) is torch.nn.Linear and name.endswith(".weight") and name != last_fc2
-              and not name.startswith("coordinate_heads.")):
-            (qkv if name.endswith("attention.qkv.weight") else matrix).append((name, param))
+              and not name.startswith("encoder.coordinate_heads.")):
+            matrix.append((name, param))
         else:
             rest.append((name, param))
     options = dict(NORMUON_DEFAULTS) if matrices == "normuon" else dict(ADAMW_DEFAULTS, nested_rows=False)
-    blocks = [model.config.hidden_size] * 3  # NorMuon's q / k / v (AdamW ignores it)
     return [
         group(matrix, matrices, weight_decay, **options, split_sizes=None),
-        group(qkv, matrices, weight_decay, **options, split_sizes=blocks),
         group(rest, "adamw", weight_decay, **ADAMW_DEFAULTS, nested_rows=False),
         group(nested, "adamw", weight_decay, **ADAMW_DEFAULTS, nested_rows=True),
     ]

@@ -122,12 +122,12 @@ def cores_from_input(model: nn.Module, num_cores: torch.Tensor):
     """While tracing an elastic graph, the VECA's active cores are the graph's `num_cores` input (a 0-d tensor)
     instead of a Python int, so that every slice of the bank and the tokens by it stays symbolic."""
     module = sys.modules[type(model).__module__]
-    original = module.active_cores
-    module.active_cores = lambda *args, **kwargs: num_cores
+    original = module.cores_to_keep
+    module.cores_to_keep = lambda *args, **kwargs: num_cores
     try:
         yield
     finally:
-        module.active_cores = original
+        module.cores_to_keep = original
 
 
 class BudgetCheck(nn.Module):

@@ -32,16 +32,19 @@ from corevision_hf.convert.common import (
 )
 
 
-# One-to-one renames, reference -> ours; `{l}` is a layer index. The core bank, alphas and q/k/v are merged below.
+# One-to-one renames, reference -> ours; `{l}` is a layer index. The core bank and the alphas are merged below.
 RENAMES = [
     ("patch_embed.proj.", "patch_embeddings.projection."),
     ("patch_embed.norm.", "patch_embeddings.norm."),
-    ("pos_linears.{l}.", "coordinate_heads.{l}.proj."),
-    ("blocks.{l}.norm_attn.", "layers.{l}.norm1."),
-    ("blocks.{l}.attn.out_proj.", "layers.{l}.attention.proj."),
-    ("blocks.{l}.norm_ffn.", "layers.{l}.norm2."),
-    ("blocks.{l}.fc1.", "layers.{l}.mlp.fc1."),  # same layout: first half u, second half v
-    ("blocks.{l}.fc2.", "layers.{l}.mlp.fc2."),
+    ("pos_linears.{l}.", "encoder.coordinate_heads.{l}.proj."),
+    ("blocks.{l}.norm_attn.", "encoder.layers.{l}.norm1."),
+    ("blocks.{l}.attn.q_proj.", "encoder.layers.{l}.attention.q_proj."),
+    ("blocks.{l}.attn.k_proj.", "encoder.layers.{l}.attention.k_proj."),
+    ("blocks.{l}.attn.v_proj.", "encoder.layers.{l}.attention.v_proj."),
+    ("blocks.{l}.attn.out_proj.", "encoder.layers.{l}.attention.o_proj."),
+    ("blocks.{l}.norm_ffn.", "encoder.layers.{l}.norm2."),
+    ("blocks.{l}.fc1.", "encoder.layers.{l}.mlp.fc1."),  # same layout: first half u, second half v
+    ("blocks.{l}.fc2.", "encoder.layers.{l}.mlp.fc2."),
     ("final_norm.", "norm."),
     ("output_proj.", "output_projection."),
 ]
@@ -157,8 +160,7 @@ def convert_reference_state_dict(
     dict). `settings` are config fields the caller states (e.g. `rope_zero_fraction`). With M cores and L layers:
     query_token_chunks.{i} (1, 8, D), concatenated -> core_bank.cores (1, M, D);
     qcoord_chunks.{i} (1, 8, 2), raw pre-tanh -> core_bank.coordinates (M, 2), still raw;
-    pos_alpha (L-1,) -> coordinate_heads.{l}.alpha (1,);
-    blocks.{l}.attn.{q,k,v}_proj.weight (D, D) -> layers.{l}.attention.qkv.weight (3D, D), biases likewise;
+    pos_alpha (L-1,) -> encoder.coordinate_heads.{l}.alpha (1,);
     everything else is renamed (RENAMES). Raises ValueError on unknown, missing or mis-shaped weights."""
     settings, stated_sizes, _ = reference_settings(
         reference_config, num_attention_heads=num_attention_heads, **settings
@@ -185,15 +187,9 @@ def convert_reference_state_dict(
 
     if "pos_alpha" in state_dict:
         for layer, alpha in enumerate(state_dict["pos_alpha"].reshape(-1)):
-            put(f"coordinate_heads.{layer}.alpha", alpha.reshape(1).clone(), "pos_alpha", ["pos_alpha"])
+            put(f"encoder.coordinate_heads.{layer}.alpha", alpha.reshape(1).clone(), "pos_alpha", ["pos_alpha"])
 
     num_layers = 1 + max((int(m.group(1)) for k in state_dict if (m := re.match(r"blocks\.(\d+)\.", k))), default=-1)
-    for layer in range(num_layers):
-        for kind in ("weight", "bias"):
-            parts = [f"blocks.{layer}.attn.{p}_proj.{kind}" for p in "qkv"]
-            if all(p in state_dict for p in parts):
-                source = f"blocks.{layer}.attn.{{q,k,v}}_proj.{kind}"
-                put(f"layers.{layer}.attention.qkv.{kind}", torch.cat([state_dict[p] for p in parts]), source, parts)
 
     config = _infer_config(ours, num_layers, settings, stated_sizes)
     expected = expected_state_dict(VecaModel, config)
@@ -216,7 +212,7 @@ def _infer_config(ours: dict, num_layers: int, settings: dict, stated_sizes: dic
     """Sizes from shapes: conv weight (D, C, p, p), cores (1, M, D), fc2 weight (D, h), output_proj (D', D); the
     sizes the reference config states must agree with them."""
     needed = {"patch_embeddings.projection.weight": "patch_embed.proj.weight",
-              "core_bank.cores": "query_token_chunks.*", "layers.0.mlp.fc2.weight": "blocks.0.fc2.weight"}
+              "core_bank.cores": "query_token_chunks.*", "encoder.layers.0.mlp.fc2.weight": "blocks.0.fc2.weight"}
     absent = [ref for name, ref in needed.items() if name not in ours]
     if absent:
         raise ValueError(f"This is not a VECA reference checkpoint: it has no {', '.join(absent)}.")
@@ -229,7 +225,7 @@ def _infer_config(ours: dict, num_layers: int, settings: dict, stated_sizes: dic
     sizes = dict(
         hidden_size=hidden_size,
         num_hidden_layers=num_layers,
-        intermediate_size=ours["layers.0.mlp.fc2.weight"].shape[1],
+        intermediate_size=ours["encoder.layers.0.mlp.fc2.weight"].shape[1],
         patch_size=patch_size,
         num_channels=num_channels,
         num_cores=ours["core_bank.cores"].shape[1],
@@ -245,7 +241,7 @@ def _infer_config(ours: dict, num_layers: int, settings: dict, stated_sizes: dic
     if "training_budgets" not in settings:  # a bare state dict: the reference trains multiples of its chunk
         budgets = list(range(REFERENCE_CHUNK, sizes["num_cores"] + 1, REFERENCE_CHUNK)) or [sizes["num_cores"]]
         settings = {**settings, "training_budgets": budgets, "training_budget_weights": [1.0] * len(budgets)}
-    return VecaConfig(**sizes, qkv_bias="layers.0.attention.qkv.bias" in ours, **settings)
+    return VecaConfig(**sizes, qkv_bias="encoder.layers.0.attention.q_proj.bias" in ours, **settings)
 
 
 def convert(

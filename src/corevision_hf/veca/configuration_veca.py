@@ -73,7 +73,7 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
         hidden_dropout_prob (`float`, defaults to 0.0): dropout after the attention and MLP projections.
         attention_dropout (`float`, defaults to 0.0): dropout on attention probabilities.
         drop_path_rate (`float`, defaults to 0.0): stochastic depth rate.
-        qkv_bias (`bool`, defaults to `True`): bias on the fused q/k/v projection.
+        qkv_bias (`bool`, defaults to `True`): bias on the query, key and value projections.
         output_projection_size (`int`, *optional*): if set, a final Linear maps the normalised tokens to this width
             (used when distilling into a teacher of another width).
         initializer_range (`float`, defaults to 0.02): std of the truncated normal init of linear layers.

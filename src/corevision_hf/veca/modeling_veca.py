@@ -18,13 +18,21 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.backbone_utils import BackboneMixin, filter_output_hidden_states
+from transformers.conversion_mapping import register_checkpoint_conversion_mapping
+from transformers.core_model_loading import Chunk, WeightConverter, WeightRenaming
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import BackboneOutput, BaseModelOutputWithPooling, ImageClassifierOutput
+from transformers.modeling_outputs import (
+    BackboneOutput,
+    BaseModelOutput,
+    BaseModelOutputWithPooling,
+    ImageClassifierOutput,
+)
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.processing_utils import Unpack
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
 from transformers.utils.output_capturing import capture_outputs
 
-from .budget_veca import active_cores
+from .budget_veca import cores_to_keep
 from .configuration_veca import VecaConfig
 
 
@@ -207,8 +215,10 @@ class VecaCorePeripheryAttention(nn.Module):
         self.scaling = self.head_dim**-0.5
         self.dropout = config.attention_dropout
         self.is_causal = False
-        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.qkv_bias)
-        self.proj = nn.Linear(config.hidden_size, config.hidden_size)
+        self.q_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.qkv_bias)
+        self.k_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.qkv_bias)
+        self.v_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.qkv_bias)
+        self.o_proj = nn.Linear(config.hidden_size, config.hidden_size)
 
     def forward(
         self,
@@ -216,13 +226,15 @@ class VecaCorePeripheryAttention(nn.Module):
         num_cores: int,
         rotations: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`attention_mask` (B, 1, 1, L), additive: the cores' mask over [cores ; patches] in a padded batch."""
         batch_size, seq_len, hidden_size = hidden_states.shape
-        qkv = self.qkv(hidden_states).view(batch_size, seq_len, 3, self.num_heads, self.head_dim)
-        query, key = apply_rotary(qkv[:, :, :2], rotations).unbind(2)
-        query, key, value = (x.transpose(1, 2) for x in (query, key, qkv[:, :, 2]))  # (B, H, L, head_dim)
+        shape = (batch_size, seq_len, self.num_heads, self.head_dim)
+        query_key = torch.stack([self.q_proj(hidden_states).view(shape), self.k_proj(hidden_states).view(shape)], 2)
+        query, key = apply_rotary(query_key, rotations).unbind(2)
+        value = self.v_proj(hidden_states).view(shape)
+        query, key, value = (x.transpose(1, 2) for x in (query, key, value))  # (B, H, L, head_dim)
 
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
@@ -238,7 +250,7 @@ class VecaCorePeripheryAttention(nn.Module):
             self, query[:, :, num_cores:], core_keys, core_values, None, dropout=dropout, scaling=self.scaling, **kwargs
         )
         attn_output = torch.cat([core_output, patch_output], dim=1).reshape(batch_size, seq_len, hidden_size)
-        attn_output = self.proj(attn_output)
+        attn_output = self.o_proj(attn_output)
 
         attn_weights = None
         if core_weights is not None and patch_weights is not None:
@@ -296,7 +308,7 @@ class VecaLayer(GradientCheckpointingLayer):
         num_cores: int,
         rotations: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
         attn_output, _ = self.attention(
             self.norm1(hidden_states), num_cores, rotations, attention_mask=attention_mask, **kwargs
@@ -310,78 +322,6 @@ class VecaLayer(GradientCheckpointingLayer):
         else:
             mlp_output = torch.cat([self.mlp(self.norm2(chunk)) for chunk in hidden_states.split(chunk_size, dim=1)], 1)
         return hidden_states + self.drop_path(self.dropout(mlp_output))
-
-
-# Forward's own arguments travel by name; these are transformers' standard ones (output capture, attention backends).
-STANDARD_FORWARD_KWARGS = frozenset(TransformersKwargs.__annotations__) | {"return_dict"}
-
-
-def check_inputs(
-    config: VecaConfig, pixel_values: torch.Tensor, pixel_mask: torch.Tensor | None, kwargs: dict, own: tuple[str, ...]
-) -> None:
-    """What forward needs to fail clearly, from shapes and names only (no host synchronisation): a batch of
-    normalised float images with the config's channels and sides in whole patches, a pixel_mask to match, no
-    misspelt keyword (`num_core=8` must not silently run the default budget), attention maps only where they are
-    formed. The budget is checked where it is chosen (budget file); NaN pixels are the image processor's to refuse."""
-    for name in kwargs:
-        if name == "max_ms":  # a latency is this machine's measurement, which the model does not read
-            raise ValueError(
-                "forward() takes no max_ms: pick the budget that fits a latency outside the model, "
-                "model(pixel_values, **corevision_hf.budget_for_latency(model, pixel_values, max_ms))."
-            )
-        if name not in STANDARD_FORWARD_KWARGS:
-            raise ValueError(f"forward() got an unexpected argument {name!r}; this model's own arguments are "
-                             f"{', '.join(own)}.")
-    attention = config._attn_implementation
-    if kwargs.get("output_attentions", config.output_attentions) and attention != "eager":
-        raise ValueError(
-            f"output_attentions=True needs attention maps, which {attention!r} attention does not compute: load the "
-            'model with attn_implementation="eager" (or call model.set_attn_implementation("eager")).'
-        )
-    if not isinstance(pixel_values, torch.Tensor) or pixel_values.ndim != 4 or not pixel_values.is_floating_point():
-        is_tensor = isinstance(pixel_values, torch.Tensor)
-        got = f"{tuple(pixel_values.shape)} {pixel_values.dtype}" if is_tensor else type(pixel_values).__name__
-        raise ValueError(
-            f"pixel_values must be a floating-point (batch, channels, height, width) tensor of normalised images, got "
-            f"{got}: use the model's image processor (pixel_values[None] adds the batch dimension to one image)."
-        )
-    if pixel_values.is_meta:  # torch's own error names only the devices
-        raise ValueError("pixel_values is on the meta device, which holds shapes but no values: pass a tensor with "
-                         "values, on the model's device.")
-    batch_size, channels, height, width = pixel_values.shape
-    patch = config.patch_size
-    if batch_size == 0:
-        raise ValueError("pixel_values holds no images (batch size 0); pass at least one image.")
-    if channels != config.num_channels:
-        raise ValueError(
-            f"pixel_values has {channels} channels but the model expects {config.num_channels}; "
-            "convert images to RGB (PIL: image.convert('RGB'))."
-        )
-    if height % patch or width % patch or min(height, width) < patch:
-        raise ValueError(
-            f"Image size {height}x{width} is not a multiple of the patch size {patch} (one patch at least); resize or "
-            f"crop it to {max(patch, height // patch * patch)}x{max(patch, width // patch * patch)}, or use the "
-            "model's image processor, which snaps sizes to patch multiples."
-        )
-    if pixel_mask is None:
-        if getattr(pixel_values, "padded_by_processor", False):  # the image processor's mark: no value read
-            raise ValueError(
-                "pixel_values is a batch the image processor padded to one size (its images differ in size), and no "
-                "pixel_mask was passed, so each image's features would include its padding: pass the mask too, "
-                "model(**inputs) or model(inputs.pixel_values, pixel_mask=inputs.pixel_mask)."
-            )
-        return
-    if not isinstance(pixel_mask, torch.Tensor) or tuple(pixel_mask.shape) != (batch_size, height, width):
-        shape = tuple(pixel_mask.shape) if isinstance(pixel_mask, torch.Tensor) else type(pixel_mask).__name__
-        raise ValueError(
-            f"pixel_mask has shape {shape} but pixel_values is {tuple(pixel_values.shape)}: pass the (batch, height, "
-            f"width) = {(batch_size, height, width)} pixel_mask the image processor returned with these pixel_values."
-        )
-    if attention not in ("eager", "sdpa"):  # flash takes no such mask; flex's CPU kernel fails on it
-        raise ValueError(
-            f"pixel_mask needs eager or sdpa attention, not {attention!r}: load the model with "
-            'attn_implementation="sdpa", or run the images of each size as a batch of their own.'
-        )
 
 
 def grids_from_mask(pixel_mask: torch.Tensor, patch_size: int) -> torch.Tensor:
@@ -418,8 +358,42 @@ def chosen_blocks(n, depth: int) -> list[int]:
     return [i % depth for i in indices]
 
 
+# State-dict keys written by earlier versions of this model -> today's, applied by transformers when a checkpoint is
+# loaded: (old, new) patterns, or (old, [new, ...]) for a fused tensor split in equal row blocks. Add a line per rename.
+LEGACY_KEYS = [
+    (r"(?<!encoder\.)layers\.", "encoder.layers."),  # the blocks and coordinate heads moved into the encoder
+    (r"(?<!encoder\.)coordinate_heads\.", "encoder.coordinate_heads."),
+    ("attention.qkv", ["attention.q_proj", "attention.k_proj", "attention.v_proj"]),  # fused (q; k; v) rows
+    ("attention.proj", "attention.o_proj"),
+]
+
+
+class LoadOnly:
+    """A key conversion that saving does not undo (transformers reverses conversions on save): new checkpoints are
+    written with today's names."""
+
+    def reverse_transform(self) -> WeightRenaming:
+        return WeightRenaming(self.target_patterns[0], self.target_patterns[0])  # renames nothing
+
+
+class LegacyRenaming(LoadOnly, WeightRenaming):
+    pass
+
+
+class LegacySplit(LoadOnly, WeightConverter):
+    pass
+
+
+register_checkpoint_conversion_mapping(
+    "veca",
+    [LegacySplit(old, new, operations=[Chunk(dim=0)]) if isinstance(new, list) else LegacyRenaming(old, new)
+     for old, new in LEGACY_KEYS],
+    overwrite=True,  # the package's module and a hub copy of it may both be imported
+)
+
+
 class VecaPreTrainedModel(PreTrainedModel):
-    config_class = VecaConfig
+    config: VecaConfig
     base_model_prefix = "veca"
     main_input_name = "pixel_values"
     input_modalities = ("image",)
@@ -456,16 +430,64 @@ class VecaPreTrainedModel(PreTrainedModel):
             init.copy_(module.inv_freq, rope_inverse_frequencies(config))
 
 
+@dataclass
+class VecaEncoderOutput(BaseModelOutput):
+    r"""
+    core_coordinates (`torch.FloatTensor` of shape `(batch_size, num_cores, 2)`):
+        Final (x, y) coordinates of the active cores in (-1, 1), image-relative.
+    """
+
+    core_coordinates: torch.FloatTensor | None = None
+
+
+class VecaEncoder(VecaPreTrainedModel):
+    """The blocks, with the coordinate heads that move the cores (and so their rotations) between them."""
+
+    def __init__(self, config: VecaConfig):
+        super().__init__(config)
+        self.rotary_embedding = VecaRotaryEmbedding(config)
+        self.coordinate_heads = nn.ModuleList(VecaCoordinateHead(config) for _ in range(config.num_hidden_layers - 1))
+        depth = config.num_hidden_layers
+        self.layers = nn.ModuleList(VecaLayer(config, config.drop_path_rate * i / max(1, depth - 1)) for i in range(depth))
+        self.post_init()
+
+    @capture_outputs(tie_last_hidden_states=False)
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        num_cores: int,
+        core_coordinates: torch.Tensor,
+        patch_coordinates: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> VecaEncoderOutput:
+        r"""
+        hidden_states (`torch.FloatTensor` of shape `(batch_size, num_cores + num_patches, hidden_size)`):
+            The active cores, then the patch tokens.
+        core_coordinates (`torch.FloatTensor` of shape `(batch_size, num_cores, 2)`):
+            The cores' raw (pre-tanh) coordinates, float32.
+        patch_coordinates (`torch.FloatTensor` of shape `(num_patches, 2)` or `(batch_size, num_patches, 2)`):
+            The patches' (x, y) centres.
+        attention_mask (`torch.FloatTensor` of shape `(batch_size, 1, 1, num_cores + num_patches)`, *optional*):
+            Additive: the keys the cores attend to in a padded batch.
+        """
+        # Patch rotations are fixed for the whole forward; only the cores move between layers.
+        patch_rotations = self.rotary_embedding(patch_coordinates).expand(hidden_states.shape[0], -1, -1)
+        for index, layer in enumerate(self.layers):
+            if index > 0:
+                core_coordinates = self.coordinate_heads[index - 1](core_coordinates, hidden_states[:, :num_cores])
+            rotations = torch.cat([self.rotary_embedding(torch.tanh(core_coordinates)), patch_rotations], dim=1)
+            hidden_states = layer(hidden_states, num_cores, rotations, attention_mask, **kwargs)
+        return VecaEncoderOutput(last_hidden_state=hidden_states, core_coordinates=torch.tanh(core_coordinates))
+
+
 class VecaModel(VecaPreTrainedModel):
     def __init__(self, config: VecaConfig):
         super().__init__(config)
         config._validate()  # again: from_pretrained(..., field=value) sets fields after the config was checked
         self.patch_embeddings = VecaPatchEmbeddings(config)
         self.core_bank = VecaCoreBank(config)
-        self.rotary_embedding = VecaRotaryEmbedding(config)
-        self.coordinate_heads = nn.ModuleList(VecaCoordinateHead(config) for _ in range(config.num_hidden_layers - 1))
-        depth = config.num_hidden_layers
-        self.layers = nn.ModuleList(VecaLayer(config, config.drop_path_rate * i / max(1, depth - 1)) for i in range(depth))
+        self.encoder = VecaEncoder(config)
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.output_projection = (
             nn.Linear(config.hidden_size, config.output_projection_size)
@@ -477,14 +499,14 @@ class VecaModel(VecaPreTrainedModel):
     def get_input_embeddings(self) -> nn.Module:
         return self.patch_embeddings.projection
 
-    @capture_outputs(tie_last_hidden_states=False)
+    @can_return_tuple
     def forward(
         self,
         pixel_values: torch.Tensor,
         num_cores: int | None = None,
         max_gflops: float | None = None,
         pixel_mask: torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> VecaModelOutput:
         r"""
         pixel_values (`torch.FloatTensor` of shape `(batch_size, num_channels, height, width)`):
@@ -501,45 +523,46 @@ class VecaModel(VecaPreTrainedModel):
             Target cost instead of `num_cores`: the largest of `config.training_budgets` whose analytic GFLOPs per
             image (`corevision_hf.veca_flops`) at this size fit.
         """
-        check_inputs(self.config, pixel_values, pixel_mask, kwargs, ("num_cores", "max_gflops", "pixel_mask"))
-        grids = None if pixel_mask is None else grids_from_mask(pixel_mask, self.config.patch_size)
-        batch_size, _, height, width = pixel_values.shape
-        num_cores = active_cores(self.config, height, width, num_cores, max_gflops)
-        grid = (height // self.config.patch_size, width // self.config.patch_size)
-
-        patches = self.patch_embeddings(pixel_values.to(self.patch_embeddings.projection.weight.dtype))
-        cores, raw_coordinates = self.core_bank(batch_size, num_cores)
-        hidden_states = torch.cat([cores.to(patches.dtype), patches], dim=1)
-        attention_mask = None
-        if grids is not None:  # the cores attend to the active cores and their own image's patches
-            cells = cells_in_images(grids, grid)
-            attention_mask = additive_key_mask(torch.cat([cells.new_ones(batch_size, num_cores), cells], dim=1))
-
-        # Patch rotations are fixed for the whole forward; only the cores move between layers.
-        patch_coordinates = patch_center_coordinates(*grid, pixel_values.device, grids)
-        if self.training:
-            patch_coordinates = augment_patch_coordinates(
-                patch_coordinates, self.config.pos_embed_shift, self.config.pos_embed_rescale
-            )
-        patch_rotations = self.rotary_embedding(patch_coordinates).expand(batch_size, -1, -1)
-
-        for index, layer in enumerate(self.layers):
-            if index > 0:
-                raw_coordinates = self.coordinate_heads[index - 1](raw_coordinates, hidden_states[:, :num_cores])
-            core_rotations = self.rotary_embedding(torch.tanh(raw_coordinates))
-            rotations = torch.cat([core_rotations, patch_rotations], dim=1)
-            hidden_states = layer(hidden_states, num_cores, rotations, attention_mask, **kwargs)
-
-        sequence_output = self.norm(hidden_states)
+        num_cores = cores_to_keep(self.config, pixel_values, pixel_mask, num_cores, max_gflops, kwargs)
+        hidden_states, core_coordinates, patch_coordinates, attention_mask = self.embed(pixel_values, num_cores,
+                                                                                        pixel_mask)
+        encoder_outputs: VecaEncoderOutput = self.encoder(  # a dict even where the config asks for tuples
+            hidden_states, num_cores, core_coordinates, patch_coordinates, attention_mask, return_dict=True, **kwargs
+        )
+        sequence_output = self.norm(encoder_outputs.last_hidden_state)
         if self.output_projection is not None:
             sequence_output = self.output_projection(sequence_output)
         return VecaModelOutput(
             last_hidden_state=sequence_output,
             pooler_output=sequence_output[:, 0],
-            core_coordinates=torch.tanh(raw_coordinates),
+            hidden_states=encoder_outputs.hidden_states,
+            attentions=encoder_outputs.attentions,
+            core_coordinates=encoder_outputs.core_coordinates,
             patch_tokens=sequence_output[:, num_cores:],
         )
 
+    def embed(
+        self, pixel_values: torch.Tensor, num_cores: int, pixel_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """The encoder's inputs: [active cores ; patch tokens] (B, C + N, D), the cores' raw coordinates (B, C, 2), the
+        patch centres ((N, 2), or (B, N, 2) per image of a padded batch; shifted and rescaled in training) and, with a
+        `pixel_mask`, the cores' additive key mask (B, 1, 1, C + N)."""
+        batch_size, _, height, width = pixel_values.shape
+        grid = (height // self.config.patch_size, width // self.config.patch_size)
+        patches = self.patch_embeddings(pixel_values.to(self.patch_embeddings.projection.weight.dtype))
+        cores, core_coordinates = self.core_bank(batch_size, num_cores)
+        hidden_states = torch.cat([cores.to(patches.dtype), patches], dim=1)
+        grids = None if pixel_mask is None else grids_from_mask(pixel_mask, self.config.patch_size)
+        attention_mask = None
+        if grids is not None:  # the cores attend to the active cores and their own image's patches
+            cells = cells_in_images(grids, grid)
+            attention_mask = additive_key_mask(torch.cat([cells.new_ones(batch_size, num_cores), cells], dim=1))
+        patch_coordinates = patch_center_coordinates(*grid, pixel_values.device, grids)
+        if self.training:
+            patch_coordinates = augment_patch_coordinates(
+                patch_coordinates, self.config.pos_embed_shift, self.config.pos_embed_rescale
+            )
+        return hidden_states, core_coordinates, patch_coordinates, attention_mask
 
     def get_intermediate_layers(
         self,
@@ -594,7 +617,7 @@ class VecaForImageClassification(VecaPreTrainedModel):
         labels: torch.Tensor | None = None,
         num_cores: int | None = None,
         pixel_mask: torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> ImageClassifierOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
@@ -634,7 +657,9 @@ class VecaBackbone(BackboneMixin, VecaPreTrainedModel):
 
     @can_return_tuple
     @filter_output_hidden_states
-    def forward(self, pixel_values: torch.Tensor, num_cores: int | None = None, **kwargs) -> BackboneOutput:
+    def forward(
+        self, pixel_values: torch.Tensor, num_cores: int | None = None, **kwargs: Unpack[TransformersKwargs]
+    ) -> BackboneOutput:
         outputs: VecaModelOutput = self.veca(pixel_values, num_cores=num_cores, return_dict=True, **kwargs)
         batch_size, _, height, width = pixel_values.shape
         grid_height, grid_width = height // self.config.patch_size, width // self.config.patch_size
