@@ -242,7 +242,7 @@ def test_selector_learns_through_map_and_global_tokens(pixel_values):
     ((out.pooler_output * weights).sum() + out.selector_map.sum()).backward()
     assert model.selector.map_head[0].weight.grad.abs().sum() > 0
     assert model.selector.cls_token.grad.abs().sum() > 0
-    assert model.extractor.layers[0].attention.qkv.weight.grad.abs().sum() > 0
+    assert model.extractor.layers[0].attention.q_proj.weight.grad.abs().sum() > 0
 
 
 @pytest.mark.parametrize("padded", [False, True], ids=["one_size", "pixel_mask"])

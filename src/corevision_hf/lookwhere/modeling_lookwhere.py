@@ -19,6 +19,8 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
+from transformers.conversion_mapping import register_checkpoint_conversion_mapping
+from transformers.core_model_loading import Chunk, WeightConverter, WeightRenaming
 from transformers.backbone_utils import BackboneMixin, filter_output_hidden_states
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -29,6 +31,7 @@ from transformers.modeling_outputs import (
     SemanticSegmenterOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.processing_utils import Unpack
 from transformers.utils import logging
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
@@ -181,7 +184,7 @@ def eager_attention_forward(
 
 
 class LookWhereAttention(nn.Module):
-    """Multi-head self-attention with one fused q/k/v projection."""
+    """Multi-head self-attention, DINOv2's, with DINOv3's separate q / k / v / o projections."""
 
     def __init__(self, config: LookWhereConfig):
         super().__init__()
@@ -191,16 +194,23 @@ class LookWhereAttention(nn.Module):
         self.scaling = self.head_dim**-0.5
         self.dropout = config.attention_dropout
         self.is_causal = False
-        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.qkv_bias)
-        self.proj = nn.Linear(config.hidden_size, config.hidden_size)
+        self.q_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.qkv_bias)
+        self.k_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.qkv_bias)
+        self.v_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.qkv_bias)
+        self.o_proj = nn.Linear(config.hidden_size, config.hidden_size)
 
     def forward(
-        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`attention_mask` (B, 1, 1, L), additive: the keys of an image's unused slots in a padded batch."""
-        batch_size, seq_len, hidden_size = hidden_states.shape
-        qkv = self.qkv(hidden_states).view(batch_size, seq_len, 3, self.num_heads, self.head_dim)
-        query, key, value = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, L, head_dim)
+        batch_size, seq_len, _ = hidden_states.shape
+        shape = (batch_size, seq_len, self.num_heads, self.head_dim)
+        query = self.q_proj(hidden_states).view(shape).transpose(1, 2)  # (B, H, L, head_dim)
+        key = self.k_proj(hidden_states).view(shape).transpose(1, 2)
+        value = self.v_proj(hidden_states).view(shape).transpose(1, 2)
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
@@ -214,7 +224,7 @@ class LookWhereAttention(nn.Module):
             scaling=self.scaling,
             **kwargs,
         )
-        return self.proj(attn_output.reshape(batch_size, seq_len, hidden_size)), attn_weights
+        return self.o_proj(attn_output.reshape(batch_size, seq_len, -1).contiguous()), attn_weights
 
 
 class LookWhereLayerScale(nn.Module):
@@ -632,6 +642,38 @@ def additive_key_mask(keep: torch.Tensor) -> torch.Tensor:
     0, or float32's lowest value, which the softmax turns into a weight of exactly 0."""
     mask = torch.zeros(keep.shape, device=keep.device).masked_fill(~keep, torch.finfo(torch.float32).min)
     return mask[:, None, None]
+
+
+# State-dict keys written by earlier versions of this model -> today's, applied by transformers when a checkpoint is
+# loaded: (old, new) patterns, or (old, [new, ...]) for a fused tensor split in equal row blocks. Add a line per rename.
+LEGACY_KEYS = [
+    ("attention.qkv", ["attention.q_proj", "attention.k_proj", "attention.v_proj"]),  # fused (q; k; v) rows
+    ("attention.proj", "attention.o_proj"),
+]
+
+
+class LoadOnly:
+    """A key conversion that saving does not undo (transformers reverses conversions on save): new checkpoints are
+    written with today's names."""
+
+    def reverse_transform(self) -> WeightRenaming:
+        return WeightRenaming(self.target_patterns[0], self.target_patterns[0])  # renames nothing
+
+
+class LegacyRenaming(LoadOnly, WeightRenaming):
+    pass
+
+
+class LegacySplit(LoadOnly, WeightConverter):
+    pass
+
+
+register_checkpoint_conversion_mapping(
+    "lookwhere",
+    [LegacySplit(old, new, operations=[Chunk(dim=0)]) if isinstance(new, list) else LegacyRenaming(old, new)
+     for old, new in LEGACY_KEYS],
+    overwrite=True,  # the package's module and a hub copy of it may both be imported
+)
 
 
 class LookWherePreTrainedModel(PreTrainedModel):
