@@ -239,7 +239,7 @@ def select_in_images(
     return torch.where(ordered < num_cells, ordered, -1)
 
 
-# Same as modeling_veca.cells_in_images
+# Copied from corevision_hf.veca.modeling_veca.cells_in_images
 def cells_in_images(image_grids: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
     """(B, Hp * Wp) bool, row-major on the padded grid: whether each cell lies in its image's own (rows, columns)."""
     rows = torch.arange(grid[0], device=image_grids.device) < image_grids[:, :1]  # (B, Hp)
@@ -258,14 +258,14 @@ def kept_for_target(config, height: int, width: int, max_gflops: float) -> int:
     )
 
 
-# Same as budget_veca.patch_count
+# Copied from corevision_hf.veca.budget_veca.patch_count
 def patch_count(height: int, width: int | None, patch_size: int) -> int:
     """Patches of a `height` x `width` image (square if width is None)."""
     width = height if width is None else width
     return (height // patch_size) * (width // patch_size)
 
 
-# Same as budget_veca.largest_fitting_budget
+# Copied from corevision_hf.veca.budget_veca.largest_fitting_budget
 def largest_fitting_budget(budgets, cost, target, target_name: str, budget_name: str, unit: str, size: str):
     """The largest of `budgets` (ascending, with `cost(budget)` never decreasing along them) whose cost is at most
     `target` (checked by `check_target`); a ValueError naming the cheapest budget and its cost when none fits."""
@@ -279,7 +279,7 @@ def largest_fitting_budget(budgets, cost, target, target_name: str, budget_name:
     return budgets[fitting - 1]
 
 
-# Same as budget_veca.check_one_budget
+# Copied from corevision_hf.veca.budget_veca.check_one_budget
 def check_one_budget(**arguments) -> None:
     """Refuses a call that chooses its budget twice: a budget (num_cores, k, k_ratio) and a target (max_gflops)."""
     given = [name for name, value in arguments.items() if value is not None]
@@ -291,7 +291,7 @@ def check_one_budget(**arguments) -> None:
         )
 
 
-# Same as budget_veca.check_target
+# Copied from corevision_hf.veca.budget_veca.check_target
 def check_target(**targets) -> None:
     """Refuses a target that is not a finite number > 0."""
     for name, target in targets.items():

@@ -5,8 +5,8 @@ A shallow *selector* looks at a low-resolution copy of the image and scores ever
 full-resolution image is never processed: the extractor's cost follows k, not the image size.
 
 Hub-copied: this file imports only torch, transformers and its sibling files (configuration, budget). A hub repo holds
-one model's files, so the few helpers both models need are repeated here, marked "Same as modeling_veca", as
-transformers does across its model files; change them together.
+one model's files, so the few helpers both models need are repeated here, each marked "# Copied from" its VECA
+source as transformers marks its copies; tools/check_copies.py keeps them equal (`--fix` rewrites them).
 """
 
 import numbers
@@ -163,7 +163,7 @@ def resize_in_images(
     return rows[:, None] @ images.float() @ columns[:, None].transpose(-1, -2)
 
 
-# Same as modeling_veca.eager_attention_forward
+# Copied from corevision_hf.veca.modeling_veca.eager_attention_forward
 def eager_attention_forward(
     module: nn.Module,
     query: torch.Tensor,
@@ -248,7 +248,7 @@ class LookWhereMLP(nn.Module):
 
 
 # The packed SwiGLU of timm's `SwiGLUPacked`, Franca's MLP.
-# Same as modeling_veca.VecaSwiGLU
+# Copied from corevision_hf.veca.modeling_veca.VecaSwiGLU with Veca->LookWhere
 class LookWhereSwiGLU(nn.Module):
     """fc1: D -> 2h, silu(u) * v, fc2: h -> D."""
 
@@ -262,7 +262,7 @@ class LookWhereSwiGLU(nn.Module):
         return self.fc2(F.silu(u) * v)
 
 
-# Same as modeling_veca.VecaDropPath
+# Copied from corevision_hf.veca.modeling_veca.VecaDropPath with Veca->LookWhere
 class LookWhereDropPath(nn.Module):
     """Stochastic depth per sample; identity at eval or when the rate is 0."""
 
@@ -447,7 +447,7 @@ def fill_hidden_states(fill: Callable, hidden_states: tuple) -> tuple:
     return tuple(None if state is None else fill(state) for state in hidden_states)
 
 
-# Same as modeling_veca.chosen_blocks
+# Copied from corevision_hf.veca.modeling_veca.chosen_blocks
 def chosen_blocks(n, depth: int) -> list[int]:
     """DINOv2's block choice: the last n blocks for an int n, else the listed 0-based indices (negative from the end)."""
     if isinstance(n, numbers.Integral) and not isinstance(n, bool):
@@ -464,7 +464,7 @@ def chosen_blocks(n, depth: int) -> list[int]:
 STANDARD_FORWARD_KWARGS = frozenset(TransformersKwargs.__annotations__) | {"return_dict"}
 
 
-# Same as modeling_veca.check_inputs
+# Copied from corevision_hf.veca.modeling_veca.check_inputs with Veca->LookWhere
 def check_inputs(
     config: LookWhereConfig, pixel_values: torch.Tensor, pixel_mask: torch.Tensor | None, kwargs: dict, own: tuple[str, ...]
 ) -> None:
@@ -533,7 +533,7 @@ def check_inputs(
         )
 
 
-# Same as modeling_veca.grids_from_mask
+# Copied from corevision_hf.veca.modeling_veca.grids_from_mask
 def grids_from_mask(pixel_mask: torch.Tensor, patch_size: int) -> torch.Tensor:
     """Each image's patch grid (rows, columns), (B, 2), in a batch padded at the bottom and right as the image
     processor pads it: `pixel_mask` (B, H, W) is nonzero on each image and zero on its padding. An all-0 mask, which
@@ -542,7 +542,7 @@ def grids_from_mask(pixel_mask: torch.Tensor, patch_size: int) -> torch.Tensor:
     return torch.stack([patch_mask[:, :, 0].sum(dim=1), patch_mask[:, 0].sum(dim=1)], dim=1).clamp(min=1)
 
 
-# Same as modeling_veca.additive_key_mask
+# Copied from corevision_hf.veca.modeling_veca.additive_key_mask
 def additive_key_mask(keep: torch.Tensor) -> torch.Tensor:
     """(B, L) True for the keys each query may attend to -> (B, 1, 1, L) float32 mask added to the attention scores:
     0, or float32's lowest value, which the softmax turns into a weight of exactly 0."""
