@@ -74,8 +74,8 @@ def test_a_drifted_copy_is_reported_in_one_line_and_fixed(tmp_path):
     result = run_checker("--root", str(tmp_path))
     assert result.returncode == 1
     lines = result.stdout.splitlines()
-    assert lines[0] == (f"{path}:1: LookWhereGate drifted from corevision_hf.veca.modeling_veca.VecaGate (line 3 of the "
-                        "copy: 'return x + self.scale', source: 'return x * self.scale')")
+    assert lines[0] == (f"{path}:1: LookWhereGate drifted from corevision_hf.veca.modeling_veca.VecaGate "
+                        "(line 3 of the copy: 'return x + self.scale', source: 'return x * self.scale')")
     assert lines[1].startswith(f"{path}:13: veca_sum drifted") and len(lines) == 3  # the method copy is true
     assert run_checker("--root", str(tmp_path), "--fix").returncode == 0
     assert path.read_text() == COPY

@@ -293,7 +293,10 @@ class LookWhereLayer(GradientCheckpointingLayer):
         self.drop_path = LookWhereDropPath(drop_path_rate)
 
     def forward(
-        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
         attn_output, _ = self.attention(self.norm1(hidden_states), attention_mask=attention_mask, **kwargs)
         hidden_states = hidden_states + self.drop_path(self.layer_scale1(self.dropout(attn_output)))
@@ -323,7 +326,11 @@ class LookWhereSelector(nn.Module):
         self.map_head = nn.Sequential(nn.Linear(d, r * d), ACT2FN[config.map_head_act], nn.Linear(r * d, m * m))
 
     def forward(
-        self, pixel_values: torch.Tensor, grid: tuple[int, int], image_grids: torch.Tensor | None = None, **kwargs
+        self,
+        pixel_values: torch.Tensor,
+        grid: tuple[int, int],
+        image_grids: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, C, H, W) high-res images, the high-res patch grid (Hp, Wp) ->
         global tokens (B, 1 + R, D) and selector map logits (B, Hp * Wp). With `image_grids` (B, 2), each image's
@@ -846,7 +853,7 @@ class LookWhereForImageClassification(LookWhereTaskModel):
         k: int | None = None,
         k_ratio: float | None = None,
         k_mass: float | torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> ImageClassifierOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
@@ -885,7 +892,7 @@ class LookWhereForSemanticSegmentation(LookWhereTaskModel):
         k_ratio: float | None = None,
         pixel_mask: torch.Tensor | None = None,
         k_mass: float | torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> SemanticSegmenterOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, height, width)`, *optional*):
@@ -929,7 +936,7 @@ class LookWhereBackbone(BackboneMixin, LookWhereTaskModel):
         k: int | None = None,
         k_ratio: float | None = None,
         k_mass: float | torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BackboneOutput:
         outputs = self.lookwhere(pixel_values, k=k, k_ratio=k_ratio, k_mass=k_mass, fill_dense=False, return_dict=True,
                                  **kwargs)
