@@ -45,9 +45,10 @@ def timm_vit(ours: dict, prefix: str, depth: int) -> dict:
     for i in range(depth):
         b, o = f"blocks.{i}.", f"{prefix}.layers.{i}."
         for k in ("weight", "bias"):
-            for timm_name, name in [("norm1", "norm1"), ("attn.qkv", "attention.qkv"), ("attn.proj", "attention.proj"),
-                                    ("norm2", "norm2"), ("mlp.fc1", "mlp.fc1"), ("mlp.fc2", "mlp.fc2")]:
+            for timm_name, name in [("norm1", "norm1"), ("attn.proj", "attention.o_proj"), ("norm2", "norm2"),
+                                    ("mlp.fc1", "mlp.fc1"), ("mlp.fc2", "mlp.fc2")]:
                 ref[f"{b}{timm_name}.{k}"] = ours[f"{o}{name}.{k}"]
+            ref[f"{b}attn.qkv.{k}"] = torch.cat([ours[f"{o}attention.{p}_proj.{k}"] for p in "qkv"])  # timm's fused
         ref[b + "ls1.gamma"] = ours[o + "layer_scale1.lambda1"]
         ref[b + "ls2.gamma"] = ours[o + "layer_scale2.lambda1"]
     return {k: v.clone() for k, v in ref.items()}

@@ -1,81 +1,132 @@
 """Each hub repo holds one model's self-contained files, so helpers both models need are repeated, each copy marked
-`# Same as <module>.<name>` on the line above it. This test keeps the copies true: every marked definition equals
-its source with the model's name substituted (Veca <-> LookWhere), as transformers checks its "Copied from" code."""
+`# Copied from corevision_hf.<module>.<name> [with Old->New]` on the line above it, as transformers marks its copies.
+tools/check_copies.py keeps the copies true; these tests run it, show that it catches and fixes a drifted copy, and
+that no repeated definition goes unmarked."""
 
-import ast
-import re
+import subprocess
+import sys
 from pathlib import Path
 
-import pytest
-
-PACKAGE = Path(__file__).resolve().parents[1] / "src" / "corevision_hf"
-MARKER = re.compile(r"\s*# Same as (\w+)\.([\w.]+)\s*$")
-NAMES = {"veca": ("Veca", "veca"), "lookwhere": ("LookWhere", "lookwhere")}
-
-
-def definitions(path: Path) -> dict[str, tuple[int, str]]:
-    """Top-level functions and classes, and methods as Class.method: name -> (first line, source)."""
-    text = path.read_text()
-    found = {}
-    for node in ast.parse(text).body:
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            found[node.name] = (node.lineno, ast.get_source_segment(text, node))
-            for sub in node.body if isinstance(node, ast.ClassDef) else []:
-                if isinstance(sub, ast.FunctionDef):  # a decorated method starts at its first decorator
-                    first = sub.decorator_list[0].lineno if sub.decorator_list else sub.lineno
-                    found[f"{node.name}.{sub.name}"] = (first, ast.get_source_segment(text, sub))
-    return found
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "corevision_hf"
+sys.path.insert(0, str(ROOT / "tools"))
+import check_copies  # noqa: E402
 
 
-def marked_copies() -> list[tuple[str, Path, str, str]]:
-    """(copy's id, source module path, source name, copy's source) for every marker in the hub-copied files."""
-    copies = []
-    for path in sorted(PACKAGE.glob("*/*.py")):
-        lines = path.read_text().splitlines()
-        by_line = {line: (name, source) for name, (line, source) in definitions(path).items()}
-        for index, line in enumerate(lines):
-            if match := MARKER.match(line):
-                module, name = match.groups()
-                copy_name, copy_source = by_line[index + 2]  # the definition right below the marker (1-based lines)
-                copies.append((f"{path.name}:{copy_name}", next(PACKAGE.glob(f"*/{module}.py")), name, copy_source))
-    return copies
+def run_checker(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "check_copies.py"), *args], capture_output=True,
+                          text=True)
 
 
-COPIES = marked_copies()
+def test_the_copies_equal_their_sources():
+    result = run_checker()
+    assert result.returncode == 0, result.stdout
 
 
-def whole_file_copy(veca_path: Path, lookwhere_path: Path) -> bool:
-    source = veca_path.read_text()
-    return lookwhere_path.read_text() == source.replace("Veca", "LookWhere").replace("VECA", "LookWhere").replace(
-        "veca", "lookwhere")
+SOURCE = '''\
+class VecaGate:
+    def forward(self, x):
+        return x * self.scale
+
+
+def veca_sum(values):
+    """Adds."""
+    return sum(values)
+'''
+
+COPY = '''\
+# Copied from corevision_hf.veca.modeling_veca.VecaGate with Veca->LookWhere
+class LookWhereGate:
+    def forward(self, x):
+        return x * self.scale
+
+
+class LookWherePipeline:
+    # Copied from corevision_hf.veca.modeling_veca.VecaGate.forward
+    def forward(self, x):
+        return x * self.scale
+
+
+# Copied from corevision_hf.veca.modeling_veca.veca_sum
+def veca_sum(values):
+    """Adds."""
+    return sum(values)
+'''
+
+
+def package(tmp_path, copy: str) -> Path:
+    """A corevision_hf tree under `tmp_path` with SOURCE as veca/modeling_veca.py and `copy` as lookwhere/x.py."""
+    for folder, text in (("veca/modeling_veca.py", SOURCE), ("lookwhere/x.py", copy)):
+        (tmp_path / "corevision_hf" / folder).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "corevision_hf" / folder).write_text(text)
+    return tmp_path / "corevision_hf" / "lookwhere" / "x.py"
+
+
+def test_true_copies_pass(tmp_path):
+    package(tmp_path, COPY)
+    assert run_checker("--root", str(tmp_path)).returncode == 0
+
+
+def test_a_drifted_copy_is_reported_in_one_line_and_fixed(tmp_path):
+    drifted = COPY.replace("return x * self.scale\n\n\nclass", "return x + self.scale\n\n\nclass")  # the class copy
+    drifted = drifted.replace('"""Adds."""\n    return sum(values)', '"""Adds."""\n    return sum(values) + 1')
+    path = package(tmp_path, drifted)
+    result = run_checker("--root", str(tmp_path))
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert lines[0] == (f"{path}:1: LookWhereGate drifted from corevision_hf.veca.modeling_veca.VecaGate "
+                        "(line 3 of the copy: 'return x + self.scale', source: 'return x * self.scale')")
+    assert lines[1].startswith(f"{path}:13: veca_sum drifted") and len(lines) == 3  # the method copy is true
+    assert run_checker("--root", str(tmp_path), "--fix").returncode == 0
+    assert path.read_text() == COPY
+
+
+def test_a_copy_of_a_missing_definition_is_reported(tmp_path):
+    package(tmp_path, COPY.replace("modeling_veca.veca_sum", "modeling_veca.veca_mean"))
+    result = run_checker("--root", str(tmp_path))
+    assert result.returncode == 1 and "copies corevision_hf.veca.modeling_veca.veca_mean, which does not exist" in (
+        result.stdout)
+
+
+def marked_copies() -> set[str]:
+    """'file:name' of every marked copy in the package."""
+    marked = set()
+    for path in PACKAGE.glob("*/*.py"):
+        text = path.read_text()
+        by_line = {first: name for name, (first, _) in check_copies.definitions(text).items()}
+        for index, line in enumerate(text.splitlines()):
+            if check_copies.MARKER.match(line):
+                marked.add(f"{path.name}:{by_line[index + 2]}")
+    return marked
 
 
 def test_every_repeated_definition_is_a_marked_copy():
-    """A definition in both models' files that is the same once the names are swapped is marked (so this test keeps
-    it true), and every marker sits on such a definition: no unmarked copy can drift."""
+    """A LookWhere definition (six lines or more) equal to a VECA one once the names are swapped is marked, so the
+    checker keeps it true: no unmarked copy can drift."""
     repeated = set()
     for lookwhere_path in sorted((PACKAGE / "lookwhere").glob("*.py")):
-        veca_path = PACKAGE / "veca" / lookwhere_path.name.replace("lookwhere", "veca")
-        if not veca_path.exists() or whole_file_copy(veca_path, lookwhere_path):
-            continue  # a whole generated file (the image processor) is checked as one in test_image_processor
-        ours = definitions(lookwhere_path)
-        for name, (_, source) in definitions(veca_path).items():
-            for old, new in zip(NAMES["veca"], NAMES["lookwhere"]):
-                source, name = source.replace(old, new), name.replace(old, new)
-            if name in ours and ours[name][1] == source and source.count("\n") >= 5:  # six lines, as `duplicates`
-                repeated.add(f"{lookwhere_path.name}:{name}")
-    marked = {copy_id for copy_id, *_ in COPIES}
+        ours = lookwhere_path.read_text()
+        our_blocks = {name: check_copies.block(ours.splitlines(), *span)
+                      for name, span in check_copies.definitions(ours).items()}
+        for veca_path in sorted((PACKAGE / "veca").glob("*.py")):
+            if veca_path.read_text().replace("Veca", "LookWhere").replace("VECA", "LookWhere").replace(
+                    "veca", "lookwhere") == ours:
+                continue  # a whole generated file (the image processor) is checked as one in test_image_processor
+            theirs = veca_path.read_text()
+            for name, span in check_copies.definitions(theirs).items():
+                source = check_copies.replaced(check_copies.block(theirs.splitlines(), *span),
+                                               "Veca->LookWhere, veca->lookwhere")
+                name = name.replace("Veca", "LookWhere")
+                if our_blocks.get(name) == source and source.count("\n") >= 5:
+                    repeated.add(f"{lookwhere_path.name}:{name}")
+    marked = marked_copies()
     # a method of a marked class is part of the marked copy
     unmarked = {copy_id for copy_id in repeated - marked if copy_id.rsplit(".", 1)[0] not in marked}
     assert not unmarked, f"unmarked copies: {sorted(unmarked)}"
     assert repeated, "no repeated definition found: the search is broken"
 
 
-@pytest.mark.parametrize("copy_id, source_path, name, copy_source", COPIES, ids=[c[0] for c in COPIES])
-def test_marked_copy_equals_its_source(copy_id, source_path, name, copy_source):
-    source = definitions(source_path)[name][1]
-    source_model = source_path.parent.name
-    copy_model = "lookwhere" if source_model == "veca" else "veca"
-    for old, new in zip(NAMES[source_model], NAMES[copy_model]):
-        source = source.replace(old, new)
-    assert copy_source == source, f"{copy_id} drifted from {source_path.name}:{name}; change them together"
+def test_lookwhere_marks_its_copies_the_transformers_way():
+    """transformers' `# Copied from <module>.<name>`, which the checker reads; not a `# Same as` it would skip."""
+    for path in (PACKAGE / "lookwhere").glob("*.py"):
+        assert "# Same as" not in path.read_text(), path

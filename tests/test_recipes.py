@@ -197,7 +197,8 @@ def test_lookwhere_decays_kernels_only():
     for part, depth in [("selector", 1), ("extractor", 3)]:
         for layer in range(depth):
             kernels |= {f"{part}.layers.{layer}.{name}.weight"
-                        for name in ("attention.qkv", "attention.proj", "mlp.fc1", "mlp.fc2")}
+                        for name in ("attention.q_proj", "attention.k_proj", "attention.v_proj", "attention.o_proj",
+                                     "mlp.fc1", "mlp.fc2")}
     assert decayed == kernels
     assert {"selector.cls_token", "selector.register_tokens", "selector.position_embeddings",
             "extractor.position_embeddings", "selector.norm.weight", "extractor.layers.0.layer_scale1.lambda1",

@@ -265,12 +265,13 @@ class LookWhereGraph(nn.Module):
             k = self.budget_check(k, within)
         global_tokens, selector_map = model.selector(pixel_values, grid)
         selected_indices = selector_map.topk(k, dim=-1).indices.sort(dim=-1).values
-        kept = model.extractor(pixel_values, selected_indices, global_tokens)
+        kept = model.extractor(pixel_values, selected_indices, global_tokens, return_dict=True).last_hidden_state
         return model.dense_fill(selected_indices, selector_map, grid)(kept), kept[:, 0]
 
     def forward_mass(self, pixel_values: torch.Tensor, grid: tuple[int, int], k_mass: torch.Tensor):
-        """The model's forward at `k_mass`, with the modeling module's own helpers (ours or a hub copy)."""
-        model, module = self.model, sys.modules[type(self.model).__module__]
+        """The model's forward at `k_mass`, with the budget module's own helpers (ours or a hub copy)."""
+        model = self.model
+        module = sys.modules[type(model).__module__.rpartition(".")[0] + ".budget_lookwhere"]
         fewest = model.config.num_fill_neighbors
         global_tokens, selector_map = model.selector(pixel_values, grid)
         kept = module.kept_for_mass(selector_map, k_mass)
@@ -279,7 +280,8 @@ class LookWhereGraph(nn.Module):
         within = (k_mass > 0) & (k_mass <= 1) & (slots <= grid[0] * grid[1])
         slots = self.budget_check(slots, within)
         selected_indices = module.select_in_images(selector_map, slots, kept, None)
-        tokens = model.extractor(pixel_values, selected_indices, global_tokens, None, True)
+        tokens = model.extractor(pixel_values, selected_indices, global_tokens, None, True,
+                                 return_dict=True).last_hidden_state
         return model.dense_fill(selected_indices, selector_map, grid)(tokens), tokens[:, 0]
 
 

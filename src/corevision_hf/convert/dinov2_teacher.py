@@ -65,11 +65,9 @@ def lookwhere_from_teacher(teacher: PreTrainedModel, **config_overrides) -> Look
         }
         weights["layer_scale1.lambda1"] = teacher_state[t + "layer_scale1.lambda1"]
         weights["layer_scale2.lambda1"] = teacher_state[t + "layer_scale2.lambda1"]
-        for part in ("weight", "bias"):
-            q, k, v = (teacher_state.get(f"{t}attention.{name}_proj.{part}") for name in "qkv")
-            if q is not None:
-                weights[f"attention.qkv.{part}"] = torch.cat([q, k, v])
-            weights[f"attention.proj.{part}"] = teacher_state[f"{t}attention.o_proj.{part}"]
+        for name in (f"{projection}_proj.{part}" for projection in "qkvo" for part in ("weight", "bias")):
+            if t + "attention." + name in teacher_state:  # q / k / v biases only with qkv_bias
+                weights["attention." + name] = teacher_state[t + "attention." + name]
         return {f"{prefix}.{name}": value for name, value in weights.items()}
 
     state = {}

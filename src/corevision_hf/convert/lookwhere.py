@@ -46,8 +46,8 @@ from corevision_hf.convert.lookwhere_release import (
 # timm ViT block names -> ours, within `blocks.{l}.` / `layers.{l}.`; `.weight`/`.bias` suffixes carry over.
 BLOCK_RENAMES = {
     "norm1.": "norm1.",
-    "attn.qkv.": "attention.qkv.",  # fused (q; k; v) rows, same layout as ours
-    "attn.proj.": "attention.proj.",
+    "attn.qkv.": "attention.qkv.",  # fused (q; k; v) rows: split into q_proj / k_proj / v_proj by `split_qkv`
+    "attn.proj.": "attention.o_proj.",
     "ls1.gamma": "layer_scale1.lambda1",
     "norm2.": "norm2.",
     "mlp.fc1.": "mlp.fc1.",
@@ -122,7 +122,8 @@ def convert_reference_state_dict(
                     continue
                 unexpected.append(f"{where}.{key}")
             else:
-                ours[name], sources[name] = value, f"{where}.{key}"
+                for part_name, part in split_qkv(name, value):
+                    ours[part_name], sources[part_name] = part, f"{where}.{key}"
 
     config = _infer_config(ours, parts, num_attention_heads)
     if "selector.register_tokens" not in ours and config.num_register_tokens == 0:
@@ -170,6 +171,13 @@ def _rename(where: str, prefix: str, key: str) -> str | None:
             if rest.startswith(ref):
                 return f"{prefix}.layers.{match.group(1)}.{name}{rest[len(ref):]}"
     return None
+
+
+def split_qkv(name: str, value: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+    """A fused `attention.qkv` tensor, (q; k; v) rows -> its q_proj / k_proj / v_proj thirds; any other as it is."""
+    if ".attention.qkv." not in name:
+        return [(name, value)]
+    return [(name.replace(".qkv.", f".{p}_proj."), chunk) for p, chunk in zip("qkv", value.chunk(3))]
 
 
 def _depth(state_dict: dict) -> int:
@@ -232,7 +240,7 @@ def _infer_config(ours: dict, parts: dict, num_attention_heads: int | None) -> L
         patch_size=patch_size,
         num_channels=num_channels,
         num_register_tokens=0 if registers is None or registers.ndim != 3 else registers.shape[1],
-        qkv_bias="extractor.layers.0.attention.qkv.bias" in ours,
+        qkv_bias="extractor.layers.0.attention.q_proj.bias" in ours,
         image_size=_grid_side(ours["extractor.position_embeddings"], "extractor.pos_embed") * patch_size,
         selector_depth=_depth(parts["selector.backbone"][1]),
         selector_image_size=patch_size

@@ -11,6 +11,7 @@ the selector map: nothing here reads a tensor's values or anything of the machin
 import bisect
 import math
 import numbers
+from collections.abc import Callable
 
 import torch
 
@@ -175,6 +176,78 @@ def kept_for_mass(selector_map: torch.Tensor, k_mass, cells: torch.Tensor | None
     return torch.minimum(kept, available)
 
 
+def patch_selection(
+    config, batch_size: int, grid: tuple[int, int], image_grids: torch.Tensor | None = None, k=None, k_ratio=None,
+    max_gflops=None, k_mass=None,
+) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, bool]]:
+    """A forward's budget (see `LookWhereModel.forward`), checked before anything runs, as the function that applies it
+    to the selector map (B, Hp * Wp) on the (Hp, Wp) `grid`: -> (selected_indices (B, k) row-major, ascending, -1 in
+    the slots an image does not use; num_kept (B,); whether some slots may be unused, i.e. need masking).
+    `image_grids` (B, 2): each image's own grid in a padded batch (None: all the grid)."""
+    k_mass = mass_for_call(config, batch_size, k, k_ratio, max_gflops, k_mass)
+    capped = k is not None or k_ratio is not None
+    budget_given = capped or max_gflops is not None or k_mass is not None
+    slots = num_kept(config, grid, k, k_ratio, max_gflops) if k_mass is None or capped else None
+
+    def select(selector_map: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
+        if k_mass is None and image_grids is None:  # one k for the batch
+            kept = torch.full((selector_map.shape[0],), slots, dtype=torch.long, device=selector_map.device)
+            return selector_map.topk(slots, dim=-1).indices.sort(dim=-1).values, kept, False
+        cells = None if image_grids is None else cells_in_images(image_grids, grid)
+        if k_mass is None:  # each image's k of its own grid
+            kept = kept_in_images(config, image_grids, slots, k_ratio, budget_given)
+            return select_in_images(selector_map, slots, kept, cells), kept, True
+        # each image's own count for its mass, capped by k / k_ratio (of its own grid) when given
+        kept = kept_for_mass(selector_map, k_mass, cells)
+        if slots is not None:
+            kept = (kept.clamp(max=slots) if image_grids is None
+                    else torch.minimum(kept, kept_in_images(config, image_grids, slots, k_ratio, True)))
+        return select_in_images(selector_map, slots_for_mass(kept, slots, k_mass), kept, cells), kept, True
+
+    return select
+
+
+def slots_for_mass(kept: torch.Tensor, cap: int | None, k_mass) -> int:
+    """The selection's slots for `k_mass` counts `kept` (B,): the cap when one was given, else the batch's largest
+    count, read to the host here (with a tensor `k_mass`, whose range is checked in the same read). The one place a
+    forward reads a value back."""
+    is_tensor = isinstance(k_mass, torch.Tensor)
+    if cap is not None and not is_tensor:
+        return cap
+    read = kept.max()[None]
+    if is_tensor:
+        read = torch.cat([read, ((k_mass > 0) & (k_mass <= 1)).all().long()[None].to(read.device)])
+    values = read.tolist()
+    if is_tensor and not values[1]:
+        raise ValueError("k_mass must lie in (0, 1] for every image (the share of the selector's softmax mass kept; "
+                         "1 keeps every patch): one of the given masses is outside it, or NaN.")
+    return cap if cap is not None else values[0]
+
+
+def select_in_images(
+    selector_map: torch.Tensor, k: int, kept: torch.Tensor, cells: torch.Tensor | None
+) -> torch.Tensor:
+    """The top-`kept[b]` cells of each image of a padded batch by selector score, never a padding cell: (B, k)
+    row-major indices, ascending, then -1 in the slots past an image's own count. `selector_map` (B, N), `k` the
+    slots (at least every `kept`), `kept` (B,) and `cells` (B, N), True on each image's own cells (None: all)."""
+    num_cells = selector_map.shape[1]
+    if cells is not None:
+        selector_map = selector_map.masked_fill(~cells, float("-inf"))
+    ranked = selector_map.topk(k, dim=-1).indices  # best first
+    used = torch.arange(k, device=kept.device) < kept[:, None]
+    ordered = torch.where(used, ranked, ranked + num_cells).sort(dim=-1).values  # unused slots sort last
+    return torch.where(ordered < num_cells, ordered, -1)
+
+
+# Copied from corevision_hf.veca.modeling_veca.cells_in_images
+def cells_in_images(image_grids: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+    """(B, Hp * Wp) bool, row-major on the padded grid: whether each cell lies in its image's own (rows, columns)."""
+    rows = torch.arange(grid[0], device=image_grids.device) < image_grids[:, :1]  # (B, Hp)
+    columns = torch.arange(grid[1], device=image_grids.device) < image_grids[:, 1:]  # (B, Wp)
+    return (rows[:, :, None] & columns[:, None, :]).flatten(1)
+
+
+
 def kept_for_target(config, height: int, width: int, max_gflops: float) -> int:
     """The largest k in 1..Hp * Wp whose analytic GFLOPs at `height` x `width` are at most `max_gflops`."""
     check_target(max_gflops=max_gflops)
@@ -185,14 +258,14 @@ def kept_for_target(config, height: int, width: int, max_gflops: float) -> int:
     )
 
 
-# Same as budget_veca.patch_count
+# Copied from corevision_hf.veca.budget_veca.patch_count
 def patch_count(height: int, width: int | None, patch_size: int) -> int:
     """Patches of a `height` x `width` image (square if width is None)."""
     width = height if width is None else width
     return (height // patch_size) * (width // patch_size)
 
 
-# Same as budget_veca.largest_fitting_budget
+# Copied from corevision_hf.veca.budget_veca.largest_fitting_budget
 def largest_fitting_budget(budgets, cost, target, target_name: str, budget_name: str, unit: str, size: str):
     """The largest of `budgets` (ascending, with `cost(budget)` never decreasing along them) whose cost is at most
     `target` (checked by `check_target`); a ValueError naming the cheapest budget and its cost when none fits."""
@@ -206,7 +279,7 @@ def largest_fitting_budget(budgets, cost, target, target_name: str, budget_name:
     return budgets[fitting - 1]
 
 
-# Same as budget_veca.check_one_budget
+# Copied from corevision_hf.veca.budget_veca.check_one_budget
 def check_one_budget(**arguments) -> None:
     """Refuses a call that chooses its budget twice: a budget (num_cores, k, k_ratio) and a target (max_gflops)."""
     given = [name for name, value in arguments.items() if value is not None]
@@ -218,7 +291,7 @@ def check_one_budget(**arguments) -> None:
         )
 
 
-# Same as budget_veca.check_target
+# Copied from corevision_hf.veca.budget_veca.check_target
 def check_target(**targets) -> None:
     """Refuses a target that is not a finite number > 0."""
     for name, target in targets.items():

@@ -235,7 +235,7 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         return cls(**{**LOOKWHERE_PRESETS[name], **kwargs})
 
 
-# Same as configuration_veca.check_fields
+# Copied from corevision_hf.veca.configuration_veca.check_fields
 def check_fields(config, positive_ints=(), positive_numbers=(), probabilities=()) -> None:
     """Raises a ValueError naming the first field outside its range: ints >= 1, finite numbers > 0, rates in [0, 1)."""
     for name in positive_ints:
@@ -252,7 +252,7 @@ def check_fields(config, positive_ints=(), positive_numbers=(), probabilities=()
             raise ValueError(f"{name} must lie in [0, 1), got {value!r}.")
 
 
-# Same as configuration_veca.hub_code_fields
+# Copied from corevision_hf.veca.configuration_veca.hub_code_fields with Veca->LookWhere, veca->lookwhere
 def hub_code_fields(kwargs: dict) -> dict:
     """`kwargs` with `auto_map` naming the hub code of every head (`AUTO_MAP`) and `custom_pipelines` the budget-aware
     pipeline (importing it here has `save_pretrained` copy its file), so that a saved checkpoint loads with each Auto
@@ -267,7 +267,7 @@ def hub_code_fields(kwargs: dict) -> dict:
     }
 
 
-# Same as configuration_veca.check_target_fields
+# Copied from corevision_hf.veca.configuration_veca.check_target_fields
 def check_target_fields(config, default_budget: str) -> None:
     """`default_max_gflops`: None or a finite number > 0, not together with the default budget field it would
     contradict."""

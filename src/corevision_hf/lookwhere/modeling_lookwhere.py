@@ -5,8 +5,8 @@ A shallow *selector* looks at a low-resolution copy of the image and scores ever
 full-resolution image is never processed: the extractor's cost follows k, not the image size.
 
 Hub-copied: this file imports only torch, transformers and its sibling files (configuration, budget). A hub repo holds
-one model's files, so the few helpers both models need are repeated here, marked "Same as modeling_veca", as
-transformers does across its model files; change them together.
+one model's files, so the few helpers both models need are repeated here, each marked "# Copied from" its VECA
+source as transformers marks its copies; tools/check_copies.py keeps them equal (`--fix` rewrites them).
 """
 
 import numbers
@@ -19,6 +19,8 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
+from transformers.conversion_mapping import register_checkpoint_conversion_mapping
+from transformers.core_model_loading import Chunk, WeightConverter, WeightRenaming
 from transformers.backbone_utils import BackboneMixin, filter_output_hidden_states
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -29,11 +31,12 @@ from transformers.modeling_outputs import (
     SemanticSegmenterOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.processing_utils import Unpack
 from transformers.utils import logging
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
-from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+from transformers.utils.output_capturing import capture_outputs
 
-from .budget_lookwhere import kept_for_mass, kept_in_images, mass_for_call, num_kept
+from .budget_lookwhere import patch_selection
 from .configuration_lookwhere import LookWhereConfig
 
 
@@ -160,7 +163,7 @@ def resize_in_images(
     return rows[:, None] @ images.float() @ columns[:, None].transpose(-1, -2)
 
 
-# Same as modeling_veca.eager_attention_forward
+# Copied from corevision_hf.veca.modeling_veca.eager_attention_forward
 def eager_attention_forward(
     module: nn.Module,
     query: torch.Tensor,
@@ -181,7 +184,7 @@ def eager_attention_forward(
 
 
 class LookWhereAttention(nn.Module):
-    """Multi-head self-attention with one fused q/k/v projection."""
+    """Multi-head self-attention, DINOv2's, with DINOv3's separate q / k / v / o projections."""
 
     def __init__(self, config: LookWhereConfig):
         super().__init__()
@@ -191,16 +194,23 @@ class LookWhereAttention(nn.Module):
         self.scaling = self.head_dim**-0.5
         self.dropout = config.attention_dropout
         self.is_causal = False
-        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.qkv_bias)
-        self.proj = nn.Linear(config.hidden_size, config.hidden_size)
+        self.q_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.qkv_bias)
+        self.k_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.qkv_bias)
+        self.v_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=config.qkv_bias)
+        self.o_proj = nn.Linear(config.hidden_size, config.hidden_size)
 
     def forward(
-        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`attention_mask` (B, 1, 1, L), additive: the keys of an image's unused slots in a padded batch."""
-        batch_size, seq_len, hidden_size = hidden_states.shape
-        qkv = self.qkv(hidden_states).view(batch_size, seq_len, 3, self.num_heads, self.head_dim)
-        query, key, value = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, L, head_dim)
+        batch_size, seq_len, _ = hidden_states.shape
+        shape = (batch_size, seq_len, self.num_heads, self.head_dim)
+        query = self.q_proj(hidden_states).view(shape).transpose(1, 2)  # (B, H, L, head_dim)
+        key = self.k_proj(hidden_states).view(shape).transpose(1, 2)
+        value = self.v_proj(hidden_states).view(shape).transpose(1, 2)
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
@@ -214,7 +224,7 @@ class LookWhereAttention(nn.Module):
             scaling=self.scaling,
             **kwargs,
         )
-        return self.proj(attn_output.reshape(batch_size, seq_len, hidden_size)), attn_weights
+        return self.o_proj(attn_output.reshape(batch_size, seq_len, -1).contiguous()), attn_weights
 
 
 class LookWhereLayerScale(nn.Module):
@@ -238,7 +248,7 @@ class LookWhereMLP(nn.Module):
 
 
 # The packed SwiGLU of timm's `SwiGLUPacked`, Franca's MLP.
-# Same as modeling_veca.VecaSwiGLU
+# Copied from corevision_hf.veca.modeling_veca.VecaSwiGLU with Veca->LookWhere
 class LookWhereSwiGLU(nn.Module):
     """fc1: D -> 2h, silu(u) * v, fc2: h -> D."""
 
@@ -252,7 +262,7 @@ class LookWhereSwiGLU(nn.Module):
         return self.fc2(F.silu(u) * v)
 
 
-# Same as modeling_veca.VecaDropPath
+# Copied from corevision_hf.veca.modeling_veca.VecaDropPath with Veca->LookWhere
 class LookWhereDropPath(nn.Module):
     """Stochastic depth per sample; identity at eval or when the rate is 0."""
 
@@ -283,7 +293,10 @@ class LookWhereLayer(GradientCheckpointingLayer):
         self.drop_path = LookWhereDropPath(drop_path_rate)
 
     def forward(
-        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
         attn_output, _ = self.attention(self.norm1(hidden_states), attention_mask=attention_mask, **kwargs)
         hidden_states = hidden_states + self.drop_path(self.layer_scale1(self.dropout(attn_output)))
@@ -313,7 +326,11 @@ class LookWhereSelector(nn.Module):
         self.map_head = nn.Sequential(nn.Linear(d, r * d), ACT2FN[config.map_head_act], nn.Linear(r * d, m * m))
 
     def forward(
-        self, pixel_values: torch.Tensor, grid: tuple[int, int], image_grids: torch.Tensor | None = None, **kwargs
+        self,
+        pixel_values: torch.Tensor,
+        grid: tuple[int, int],
+        image_grids: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, C, H, W) high-res images, the high-res patch grid (Hp, Wp) ->
         global tokens (B, 1 + R, D) and selector map logits (B, Hp * Wp). With `image_grids` (B, 2), each image's
@@ -351,60 +368,6 @@ class LookWhereSelector(nn.Module):
             selector_map = resize_in_images(fine_map, torch.full_like(image_grids, g * m), image_grids, grid,
                                             "bilinear", self.config.selector_map_antialias).to(fine_map.dtype)
         return hidden_states[:, :num_prefix], selector_map.flatten(1)
-
-
-class LookWhereExtractor(nn.Module):
-    """The "what": a full-depth ViT on the kept high-resolution patches only, after the selector's global tokens."""
-
-    def __init__(self, config: LookWhereConfig):
-        super().__init__()
-        self.antialias = config.interpolate_antialias
-        self.patch_embeddings = LookWherePatchEmbeddings(config)
-        self.position_embeddings = nn.Parameter(torch.empty(1, config.grid_size**2, config.hidden_size))
-        self.layers = make_layers(config, config.num_hidden_layers)
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-
-    def forward(
-        self,
-        pixel_values: torch.Tensor,
-        indices: torch.Tensor,
-        prefix_tokens: torch.Tensor,
-        image_grids: torch.Tensor | None = None,
-        unused_slots: bool = False,
-        **kwargs,
-    ) -> torch.Tensor:
-        """(B, C, H, W) images, (B, k) kept patch indices, (B, P, D) prefix tokens -> (B, P + k, D) normalised. With
-        `image_grids` (B, 2), each image's patch grid in a padded batch, positions come from each image's own grid.
-        With `image_grids` or `unused_slots`, slots an image does not use (index -1) are attended by no token."""
-        p = self.patch_embeddings.patch_size
-        grid = (pixel_values.shape[2] // p, pixel_values.shape[3] // p)
-        attention_mask = None
-        if image_grids is not None or unused_slots:
-            kept = indices >= 0
-            indices = indices.clamp(min=0)  # an unused slot embeds cell 0, and no token attends to it
-            prefix = kept.new_ones(kept.shape[0], prefix_tokens.shape[1])
-            attention_mask = additive_key_mask(torch.cat([prefix, kept], dim=1))
-        # Rows are taken with F.embedding: its backward sums each row's gradients in a fixed order on CPU and GPU,
-        # where advanced indexing's (index_put_ with accumulate) adds them in parallel, different bits every run.
-        if image_grids is None:
-            positions = F.embedding(indices, self.resize_positions(grid)[0])  # (B, k, D)
-        else:
-            side = int(self.position_embeddings.shape[1] ** 0.5)
-            table = self.position_embeddings.transpose(1, 2).unflatten(-1, (side, side))  # (1, D, G, G)
-            tables = resize_in_images(table, torch.full_like(image_grids, side), image_grids, grid, "bicubic",
-                                      self.antialias).flatten(2).transpose(1, 2)  # (B, Hp * Wp, D), float32
-            rows = indices + tables.shape[1] * torch.arange(indices.shape[0], device=indices.device)[:, None]
-            positions = F.embedding(rows, tables.flatten(0, 1)).to(table.dtype)
-        # Positions are added per patch before anything mixes tokens, so the order of kept tokens does not matter.
-        tokens = self.patch_embeddings.embed_selected(pixel_values, indices) + positions
-        hidden_states = torch.cat([prefix_tokens.to(tokens.dtype), tokens], dim=1)
-        for layer in self.layers:
-            hidden_states = layer(hidden_states, attention_mask, **kwargs)
-        return self.norm(hidden_states)
-
-    def resize_positions(self, grid: tuple[int, int]) -> torch.Tensor:
-        """The position table on a (Hp, Wp) grid: (1, Hp * Wp, D)."""
-        return resize_position_table(self.position_embeddings, grid, self.antialias)
 
 
 # Weights are 1 / (d + FILL_EPSILON), as the authors': finite at a kept cell's own distance 0.
@@ -491,39 +454,7 @@ def fill_hidden_states(fill: Callable, hidden_states: tuple) -> tuple:
     return tuple(None if state is None else fill(state) for state in hidden_states)
 
 
-def slots_for_mass(kept: torch.Tensor, cap: int | None, k_mass) -> int:
-    """The selection's slots for `k_mass` counts `kept` (B,): the cap when one was given, else the batch's largest
-    count, read to the host here (with a tensor `k_mass`, whose range is checked in the same read). The one place a
-    forward reads a value back."""
-    is_tensor = isinstance(k_mass, torch.Tensor)
-    if cap is not None and not is_tensor:
-        return cap
-    read = kept.max()[None]
-    if is_tensor:
-        read = torch.cat([read, ((k_mass > 0) & (k_mass <= 1)).all().long()[None].to(read.device)])
-    values = read.tolist()
-    if is_tensor and not values[1]:
-        raise ValueError("k_mass must lie in (0, 1] for every image (the share of the selector's softmax mass kept; "
-                         "1 keeps every patch): one of the given masses is outside it, or NaN.")
-    return cap if cap is not None else values[0]
-
-
-def select_in_images(
-    selector_map: torch.Tensor, k: int, kept: torch.Tensor, cells: torch.Tensor | None
-) -> torch.Tensor:
-    """The top-`kept[b]` cells of each image of a padded batch by selector score, never a padding cell: (B, k)
-    row-major indices, ascending, then -1 in the slots past an image's own count. `selector_map` (B, N), `k` the
-    slots (at least every `kept`), `kept` (B,) and `cells` (B, N), True on each image's own cells (None: all)."""
-    num_cells = selector_map.shape[1]
-    if cells is not None:
-        selector_map = selector_map.masked_fill(~cells, float("-inf"))
-    ranked = selector_map.topk(k, dim=-1).indices  # best first
-    used = torch.arange(k, device=kept.device) < kept[:, None]
-    ordered = torch.where(used, ranked, ranked + num_cells).sort(dim=-1).values  # unused slots sort last
-    return torch.where(ordered < num_cells, ordered, -1)
-
-
-# Same as modeling_veca.chosen_blocks
+# Copied from corevision_hf.veca.modeling_veca.chosen_blocks
 def chosen_blocks(n, depth: int) -> list[int]:
     """DINOv2's block choice: the last n blocks for an int n, else the listed 0-based indices (negative from the end)."""
     if isinstance(n, numbers.Integral) and not isinstance(n, bool):
@@ -540,7 +471,7 @@ def chosen_blocks(n, depth: int) -> list[int]:
 STANDARD_FORWARD_KWARGS = frozenset(TransformersKwargs.__annotations__) | {"return_dict"}
 
 
-# Same as modeling_veca.check_inputs
+# Copied from corevision_hf.veca.modeling_veca.check_inputs with Veca->LookWhere
 def check_inputs(
     config: LookWhereConfig, pixel_values: torch.Tensor, pixel_mask: torch.Tensor | None, kwargs: dict, own: tuple[str, ...]
 ) -> None:
@@ -609,7 +540,7 @@ def check_inputs(
         )
 
 
-# Same as modeling_veca.grids_from_mask
+# Copied from corevision_hf.veca.modeling_veca.grids_from_mask
 def grids_from_mask(pixel_mask: torch.Tensor, patch_size: int) -> torch.Tensor:
     """Each image's patch grid (rows, columns), (B, 2), in a batch padded at the bottom and right as the image
     processor pads it: `pixel_mask` (B, H, W) is nonzero on each image and zero on its padding. An all-0 mask, which
@@ -618,15 +549,7 @@ def grids_from_mask(pixel_mask: torch.Tensor, patch_size: int) -> torch.Tensor:
     return torch.stack([patch_mask[:, :, 0].sum(dim=1), patch_mask[:, 0].sum(dim=1)], dim=1).clamp(min=1)
 
 
-# Same as modeling_veca.cells_in_images
-def cells_in_images(image_grids: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
-    """(B, Hp * Wp) bool, row-major on the padded grid: whether each cell lies in its image's own (rows, columns)."""
-    rows = torch.arange(grid[0], device=image_grids.device) < image_grids[:, :1]  # (B, Hp)
-    columns = torch.arange(grid[1], device=image_grids.device) < image_grids[:, 1:]  # (B, Wp)
-    return (rows[:, :, None] & columns[:, None, :]).flatten(1)
-
-
-# Same as modeling_veca.additive_key_mask
+# Copied from corevision_hf.veca.modeling_veca.additive_key_mask
 def additive_key_mask(keep: torch.Tensor) -> torch.Tensor:
     """(B, L) True for the keys each query may attend to -> (B, 1, 1, L) float32 mask added to the attention scores:
     0, or float32's lowest value, which the softmax turns into a weight of exactly 0."""
@@ -634,8 +557,40 @@ def additive_key_mask(keep: torch.Tensor) -> torch.Tensor:
     return mask[:, None, None]
 
 
+# State-dict keys written by earlier versions of this model -> today's, applied by transformers when a checkpoint is
+# loaded: (old, new) patterns, or (old, [new, ...]) for a fused tensor split in equal row blocks. Add a line per rename.
+LEGACY_KEYS = [
+    ("attention.qkv", ["attention.q_proj", "attention.k_proj", "attention.v_proj"]),  # fused (q; k; v) rows
+    ("attention.proj", "attention.o_proj"),
+]
+
+
+class LoadOnly:
+    """A key conversion that saving does not undo (transformers reverses conversions on save): new checkpoints are
+    written with today's names."""
+
+    def reverse_transform(self) -> WeightRenaming:
+        return WeightRenaming(self.target_patterns[0], self.target_patterns[0])  # renames nothing
+
+
+class LegacyRenaming(LoadOnly, WeightRenaming):
+    pass
+
+
+class LegacySplit(LoadOnly, WeightConverter):
+    pass
+
+
+register_checkpoint_conversion_mapping(
+    "lookwhere",
+    [LegacySplit(old, new, operations=[Chunk(dim=0)]) if isinstance(new, list) else LegacyRenaming(old, new)
+     for old, new in LEGACY_KEYS],
+    overwrite=True,  # the package's module and a hub copy of it may both be imported
+)
+
+
 class LookWherePreTrainedModel(PreTrainedModel):
-    config_class = LookWhereConfig
+    config: LookWhereConfig
     base_model_prefix = "lookwhere"
     main_input_name = "pixel_values"
     input_modalities = ("image",)
@@ -645,10 +600,10 @@ class LookWherePreTrainedModel(PreTrainedModel):
     _supports_flash_attn = True
     _supports_flex_attn = True
     _supports_attention_backend = True
-    # hidden states and attentions are the extractor's (the selector's are internal)
+    # recorded by the extractor, from its own blocks: the selector's are internal
     _can_record_outputs = {
-        "hidden_states": OutputRecorder(LookWhereLayer, layer_name="extractor"),
-        "attentions": OutputRecorder(LookWhereAttention, index=1, layer_name="extractor"),
+        "hidden_states": LookWhereLayer,
+        "attentions": LookWhereAttention,
     }
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -670,6 +625,64 @@ class LookWherePreTrainedModel(PreTrainedModel):
             init.trunc_normal_(module.position_embeddings, mean=0.0, std=std)
 
 
+class LookWhereExtractor(LookWherePreTrainedModel):
+    """The "what": a full-depth ViT on the kept high-resolution patches only, after the selector's global tokens. Its
+    blocks' outputs and attentions are the model's `hidden_states` and `attentions`."""
+
+    def __init__(self, config: LookWhereConfig):
+        super().__init__(config)
+        self.antialias = config.interpolate_antialias
+        self.patch_embeddings = LookWherePatchEmbeddings(config)
+        self.position_embeddings = nn.Parameter(torch.empty(1, config.grid_size**2, config.hidden_size))
+        self.layers = make_layers(config, config.num_hidden_layers)
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.post_init()
+
+    @capture_outputs(tie_last_hidden_states=False)
+    def forward(
+        self,
+        pixel_values: torch.Tensor,
+        indices: torch.Tensor,
+        prefix_tokens: torch.Tensor,
+        image_grids: torch.Tensor | None = None,
+        unused_slots: bool = False,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutput:
+        """(B, C, H, W) images, (B, k) kept patch indices, (B, P, D) prefix tokens -> last_hidden_state (B, P + k, D),
+        normalised. With
+        `image_grids` (B, 2), each image's patch grid in a padded batch, positions come from each image's own grid.
+        With `image_grids` or `unused_slots`, slots an image does not use (index -1) are attended by no token."""
+        p = self.patch_embeddings.patch_size
+        grid = (pixel_values.shape[2] // p, pixel_values.shape[3] // p)
+        attention_mask = None
+        if image_grids is not None or unused_slots:
+            kept = indices >= 0
+            indices = indices.clamp(min=0)  # an unused slot embeds cell 0, and no token attends to it
+            prefix = kept.new_ones(kept.shape[0], prefix_tokens.shape[1])
+            attention_mask = additive_key_mask(torch.cat([prefix, kept], dim=1))
+        # Rows are taken with F.embedding: its backward sums each row's gradients in a fixed order on CPU and GPU,
+        # where advanced indexing's (index_put_ with accumulate) adds them in parallel, different bits every run.
+        if image_grids is None:
+            positions = F.embedding(indices, self.resize_positions(grid)[0])  # (B, k, D)
+        else:
+            side = int(self.position_embeddings.shape[1] ** 0.5)
+            table = self.position_embeddings.transpose(1, 2).unflatten(-1, (side, side))  # (1, D, G, G)
+            tables = resize_in_images(table, torch.full_like(image_grids, side), image_grids, grid, "bicubic",
+                                      self.antialias).flatten(2).transpose(1, 2)  # (B, Hp * Wp, D), float32
+            rows = indices + tables.shape[1] * torch.arange(indices.shape[0], device=indices.device)[:, None]
+            positions = F.embedding(rows, tables.flatten(0, 1)).to(table.dtype)
+        # Positions are added per patch before anything mixes tokens, so the order of kept tokens does not matter.
+        tokens = self.patch_embeddings.embed_selected(pixel_values, indices) + positions
+        hidden_states = torch.cat([prefix_tokens.to(tokens.dtype), tokens], dim=1)
+        for layer in self.layers:
+            hidden_states = layer(hidden_states, attention_mask, **kwargs)
+        return BaseModelOutput(last_hidden_state=self.norm(hidden_states))
+
+    def resize_positions(self, grid: tuple[int, int]) -> torch.Tensor:
+        """The position table on a (Hp, Wp) grid: (1, Hp * Wp, D)."""
+        return resize_position_table(self.position_embeddings, grid, self.antialias)
+
+
 class LookWhereModel(LookWherePreTrainedModel):
     def __init__(self, config: LookWhereConfig):
         super().__init__(config)
@@ -681,6 +694,7 @@ class LookWhereModel(LookWherePreTrainedModel):
     def get_input_embeddings(self) -> nn.Module:
         return self.extractor.patch_embeddings.projection
 
+    @can_return_tuple
     def forward(
         self,
         pixel_values: torch.Tensor,
@@ -690,7 +704,7 @@ class LookWhereModel(LookWherePreTrainedModel):
         max_gflops: float | None = None,
         pixel_mask: torch.Tensor | None = None,
         k_mass: float | torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> LookWhereModelOutput:
         r"""
         pixel_values (`torch.FloatTensor` of shape `(batch_size, num_channels, height, width)`):
@@ -725,45 +739,25 @@ class LookWhereModel(LookWherePreTrainedModel):
         """
         check_inputs(self.config, pixel_values, pixel_mask, kwargs,
                      ("k", "k_ratio", "fill_dense", "max_gflops", "pixel_mask", "k_mass"))
-        grids = None if pixel_mask is None else grids_from_mask(pixel_mask, self.config.patch_size)
-        return_dict = kwargs.pop("return_dict", self.config.return_dict)
-        patch = self.config.patch_size
-        grid = (pixel_values.shape[2] // patch, pixel_values.shape[3] // patch)
-        k_mass = mass_for_call(self.config, pixel_values.shape[0], k, k_ratio, max_gflops, k_mass)
-        capped = k is not None or k_ratio is not None
-        budget_given = capped or max_gflops is not None or k_mass is not None
-        kept_ratio = k_ratio
-        k = num_kept(self.config, grid, k, k_ratio, max_gflops) if k_mass is None or capped else None
+        grid = (pixel_values.shape[2] // self.config.patch_size, pixel_values.shape[3] // self.config.patch_size)
+        image_grids = None if pixel_mask is None else grids_from_mask(pixel_mask, self.config.patch_size)
+        select = patch_selection(self.config, pixel_values.shape[0], grid, image_grids, k, k_ratio, max_gflops, k_mass)
         pixel_values = pixel_values.to(self.get_input_embeddings().weight.dtype)
 
         # Where: the selector scores every high-resolution patch from a low-resolution copy.
-        global_tokens, selector_map = self.selector(pixel_values, grid, grids)
-        # top-k is not differentiable: the selector learns from its map loss and through the global tokens.
-        cells = None if grids is None else cells_in_images(grids, grid)
-        if k_mass is not None:  # each image's own count, capped by k / k_ratio (of its own grid) when given
-            kept = kept_for_mass(selector_map, k_mass, cells)
-            if k is not None and grids is not None:
-                kept = torch.minimum(kept, kept_in_images(self.config, grids, k, kept_ratio, True))
-            elif k is not None:
-                kept = kept.clamp(max=k)
-            k = slots_for_mass(kept, k, k_mass)
-            selected_indices = select_in_images(selector_map, k, kept, cells)
-        elif grids is None:
-            selected_indices = selector_map.topk(k, dim=-1).indices.sort(dim=-1).values
-            kept = torch.full((selector_map.shape[0],), k, dtype=torch.long, device=selector_map.device)
-        else:
-            kept = kept_in_images(self.config, grids, k, kept_ratio, budget_given)
-            selected_indices = select_in_images(selector_map, k, kept, cells)
+        global_tokens, selector_map = self.selector(pixel_values, grid, image_grids)
+        # Select: top-k is not differentiable; the selector learns from its map loss and through the global tokens.
+        selected_indices, num_kept, unused_slots = select(selector_map)
         # What: the extractor embeds and runs the kept patches only, after the selector's global tokens.
-        extracted = self.extract(pixel_values, selected_indices, global_tokens, grids, k_mass is not None,
-                                 return_dict=True, **kwargs)
+        extracted = self.extractor(pixel_values, selected_indices, global_tokens, image_grids, unused_slots,
+                                   return_dict=True, **kwargs)
         outputs = LookWhereModelOutput(
             last_hidden_state=extracted.last_hidden_state,
             pooler_output=extracted.last_hidden_state[:, 0],
             hidden_states=extracted.hidden_states,
             attentions=extracted.attentions,
             selected_indices=selected_indices,
-            num_kept=kept,
+            num_kept=num_kept,
             selector_map=selector_map,
         )
         if fill_dense:  # back onto the full grid, as a dense ViT lays out its tokens
@@ -772,23 +766,7 @@ class LookWhereModel(LookWherePreTrainedModel):
             outputs.patch_tokens = outputs.last_hidden_state[:, 1 + self.config.num_register_tokens :]
             if outputs.hidden_states is not None:
                 outputs.hidden_states = fill_hidden_states(fill, outputs.hidden_states)
-        return outputs if return_dict else outputs.to_tuple()
-
-    @capture_outputs(tie_last_hidden_states=False)
-    def extract(
-        self,
-        pixel_values: torch.Tensor,
-        selected_indices: torch.Tensor,
-        global_tokens: torch.Tensor,
-        image_grids: torch.Tensor | None = None,
-        unused_slots: bool = False,
-        **kwargs,
-    ) -> BaseModelOutput:
-        """The extractor on the kept patches, its hidden states and attentions recorded when asked:
-        last_hidden_state (B, 1 + R + k, D)."""
-        return BaseModelOutput(last_hidden_state=self.extractor(
-            pixel_values, selected_indices, global_tokens, image_grids, unused_slots, **kwargs
-        ))
+        return outputs
 
     def dense_fill(
         self, selected_indices: torch.Tensor, selector_map: torch.Tensor, grid: tuple[int, int]
@@ -875,7 +853,7 @@ class LookWhereForImageClassification(LookWhereTaskModel):
         k: int | None = None,
         k_ratio: float | None = None,
         k_mass: float | torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> ImageClassifierOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
@@ -914,7 +892,7 @@ class LookWhereForSemanticSegmentation(LookWhereTaskModel):
         k_ratio: float | None = None,
         pixel_mask: torch.Tensor | None = None,
         k_mass: float | torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> SemanticSegmenterOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, height, width)`, *optional*):
@@ -958,7 +936,7 @@ class LookWhereBackbone(BackboneMixin, LookWhereTaskModel):
         k: int | None = None,
         k_ratio: float | None = None,
         k_mass: float | torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BackboneOutput:
         outputs = self.lookwhere(pixel_values, k=k, k_ratio=k_ratio, k_mass=k_mass, fill_dense=False, return_dict=True,
                                  **kwargs)

@@ -17,7 +17,7 @@ class LookWhereImageFeatureExtractionPipeline(ImageFeatureExtractionPipeline):
     budget_arguments = ("k", "k_ratio", "k_mass", "fill_dense", "max_gflops")
     pipeline_arguments = ("image_processor_kwargs", "return_tensors", "pool", "timeout")
 
-    # Same as pipeline_veca.VecaImageFeatureExtractionPipeline._sanitize_parameters
+    # Copied from corevision_hf.veca.pipeline_veca.VecaImageFeatureExtractionPipeline._sanitize_parameters
     def _sanitize_parameters(self, **kwargs):
         unknown = set(kwargs) - set(self.budget_arguments) - set(self.pipeline_arguments)
         if unknown:
@@ -31,14 +31,14 @@ class LookWhereImageFeatureExtractionPipeline(ImageFeatureExtractionPipeline):
         preprocess_params, _, postprocess_params = super()._sanitize_parameters(**kwargs)
         return preprocess_params, forward_params, postprocess_params
 
-    # Same as pipeline_veca.VecaImageFeatureExtractionPipeline.get_iterator
+    # Copied from corevision_hf.veca.pipeline_veca.VecaImageFeatureExtractionPipeline.get_iterator
     def get_iterator(self, inputs, num_workers, batch_size, *args, **kwargs):
         iterator = super().get_iterator(inputs, num_workers, batch_size, *args, **kwargs)
         if batch_size > 1:  # the stock collate concatenates pixel_values, which fails for different sizes
             iterator.loader.loader.collate_fn = self.collate
         return iterator
 
-    # Same as pipeline_veca.VecaImageFeatureExtractionPipeline.collate
+    # Copied from corevision_hf.veca.pipeline_veca.VecaImageFeatureExtractionPipeline.collate
     def collate(self, items: list[dict]) -> dict:
         return self.image_processor.pad([item["pixel_values"][0] for item in items])
 
@@ -61,7 +61,7 @@ class LookWhereImageFeatureExtractionPipeline(ImageFeatureExtractionPipeline):
         return outputs if return_tensors else outputs.tolist()
 
 
-# Same as pipeline_veca.unpadded_tokens
+# Copied from corevision_hf.veca.pipeline_veca.unpadded_tokens
 def unpadded_tokens(tokens: torch.Tensor, pixel_mask: torch.Tensor | None, patch_size: int) -> torch.Tensor:
     """One image's (1, prefix + Hp * Wp, D) tokens from a padded batch -> (1, prefix + hp * wp, D), the patch tokens
     of its own (hp, wp) grid alone; unchanged without a mask."""
