@@ -471,7 +471,7 @@ def chosen_blocks(n, depth: int) -> list[int]:
 STANDARD_FORWARD_KWARGS = frozenset(TransformersKwargs.__annotations__) | {"return_dict"}
 
 
-# Copied from corevision_hf.veca.modeling_veca.check_inputs with Veca->LookWhere
+# Copied from corevision_hf.veca.budget_veca.check_inputs with Veca->LookWhere
 def check_inputs(
     config: LookWhereConfig, pixel_values: torch.Tensor, pixel_mask: torch.Tensor | None, kwargs: dict, own: tuple[str, ...]
 ) -> None:
@@ -565,6 +565,7 @@ LEGACY_KEYS = [
 ]
 
 
+# Copied from corevision_hf.veca.modeling_veca.LoadOnly
 class LoadOnly:
     """A key conversion that saving does not undo (transformers reverses conversions on save): new checkpoints are
     written with today's names."""
@@ -573,10 +574,12 @@ class LoadOnly:
         return WeightRenaming(self.target_patterns[0], self.target_patterns[0])  # renames nothing
 
 
+# Copied from corevision_hf.veca.modeling_veca.LegacyRenaming
 class LegacyRenaming(LoadOnly, WeightRenaming):
     pass
 
 
+# Copied from corevision_hf.veca.modeling_veca.LegacySplit
 class LegacySplit(LoadOnly, WeightConverter):
     pass
 

@@ -240,7 +240,6 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
         return cls(**{**VECA_PRESETS[name], **kwargs})
 
 
-# Same as configuration_lookwhere.check_fields
 def check_fields(config, positive_ints=(), positive_numbers=(), probabilities=()) -> None:
     """Raises a ValueError naming the first field outside its range: ints >= 1, finite numbers > 0, rates in [0, 1)."""
     for name in positive_ints:
