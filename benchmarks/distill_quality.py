@@ -630,7 +630,7 @@ def centre_scores(grid: tuple[int, int]) -> torch.Tensor:
 def chosen_features(model: LookWhereModel, pixels: torch.Tensor, k: int, scores_of, batch_size: int = 8) -> tuple:
     """Pooled output and filled patch tokens of a LookWhere whose extractor keeps the top-k cells of
     `scores_of(selector_map, photo indices)` instead of its selector's: the selector's global tokens, the extractor
-    and the fill are the model's own (`LookWhereModel.selector`, `.extract`, `.dense_fill`)."""
+    and the fill are the model's own (`LookWhereModel.selector`, `.extractor`, `.dense_fill`)."""
     grid = (pixels.shape[-2] // 14, pixels.shape[-1] // 14)
     num_prefix = 1 + model.config.num_register_tokens
     pooled, patches = [], []
@@ -639,7 +639,7 @@ def chosen_features(model: LookWhereModel, pixels: torch.Tensor, k: int, scores_
         global_tokens, selector_map = model.selector(pixel_values, grid, None)
         scores = scores_of(selector_map, torch.arange(first, first + len(pixel_values)))
         chosen = scores.topk(k, dim=-1).indices.sort(dim=-1).values
-        tokens = model.extract(pixel_values, chosen, global_tokens).last_hidden_state
+        tokens = model.extractor(pixel_values, chosen, global_tokens).last_hidden_state
         filled = model.dense_fill(chosen, scores, grid)(tokens)
         pooled.append(filled[:, 0].float())
         patches.append(filled[:, num_prefix:].float())

@@ -376,7 +376,7 @@ def selector_maps_of(model, split: Split, batch_size: int) -> tuple[torch.Tensor
 def extracted_features(model, pixels: torch.Tensor, chosen: torch.Tensor, global_tokens: torch.Tensor
                        ) -> torch.Tensor:
     """(B, 2D) [CLS ; mean kept patch] of LookWhere's extractor on the `chosen` (B, k) cells."""
-    hidden = model.extract(pixels, chosen, global_tokens).last_hidden_state
+    hidden = model.extractor(pixels, chosen, global_tokens).last_hidden_state
     return torch.cat([hidden[:, 0], hidden[:, 1 + model.config.num_register_tokens:].mean(1)], dim=-1).float()
 
 

@@ -1,7 +1,8 @@
 """Checkpoints saved by earlier versions of LookWhere still load, with the same outputs: the package's classes and the
 hub code (trust_remote_code, package not importable) both apply the hub file's `LEGACY_KEYS` table. The fixture
 (tests/fixtures/legacy/lookwhere_v0, made by its make.py at commit 12145b7) holds fused `attention.qkv` /
-`attention.proj` keys and the outputs that code gave."""
+`attention.proj` keys and the outputs that code gave. "The same" is to float32 rounding (ATOL): split q/k/v matmuls
+round differently from the fused one, by how much depends on the CPU's kernels; a wrong conversion is off by about 1."""
 
 import shutil
 import textwrap
@@ -16,6 +17,7 @@ from corevision_hf import LookWhereForImageClassification, LookWhereModel, save_
 
 LEGACY = Path(__file__).resolve().parent / "fixtures" / "legacy" / "lookwhere_v0"
 FUSED = ("attention.qkv.", "attention.proj.")
+ATOL = 1e-5
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +37,7 @@ def test_fixture_holds_the_old_keys():
         assert any(".attention.qkv.weight" in key for key in keys) and not any("q_proj" in key for key in keys)
 
 
-def test_old_checkpoints_load_with_identical_outputs(reference):
+def test_old_checkpoints_load_with_their_outputs(reference):
     model, info = LookWhereModel.from_pretrained(LEGACY / "model", output_loading_info=True)
     head, head_info = LookWhereForImageClassification.from_pretrained(LEGACY / "classifier", output_loading_info=True)
     for loading in (info, head_info):
@@ -43,10 +45,10 @@ def test_old_checkpoints_load_with_identical_outputs(reference):
     with torch.no_grad():
         outputs = model.eval()(reference["images"], k=reference["k"])
         logits = head.eval()(reference["images"], k=reference["k"]).logits
-    torch.testing.assert_close(outputs.last_hidden_state, reference["last_hidden_state"], atol=1e-6, rtol=0)
-    torch.testing.assert_close(outputs.selector_map, reference["selector_map"], atol=1e-6, rtol=0)
+    torch.testing.assert_close(outputs.last_hidden_state, reference["last_hidden_state"], atol=ATOL, rtol=0)
+    torch.testing.assert_close(outputs.selector_map, reference["selector_map"], atol=ATOL, rtol=0)
     assert torch.equal(outputs.selected_indices, reference["selected_indices"])
-    torch.testing.assert_close(logits, reference["logits"], atol=1e-6, rtol=0)
+    torch.testing.assert_close(logits, reference["logits"], atol=ATOL, rtol=0)
 
 
 def test_saving_writes_todays_names(tmp_path, reference):
@@ -60,7 +62,7 @@ def test_saving_writes_todays_names(tmp_path, reference):
         assert {f"extractor.layers.0.attention.{p}_proj.weight" for p in "qkvo"} <= keys
     with torch.no_grad():
         outputs = LookWhereModel.from_pretrained(tmp_path / "resaved").eval()(reference["images"], k=reference["k"])
-    torch.testing.assert_close(outputs.last_hidden_state, reference["last_hidden_state"], atol=1e-6, rtol=0)
+    torch.testing.assert_close(outputs.last_hidden_state, reference["last_hidden_state"], atol=ATOL, rtol=0)
 
 
 LOADER = textwrap.dedent("""
@@ -88,5 +90,5 @@ def test_old_checkpoints_load_through_hub_code(tmp_path, reference):
     assert ".attention.qkv.weight" in " ".join(saved_keys(tmp_path / "hub" / "model"))
     outputs = load_without_package(tmp_path, LOADER, str(tmp_path / "hub"), reference["images"])
     assert outputs["module"].startswith("transformers_modules")
-    torch.testing.assert_close(outputs["last_hidden_state"], reference["last_hidden_state"], atol=1e-6, rtol=0)
-    torch.testing.assert_close(outputs["logits"], reference["logits"], atol=1e-6, rtol=0)
+    torch.testing.assert_close(outputs["last_hidden_state"], reference["last_hidden_state"], atol=ATOL, rtol=0)
+    torch.testing.assert_close(outputs["logits"], reference["logits"], atol=ATOL, rtol=0)

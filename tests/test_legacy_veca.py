@@ -1,6 +1,8 @@
 """Checkpoints saved by earlier versions of the package (fused `attention.qkv` / `attention.proj`, blocks and coordinate
 heads outside an encoder) load with the outputs they gave, through the package and through hub code alone; every save
-writes today's names. The fixture (tests/fixtures/legacy/veca_v0) was written by its make_veca_v0.py before the
+writes today's names. "The outputs they gave" is to float32 rounding (ATOL): three q/k/v matmuls round differently
+from the one fused matmul that wrote the reference, by about 1e-6 on outputs of size 1, and by how much depends on the
+CPU's kernels; a wrong conversion (a swapped or transposed projection) is off by about 1. The fixture (tests/fixtures/legacy/veca_v0) was written by its make_veca_v0.py before the
 change."""
 
 import shutil
@@ -17,6 +19,7 @@ from corevision_hf import VecaForImageClassification, VecaModel
 
 LEGACY = Path(__file__).parent / "fixtures" / "legacy" / "veca_v0"
 BUDGETS = (1, 3, 8)
+ATOL = 1e-5
 
 LOADER = textwrap.dedent(
     """
@@ -56,15 +59,15 @@ def test_the_fixture_holds_the_old_layout():
 
 
 @torch.no_grad()
-def test_checkpoints_saved_by_earlier_versions_load_with_identical_outputs():
+def test_checkpoints_saved_by_earlier_versions_load_with_their_outputs():
     reference = load_file(LEGACY / "reference.safetensors")
     model = VecaModel.from_pretrained(LEGACY / "model").eval()
     for cores in BUDGETS:
         torch.testing.assert_close(model(reference["pixel_values"], num_cores=cores).last_hidden_state,
-                                   reference[f"last_hidden_state_{cores}"], atol=0, rtol=0)
+                                   reference[f"last_hidden_state_{cores}"], atol=ATOL, rtol=0)
     classifier = VecaForImageClassification.from_pretrained(LEGACY / "classifier").eval()
     torch.testing.assert_close(classifier(reference["pixel_values"], num_cores=3).logits, reference["logits"],
-                               atol=0, rtol=0)
+                               atol=ATOL, rtol=0)
 
 
 @torch.no_grad()
@@ -79,8 +82,9 @@ def test_every_save_writes_todays_names(tmp_path):
     for folder in ("resaved", "fresh", "classifier"):
         check_todays_names(saved_keys(tmp_path / folder))
     resaved = VecaModel.from_pretrained(tmp_path / "resaved").eval()
-    torch.testing.assert_close(resaved(reference["pixel_values"], num_cores=3).last_hidden_state,
-                               reference["last_hidden_state_3"], atol=0, rtol=0)
+    pixel_values = reference["pixel_values"]
+    torch.testing.assert_close(resaved(pixel_values, num_cores=3).last_hidden_state,  # the same code: the same bits
+                               old(pixel_values, num_cores=3).last_hidden_state, atol=0, rtol=0)
 
 
 @pytest.mark.slow
@@ -95,4 +99,4 @@ def test_checkpoints_saved_by_earlier_versions_load_through_todays_hub_code(tmp_
     reference = load_file(LEGACY / "reference.safetensors")
     outputs = load_without_package(tmp_path, LOADER, str(tmp_path / "repo"), reference["pixel_values"])
     for key, value in outputs.items():
-        torch.testing.assert_close(value, reference[key], atol=0, rtol=0, msg=f"output {key!r} differs")
+        torch.testing.assert_close(value, reference[key], atol=ATOL, rtol=0, msg=f"output {key!r} differs")
