@@ -54,8 +54,9 @@ def test_every_copied_tensor_is_the_teachers(teacher):
     teacher_modules, copied = dict(teacher.named_modules()), student.config.init_from_teacher["copied"]
     for student_name, teacher_names in TEACHER_NAMES.items():
         for i in range(2) if "{i}" in student_name else [None]:
-            mine, theirs = student.get_submodule(student_name.format(i=i)), teacher_modules[teacher_names[family].format(i=i)]
-            layer = teacher_modules[teacher_names[family].format(i=i).rsplit(".", 2)[0]] if i is not None else None
+            teacher_name = teacher_names[family].format(i=i)
+            mine, theirs = student.get_submodule(student_name.format(i=i)), teacher_modules[teacher_name]
+            layer = teacher_modules[teacher_name.rsplit(".", 2)[0]] if i is not None else None
             x = torch.randn(5, theirs.weight.shape[-1]) if isinstance(theirs, torch.nn.Linear) else None
             with torch.no_grad():
                 if student_name.endswith("o_proj"):  # LayerScale folded in
@@ -146,7 +147,8 @@ def test_distill_veca_init_from_teacher_runs_and_records_it(teacher_dir, image_d
     distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path, "--init-from-teacher", "--config-overrides",
                                 '{"num_cores": 8}', "--max-steps", "2"))
     printed = capsys.readouterr().out
-    assert "copied from the teacher: patch_embeddings.projection.weight" in printed and "new: core_bank.cores" in printed
+    assert "copied from the teacher: patch_embeddings.projection.weight" in printed
+    assert "new: core_bank.cores" in printed
     assert json.loads((tmp_path / "run.json").read_text())["args"]["init_from_teacher"] is True
     with open(tmp_path / "final" / "config.json") as f:
         assert json.load(f)["init_from_teacher"]["copied"][0] == "patch_embeddings.projection.weight"

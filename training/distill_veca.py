@@ -132,7 +132,8 @@ def main(argv=None) -> None:
         raise ValueError(f"--teacher-microbatch is larger than the batch at {too_large} px: at most the batch size.")
     overrides = parse_config_overrides(args.config_overrides)
     if args.init_from_teacher and args.init_from:
-        raise ValueError("--init-from-teacher starts from the teacher's weights, --init-from from a VECA's: choose one.")
+        raise ValueError("--init-from-teacher starts from the teacher's weights, --init-from from a VECA's: "
+                         "choose one.")
     if args.teacher_cache and len(sizes) > 1:
         raise ValueError("--teacher-cache needs one resolution (its targets are per image and size): drop --resolutions.")
 

@@ -60,7 +60,7 @@ def veca_from_teacher(teacher: PreTrainedModel, **config_overrides) -> VecaModel
     fixed = [name for name in TEACHER_SHAPES if name in config_overrides]
     if fixed:
         raise ValueError(f"veca_from_teacher takes {fixed} from the teacher: drop them from the overrides.")
-    teacher_state = teacher.state_dict()
+    teacher_state = {name: tensor.float() for name, tensor in teacher.state_dict().items()}  # folded in float32
     mlp_out = TEACHER_NAMES["encoder.layers.{i}.mlp.fc2"][family].format(i=0)
     config = VecaConfig(**{
         "hidden_size": teacher_config.hidden_size,
