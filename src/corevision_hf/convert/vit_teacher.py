@@ -105,7 +105,7 @@ def teacher_weights(teacher_state: dict, family: int, student_state: dict, depth
                     continue
                 if scale is not None:
                     value = value * (scale[:, None] if part == "weight" else scale)
-                if target.endswith("mlp.fc1"):  # [u ; v]: u = GELU_SCALE x the teacher's, v = the constant 1 / GELU_SCALE
+                if target.endswith("mlp.fc1"):  # [u ; v]: u = GELU_SCALE x the teacher's, v = 1 / GELU_SCALE
                     gate = torch.zeros_like(value) if part == "weight" else torch.full_like(value, 1 / GELU_SCALE)
                     value = torch.cat([GELU_SCALE * value, gate])
                 if value.shape != state[target + "." + part].shape:
