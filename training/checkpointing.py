@@ -63,6 +63,8 @@ BEFORE_IT_EXISTED = {
     # LookWhere: the teacher cache, the authors' step (#36), the extractor's warm-up
     "teacher_cache": 0, "k_slots": None, "config_overrides": "{}", "map_queries": "patches",
     "freeze_extractor_steps": 0, "extractor_warmup_steps": None,
+    # VECA from its teacher's weights (#47)
+    "init_from_teacher": False,
 }
 
 

@@ -4,6 +4,7 @@
     accelerate launch -m training.distill_veca --recipe veca-multires --init-from runs/veca-b/best --data ... --eval-data ...
     python -m training.distill_veca --teacher facebook/dinov3-vitb16-pretrain-lvd1689m --data /path/to/images \
         --preset small --image-size 224 --batch-size 64 --max-steps 100000
+    python -m training.distill_veca --teacher facebook/dinov2-small --init-from-teacher --data /path/to/images ...
 
 One core budget per optimisation step (nested dropout), drawn from the config's budgets and weights as a function
 of (seed, step) alone, so every process of a distributed run uses the same one; likewise the resolution of a step,
@@ -26,13 +27,18 @@ SCRIPT = "training.distill_veca"
 def parse_args(argv=None) -> argparse.Namespace:
     parser = training_parser(__doc__, lr=4e-4, min_lr=5e-5, weight_decay=0.015)
     parser.add_argument("--preset", default=None,
-                        help="VECA size: small, splus, base, large (default small; with --init-from, its own)")
+                        help="VECA size: small, splus, base, large (default small; with --init-from, its own; with "
+                             "--init-from-teacher, the teacher's)")
     parser.add_argument("--config-overrides", default="{}", help='JSON of VecaConfig fields, e.g. {"num_hidden_layers": 6}')
     parser.add_argument("--init-from", default=None,
                         help="start from this VECA's weights (a save_pretrained folder, e.g. a stage-1 OUT/best); "
                              "fresh optimiser and schedule")
     parser.add_argument("--patch-embed-from-teacher", action=argparse.BooleanOptionalAction, default=False,
                         help="start the patch embedding from the teacher's when their shapes match")
+    parser.add_argument("--init-from-teacher", action=argparse.BooleanOptionalAction, default=False,
+                        help="start from the teacher's weights (a DINOv2 / DINOv3 ViT): its architecture, patch "
+                             "embedding, norms, attention and MLP; new core bank and coordinate heads "
+                             "(corevision_hf.veca_from_teacher; --config-overrides for the rest, e.g. num_cores)")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--resolutions", default=None,
                         help='resolutions drawn per step, "size:weight,..."; phases after ";" start at a step: '
@@ -100,7 +106,7 @@ def per_resolution(text: str | None, name: str, sizes: list[int], default: int |
 def main(argv=None) -> None:
     args = parse_args(argv)
     # heavy imports after parsing, so that --help answers at once
-    from corevision_hf import VecaConfig, VecaModel
+    from corevision_hf import VecaConfig, VecaModel, veca_from_teacher
     from corevision_hf.cli import reading_weights
     from corevision_hf.images import check_pixels_fit
 
@@ -125,6 +131,9 @@ def main(argv=None) -> None:
     if too_large:
         raise ValueError(f"--teacher-microbatch is larger than the batch at {too_large} px: at most the batch size.")
     overrides = parse_config_overrides(args.config_overrides)
+    if args.init_from_teacher and args.init_from:
+        raise ValueError("--init-from-teacher starts from the teacher's weights, --init-from from a VECA's: "
+                         "choose one.")
     if args.teacher_cache and len(sizes) > 1:
         raise ValueError("--teacher-cache needs one resolution (its targets are per image and size): drop --resolutions.")
 
@@ -132,7 +141,12 @@ def main(argv=None) -> None:
     with reading_weights(args.teacher):
         teacher = load_teacher(args.teacher, TEACHER_DTYPES[args.teacher_dtype]).to(accelerator.device)
     teacher_patch = teacher_patch_size(teacher)
-    if args.init_from:
+    if args.init_from_teacher:
+        student = veca_from_teacher(teacher, **overrides).float()  # float32 weights whatever --teacher-dtype
+        config = student.config
+        accelerator.print(f"copied from the teacher: {', '.join(config.init_from_teacher['copied'])}")
+        accelerator.print(f"new: {', '.join(config.init_from_teacher['new'])}")
+    elif args.init_from:
         with reading_weights(args.init_from):
             student = load_init(args.init_from, VecaModel, args.preset, overrides, teacher.config.hidden_size)
         config = student.config
@@ -144,7 +158,7 @@ def main(argv=None) -> None:
     for size in sizes:
         if size % config.patch_size:
             raise ValueError(f"Resolution {size} is not a multiple of the student's patch size {config.patch_size}.")
-    if args.patch_embed_from_teacher and not args.init_from:
+    if args.patch_embed_from_teacher and not (args.init_from or args.init_from_teacher):
         accelerator.print(copy_patch_embedding(teacher, student.patch_embeddings.projection))
     streams = {}
     for size in sizes:

@@ -11,6 +11,7 @@ from transformers import (
 
 from .calibrate import budget_for_latency, calibrate_latency
 from .convert.dinov2_teacher import lookwhere_from_teacher
+from .convert.vit_teacher import veca_from_teacher
 from .cpu import optimize_for_cpu, restore_default_linear
 from .flops import (
     dense_vit_flops,
@@ -117,4 +118,5 @@ __all__ = [
     "save_model_folder",
     "selector_maps",
     "veca_flops",
+    "veca_from_teacher",
 ]

@@ -16,14 +16,7 @@ def lookwhere_from_teacher(teacher: PreTrainedModel, **config_overrides) -> Look
     teacher_config = teacher.config
     if getattr(teacher_config, "use_swiglu_ffn", False):
         raise ValueError("lookwhere_from_teacher supports DINOv2 teachers with a plain MLP (use_swiglu_ffn=False).")
-    # from_pretrained marks what it loaded; unmarked tensors of a loaded teacher were missing and are random.
-    loaded = {name: getattr(p, "_is_hf_initialized", False) for name, p in teacher.named_parameters()}
-    if any(loaded.values()) and not all(loaded.values()):
-        missing = sorted(name for name, was_loaded in loaded.items() if not was_loaded)
-        raise ValueError(
-            f"The teacher's checkpoint lacks {missing} (randomly initialised by from_pretrained); load the "
-            "checkpoint with the class it was saved from (e.g. Dinov2Model for a DINOv2 checkpoint without registers)."
-        )
+    refuse_missing_weights(teacher)
     teacher_state = {k.removeprefix(teacher.base_model_prefix + "."): v for k, v in teacher.state_dict().items()}
     if "embeddings.position_embeddings" not in teacher_state:
         raise ValueError(
@@ -92,6 +85,18 @@ def lookwhere_from_teacher(teacher: PreTrainedModel, **config_overrides) -> Look
     if unexpected or any(not name.startswith("selector.map_head.") for name in missing):
         raise ValueError(f"Teacher weights did not map cleanly: missing {missing}, unexpected {unexpected}.")
     return model.to(next(teacher.parameters()).dtype)
+
+
+def refuse_missing_weights(teacher: PreTrainedModel) -> None:
+    """Raises ValueError when `teacher` was loaded from a checkpoint that lacks some of its weights."""
+    # from_pretrained marks what it loaded; unmarked tensors of a loaded teacher were missing and are random.
+    loaded = {name: getattr(p, "_is_hf_initialized", False) for name, p in teacher.named_parameters()}
+    if any(loaded.values()) and not all(loaded.values()):
+        missing = sorted(name for name, was_loaded in loaded.items() if not was_loaded)
+        raise ValueError(
+            f"The teacher's checkpoint lacks {missing} (randomly initialised by from_pretrained); load the "
+            "checkpoint with the class it was saved from (e.g. Dinov2Model for a DINOv2 checkpoint without registers)."
+        )
 
 
 __all__ = ["lookwhere_from_teacher"]

@@ -1,0 +1,128 @@
+"""A VECA student initialised from a pretrained ViT teacher, DINOv2 or DINOv3 (`veca_from_teacher`)."""
+
+import re
+
+import torch
+from transformers import PreTrainedModel
+
+from ..veca import VecaConfig, VecaModel
+from .dinov2_teacher import refuse_missing_weights
+
+# Teacher class -> its column in TEACHER_NAMES.
+FAMILIES = {"Dinov2Model": 0, "Dinov2WithRegistersModel": 0, "DINOv3ViTModel": 1}
+
+# VECA module -> the teacher's (DINOv2, DINOv3) module whose weight and bias it takes; {i} is a block index.
+TEACHER_NAMES = {
+    "patch_embeddings.projection": ("embeddings.patch_embeddings.projection", "embeddings.patch_embeddings"),
+    "encoder.layers.{i}.norm1": ("encoder.layer.{i}.norm1", "model.layer.{i}.norm1"),
+    "encoder.layers.{i}.attention.q_proj": ("encoder.layer.{i}.attention.q_proj", "model.layer.{i}.attention.q_proj"),
+    "encoder.layers.{i}.attention.k_proj": ("encoder.layer.{i}.attention.k_proj", "model.layer.{i}.attention.k_proj"),
+    "encoder.layers.{i}.attention.v_proj": ("encoder.layer.{i}.attention.v_proj", "model.layer.{i}.attention.v_proj"),
+    "encoder.layers.{i}.attention.o_proj": ("encoder.layer.{i}.attention.o_proj", "model.layer.{i}.attention.o_proj"),
+    "encoder.layers.{i}.norm2": ("encoder.layer.{i}.norm2", "model.layer.{i}.norm2"),
+    "encoder.layers.{i}.mlp.fc1": ("encoder.layer.{i}.mlp.fc1", "model.layer.{i}.mlp.up_proj"),
+    "encoder.layers.{i}.mlp.fc2": ("encoder.layer.{i}.mlp.fc2", "model.layer.{i}.mlp.down_proj"),
+    "norm": ("layernorm", "norm"),
+}
+
+# VECA has no LayerScale: the teacher's scales of the attention and MLP outputs are folded into the projections' rows.
+LAYER_SCALES = {"attention.o_proj": "layer_scale1.lambda1", "mlp.fc2": "layer_scale2.lambda1"}
+
+# The teacher's GELU MLP in VECA's SwiGLU (fc1 = [u ; v], silu(u) * v): u = GELU_SCALE * the teacher's fc1 and
+# v = 1 / GELU_SCALE give u * sigmoid(GELU_SCALE * u), the sigmoid approximation of GELU (within 0.021 everywhere).
+GELU_SCALE = 1.702
+
+# Fields of the VecaConfig that are the teacher's shapes: an override would leave nothing to copy.
+TEACHER_SHAPES = ("hidden_size", "num_attention_heads", "intermediate_size", "patch_size", "num_channels")
+
+
+def veca_from_teacher(teacher: PreTrainedModel, **config_overrides) -> VecaModel:
+    """A VECA student to distil, initialised from a transformers `Dinov2Model`, `Dinov2WithRegistersModel` or
+    `DINOv3ViTModel` (plain GELU MLP): the teacher's width, depth, heads, MLP width, patch size and norm epsilon; its
+    patch embedding, norms, attention projections and MLP copied by `TEACHER_NAMES` (LayerScale folded into the output
+    projections, the MLP as `GELU_SCALE` says). The core bank and coordinate heads are new; the teacher's learned
+    positions, CLS and register tokens have no place in VECA (RoPE, cores). `config_overrides` (VecaConfig fields
+    other than `TEACHER_SHAPES`; fewer `num_hidden_layers` copies the first blocks) win. The config's
+    `init_from_teacher` records the teacher and the parameters copied, new and left out. Returns the model in the
+    teacher's dtype."""
+    family = FAMILIES.get(type(teacher).__name__)
+    if family is None:
+        raise ValueError(f"veca_from_teacher supports transformers {', '.join(FAMILIES)} teachers, got "
+                         f"{type(teacher).__name__}.")
+    teacher_config = teacher.config
+    if getattr(teacher_config, "use_swiglu_ffn", False) or getattr(teacher_config, "use_gated_mlp", False):
+        raise ValueError("veca_from_teacher supports teachers with a plain GELU MLP, not SwiGLU / gated ones "
+                         "(use_swiglu_ffn / use_gated_mlp); start from scratch or from a smaller DINO.")
+    if not str(teacher_config.hidden_act).startswith("gelu"):
+        raise ValueError(f"veca_from_teacher maps a GELU MLP into VECA's SwiGLU; this teacher's is "
+                         f"{teacher_config.hidden_act!r}.")
+    refuse_missing_weights(teacher)
+    fixed = [name for name in TEACHER_SHAPES if name in config_overrides]
+    if fixed:
+        raise ValueError(f"veca_from_teacher takes {fixed} from the teacher: drop them from the overrides.")
+    teacher_state = {name: tensor.float() for name, tensor in teacher.state_dict().items()}  # folded in float32
+    mlp_out = TEACHER_NAMES["encoder.layers.{i}.mlp.fc2"][family].format(i=0)
+    config = VecaConfig(**{
+        "hidden_size": teacher_config.hidden_size,
+        "num_hidden_layers": teacher_config.num_hidden_layers,
+        "num_attention_heads": teacher_config.num_attention_heads,
+        "intermediate_size": teacher_state[mlp_out + ".weight"].shape[1],  # DINOv2's is width * mlp_ratio
+        "patch_size": teacher_config.patch_size,
+        "num_channels": teacher_config.num_channels,
+        "image_size": teacher_config.image_size if isinstance(teacher_config.image_size, int)
+        else teacher_config.image_size[0],
+        "layer_norm_eps": teacher_config.layer_norm_eps,
+        **config_overrides,
+    })
+    model = VecaModel(config)
+    state, copied, used = teacher_weights(teacher_state, family, model.state_dict(),
+                                          min(config.num_hidden_layers, teacher_config.num_hidden_layers))
+    model.load_state_dict(state)
+    config.init_from_teacher = {
+        "teacher": teacher_config._name_or_path or type(teacher).__name__,
+        "model_type": teacher_config.model_type,
+        "copied": layer_patterns(copied),
+        "new": layer_patterns(name for name, _ in model.named_parameters() if name not in copied),
+        "left_out": layer_patterns(name for name in teacher_state if name not in used),
+    }
+    return model.to(next(teacher.parameters()).dtype)
+
+
+def teacher_weights(teacher_state: dict, family: int, student_state: dict, depth: int) -> tuple[dict, list, set]:
+    """The student's state dict with the teacher's tensors in place for the first `depth` blocks; returns it, the
+    student names copied and the teacher names used."""
+    state, copied, used = dict(student_state), [], set()
+    for student_module, teacher_modules in TEACHER_NAMES.items():
+        for i in range(depth) if "{i}" in student_module else [None]:
+            target, source = student_module.format(i=i), teacher_modules[family].format(i=i)
+            scale_name = next((s for m, s in LAYER_SCALES.items() if target.endswith(m)), None)
+            scale = teacher_state[source.rsplit(".", 2)[0] + "." + scale_name] if scale_name else None
+            for part in ("weight", "bias"):
+                value = teacher_state.get(source + "." + part)
+                if value is None and target.endswith("mlp.fc1") and part == "bias":  # v's bias is needed all the same
+                    value = teacher_state[source + ".weight"].new_zeros(teacher_state[source + ".weight"].shape[0])
+                elif value is None:  # e.g. DINOv3's k_proj has no bias: VECA's stays 0
+                    continue
+                if scale is not None:
+                    value = value * (scale[:, None] if part == "weight" else scale)
+                if target.endswith("mlp.fc1"):  # [u ; v]: u = GELU_SCALE x the teacher's, v = 1 / GELU_SCALE
+                    gate = torch.zeros_like(value) if part == "weight" else torch.full_like(value, 1 / GELU_SCALE)
+                    value = torch.cat([GELU_SCALE * value, gate])
+                if value.shape != state[target + "." + part].shape:
+                    raise ValueError(f"Teacher weight {source}.{part} {tuple(value.shape)} does not fit VECA's "
+                                     f"{target}.{part} {tuple(state[target + '.' + part].shape)}.")
+                state[target + "." + part] = value
+                copied.append(target + "." + part)
+                if source + "." + part in teacher_state:
+                    used.add(source + "." + part)
+            if scale is not None:
+                used.add(source.rsplit(".", 2)[0] + "." + scale_name)
+    return state, copied, used
+
+
+def layer_patterns(names) -> list[str]:
+    """Parameter names with block indices as "*", each once, in order: encoder.layers.*.norm1.weight."""
+    return list(dict.fromkeys(re.sub(r"\.\d+\.", ".*.", name) for name in names))
+
+
+__all__ = ["veca_from_teacher"]
