@@ -138,7 +138,12 @@ def offline_evaluate(tmp_path, monkeypatch):
     monkeypatch.setattr(evaluate.config, "HF_EVALUATE_OFFLINE", True)
     monkeypatch.setattr(evaluate.config, "HF_MODULES_CACHE", tmp_path / "modules")
     monkeypatch.setattr(evaluate.config, "HF_METRICS_CACHE", tmp_path / "metrics")
-    monkeypatch.setattr(sys, "path", list(sys.path))  # evaluate.load appends the modules cache to sys.path
+    # evaluate.load appends its modules cache to sys.path and imports `evaluate_modules` from the first entry that has
+    # one: a cache another load of this process put there earlier (holding accuracy but not mean_iou, say) would win
+    # over this test's. This test's cache goes first, and folders holding another `evaluate_modules` are left out.
+    modules = tmp_path / "modules"
+    others = [entry for entry in sys.path if not (Path(entry or ".") / "evaluate_modules").is_dir()]
+    monkeypatch.setattr(sys, "path", [str(modules), *others])
 
     def no_network(*args, **kwargs):
         raise AssertionError("a metric tried to open a network connection")
