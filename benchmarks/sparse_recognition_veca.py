@@ -60,8 +60,9 @@ CORES = (4, 8, 16, 32, 64)
 RETENTION_CORES = (8, 64)  # veca_retention_c8: accuracy at C = 8 over accuracy at C = 64 (the paper's claim)
 QUICK = dict(variants=["single"], train=24, val=8, test=16, steps=4, batch_size=4, cores=[8, 64], bootstrap=500,
              latency_runs=1, out_dir=ROOT / "outputs" / "tasks_veca_quick")
-SMOKE = dict(variants=["single"], canvas_size=112, digit_size=14, strokes=4, train=16, val=6, test=8, steps=3,
-             batch_size=4, scratch_width=32, scratch_depth=2, scratch_heads=2, bootstrap=50, latency_runs=1)
+SMOKE = dict(variants=["single"], canvas_size=112, digit_size=14, strokes=4, train=16, val=6, test=8, steps=2,
+             batch_size=4, cores=[8, 64], scratch_width=32, scratch_depth=2, scratch_heads=2, bootstrap=50,
+             latency_runs=1)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
