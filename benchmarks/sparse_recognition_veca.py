@@ -82,11 +82,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--cores", type=int, nargs="+", default=list(CORES),
                         help="core budgets trained (nested dropout) and measured; the bank holds the largest")
     parser.add_argument("--steps", type=int, default=100, help="distillation steps of each student (the same)")
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=8, help="canvases per step and per forward")
     parser.add_argument("--lr", type=float, default=4e-4, help="peak learning rate (training.distill_veca's)")
     parser.add_argument("--scratch-width", type=int, default=192, help="the from-scratch student's width (ViT-Ti)")
-    parser.add_argument("--scratch-depth", type=int, default=12)
-    parser.add_argument("--scratch-heads", type=int, default=3)
+    parser.add_argument("--scratch-depth", type=int, default=12, help="its layers")
+    parser.add_argument("--scratch-heads", type=int, default=3, help="its attention heads")
     parser.add_argument("--probe-decays", type=float, nargs="+", default=[1e-4, 1e-3, 1e-2, 1e-1],
                         help="the linear probe's weight decays, one chosen on the validation canvases")
     parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples of the test canvases")
@@ -248,6 +248,7 @@ def benchmark(argv=None) -> dict:
     for variant in args.variants:
         task = Measure(args, variant, splits[variant], teacher_out, costs, equal_size)
         task.teacher_lines(teacher)
+        progress(f"    {variant}: the teacher dense and at equal FLOPs")
         for name, model in students.items():
             for c in args.cores:
                 task.add(line_name(name, c), veca_features(model, task.train, c, args.batch_size),

@@ -70,6 +70,13 @@ def test_c64_of_a_64_core_bank_is_the_full_budget(smoke):
         assert torch.equal(model(pixels, num_cores=64).last_hidden_state, model(pixels).last_hidden_state)
 
 
+def test_results_go_under_outputs_unless_told():
+    for flags in ([], ["--quick"]):
+        args = srv.parse_args(flags)
+        assert all("outputs" in str(path) and "benchmarks/results" not in str(path)
+                   for path in (args.out_dir, args.scratch_dir))
+
+
 def test_bad_budgets_and_sizes_are_one_line(capsys):
     for bad in (["--cores", "0", "8"], ["--val", "0"], ["--canvas-size", "500"], ["--threads", "0"]):
         with pytest.raises(SystemExit) as done:
