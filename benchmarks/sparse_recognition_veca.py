@@ -301,12 +301,8 @@ def build_report(args, measured: dict, latency: dict) -> dict:
                                           lines[line_name(name, full_c)]["correct"], rows)
                      for name in (FROM_TEACHER, FROM_SCRATCH) if line_name(name, low_c) in lines}
         teacher_full, scratch_full = line_name(FROM_TEACHER, full_c), line_name(FROM_SCRATCH, full_c)
-        comparisons = {
-            f"{teacher_full} - {DENSE}": interval(lines[teacher_full]["correct"] - lines[DENSE]["correct"], rows),
-            f"{teacher_full} - {EQUAL}": interval(lines[teacher_full]["correct"] - lines[EQUAL]["correct"], rows),
-            f"{teacher_full} - {scratch_full}": interval(lines[teacher_full]["correct"] - lines[scratch_full]["correct"],
-                                                         rows),
-        }
+        comparisons = {f"{teacher_full} - {other}": interval(lines[teacher_full]["correct"] - lines[other]["correct"],
+                                                             rows) for other in (DENSE, EQUAL, scratch_full)}
         report["variants"][variant] = {"probe": probe_rows, f"retention_c{low_c}": retention,
                                        "comparisons": comparisons}
     report["goals"] = goals(report, args.variants[0])
