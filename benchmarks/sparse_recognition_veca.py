@@ -224,6 +224,29 @@ def benchmark(argv=None) -> dict:
                                                             keep_patches=split_name == "train")
             progress(f"    {variant} {split_name}: {len(split)} canvases")
 
+    students, training = train_students(args, teacher, splits, teacher_out, threads, progress)
+    measured, equal_size = measure_lines(args, teacher, students, splits, teacher_out, progress)
+    progress(f"5/5 latency per canvas, batch 1, {threads} threads")
+    latency = measure_latency(args, teacher, students, splits[args.variants[0]]["test"], equal_size)
+    report = build_report(args, measured, latency)
+    report.update(teacher=source, teacher_equal_flops_size=equal_size,
+                  teacher_equal_flops_to=line_name(FROM_TEACHER, args.cores[-1]), students=training,
+                  command=f"python -m benchmarks.sparse_recognition_veca {' '.join(args.argv)}".strip(),
+                  environment={"torch": torch.__version__, "corevision_hf": corevision_hf.__version__,
+                               "threads": threads, "cpu_count": os.cpu_count(), "machine": platform.machine(),
+                               "load_average_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None},
+                  args={k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "argv"},
+                  total_time_s=time.perf_counter() - started)
+    print_tables(report)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    write_json(str(args.out_dir / "sparse_recognition_veca.json"), report)
+    print(f"  wrote {args.out_dir / 'sparse_recognition_veca.json'}; total {report['total_time_s'] / 60:.1f} min",
+          flush=True)
+    return report
+
+
+def train_students(args, teacher, splits: dict, teacher_out: dict, threads: int, progress) -> tuple[dict, dict]:
+    """Both students distilled on the training canvases of every variant: ({name: trained model}, {name: record})."""
     students, training = {}, {}
     for step, (name, untrained) in enumerate(new_students(args, teacher).items(), start=2):
         progress(f"{step}/5 {name} distilled label-free on the {len(args.variants) * args.train} training canvases, "
@@ -236,7 +259,13 @@ def benchmark(argv=None) -> dict:
                           "parameters": sum(p.numel() for p in students[name].parameters()),
                           **({"init_from_teacher": students[name].config.init_from_teacher}
                              if name == FROM_TEACHER else {})}
+    return students, training
 
+
+def measure_lines(args, teacher, students: dict, splits: dict, teacher_out: dict, progress) -> tuple[dict, int]:
+    """Per variant, sparse_recognition's Measure with the teacher's two lines and each student's at every C of
+    --cores; returns ({variant: Measure}, the equal-FLOPs teacher's size in px: VECA from the teacher at the largest
+    C)."""
     size = args.canvas_size
     gflops = {line_name(name, c): veca_flops(model.config, size, num_cores=c) / 1e9
               for name, model in students.items() for c in args.cores}
@@ -256,27 +285,17 @@ def benchmark(argv=None) -> dict:
                          num_cores=c)
                 progress(f"    {variant}: {line_name(name, c)}")
         measured[variant] = task
+    return measured, equal_size
 
-    progress(f"5/5 latency per canvas, batch 1, {threads} threads")
-    pixels = splits[args.variants[0]]["test"].pixels(slice(0, 1))
-    latency = alternated_latency(
-        {DENSE: lambda: teacher(pixels), EQUAL: lambda: teacher(resized(pixels, equal_size)),
-         **{line_name(name, c): (lambda m=model, c=c: m(pixels, num_cores=c))
-            for name, model in students.items() for c in args.cores}}, "cpu", args.latency_runs, warmup=1)
-    report = build_report(args, measured, latency)
-    report.update(teacher=source, teacher_equal_flops_size=equal_size, students=training,
-                  command=f"python -m benchmarks.sparse_recognition_veca {' '.join(args.argv)}".strip(),
-                  environment={"torch": torch.__version__, "corevision_hf": corevision_hf.__version__,
-                               "threads": threads, "cpu_count": os.cpu_count(), "machine": platform.machine(),
-                               "load_average_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None},
-                  args={k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "argv"},
-                  total_time_s=time.perf_counter() - started)
-    print_tables(report)
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    write_json(str(args.out_dir / "sparse_recognition_veca.json"), report)
-    print(f"  wrote {args.out_dir / 'sparse_recognition_veca.json'}; total {report['total_time_s'] / 60:.1f} min",
-          flush=True)
-    return report
+
+def measure_latency(args, teacher, students: dict, split, equal_size: int) -> dict:
+    """ms per canvas, batch 1, alternated runs (corevision_hf.measure): the teacher dense and at equal FLOPs (its
+    resize included), each student at every C."""
+    pixels = split.pixels(slice(0, 1))
+    fns = {DENSE: lambda: teacher(pixels), EQUAL: lambda: teacher(resized(pixels, equal_size)),
+           **{line_name(name, c): (lambda m=model, c=c: m(pixels, num_cores=c))
+              for name, model in students.items() for c in args.cores}}
+    return alternated_latency(fns, "cpu", args.latency_runs, warmup=1)
 
 
 # ---------------------------------------------------------------------------------------------------- the report
