@@ -152,6 +152,7 @@ def distil_student(args, name: str, student, teacher, train: list, targets: list
     cls = torch.cat([t["cls"] for t in targets])
     patches = torch.cat([t["patches"] for t in targets])
     output_dir = args.scratch_dir / name.replace(" ", "_")
+    # training.distill_veca's recipe: min_lr 5e-5 at its lr 4e-4, weight decay 0.015
     run_args = training_parser(__doc__, lr=args.lr, min_lr=args.lr / 8, weight_decay=0.015).parse_args([
         "--teacher", args.teacher, "--data", "sparse-recognition canvases", "--output-dir", str(output_dir),
         "--overwrite", "--batch-size", str(args.batch_size), "--max-steps", str(args.steps),
