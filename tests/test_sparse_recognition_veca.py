@@ -49,10 +49,13 @@ def test_goals_and_retention_follow_from_the_lines_in_the_json(smoke):
         full = accuracy(name, 64)
         by_hand = accuracy(name, 8) / full if full else 0.0
         assert result["retention_c8"][name]["ratio"] == pytest.approx(by_hand)
-    assert goals["veca_retention_c8"]["met"] == (result["retention_c8"][srv.FROM_TEACHER]["ratio"] >= 0.96)
     veca, dense = probe[srv.line_name(srv.FROM_TEACHER, 64)], probe[srv.DENSE]
+    chance = 1 / 10  # ten digit classes
+    assert goals["veca_retention_c8"]["met"] == (
+        veca["accuracy"]["low"] > chance and result["retention_c8"][srv.FROM_TEACHER]["ratio"] >= 0.96)
     assert goals["veca_vs_dense_teacher"]["met"] == (
-        veca["accuracy"]["mean"] >= dense["accuracy"]["mean"] - 0.05 and veca["gflops"] < dense["gflops"])
+        dense["accuracy"]["low"] > chance and veca["accuracy"]["mean"] >= dense["accuracy"]["mean"] - 0.05
+        and veca["gflops"] < dense["gflops"])
     difference = goals["veca_from_teacher_vs_scratch"]["value"]
     assert difference["mean"] == pytest.approx(accuracy(srv.FROM_TEACHER, 64) - accuracy(srv.FROM_SCRATCH, 64))
     assert goals["veca_from_teacher_vs_scratch"]["met"] == (difference["mean"] > 2 * difference["half_width"])
