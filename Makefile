@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 # installs as a .pth hook (transformers imports torchvision whenever it is installed); hence `pip show`, not an import.
 TORCHVISION_SPEC ?= torchvision==0.28.0
 
-.PHONY: setup demo app web test test-fast bench quality tasks
+.PHONY: setup demo app web test test-fast bench quality tasks tasks-veca
 
 setup: $(VENV)/.installed
 
@@ -109,3 +109,8 @@ tasks: setup $(VENV)/.teacher
 		$(if $(QUICK),--canvases 16)
 	$(PYTHON) -m benchmarks.sparse_recognition $(if $(QUICK),--quick) --out-dir $(TASKS_OUT) \
 		$(if $(wildcard $(PHOTO_STUDENT)/config.json),--photo-student $(PHOTO_STUDENT))
+
+# VECA on the same task (docs/tasks.md, issue #47): from the teacher and from scratch, C = 4..64, beside the dense
+# teacher. Results under outputs/sparse_recognition_veca/ (QUICK=1: outputs/tasks_veca_quick/); not run yet.
+tasks-veca: setup $(VENV)/.teacher
+	$(PYTHON) -m benchmarks.sparse_recognition_veca $(if $(QUICK),--quick)

@@ -1,0 +1,87 @@
+"""benchmarks.sparse_recognition_veca: its smoke run end to end, its goals and ratios recomputed from its own JSON."""
+
+import json
+
+import pytest
+import torch
+from transformers import Dinov2Config, Dinov2Model
+
+from benchmarks import sparse_recognition_veca as srv
+from corevision_hf import VecaModel, veca_flops
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("veca_task")
+    torch.manual_seed(0)
+    Dinov2Model(Dinov2Config(hidden_size=32, num_hidden_layers=3, num_attention_heads=2, intermediate_size=64,
+                             patch_size=14, image_size=56)).save_pretrained(folder / "teacher")
+    srv.main(["--smoke", "--teacher", str(folder / "teacher"), "--out-dir", str(folder / "out"), "--scratch-dir",
+              str(folder / "scratch"), "--threads", "1"])
+    return folder, json.loads((folder / "out" / "sparse_recognition_veca.json").read_text())
+
+
+def test_smoke_run_measures_every_student_at_every_budget_beside_the_teacher(smoke):
+    folder, report = smoke
+    assert report["command"].startswith("python -m benchmarks.sparse_recognition_veca --smoke")
+    probe = report["variants"]["single"]["probe"]
+    cores = srv.SMOKE["cores"]
+    assert set(probe) == {srv.DENSE, srv.EQUAL} | {srv.line_name(name, c) for name in (srv.FROM_TEACHER,
+                                                                                       srv.FROM_SCRATCH) for c in cores}
+    assert all(row["ms_per_canvas"] > 0 and row["gflops"] > 0 for row in probe.values())
+    students = report["students"]
+    assert students[srv.FROM_TEACHER]["steps"] == students[srv.FROM_SCRATCH]["steps"] == srv.SMOKE["steps"]
+    assert "encoder.layers.*.mlp.fc1.weight" in students[srv.FROM_TEACHER]["init_from_teacher"]["copied"]
+    assert [g["goal"] for g in report["goals"]] == ["veca_retention_c8", "veca_vs_dense_teacher",
+                                                    "veca_from_teacher_vs_scratch"]
+
+
+def test_goals_and_retention_follow_from_the_lines_in_the_json(smoke):
+    _, report = smoke
+    result = report["variants"]["single"]
+    probe = result["probe"]
+
+    def accuracy(name: str, cores: int | None = None) -> float:
+        return probe[name if cores is None else srv.line_name(name, cores)]["accuracy"]["mean"]
+
+    goals = {g["goal"]: g for g in report["goals"]}
+    for name in (srv.FROM_TEACHER, srv.FROM_SCRATCH):  # C = 8 over C = 64, not the other way round
+        full = accuracy(name, 64)
+        by_hand = accuracy(name, 8) / full if full else 0.0
+        assert result["retention_c8"][name]["ratio"] == pytest.approx(by_hand)
+    veca, dense = probe[srv.line_name(srv.FROM_TEACHER, 64)], probe[srv.DENSE]
+    chance = 1 / 10  # ten digit classes
+    assert goals["veca_retention_c8"]["met"] == (
+        veca["accuracy"]["low"] > chance and result["retention_c8"][srv.FROM_TEACHER]["ratio"] >= 0.96)
+    assert goals["veca_vs_dense_teacher"]["met"] == (
+        dense["accuracy"]["low"] > chance and veca["accuracy"]["mean"] >= dense["accuracy"]["mean"] - 0.05
+        and veca["gflops"] < dense["gflops"])
+    difference = goals["veca_from_teacher_vs_scratch"]["value"]
+    assert difference["mean"] == pytest.approx(accuracy(srv.FROM_TEACHER, 64) - accuracy(srv.FROM_SCRATCH, 64))
+    assert goals["veca_from_teacher_vs_scratch"]["met"] == (difference["mean"] > 2 * difference["half_width"])
+
+
+def test_c64_of_a_64_core_bank_is_the_full_budget(smoke):
+    folder, report = smoke
+    model = VecaModel.from_pretrained(str(folder / "scratch" / srv.FROM_TEACHER.replace(" ", "_") / "final")).eval()
+    assert model.config.num_cores == 64
+    size = report["task"]["canvas_size"]
+    assert report["variants"]["single"]["probe"][srv.line_name(srv.FROM_TEACHER, 64)]["gflops"] == pytest.approx(
+        veca_flops(model.config, size) / 1e9)
+    pixels = torch.randn(1, 3, size, size)
+    with torch.inference_mode():
+        assert torch.equal(model(pixels, num_cores=64).last_hidden_state, model(pixels).last_hidden_state)
+
+
+def test_results_go_under_outputs_unless_told():
+    for flags in ([], ["--quick"]):
+        args = srv.parse_args(flags)
+        assert all("outputs" in str(path) and "benchmarks/results" not in str(path)
+                   for path in (args.out_dir, args.scratch_dir))
+
+
+def test_bad_budgets_and_sizes_are_one_line(capsys):
+    for bad in (["--cores", "0", "8"], ["--val", "0"], ["--canvas-size", "500"], ["--threads", "0"]):
+        with pytest.raises(SystemExit) as done:
+            srv.parse_args(bad)
+        assert done.value.code == 2 and capsys.readouterr().err.count("error:") == 1
