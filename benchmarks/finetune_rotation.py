@@ -6,18 +6,22 @@ Each RUN is an --output-dir of `training.finetune` with --eval-data (RUN_PROBE: 
 For each run it reads the best epoch and its validation accuracy, and predicts every held-out image with best/ at the
 run's evaluation budget (checked against the run's own held-out accuracy). For each pair it resamples the held-out
 images with replacement (--resamples, seeded), the same draw for both runs, and reports the fine-tuned minus probe
-held-out accuracy with its 95% percentile interval. The JSON (default under outputs/) holds the runs' commands.
+held-out accuracy with its 95% percentile interval. The JSON (default under outputs/) holds the runs' commands, the
+--setup commands that made their inputs, and each run's held-out predictions as a string ("1": right, in file order).
 """
 
 import argparse
 import json
 import os
+import shlex
+import sys
 
 from corevision_hf.cli import HelpFormatter
 
 
 def run_result(folder: str, threads: int) -> dict:
-    """{"command", "best_epoch", "validation_accuracy", "heldout_accuracy", "heldout_correct"} of one finetune run."""
+    """{"command", "best_epoch", "validation_accuracy", "heldout_accuracy", "heldout_correct"} of one finetune run
+    (heldout_correct: "1" or "0" for each held-out image, in file order)."""
     import torch
     from transformers import AutoModelForImageClassification
 
@@ -42,15 +46,15 @@ def run_result(folder: str, threads: int) -> dict:
     card = open(os.path.join(best, "README.md")).read()
     command = card.split("Command: `", 1)[1].split("`\n", 1)[0]
     return {"command": command, "best_epoch": validation["epoch"], "validation_accuracy": validation["accuracy"],
-            "heldout_accuracy": accuracy, "heldout_correct": [int(c) for c in correct]}
+            "heldout_accuracy": accuracy, "heldout_correct": "".join(str(int(c)) for c in correct)}
 
 
-def paired_bootstrap(first: list[int], second: list[int], resamples: int, seed: int) -> dict:
-    """Mean of first - second over the images and the 2.5 / 97.5 percentiles of that mean over `resamples` draws of
-    the images with replacement (one draw for both lists)."""
+def paired_bootstrap(first: str, second: str, resamples: int, seed: int) -> dict:
+    """Mean of first - second (strings of "1" right, "0" wrong, one character per image) over the images, and the
+    2.5 / 97.5 percentiles of that mean over `resamples` draws of the images with replacement (one draw for both)."""
     import numpy as np
 
-    difference = np.array(first, dtype=float) - np.array(second, dtype=float)
+    difference = np.array([int(c) for c in first], dtype=float) - np.array([int(c) for c in second], dtype=float)
     draws = np.random.default_rng(seed).integers(0, len(difference), size=(resamples, len(difference)))
     means = difference[draws].mean(1)
     low, high = np.percentile(means, [2.5, 97.5])
@@ -65,9 +69,11 @@ def main(argv=None) -> dict:
     parser.add_argument("--resamples", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--setup", action="append", default=[], help="a command that made the runs' inputs, recorded")
     parser.add_argument("--output", default="outputs/finetune_rotation.json")
     args = parser.parse_args(argv)
-    result = {"pairs": {}}
+    result = {"setup": args.setup, "command": " ".join(["python", "-m", "benchmarks.finetune_rotation", *map(
+        shlex.quote, sys.argv[1:] if argv is None else argv)]), "pairs": {}}
     for name, fine_tuned, probe in args.pair:
         runs = {"fine_tuned": run_result(fine_tuned, args.threads), "probe": run_result(probe, args.threads)}
         bootstrap = paired_bootstrap(runs["fine_tuned"]["heldout_correct"], runs["probe"]["heldout_correct"],

@@ -6,7 +6,7 @@ from benchmarks.finetune_rotation import paired_bootstrap
 
 
 def test_paired_bootstrap_resamples_the_images_once_for_both_runs():
-    first, second = [1, 0, 1, 1, 0, 1, 1, 0], [0, 0, 1, 0, 0, 1, 1, 0]
+    first, second = "10110110", "00100110"
     result = paired_bootstrap(first, second, 2000, 0)
     assert result["difference"] == pytest.approx(2 / 8)
     low, high = result["interval_95"]
