@@ -164,36 +164,43 @@ def source_groups(examples: list, pattern: str) -> list[str]:
 
 
 def split_validation(examples: list, fraction: float, seed: int, groups: list[str] | None = None) -> tuple[list, list]:
-    """(train, validation) of (path, label) examples. Without `groups`: a seeded `fraction` of each class's examples
-    (at least one). With `groups` (one key per example): whole groups in a seeded order, each taken when it brings
-    the validation count closer to `fraction` of all examples (at least one group), so no group is on both sides;
-    every class must keep examples on both sides."""
+    """(train, validation) of (path, label) examples: a seeded `fraction` of each class's examples (at least one), or
+    with `groups` (one key per example, `source_groups`) whole groups, `split_by_groups`."""
     import random
 
-    if groups is None:
-        train, validation = [], []
-        for label in sorted({label for _, label in examples}):
-            members = [example for example in examples if example[1] == label]
-            random.Random(seed * 1_000_003 + label).shuffle(members)
-            count = max(1, round(fraction * len(members)))
-            if count >= len(members):
-                raise ValueError(f"Class {label} has {len(members)} image(s): too few to keep a validation share; add "
-                                 "images or lower --val-fraction.")
-            validation += members[:count]
-            train += members[count:]
-        return train, validation
+    if groups is not None:
+        return split_by_groups(examples, groups, fraction, seed)
+    train, validation = [], []
+    for label in sorted({label for _, label in examples}):
+        members = [example for example in examples if example[1] == label]
+        random.Random(seed * 1_000_003 + label).shuffle(members)
+        count = max(1, round(fraction * len(members)))
+        if count >= len(members):
+            raise ValueError(f"Class {label} has {len(members)} image(s): too few to keep a validation share; add "
+                             "images or lower --val-fraction.")
+        validation += members[:count]
+        train += members[count:]
+    return train, validation
+
+
+def split_by_groups(examples: list, groups: list[str], fraction: float, seed: int) -> tuple[list, list]:
+    """(train, validation) with no group on both sides: the groups in a seeded order, each kept for validation when it
+    brings the count closer to `fraction` of all examples (the first always). Every class must keep examples on both
+    sides."""
+    import random
+
     members = {}
     for example, key in zip(examples, groups):
         members.setdefault(key, []).append(example)
     keys = sorted(members)
     random.Random(seed).shuffle(keys)
-    target, chosen = fraction * len(examples), set()
+    target, count, kept = fraction * len(examples), 0, set()
     for key in keys:
-        count = sum(len(members[k]) for k in chosen)
-        if not chosen or abs(count + len(members[key]) - target) < abs(count - target):
-            chosen.add(key)
-    validation = [example for key in keys if key in chosen for example in members[key]]
-    train = [example for key in keys if key not in chosen for example in members[key]]
+        if not kept or abs(count + len(members[key]) - target) < abs(count - target):
+            kept.add(key)
+            count += len(members[key])
+    validation = [example for key in keys if key in kept for example in members[key]]
+    train = [example for key in keys if key not in kept for example in members[key]]
     for side, part in (("training", train), ("validation", validation)):
         missing = sorted({label for _, label in examples} - {label for _, label in part})
         if missing:
@@ -318,8 +325,7 @@ def card(args, argv: list[str], classes: list[str], model_type: str, epoch: int,
 
     command = " ".join(["python", "-m", SCRIPT, *map(shlex.quote, argv)])
     heldout_line = "- held-out accuracy: " + ("see best/" if args.eval_data else "none (no --eval-data)")
-    split = (f"whole groups by --val-groups `{args.val_groups}`" if args.val_groups else "per class") + (
-        f", seed {args.seed}")
+    split = f"whole groups by --val-groups `{args.val_groups}`" if args.val_groups else "per class"
     if heldout:
         heldout_line = (f"- held-out accuracy ({args.eval_data}, {heldout['images']} images): "
                         f"**{heldout['accuracy']:.4f}**")
