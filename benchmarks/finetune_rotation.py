@@ -25,15 +25,19 @@ def run_result(folder: str, threads: int) -> dict:
     import torch
     from transformers import AutoModelForImageClassification
 
-    import corevision_hf  # noqa: F401  (registers VECA and LookWhere with the Auto classes)
+    from corevision_hf.loading import load_checked
     from training import finetune
 
     torch.set_num_threads(threads)
+    needed = [os.path.join(folder, name) for name in ("run.json", "best/validation.json", "best/heldout.json")]
+    if not all(os.path.isfile(path) for path in needed):
+        raise ValueError(f"{folder} is no finished run of training.finetune with --eval-data (it needs "
+                         f"{', '.join(os.path.relpath(path, folder) for path in needed)}).")
     args = argparse.Namespace(**json.load(open(os.path.join(folder, "run.json")))["args"])
     best = os.path.join(folder, "best")
     validation = json.load(open(os.path.join(best, "validation.json")))
     recorded = json.load(open(os.path.join(best, "heldout.json")))
-    model = AutoModelForImageClassification.from_pretrained(best).eval()
+    model = load_checked(AutoModelForImageClassification, best).eval()
     budget = finetune.budgets(args, model.config)[1]
     correct = []
     for batch in finetune.loader(finetune.labelled_files(args.eval_data, train=False)[0], args.image_size, 8, 0):
@@ -79,9 +83,9 @@ def main(argv=None) -> dict:
         bootstrap = paired_bootstrap(runs["fine_tuned"]["heldout_correct"], runs["probe"]["heldout_correct"],
                                      args.resamples, args.seed)
         result["pairs"][name] = {**runs, "fine_tuned_minus_probe_heldout": bootstrap}
-        for kind, run in runs.items():
-            print(f"{name} {kind}: best epoch {run['best_epoch']}, validation {run['validation_accuracy']:.4f}, "
-                  f"held-out {run['heldout_accuracy']:.4f}")
+        for kind, outcome in runs.items():
+            print(f"{name} {kind}: best epoch {outcome['best_epoch']}, validation {outcome['validation_accuracy']:.4f}, "
+                  f"held-out {outcome['heldout_accuracy']:.4f}")
         print(f"{name}: fine-tuned - probe held-out {bootstrap['difference']:+.4f}, 95% interval "
               f"[{bootstrap['interval_95'][0]:+.4f}, {bootstrap['interval_95'][1]:+.4f}]")
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
@@ -91,4 +95,6 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    from corevision_hf.cli import run
+
+    sys.exit(run(main))

@@ -19,6 +19,7 @@ COMMANDS = [
     "training.distill_veca", "training.distill_lookwhere", "training.finetune", "benchmarks.distill_quality",
     "benchmarks.distill_throughput", "benchmarks.linear_probe", "benchmarks.compile_budgets", "benchmarks.mixed_sizes",
     "benchmarks.recipe_parity", "benchmarks.cpu_paths", "benchmarks.adaptive_budget", "benchmarks.sparse_recognition",
+    "benchmarks.finetune_rotation",
 ]
 
 
