@@ -168,7 +168,8 @@ def test_grouped_validation_split_refuses_a_class_left_on_one_side():
         finetune.source_groups(examples, "^x")
 
 
-def test_val_groups_is_recorded_in_run_json_and_the_card(folders, tmp_path):
+def test_val_groups_is_recorded_in_run_json_and_the_card(folders, tmp_path, capsys):
     finetune.main(arguments(folders, "veca", tmp_path / "run", "--epochs", "0", "--val-groups", r"^\d"))
+    assert r"validation: 4 of 20 images, 2 of 10 groups by --val-groups '^\\d'" in capsys.readouterr().out
     assert json.loads((tmp_path / "run" / "run.json").read_text())["args"]["val_groups"] == r"^\d"
     assert r"whole groups by --val-groups `^\d`" in (tmp_path / "run" / "best" / "README.md").read_text()

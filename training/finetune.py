@@ -473,6 +473,11 @@ def main(argv=None) -> dict:
                          "images must be ones the model never trains on; give a separate folder.")
     groups = source_groups(examples, args.val_groups) if args.val_groups else None
     train, validation = split_validation(examples, args.val_fraction, args.seed, groups)
+    if groups:
+        chosen = set(validation)
+        kept = {key for key, example in zip(groups, examples) if example in chosen}
+        print(f"validation: {len(validation)} of {len(examples)} images, {len(kept)} of {len(set(groups))} groups "
+              f"by --val-groups {args.val_groups!r}")
     config = AutoConfig.from_pretrained(args.checkpoint)
     if config.model_type not in ("veca", "lookwhere"):
         raise ValueError(f"{args.checkpoint} is a {config.model_type} model: give a VECA or LookWhere checkpoint.")
