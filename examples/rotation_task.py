@@ -8,11 +8,13 @@ Writes two ImageFolders (one sub-folder per class, `upright/` and `upside_down/`
     evaluation only.
 
 The crops are square, a random 60-100 % of the photo's shorter side at a random place, resized to `--size` px; the
-draws are seeded, so the folders are the same bits on every run. Then, for example:
+draws are seeded, so the folders are the same bits on every run. Both copies of a crop have the same name,
+`{photo}_{crop}.png`: `--val-groups '(.+)_\\d+$'` keeps every image of a photo on one side of the validation split (else
+a crop's upright copy may train while its rotated twin validates). Then, for example:
 
     python examples/rotation_task.py                                  # outputs/rotation/{train,heldout}
     python -m training.finetune outputs/demo/lookwhere --data outputs/rotation/train \\
-        --eval-data outputs/rotation/heldout --output-dir outputs/rotation/lookwhere
+        --eval-data outputs/rotation/heldout --output-dir outputs/rotation/lookwhere --val-groups '(.+)_\\d+$'
 """
 
 import argparse

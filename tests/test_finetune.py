@@ -117,6 +117,8 @@ def test_layer_decay_scales_blocks_below_the_head():
     (["--num-cores", "8"], "--num-cores and --eval-num-cores are VECA's budgets"),
     (["--layer-decay", "2"], "--layer-decay must be in (0, 1]"),
     (["--eval-data", "{train}"], "--eval-data shares 20 images with --data"),
+    (["--val-groups", "(photo"], "--val-groups is no regular expression"),
+    (["--val-groups", "^photo"], "--val-groups '^photo' does not match"),
 ])
 def test_bad_arguments_are_one_line(folders, tmp_path, capsys, extra, message):
     extra = [arg.format(train=folders["train"]) for arg in extra]
@@ -134,3 +136,40 @@ def test_an_existing_output_folder_is_refused_without_overwrite(folders, tmp_pat
     error = capsys.readouterr().err.strip()
     assert "already holds a run" in error and "--overwrite" in error and "\n" not in error
     assert finetune.main([*argv, "--overwrite"])["best_epoch"] == 0
+
+
+def photo_crops(photos: int, crops: int) -> list[tuple[str, int]]:
+    """The rotation task's layout: every crop of every photo in both class folders, under the same file name."""
+    return [(f"{name}/photo{photo}_{crop}.png", label) for label, name in enumerate(("upright", "upside_down"))
+            for photo in range(photos) for crop in range(crops)]
+
+
+def test_grouped_validation_split_keeps_each_photo_on_one_side_and_is_seeded():
+    examples = photo_crops(photos=12, crops=4)
+    groups = finetune.source_groups(examples, r"(.+)_\d+$")
+    assert len(set(groups)) == 12  # the twins in upright/ and upside_down/ are one group
+    source = dict(zip(examples, groups))
+    train, validation = finetune.split_validation(examples, 0.25, 0, groups)
+    assert {source[example] for example in train}.isdisjoint({source[example] for example in validation})
+    assert sorted(train + validation) == sorted(examples)
+    assert len(validation) == 24  # 3 of 12 photos, 8 images each
+    assert {label for _, label in validation} == {label for _, label in train} == {0, 1}
+    assert (train, validation) == finetune.split_validation(examples, 0.25, 0, groups)
+    assert set(validation) != set(finetune.split_validation(examples, 0.25, 1, groups)[1])
+    ungrouped = finetune.split_validation(examples, 0.25, 0)[1]  # per class: twins and crops of a photo split up
+    assert {source[example] for example in ungrouped} & {source[example] for example in set(examples) - set(ungrouped)}
+
+
+def test_grouped_validation_split_refuses_a_class_left_on_one_side():
+    examples = photo_crops(photos=1, crops=4)  # one photo: it is either all validation or all training
+    with pytest.raises(ValueError, match="Class 0 has no training image once the 1 --val-groups groups are kept whole"):
+        finetune.split_validation(examples, 0.2, 0, finetune.source_groups(examples, r"(.+)_\d+$"))
+    with pytest.raises(ValueError, match=r"--val-groups '\^x' does not match photo0_0.png"):
+        finetune.source_groups(examples, "^x")
+
+
+def test_val_groups_is_recorded_in_run_json_and_the_card(folders, tmp_path, capsys):
+    finetune.main(arguments(folders, "veca", tmp_path / "run", "--epochs", "0", "--val-groups", r"^\d"))
+    assert r"validation: 4 of 20 images, 2 of 10 groups by --val-groups '^\\d'" in capsys.readouterr().out
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["args"]["val_groups"] == r"^\d"
+    assert r"whole groups by --val-groups `^\d`" in (tmp_path / "run" / "best" / "README.md").read_text()

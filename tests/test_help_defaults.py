@@ -20,6 +20,7 @@ COMMANDS = [
     "benchmarks.distill_throughput", "benchmarks.linear_probe", "benchmarks.compile_budgets", "benchmarks.mixed_sizes",
     "benchmarks.recipe_parity", "benchmarks.cpu_paths", "benchmarks.adaptive_budget", "benchmarks.sparse_recognition",
     "benchmarks.sparse_recognition_veca",
+    "benchmarks.finetune_rotation",
 ]
 
 

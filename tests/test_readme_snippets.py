@@ -43,7 +43,8 @@ def shared_set_up(request, tmp_path_factory) -> dict[str, str]:
         tiny_veca_config(**AT_TEACHER_WIDTH, num_hidden_layers=4, patch_size=patch, num_cores=64, image_size=4 * patch)
     ), folder / "veca")
     save_model_folder(LookWhereModel(
-        tiny_lookwhere_config(num_hidden_layers=12, patch_size=patch, image_size=8 * patch, selector_image_size=3 * patch)
+        tiny_lookwhere_config(num_hidden_layers=12, patch_size=patch, image_size=8 * patch,
+                              selector_image_size=3 * patch)
     ), folder / "lookwhere")
     Dinov2WithRegistersModel(
         Dinov2WithRegistersConfig(hidden_size=32, num_hidden_layers=4, num_attention_heads=2, mlp_ratio=2,
@@ -54,7 +55,7 @@ def shared_set_up(request, tmp_path_factory) -> dict[str, str]:
             (folder / "rotation" / split / name).mkdir(parents=True)
             for index in range(4):
                 Image.new("RGB", (40, 32), (60 * index, 200 * label, 90)).save(folder / "rotation" / split / name /
-                                                                               f"{index}.png")
+                                                                               f"photo{index // 2}_{index % 2}.png")
     extract.main([str(folder / "veca"), "--data", str(ROOT / "assets" / "photos"), "--num-cores", "16",
                   "--resolution", str(4 * patch), "--dense-stride", "2", "--output", str(folder / "features")])
     return {

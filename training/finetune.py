@@ -4,7 +4,8 @@
         --output-dir outputs/finetune --k-ratio 0.1:0.5 --eval-k-ratio 0.25
 
 --data and --eval-data are ImageFolders: one sub-folder per class, its images at any depth below it. A seeded
---val-fraction of --data is kept apart to choose the best epoch; --eval-data is read once, at the end, to report
+--val-fraction of --data is kept apart to choose the best epoch (per class; with --val-groups, whole groups of images,
+such as the crops of one photo, so that no group is on both sides); --eval-data is read once, at the end, to report
 the held-out accuracy of that best model (never to choose anything). Images are resized to --image-size squared.
 
 The recipe, as for a DINOv2 backbone (LP-FT: a fine-tuned random head first distorts the features it reads):
@@ -20,6 +21,7 @@ the head, id2label, the processor and a card (README.md) with the recipe and the
 """
 
 import argparse
+import re
 import sys
 
 from .arguments import HelpFormatter
@@ -37,6 +39,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--overwrite", action="store_true", help="replace the run already in --output-dir")
     parser.add_argument("--val-fraction", type=float, default=0.2,
                         help="share of --data per class kept apart to choose the best epoch")
+    parser.add_argument("--val-groups", default=None, metavar="REGEX",
+                        help="keep groups of images on one side of the validation split: the group of an image is "
+                             "the first group (or the whole match) of REGEX in its file name without suffix, in "
+                             r"any class folder; e.g. '(.+)_\d+$' groups photo_0.png, photo_1.png, ...")
     parser.add_argument("--image-size", type=int, default=None, help="square side in pixels (default: the config's)")
     parser.add_argument("--epochs", type=int, default=5, help="fine-tuning epochs after the probe (0: the probe only)")
     parser.add_argument("--batch-size", type=int, default=8)
@@ -66,6 +72,11 @@ def check_arguments(args) -> None:
     check_positive(args, "batch_size", "lr", "layer_decay", "probe_weight_decay")
     if not 0 < args.val_fraction < 1:
         raise ValueError(f"--val-fraction must be between 0 and 1, got {args.val_fraction}.")
+    if args.val_groups is not None:
+        try:
+            re.compile(args.val_groups)
+        except re.error as error:
+            raise ValueError(f"--val-groups is no regular expression ({error}): got {args.val_groups!r}.") from None
     for name in ("epochs", "weight_decay", "warmup_epochs", "num_workers", "max_grad_norm"):
         if getattr(args, name) < 0:
             raise ValueError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(args, name)}.")
@@ -137,10 +148,28 @@ def labelled_files(folder: str, train: bool) -> tuple[list[tuple[str, int]], lis
     return [(file, classes.index(Path(file).relative_to(root).parts[0])) for file in files], classes
 
 
-def split_validation(examples: list, fraction: float, seed: int) -> tuple[list, list]:
-    """(train, validation): a seeded `fraction` of each class's examples (at least one) kept for validation."""
+def source_groups(examples: list, pattern: str) -> list[str]:
+    """The group of each (path, label) example: the first group of `pattern` (or its whole match when it has none)
+    searched in the file name without suffix, so that one key may name files in several class folders."""
+    from pathlib import Path
+
+    keys = []
+    for path, _ in examples:
+        match = re.search(pattern, Path(path).stem)
+        if match is None:
+            raise ValueError(f"--val-groups {pattern!r} does not match {Path(path).name}: give a pattern every "
+                             "training file name matches.")
+        keys.append(match.group(1) if match.re.groups else match.group(0))
+    return keys
+
+
+def split_validation(examples: list, fraction: float, seed: int, groups: list[str] | None = None) -> tuple[list, list]:
+    """(train, validation) of (path, label) examples: a seeded `fraction` of each class's examples (at least one), or
+    with `groups` (one key per example, `source_groups`) whole groups, `split_by_groups`."""
     import random
 
+    if groups is not None:
+        return split_by_groups(examples, groups, fraction, seed)
     train, validation = [], []
     for label in sorted({label for _, label in examples}):
         members = [example for example in examples if example[1] == label]
@@ -151,6 +180,32 @@ def split_validation(examples: list, fraction: float, seed: int) -> tuple[list, 
                              "images or lower --val-fraction.")
         validation += members[:count]
         train += members[count:]
+    return train, validation
+
+
+def split_by_groups(examples: list, groups: list[str], fraction: float, seed: int) -> tuple[list, list]:
+    """(train, validation) with no group on both sides: the groups in a seeded order, each kept for validation when it
+    brings the count closer to `fraction` of all examples (the first always). Every class must keep examples on both
+    sides."""
+    import random
+
+    members = {}
+    for example, key in zip(examples, groups):
+        members.setdefault(key, []).append(example)
+    keys = sorted(members)
+    random.Random(seed).shuffle(keys)
+    target, count, kept = fraction * len(examples), 0, set()
+    for key in keys:
+        if not kept or abs(count + len(members[key]) - target) < abs(count - target):
+            kept.add(key)
+            count += len(members[key])
+    validation = [example for key in keys if key in kept for example in members[key]]
+    train = [example for key in keys if key not in kept for example in members[key]]
+    for side, part in (("training", train), ("validation", validation)):
+        missing = sorted({label for _, label in examples} - {label for _, label in part})
+        if missing:
+            raise ValueError(f"Class {missing[0]} has no {side} image once the {len(members)} --val-groups groups are "
+                             "kept whole: add groups (images of other sources), or change --val-fraction or --seed.")
     return train, validation
 
 
@@ -270,6 +325,7 @@ def card(args, argv: list[str], classes: list[str], model_type: str, epoch: int,
 
     command = " ".join(["python", "-m", SCRIPT, *map(shlex.quote, argv)])
     heldout_line = "- held-out accuracy: " + ("see best/" if args.eval_data else "none (no --eval-data)")
+    split = f"whole groups by --val-groups `{args.val_groups}`" if args.val_groups else "per class"
     if heldout:
         heldout_line = (f"- held-out accuracy ({args.eval_data}, {heldout['images']} images): "
                         f"**{heldout['accuracy']:.4f}**")
@@ -285,7 +341,7 @@ def card(args, argv: list[str], classes: list[str], model_type: str, epoch: int,
         f"Command: `{command}`", "",
         "## Accuracy", "",
         f"- these weights: epoch {epoch} (0: the probe alone); validation accuracy on {validation['images']} images "
-        f"carved from {args.data}: {validation['accuracy']:.4f}",
+        f"carved from {args.data} ({split}): {validation['accuracy']:.4f}",
         heldout_line, "",
         "```python",
         "from transformers import AutoModelForImageClassification",
@@ -415,7 +471,13 @@ def main(argv=None) -> dict:
     if shared:
         raise ValueError(f"--eval-data shares {len(shared)} images with --data (e.g. {sorted(shared)[0]}): held-out "
                          "images must be ones the model never trains on; give a separate folder.")
-    train, validation = split_validation(examples, args.val_fraction, args.seed)
+    groups = source_groups(examples, args.val_groups) if args.val_groups else None
+    train, validation = split_validation(examples, args.val_fraction, args.seed, groups)
+    if groups:
+        chosen = set(validation)
+        kept = {key for key, example in zip(groups, examples) if example in chosen}
+        print(f"validation: {len(validation)} of {len(examples)} images, {len(kept)} of {len(set(groups))} groups "
+              f"by --val-groups {args.val_groups!r}")
     config = AutoConfig.from_pretrained(args.checkpoint)
     if config.model_type not in ("veca", "lookwhere"):
         raise ValueError(f"{args.checkpoint} is a {config.model_type} model: give a VECA or LookWhere checkpoint.")

@@ -1,0 +1,100 @@
+"""Fine-tuned against probe on held-out images: the paired bootstrap of runs of `python -m training.finetune`.
+
+    python -m benchmarks.finetune_rotation --pair grouped RUN_FT RUN_PROBE [--pair NAME RUN_FT RUN_PROBE ...]
+
+Each RUN is an --output-dir of `training.finetune` with --eval-data (RUN_PROBE: the same command with --epochs 0).
+For each run it reads the best epoch and its validation accuracy, and predicts every held-out image with best/ at the
+run's evaluation budget (checked against the run's own held-out accuracy). For each pair it resamples the held-out
+images with replacement (--resamples, seeded), the same draw for both runs, and reports the fine-tuned minus probe
+held-out accuracy with its 95% percentile interval. The JSON (default under outputs/) holds the runs' commands, the
+--setup commands that made their inputs, and each run's held-out predictions as a string ("1": right, in file order).
+"""
+
+import argparse
+import json
+import os
+import shlex
+import sys
+
+from corevision_hf.cli import HelpFormatter
+
+
+def run_result(folder: str, threads: int) -> dict:
+    """{"command", "best_epoch", "validation_accuracy", "heldout_accuracy", "heldout_correct"} of one finetune run
+    (heldout_correct: "1" or "0" for each held-out image, in file order)."""
+    import torch
+    from transformers import AutoModelForImageClassification
+
+    from corevision_hf.loading import load_checked
+    from training import finetune
+
+    torch.set_num_threads(threads)
+    needed = [os.path.join(folder, name) for name in ("run.json", "best/validation.json", "best/heldout.json")]
+    if not all(os.path.isfile(path) for path in needed):
+        raise ValueError(f"{folder} is no finished run of training.finetune with --eval-data (it needs "
+                         f"{', '.join(os.path.relpath(path, folder) for path in needed)}).")
+    args = argparse.Namespace(**json.load(open(os.path.join(folder, "run.json")))["args"])
+    best = os.path.join(folder, "best")
+    validation = json.load(open(os.path.join(best, "validation.json")))
+    recorded = json.load(open(os.path.join(best, "heldout.json")))
+    model = load_checked(AutoModelForImageClassification, best).eval()
+    budget = finetune.budgets(args, model.config)[1]
+    correct = []
+    for batch in finetune.loader(finetune.labelled_files(args.eval_data, train=False)[0], args.image_size, 8, 0):
+        with torch.no_grad():
+            logits = model(batch["pixel_values"], **budget).logits
+        correct += (logits.argmax(-1) == batch["labels"]).tolist()
+    accuracy = sum(correct) / len(correct)
+    if abs(accuracy - recorded["accuracy"]) > 1e-9:
+        raise RuntimeError(f"{best} scores {accuracy:.4f} held-out now, {recorded['accuracy']:.4f} in heldout.json.")
+    card = open(os.path.join(best, "README.md")).read()
+    command = card.split("Command: `", 1)[1].split("`\n", 1)[0]
+    return {"command": command, "best_epoch": validation["epoch"], "validation_accuracy": validation["accuracy"],
+            "heldout_accuracy": accuracy, "heldout_correct": "".join(str(int(c)) for c in correct)}
+
+
+def paired_bootstrap(first: str, second: str, resamples: int, seed: int) -> dict:
+    """Mean of first - second (strings of "1" right, "0" wrong, one character per image) over the images, and the
+    2.5 / 97.5 percentiles of that mean over `resamples` draws of the images with replacement (one draw for both)."""
+    import numpy as np
+
+    difference = np.array([int(c) for c in first], dtype=float) - np.array([int(c) for c in second], dtype=float)
+    draws = np.random.default_rng(seed).integers(0, len(difference), size=(resamples, len(difference)))
+    means = difference[draws].mean(1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return {"difference": float(difference.mean()), "interval_95": [float(low), float(high)],
+            "resamples": resamples, "seed": seed, "images": len(difference)}
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.finetune_rotation", description=__doc__,
+                                     formatter_class=HelpFormatter)
+    parser.add_argument("--pair", nargs=3, action="append", required=True, metavar=("NAME", "RUN_FT", "RUN_PROBE"))
+    parser.add_argument("--resamples", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--setup", action="append", default=[], help="a command that made the runs' inputs, recorded")
+    parser.add_argument("--output", default="outputs/finetune_rotation.json")
+    args = parser.parse_args(argv)
+    result = {"setup": args.setup, "command": " ".join(["python", "-m", "benchmarks.finetune_rotation", *map(
+        shlex.quote, sys.argv[1:] if argv is None else argv)]), "pairs": {}}
+    for name, fine_tuned, probe in args.pair:
+        runs = {"fine_tuned": run_result(fine_tuned, args.threads), "probe": run_result(probe, args.threads)}
+        bootstrap = paired_bootstrap(runs["fine_tuned"]["heldout_correct"], runs["probe"]["heldout_correct"],
+                                     args.resamples, args.seed)
+        result["pairs"][name] = {**runs, "fine_tuned_minus_probe_heldout": bootstrap}
+        for kind, outcome in runs.items():
+            print(f"{name} {kind}: best epoch {outcome['best_epoch']}, validation {outcome['validation_accuracy']:.4f}, "
+                  f"held-out {outcome['heldout_accuracy']:.4f}")
+        print(f"{name}: fine-tuned - probe held-out {bootstrap['difference']:+.4f}, 95% interval "
+              f"[{bootstrap['interval_95'][0]:+.4f}, {bootstrap['interval_95'][1]:+.4f}]")
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    with open(args.output, "w") as f:
+        json.dump(result, f, indent=1)
+    return result
+
+
+if __name__ == "__main__":
+    from corevision_hf.cli import run
+
+    sys.exit(run(main))
