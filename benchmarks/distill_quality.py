@@ -32,7 +32,8 @@
      extractor frozen for --freeze-extractor-steps steps (selector and map head only), then its lr warmed up over
      --extractor-warmup-steps (training.extractor_warmup).
    Per seed, every student sees the same crops in the same order (a checksum of the pixels shows it). VECA elastic
-   of seed --rerun-seed is trained twice with identical settings: the difference is the rerun drift.
+   and LookWhere-S from the teacher of seed --rerun-seed are trained twice with identical settings: VECA's
+   difference is the rerun drift of the intervals, LookWhere's is checked to be 0 (a goal).
 4. Agreement with the teacher on the held-out photos at each of --resolutions, images loaded as the model cards load
    them (evaluation.probes.load_image: squash resize, bicubic, no crop), per budget: CLS cosine and mean patch
    cosine, and the measures the mean token cannot win (corevision_hf.agreement): centred CLS and patch cosine and
@@ -138,6 +139,8 @@ STUDENTS = {
     "LookWhere-S from teacher": ("lookwhere", "LookWhere-S from teacher", "lr_lookwhere_teacher"),
 }
 SWEPT = ("VECA elastic", "dense ViT", "LookWhere-S random init", "LookWhere-S from teacher")
+# trained a second time for --rerun-seed with identical settings
+RERUN_STUDENTS = ("VECA elastic", "LookWhere-S from teacher")
 SWEEP_LRS = {"lr_veca": (3e-4, 1e-3, 3e-3), "lr_dense": (3e-4, 1e-3, 3e-3), "lr_lookwhere": (3e-4, 1e-3, 3e-3),
              "lr_lookwhere_teacher": (3e-5, 1e-4, 3e-4)}
 ELASTICITY_TARGET, EQUAL_FLOPS_TARGET = 0.96, 0.95
@@ -188,7 +191,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--random-draws", type=int, default=3, help="random selections per photo (the selector's worth)")
     parser.add_argument("--views", type=int, default=8, help="augmented views per held-out photo (retrieval)")
     parser.add_argument("--pairs", type=int, default=2, help="correspondence pairs per held-out photo")
-    parser.add_argument("--rerun-seed", type=int, default=None, help="VECA elastic of this seed is trained twice "
+    parser.add_argument("--rerun-seed", type=int, default=None, help="VECA elastic and LookWhere-S from the teacher of this seed are trained twice "
                         "(default: the first seed)")
     parser.add_argument("--sweep-lr", action="store_true", help="instead: the learning-rate sweep on the validation "
                         "split (first seed, --sweep-steps steps each)")
@@ -824,8 +827,8 @@ def train_students(args, teacher, source, heldout, scratch, train_dir, train_nam
     for seed in args.seeds:
         cache = teacher_cache(scratch, seed, args, source, train_names)
         runs = [(name, scratch / f"seed{seed}" / slug(name)) for name in STUDENTS]
-        if seed == args.rerun_seed:
-            runs.append(("VECA elastic", scratch / "rerun" / slug("VECA elastic")))
+        if seed == args.rerun_seed:  # VECA's drift enters the intervals; LookWhere's rerun checks its determinism
+            runs += [(name, scratch / "rerun" / slug(name)) for name in RERUN_STUDENTS]
         for name, output_dir in runs:
             rerun = output_dir.parent.name == "rerun"
             init = STUDENTS[name][1]
@@ -941,12 +944,30 @@ def results(args, teacher, heldout: PhotoSet, measured: dict, untrained: dict, c
     report = {"results": per_resolution,
               "teacher_free": {"resolution": args.image_size, "views_per_photo": args.views,
                                "pairs_per_photo": args.pairs, "rows": teacher_free_rows},
-              "drift": {"seed": rerun_seed, "student": "VECA elastic", "rows": drift_rows}}
+              "drift": {"seed": rerun_seed, "student": "VECA elastic", "rows": drift_rows,
+                        "lookwhere": lookwhere_rerun(measured, rerun_seed)}}
     report["selection"] = selection_rows(args, measured, untrained, drift)
     report["learning"] = learning(args, report, measured, untrained, drift)
     report["elasticity"], report["comparisons"] = elasticity(args, measured, drift), comparisons(args, measured, drift)
     report["goals"] = goals(args, report)
     return report
+
+
+def largest_difference(first, second) -> float:
+    """The largest absolute difference between two equally nested dicts / lists of numbers."""
+    if isinstance(first, dict):
+        return max((largest_difference(first[key], second[key]) for key in first), default=0.0)
+    if isinstance(first, (list, tuple)):
+        return max((largest_difference(a, b) for a, b in zip(first, second, strict=True)), default=0.0)
+    return abs(float(first) - float(second))
+
+
+def lookwhere_rerun(measured: dict, seed: int) -> dict:
+    """LookWhere-S from the teacher trained twice with identical settings: the largest difference between the two
+    runs' measurements (every photo, budget, resolution and metric); 0 when its training gives the same bits."""
+    name = RERUN_STUDENTS[1]
+    difference = largest_difference(measured[name, seed], measured[f"{name} rerun", seed])
+    return {"student": name, "largest_difference": difference, "identical": difference == 0.0}
 
 
 def selection_rows(args, measured: dict, untrained: dict, drift: dict) -> list[dict]:
@@ -1074,6 +1095,9 @@ def goals(args, report: dict) -> list[dict]:
                         "met": all(e["ratio"]["mean"] >= ELASTICITY_TARGET for e in cells),
                         "value": "worst at C={cores}: {mean:.3f} [{low:.3f}, {high:.3f}] against {better}".format(
                             cores=worst["cores"], better=worst["better_fixed"], **worst["ratio"])})
+    rerun = report["drift"]["lookwhere"]
+    out.append({"goal": f"{rerun['student']} trained twice with identical settings gives identical measurements",
+                "met": rerun["identical"], "value": f"largest difference {rerun['largest_difference']:.3g}"})
     for key, entry in report["learning"].items():
         out.append({"goal": f"learning: {key} ({entry['what']}, {entry['resolution']} px): {entry['goal']}",
                     "met": entry["met"], "value": f"{entry['mean']:+.3f} +- {entry['half_width']:.3f} (95%, df "

@@ -160,7 +160,11 @@ def test_smoke_run_writes_every_baseline_beside_the_students(tmp_path, capsys):
     kinds = {row["kind"] for row in result["teacher_free"]["rows"]}
     assert kinds == {"ceiling", "floor", "init", "trained"}
     assert {row["cores"] for row in result["elasticity"]} >= set(dq.ELASTIC_BUDGETS)
-    assert len(result["goals"]) == 2 * (6 + 2 + 2 + 4) and all("met" in goal for goal in result["goals"])
+    assert len(result["goals"]) == 2 * (6 + 2 + 2 + 4) + 1 and all("met" in goal for goal in result["goals"])
+    # LookWhere trained twice with the same settings gives the same bits (its training is deterministic on any
+    # thread count): the rerun's measurements equal the first run's, and the goal says so
+    assert result["drift"]["lookwhere"] == {"student": "LookWhere-S from teacher", "largest_difference": 0.0,
+                                            "identical": True}
     # the centre is the mean of every cached crop: the constant scores exactly 0 on the centred measures
     for block in result["results"].values():
         for m in ("cls_centred", "patch_centred", "patch_r2"):
@@ -178,7 +182,7 @@ def test_smoke_run_writes_every_baseline_beside_the_students(tmp_path, capsys):
     # validation picked a step, and that step's student is the one measured
     assert all(record["best_step"] in {v["step"] for v in record["validation"]} for record in result["training"].values())
     assert set(result["training"]) == {f"{name}/seed{s}" for name in dq.STUDENTS for s in (0, 1)} | {
-        "VECA elastic rerun/seed0"}
+        f"{name} rerun/seed0" for name in dq.RERUN_STUDENTS}
 
     # Interrupted after every student finished: --resume keeps them all and gives the same tables; a resume with
     # another setting (or other code) is refused in one line and leaves the run as it was.
@@ -281,3 +285,12 @@ def test_bad_arguments_are_one_line(argv, words, capsys):
         dq.parse_args(argv)
     assert stop.value.code == 2
     assert words in capsys.readouterr().err
+
+
+def test_the_lookwhere_rerun_check_sees_any_difference():
+    first = {"cores=1": {"agreement": {28: {"cls": [0.5, 0.25]}}, "gflops": {28: 1.0}}}
+    second = {"cores=1": {"agreement": {28: {"cls": [0.5, 0.25 + 2**-20]}}, "gflops": {28: 1.0}}}
+    name = dq.RERUN_STUDENTS[1]
+    assert dq.lookwhere_rerun({(name, 0): first, (f"{name} rerun", 0): first}, 0)["identical"]
+    changed = dq.lookwhere_rerun({(name, 0): first, (f"{name} rerun", 0): second}, 0)
+    assert changed["largest_difference"] == 2**-20 and not changed["identical"]
