@@ -84,7 +84,7 @@ bench: setup
 # picked on the validation photos, with their baselines; 22-27 minutes idle, 2-3x on a busy machine: docs/quality.md),
 # then the model cards of seed 0's VECA elastic and LookWhere-S from the teacher, budget tables included
 # (benchmarks/results/cards/).
-# `make quality QUICK=1`: one seed and its rerun, 100 steps, everything under outputs/quality_quick/ (6.4 minutes idle;
+# `make quality QUICK=1`: one seed and its reruns, 100 steps, everything under outputs/quality_quick/ (8.8 minutes idle;
 # 2-3x on a busy machine).
 QUALITY_OUT := $(if $(QUICK),outputs/quality_quick,benchmarks/results)
 QUALITY_RUNS := $(if $(QUICK),outputs/quality_quick/runs,outputs/distill_quality)
