@@ -191,7 +191,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--random-draws", type=int, default=3, help="random selections per photo (the selector's worth)")
     parser.add_argument("--views", type=int, default=8, help="augmented views per held-out photo (retrieval)")
     parser.add_argument("--pairs", type=int, default=2, help="correspondence pairs per held-out photo")
-    parser.add_argument("--rerun-seed", type=int, default=None, help="VECA elastic and LookWhere-S from the teacher of this seed are trained twice "
+    parser.add_argument("--rerun-seed", type=int, default=None,
+                        help="VECA elastic and LookWhere-S from the teacher of this seed are trained twice "
                         "(default: the first seed)")
     parser.add_argument("--sweep-lr", action="store_true", help="instead: the learning-rate sweep on the validation "
                         "split (first seed, --sweep-steps steps each)")
