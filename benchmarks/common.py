@@ -13,6 +13,16 @@ from corevision_hf.measure import alternate, peak_memory_mib, rss_kib, timed  # 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def restoring_threads(run, argv=None):
+    """run(argv) for a benchmark that sets torch's thread count itself, called as a command or from Python: the
+    caller's thread count is restored afterwards."""
+    threads = torch.get_num_threads()
+    try:
+        return run(argv)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def matmul_gflops(device: str, dtype: torch.dtype, runs: int = 5) -> float:
     """The machine's large-matmul rate in the same run: the ceiling a ViT forward can approach."""
     a = torch.randn(4096, 4096, device=device, dtype=dtype)

@@ -109,6 +109,7 @@ from training.teacher_mean import TeacherMean  # noqa: E402
 from training.validation import HeldOutAgreement  # noqa: E402
 
 from . import quality_stats as stats  # noqa: E402
+from .common import restoring_threads  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_PHOTOS = [ROOT / "assets" / "photos", ROOT / "assets" / "wallpaper_photos" / "train"]
@@ -741,11 +742,7 @@ def sweep(args, teacher, source, scratch, train_dir, train_names) -> dict:
 
 def main(argv=None) -> dict:
     """The benchmark, called as a command or from Python; the caller's torch thread count is restored afterwards."""
-    threads = torch.get_num_threads()
-    try:
-        return benchmark(argv)
-    finally:
-        torch.set_num_threads(threads)
+    return restoring_threads(benchmark, argv)
 
 
 def benchmark(argv=None) -> dict:

@@ -74,6 +74,7 @@ from training.losses import lookwhere_loss  # noqa: E402
 from training.schedule import draw_int  # noqa: E402
 from training.teacher import MAP_QUERIES, teacher_targets_and_maps  # noqa: E402
 
+from .common import restoring_threads  # noqa: E402
 from .distill_quality import centre_scores, equal_flops_resolution, load_teacher_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -501,11 +502,7 @@ def ratio_interval(values: torch.Tensor, reference: torch.Tensor, rows: torch.Te
 
 def main(argv=None) -> dict:
     """The benchmark, called as a command or from Python; the caller's torch thread count is restored afterwards."""
-    threads = torch.get_num_threads()
-    try:
-        return benchmark(argv)
-    finally:
-        torch.set_num_threads(threads)
+    return restoring_threads(benchmark, argv)
 
 
 def benchmark(argv=None) -> dict:

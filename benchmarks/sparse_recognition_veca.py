@@ -49,6 +49,7 @@ from training.loop import distill, start  # noqa: E402
 from training.losses import veca_loss  # noqa: E402
 from training.schedule import draw  # noqa: E402
 
+from .common import restoring_threads  # noqa: E402
 from .distill_quality import equal_flops_resolution, load_teacher_model  # noqa: E402
 from .sparse_recognition import (DENSE, EQUAL, VARIANTS, CanvasDataset, Measure, ratio_interval, resized,  # noqa: E402
                                  task_splits, teacher_pass)
@@ -193,11 +194,7 @@ def veca_features(model, split, num_cores: int, batch_size: int) -> torch.Tensor
 
 def main(argv=None) -> dict:
     """The benchmark, called as a command or from Python; the caller's torch thread count is restored afterwards."""
-    threads = torch.get_num_threads()
-    try:
-        return benchmark(argv)
-    finally:
-        torch.set_num_threads(threads)
+    return restoring_threads(benchmark, argv)
 
 
 def benchmark(argv=None) -> dict:
