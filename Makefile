@@ -110,7 +110,7 @@ tasks: setup $(VENV)/.teacher
 	$(PYTHON) -m benchmarks.sparse_recognition $(if $(QUICK),--quick) --out-dir $(TASKS_OUT) \
 		$(if $(wildcard $(PHOTO_STUDENT)/config.json),--photo-student $(PHOTO_STUDENT))
 
-# VECA on the same task (docs/tasks.md, issue #47): from the teacher and from scratch, C = 4..64, beside the dense
-# teacher. Results under outputs/sparse_recognition_veca/ (QUICK=1: outputs/tasks_veca_quick/); not run yet.
+# VECA on the same task (docs/tasks.md): from the teacher and from scratch, C = 4..64, beside the dense teacher.
+# Results in benchmarks/results/ (QUICK=1: outputs/tasks_veca_quick/).
 tasks-veca: setup $(VENV)/.teacher
-	$(PYTHON) -m benchmarks.sparse_recognition_veca $(if $(QUICK),--quick)
+	$(PYTHON) -m benchmarks.sparse_recognition_veca $(if $(QUICK),--quick,--out-dir benchmarks/results)

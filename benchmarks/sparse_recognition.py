@@ -105,20 +105,56 @@ SMOKE = dict(canvas_size=112, digit_size=14, strokes=4, train=16, val=6, test=8,
              bootstrap=50, latency_runs=1, finetune_variants=["single"])
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+def add_task_arguments(parser: argparse.ArgumentParser, *, digit_size: int = 28, strokes: int = 50) -> None:
+    """The options every benchmark of this task shares (this one and sparse_recognition_veca): the teacher, the
+    canvases, the probe, fine-tuning, the bootstrap and the timing. `check_task_arguments` checks them."""
     parser.add_argument("--teacher", default="offline-dinov2-small",
                         help="offline-dinov2-small, or a DINOv2 save_pretrained folder")
     parser.add_argument("--train", type=int, default=160, help="training canvases per variant (validation included)")
     parser.add_argument("--val", type=int, default=40, help="of those, the last ones held out to choose settings")
     parser.add_argument("--test", type=int, default=100, help="test canvases per variant")
-    parser.add_argument("--seed", type=int, default=0, help="canvases, training order, random cells, bootstrap")
+    parser.add_argument("--seed", type=int, default=0, help="canvases, initialisation, training order, random draws, bootstrap")
     parser.add_argument("--background", default="black", choices=["black", "photo"])
-    parser.add_argument("--digit-size", type=int, default=28, help="digit height and width in px (28: MNIST's own)")
-    parser.add_argument("--strokes", type=int, default=50, help="scribble strokes per canvas")
+    parser.add_argument("--digit-size", type=int, default=digit_size, help="digit height and width in px (28: MNIST's)")
+    parser.add_argument("--strokes", type=int, default=strokes, help="scribble strokes per canvas")
     parser.add_argument("--canvas-size", type=int, default=518, help="canvas side in px, a multiple of 14")
+    parser.add_argument("--batch-size", type=int, default=8, help="canvases per step and per forward")
+    parser.add_argument("--probe-decays", type=float, nargs="+", default=[1e-4, 1e-3, 1e-2, 1e-1],
+                        help="the linear probe's weight decays, one chosen on the validation canvases")
+    parser.add_argument("--finetune-epochs", type=int, default=2)
+    parser.add_argument("--finetune-lr", type=float, default=1e-5, help="backbone learning rate (the head's: x 10)")
+    parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples of the test canvases")
+    parser.add_argument("--latency-runs", type=int, default=5, help="timed batch-1 runs per line (alternated)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: OMP_NUM_THREADS if set, else every core)")
+
+
+def finish_task_arguments(parser: argparse.ArgumentParser, argv, presets: dict, counts: tuple[str, ...] = ()):
+    """Parses `argv`, applies the preset of --quick / --smoke ({flag: settings}; a given --out-dir wins) and checks
+    the shared options and the whole numbers `counts` (each at least 1); a bad value ends in parser.error."""
+    args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    for flag, settings in presets.items():
+        if getattr(args, flag):
+            for name, value in settings.items():
+                if name != "out_dir" or args.out_dir == parser.get_default("out_dir"):
+                    setattr(args, name, value)
+    if args.canvas_size <= 0 or args.canvas_size % CELL:
+        parser.error(f"--canvas-size {args.canvas_size} is not a positive multiple of {CELL}.")
+    for name in ("train", "test", "batch_size", "finetune_epochs", "bootstrap", "latency_runs", *counts):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1.")
+    if not 1 <= args.val < args.train:
+        parser.error(f"--val {args.val} must lie in 1..--train - 1 ({args.train - 1}).")
+    if args.threads is not None and args.threads < 1:
+        parser.error(f"--threads {args.threads} must be at least 1.")
+    return args
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    add_task_arguments(parser)
     parser.add_argument("--steps", type=int, default=100, help="distillation steps of the LookWhere-S student")
-    parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--lr", type=float, default=1e-4, help="the student's peak learning rate")
     parser.add_argument("--freeze-extractor-steps", type=int, default=40,
                         help="the student's first steps train the selector and map head only")
@@ -131,39 +167,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "outputs/distill_quality/seed0/LookWhere-S_from_teacher/best): its selector's lines "
                              "beside the canvas-trained student's, untouched by the task's canvases")
     parser.add_argument("--random-draws", type=int, default=3, help="random selections per canvas")
-    parser.add_argument("--probe-decays", type=float, nargs="+", default=[1e-4, 1e-3, 1e-2, 1e-1],
-                        help="the linear probe's weight decays, one chosen on the validation canvases")
-    parser.add_argument("--finetune-epochs", type=int, default=2)
-    parser.add_argument("--finetune-lr", type=float, default=1e-5, help="backbone learning rate (the head's: x 10)")
     parser.add_argument("--finetune-variants", nargs="+", default=["single"], choices=VARIANTS)
-    parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples of the test canvases")
-    parser.add_argument("--latency-runs", type=int, default=5, help="timed batch-1 runs per line (alternated)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads (default: OMP_NUM_THREADS if set, else every core)")
     parser.add_argument("--quick", action="store_true", help=f"a smaller look: {QUICK}")
     parser.add_argument("--smoke", action="store_true", help=f"tiny sizes: {SMOKE}")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "outputs" / "sparse_recognition",
                         help="results folder (make tasks gives benchmarks/results)")
     parser.add_argument("--scratch-dir", type=Path, default=ROOT / "outputs" / "sparse_recognition_scratch",
                         help="the student's training run (replaced)")
-    args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)
-    for flag, settings in (("quick", QUICK), ("smoke", SMOKE)):
-        if getattr(args, flag):
-            for name, value in settings.items():
-                if name != "out_dir" or args.out_dir == parser.get_default("out_dir"):
-                    setattr(args, name, value)
-    if args.canvas_size <= 0 or args.canvas_size % CELL:
-        parser.error(f"--canvas-size {args.canvas_size} is not a positive multiple of {CELL}.")
-    for name in ("train", "test", "steps", "batch_size", "random_draws", "finetune_epochs", "bootstrap",
-                 "latency_runs"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1.")
-    if not 1 <= args.val < args.train:
-        parser.error(f"--val {args.val} must lie in 1..--train - 1 ({args.train - 1}).")
-    if args.threads is not None and args.threads < 1:
-        parser.error(f"--threads {args.threads} must be at least 1.")
-    return args
+    return finish_task_arguments(parser, argv, {"quick": QUICK, "smoke": SMOKE}, counts=("steps", "random_draws"))
 
 
 # ---------------------------------------------------------------------------------------------------- data

@@ -61,6 +61,19 @@ def test_goals_and_retention_follow_from_the_lines_in_the_json(smoke):
     assert goals["veca_from_teacher_vs_scratch"]["met"] == (difference["mean"] > 2 * difference["half_width"])
 
 
+def test_the_fine_tuned_line_is_chosen_on_validation_and_compared_with_its_own_probe(smoke):
+    _, report = smoke
+    result = report["variants"]["single"]
+    name = srv.line_name(srv.FROM_TEACHER, 8)  # --finetune-cores' default
+    assert list(result["fine_tuned"]) == [name]
+    tuned = result["fine_tuned"][name]
+    assert len(tuned["val_accuracy"]) == srv.SMOKE["finetune_epochs"] + 1  # the start (the probe's head), each epoch
+    assert tuned["epoch"] == tuned["val_accuracy"].index(max(tuned["val_accuracy"]))  # the first best
+    assert tuned["gflops"] == result["probe"][name]["gflops"] and tuned["ms_per_canvas"] > 0
+    assert tuned["fine-tuned - probe"]["mean"] == pytest.approx(
+        tuned["accuracy"]["mean"] - result["probe"][name]["accuracy"]["mean"])
+
+
 def test_c64_of_a_64_core_bank_is_the_full_budget(smoke):
     folder, report = smoke
     model = VecaModel.from_pretrained(str(folder / "scratch" / srv.FROM_TEACHER.replace(" ", "_") / "final")).eval()
@@ -81,7 +94,8 @@ def test_results_go_under_outputs_unless_told():
 
 
 def test_bad_budgets_and_sizes_are_one_line(capsys):
-    for bad in (["--cores", "0", "8"], ["--val", "0"], ["--canvas-size", "500"], ["--threads", "0"]):
+    for bad in (["--cores", "0", "8"], ["--val", "0"], ["--canvas-size", "500"], ["--threads", "0"],
+                ["--cores", "8", "64", "--finetune-cores", "16"], ["--finetune-epochs", "0"]):
         with pytest.raises(SystemExit) as done:
             srv.parse_args(bad)
         assert done.value.code == 2 and capsys.readouterr().err.count("error:") == 1
