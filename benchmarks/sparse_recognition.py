@@ -113,7 +113,8 @@ def add_task_arguments(parser: argparse.ArgumentParser, *, digit_size: int = 28,
     parser.add_argument("--train", type=int, default=160, help="training canvases per variant (validation included)")
     parser.add_argument("--val", type=int, default=40, help="of those, the last ones held out to choose settings")
     parser.add_argument("--test", type=int, default=100, help="test canvases per variant")
-    parser.add_argument("--seed", type=int, default=0, help="canvases, initialisation, training order, random draws, bootstrap")
+    parser.add_argument("--seed", type=int, default=0, 
+                        help="canvases, initialisation, training order, random draws, bootstrap")
     parser.add_argument("--background", default="black", choices=["black", "photo"])
     parser.add_argument("--digit-size", type=int, default=digit_size, help="digit height and width in px (28: MNIST's)")
     parser.add_argument("--strokes", type=int, default=strokes, help="scribble strokes per canvas")
@@ -850,8 +851,8 @@ def print_tables(report: dict) -> None:
 # ---------------------------------------------------------------------------------------------------- pictures
 
 STYLES = {"photos": ("tab:cyan", "P"), "teacher": ("black", "s"), "selector": ("tab:blue", "o"),
-          "random": ("tab:gray", "v"), "digits": ("tab:green", "^"), "k_mass": ("tab:purple", "D"), "centre": ("tab:olive", "<"),
-          "oracle": ("tab:orange", ">")}
+          "random": ("tab:gray", "v"), "digits": ("tab:green", "^"), "k_mass": ("tab:purple", "D"),
+          "centre": ("tab:olive", "<"), "oracle": ("tab:orange", ">")}
 
 
 def style_of(name: str) -> tuple:

@@ -5,8 +5,8 @@
     python -m benchmarks.sparse_recognition_veca --smoke --teacher TINY_DINOV2_FOLDER    # tiny sizes (the test)
 
 The task, the teacher's pass, the frozen-probe protocol and the bootstrap are benchmarks.sparse_recognition's:
-1. Canvases of --variants (518 px; by default 56 px digits without scribbles, see DIGIT_SIZE); the teacher once per canvas at full resolution, its
-   [CLS ; mean patch] features and its CLS and patch tokens (the students' targets).
+1. Canvases of --variants (518 px; by default 56 px digits without scribbles, see DIGIT_SIZE); the teacher once per
+   canvas at full resolution, its [CLS ; mean patch] features and its CLS and patch tokens (the students' targets).
 2. Two students distilled label-free on the training canvases of every variant by training.loop's `distill` with
    VECA's recipe (training.distill_veca: its loss, lr and weight decay; one core budget per step drawn from
    --cores by nested dropout), the same --steps each: VECA from the teacher (`veca_from_teacher`: the teacher's
