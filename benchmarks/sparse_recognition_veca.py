@@ -21,7 +21,9 @@ The task, the teacher's pass, the frozen-probe protocol and the bootstrap are be
    (corevision_hf.veca_flops, analytic), ms per canvas (batch 1, alternated, --threads threads); the goals on the
    first of --variants, met or missed.
 
-Writes --out-dir/sparse_recognition_veca.json; the students' runs go to --scratch-dir (replaced).
+Writes --out-dir/sparse_recognition_veca.json and sparse_recognition_veca_card.json (VECA from the teacher's
+per-budget task table, which `evaluation.evaluate_budgets --task-table` puts on its model card; make tasks-veca does);
+the students' runs go to --scratch-dir (replaced).
 """
 
 import argparse
@@ -46,6 +48,7 @@ from corevision_hf.measure import alternated_latency, threads_to_use  # noqa: E4
 from evaluation.sparse_digits import CELL  # noqa: E402
 from evaluation.where_check import bootstrap_rows, interval  # noqa: E402
 from training.arguments import training_parser  # noqa: E402
+from publishing.model_card import TASK_TABLE_FORMAT  # noqa: E402
 from training.checkpointing import write_json  # noqa: E402
 from training.data import DataStats  # noqa: E402
 from training.loop import distill, start  # noqa: E402
@@ -67,6 +70,7 @@ CORES = (4, 8, 16, 32, 64)
 # (validation accuracy only; docs/tasks.md), the run's seed 0 untouched.
 DIGIT_SIZE, STROKES = 56, 0
 CLASSES = 10  # digits 0-9: chance is 1 / CLASSES
+CARD_TABLE = "sparse_recognition_veca_card.json"  # VECA from the teacher's task table, for its model card
 RETENTION_CORES = (8, 64)  # veca_retention_c8: accuracy at C = 8 over accuracy at C = 64 (the paper's claim)
 QUICK = dict(variants=["single"], train=24, val=8, test=16, steps=4, batch_size=4, cores=[8, 64], bootstrap=500,
              latency_runs=1, out_dir=ROOT / "outputs" / "tasks_veca_quick")
@@ -220,8 +224,9 @@ def benchmark(argv=None) -> dict:
     print_tables(report)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     write_json(str(args.out_dir / "sparse_recognition_veca.json"), report)
-    print(f"  wrote {args.out_dir / 'sparse_recognition_veca.json'}; total {report['total_time_s'] / 60:.1f} min",
-          flush=True)
+    write_json(str(args.out_dir / CARD_TABLE), task_table(report))
+    print(f"  wrote {args.out_dir / 'sparse_recognition_veca.json'} and {CARD_TABLE}; total "
+          f"{report['total_time_s'] / 60:.1f} min", flush=True)
     return report
 
 
@@ -367,6 +372,52 @@ def goals(report: dict, variant: str) -> list[dict]:
          "rule": f"{teacher_full} - {scratch_full} (same steps): frozen-probe accuracy difference > 2 x its 95% "
                  "half-width", "value": versus_scratch},
     ]
+
+
+def task_table(report: dict) -> dict:
+    """The per-budget table of VECA from the teacher on the first variant, for its model card
+    (publishing.model_card's TASK_TABLE_FORMAT; evaluation.evaluate_budgets --task-table puts it on the card)."""
+    variant = report["task"]["variants"][0]
+    result, full_c, size = report["variants"][variant], report["cores"][-1], report["task"]["canvas_size"]
+    probe, low_c = result["probe"], RETENTION_CORES[0]
+    full_accuracy = probe[line_name(FROM_TEACHER, full_c)]["accuracy"]["mean"]
+
+    def cells(name: str, row: dict, of_full: str) -> list[str]:
+        accuracy, ms = row["accuracy"], row["ms_per_canvas"]
+        return [name, f"{row['gflops']:.1f}", "—" if ms is None else f"{ms:.0f}",
+                f"{accuracy['mean']:.3f} [{accuracy['low']:.3f}, {accuracy['high']:.3f}]", of_full]
+
+    rows = []
+    for c in report["cores"]:
+        row = probe[line_name(FROM_TEACHER, c)]
+        if c == low_c and FROM_TEACHER in result[f"retention_c{low_c}"]:
+            entry = result[f"retention_c{low_c}"][FROM_TEACHER]
+            of_full = f"{entry['ratio']:.2f} [{entry['low']:.2f}, {entry['high']:.2f}]"
+        else:
+            of_full = f"{row['accuracy']['mean'] / full_accuracy:.2f}" if full_accuracy else "—"
+        rows.append(cells(f"{c} cores, frozen + linear probe", row, of_full))
+    for name, row in result.get("fine_tuned", {}).items():
+        rows.append(cells(f"{name.split('C=')[-1]} cores, fine-tuned", row, "—"))
+    rows.append(cells(f"the teacher, dense at {size} px, frozen + linear probe", probe[DENSE], "—"))
+    rows.append(cells(f"the teacher at {report['teacher_equal_flops_size']} px (the GFLOPs of {full_c} cores), "
+                      "frozen + linear probe", probe[EQUAL], "—"))
+    task = report["task"]
+    caption = (
+        f"The sparse-recognition task of corevision_hf's docs/tasks.md ({variant} variant): name the digit on a "
+        f"{size} px canvas ({task['digit_size']} px digits, {task['strokes']} scribble strokes, background "
+        f"{task['background']}); "
+        f"{task['train']} training canvases ({task['validation']} of them choose the probe's weight decay and the "
+        f"fine-tuned epoch) and {task['test']} test canvases, chance 0.1. Accuracy on the test canvases with its 95% "
+        f"bootstrap interval; \"of {full_c} cores\": accuracy over that at {full_c} cores (at {low_c} cores with its "
+        f"paired interval). Features: [pooled ; mean patch token]. This checkpoint was made from its teacher "
+        f"(`veca_from_teacher`) and distilled label-free for {report['students'][FROM_TEACHER]['steps']} steps on "
+        f"the training canvases only, so the agreement table above (photos) is off its training distribution. "
+        f"GFLOPs analytic; ms per canvas at batch 1, {report['environment']['threads']} threads, "
+        f"{report['environment']['machine']} CPU, median of {report['args']['latency_runs']} alternated runs. "
+        f"Reproduce: `{report['command']}`.")
+    return {"format": TASK_TABLE_FORMAT, "title": "On a task: sparse recognition, per budget",
+            "caption": caption, "header": ["budget", f"GFLOPs @ {size} px", "ms / canvas",
+                                            "accuracy [95%]", f"of {full_c} cores"], "rows": rows}
 
 
 def print_tables(report: dict) -> None:

@@ -29,9 +29,9 @@ The dense teacher is timed at the same resolutions in the same run; with --optim
 evaluated) with the CPU opt-in `corevision_hf.optimize_for_cpu`, which the card then names. Accuracy and mIoU come
 from the package's `evaluate` modules (corevision_hf.metrics). Writes OUT/evaluation.json, read by
 publishing.publish and the model card, and OUT/evaluation.png (quality against cost). With --card, also
-OUT/README.md: the model card (publishing.model_card) with this evaluation's budget table, so that one command
-regenerates it. A file of those names that exists is kept unless --force, which replaces only files this package
-wrote (OUT's manifest lists them).
+OUT/README.md: the model card (publishing.model_card) with this evaluation's budget table (and with --task-table, a
+task benchmark's table beside it), so that one command regenerates it. A file of those names that exists is kept
+unless --force, which replaces only files this package wrote (OUT's manifest lists them).
 """
 
 import argparse
@@ -81,7 +81,7 @@ from corevision_hf.visualize import (
     plot_kept_patches,
     save_figure,
 )
-from publishing.model_card import EVALUATION_FORMAT, read_recipe, render_card
+from publishing.model_card import EVALUATION_FORMAT, read_recipe, read_task_table, render_card
 from training.checkpointing import check_export
 from training.teacher import load_teacher
 
@@ -122,6 +122,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--optimize-for-cpu", action="store_true",
                         help="the checkpoint and the teacher with corevision_hf.optimize_for_cpu (CPU, float32)")
     parser.add_argument("--card", action="store_true", help="also render the model card as OUT/README.md")
+    parser.add_argument("--task-table", default=None,
+                        help="a task benchmark's table for the card and the JSON (publishing.model_card's "
+                             "TASK_TABLE_FORMAT; e.g. benchmarks.sparse_recognition_veca's)")
     parser.add_argument("--repo-id", default=None, help="with --card: the hub repo (org/name) the card is for")
     parser.add_argument("--force", action="store_true",
                         help="replace the files of an earlier evaluation in OUT (only files this package wrote)")
@@ -305,6 +308,7 @@ def main(argv=None) -> dict:
         "probe": classification_folder(args.probe_data) if args.probe_data else None,
         "segmentation": segmentation_folder(args.segmentation_data) if args.segmentation_data else None,
     }
+    task_table = read_task_table(args.task_table) if args.task_table else None
     recipe = read_recipe(args.checkpoint)
     teacher_name = args.teacher or (recipe or {}).get("teacher")
     if data["agreement"] and not teacher_name:
@@ -315,6 +319,8 @@ def main(argv=None) -> dict:
 
     report = new_report(args, config, model, teacher_name, budget_name, budgets, resolutions, quality_resolution,
                         data["agreement"])
+    if task_table:
+        report["task_table"] = task_table
     forwards, costs = measure_cost(args, config, model, teacher, report, recipe, dtype, progress)
     measure_quality(args, config, model, teacher, report, data, dtype, progress)
     if args.k_mass:

@@ -22,6 +22,9 @@ from training.data import is_local
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "model_cards"
 EVALUATION_FORMAT = "corevision-evaluation/1"
+# A task benchmark's table for the card (`read_task_table`; evaluate_budgets --task-table): {"format", "title",
+# "caption", "header": [str, ...], "rows": [[str, ...], ...]}, every row as long as the header.
+TASK_TABLE_FORMAT = "corevision-task-table/1"
 RECIPE_FILE = "training_recipe.json"
 # teachers the training scripts load without the hub: the hub model each stands for, and how it differs
 OFFLINE_TEACHERS = {
@@ -122,6 +125,7 @@ def render_card(
         code_repo=code_repo,
         code_revision=code_revision,
         elastic_onnx=elastic_onnx,
+        task_table=evaluation.get("task_table"),
     )
 
 def card_metadata(config, evaluation: dict, recipe: dict | None, repo_id: str | None, license: str | None,
@@ -228,6 +232,34 @@ def read_recipe(checkpoint: str) -> dict | None:
     if not isinstance(recipe, dict):
         raise ValueError(f"{path} holds no JSON object: restore the file training wrote, or remove it.")
     return recipe
+
+
+def read_task_table(path: str) -> dict:
+    """The task table at `path` (TASK_TABLE_FORMAT), checked: a missing file, bad JSON or a wrong shape is a
+    ValueError naming the file and what to write instead."""
+    fix = (f"write {{\"format\": \"{TASK_TABLE_FORMAT}\", \"title\": str, \"caption\": str, \"header\": [str, ...], "
+           "\"rows\": [[str, ...], ...]}} with every row as long as the header (a task benchmark such as "
+           "benchmarks.sparse_recognition_veca writes one)")
+    try:
+        table = json.loads(Path(path).read_text())
+    except OSError as error:
+        raise ValueError(f"The task table {path} cannot be read ({error.strerror or error}): give the file a task "
+                         "benchmark wrote.") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"The task table {path} is not JSON ({error}): {fix}.") from None
+    if not isinstance(table, dict) or table.get("format") != TASK_TABLE_FORMAT:
+        raise ValueError(f"The task table {path} is not of format {TASK_TABLE_FORMAT!r}: {fix}.")
+    header, rows = table.get("header"), table.get("rows")
+    shaped = (isinstance(table.get("title"), str) and isinstance(table.get("caption"), str)
+              and isinstance(header, list) and header and all(isinstance(cell, str) for cell in header)
+              and isinstance(rows, list) and rows
+              and all(isinstance(row, list) and len(row) == len(header) and all(isinstance(c, str) for c in row)
+                      for row in rows)
+              and not any("|" in cell or "\n" in cell for cell in [*header, *(c for row in rows for c in row)]))
+    if not shaped:
+        raise ValueError(f"The task table {path} has a missing or malformed title, caption, header or row (or a cell "
+                         f"holding '|' or a line break): {fix}.")
+    return {key: table[key] for key in ("format", "title", "caption", "header", "rows")}
 
 
 def _check_evaluation(config, evaluation: dict) -> None:

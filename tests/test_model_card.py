@@ -6,7 +6,7 @@ import pytest
 from conftest import tiny_lookwhere_config, tiny_veca_config
 from huggingface_hub import ModelCard
 
-from publishing.model_card import existing_pictures, main, render_card
+from publishing.model_card import existing_pictures, main, read_task_table, render_card
 
 
 CONFIGS = {
@@ -299,3 +299,41 @@ def test_centred_measures_stand_beside_the_raw_cosines_with_where_the_centre_com
     assert "| 0.200 ± 0.010 | 0.123 ± 0.002 | 0.050 | -0.500 ± 0.100 |" in text
     assert said in text and "A model that outputs the mean token scores 0" in text
     assert "centred" not in str(render_card(config, make_evaluation(model_type)))  # an evaluation without them
+
+
+TASK_TABLE = {"format": "corevision-task-table/1", "title": "On a task: digits, per budget",
+              "caption": "Accuracy on 100 test canvases; chance 0.1.",
+              "header": ["budget", "GFLOPs", "accuracy [95%]"],
+              "rows": [["8 cores", "80.1", "0.410 [0.310, 0.510]"], ["64 cores", "85.1", "0.450 [0.350, 0.550]"]]}
+
+
+@pytest.mark.parametrize("model_type", ["veca", "lookwhere"])
+def test_a_task_table_in_the_evaluation_is_its_own_section_of_the_card(model_type, tmp_path):
+    path = tmp_path / "task.json"
+    path.write_text(json.dumps(TASK_TABLE))
+    evaluation = {**make_evaluation(model_type), "task_table": read_task_table(str(path))}
+    text = render_card(CONFIGS[model_type](), evaluation, make_recipe(model_type)).text
+    section = text.split("## On a task: digits, per budget\n", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("|")]
+    assert [[c.strip() for c in line.strip("|").split("|")] for line in lines[:1] + lines[2:]] == [
+        TASK_TABLE["header"], *TASK_TABLE["rows"]]
+    assert "Accuracy on 100 test canvases; chance 0.1." in section
+    assert budget_rows(text)[0][0] == str(BUDGETS[model_type][1][0])  # the budget table is still the first
+    assert "## On a task" not in render_card(CONFIGS[model_type](), make_evaluation(model_type)).text
+
+
+@pytest.mark.parametrize("content, said", [
+    (None, "cannot be read"),
+    ("{not json", "is not JSON"),
+    (json.dumps({**TASK_TABLE, "format": "other/1"}), "is not of format"),
+    (json.dumps({**TASK_TABLE, "rows": [["8 cores", "80.1"]]}), "malformed"),
+    (json.dumps({**TASK_TABLE, "rows": [["8 cores", "80.1", "0.4 | 0.5"]]}), "holding '|'"),
+    (json.dumps({k: v for k, v in TASK_TABLE.items() if k != "caption"}), "malformed"),
+])
+def test_a_bad_task_table_is_one_error_naming_the_file(tmp_path, content, said):
+    path = tmp_path / "task.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ValueError, match=said) as error:
+        read_task_table(str(path))
+    assert str(path) in str(error.value) and "\n" not in str(error.value)

@@ -8,6 +8,8 @@ from transformers import Dinov2Config, Dinov2Model
 
 from benchmarks import sparse_recognition_veca as srv
 from corevision_hf import VecaModel, veca_flops
+from evaluation import evaluate_budgets
+from publishing.model_card import read_task_table
 
 
 @pytest.fixture(scope="module")
@@ -99,3 +101,23 @@ def test_bad_budgets_and_sizes_are_one_line(capsys):
         with pytest.raises(SystemExit) as done:
             srv.parse_args(bad)
         assert done.value.code == 2 and capsys.readouterr().err.count("error:") == 1
+
+
+def test_the_card_table_is_the_json_s_lines_and_evaluate_budgets_puts_it_on_the_card(smoke):
+    folder, report = smoke
+    table = read_task_table(str(folder / "out" / srv.CARD_TABLE))
+    probe = report["variants"]["single"]["probe"]
+    cores = srv.SMOKE["cores"]
+    assert [row[0] for row in table["rows"]] == [f"{c} cores, frozen + linear probe" for c in cores] + [
+        "8 cores, fine-tuned", f"the teacher, dense at {srv.SMOKE['canvas_size']} px, frozen + linear probe",
+        f"the teacher at {report['teacher_equal_flops_size']} px (the GFLOPs of 64 cores), frozen + linear probe"]
+    for c, row in zip(cores, table["rows"]):
+        accuracy = probe[srv.line_name(srv.FROM_TEACHER, c)]["accuracy"]
+        assert row[3] == f"{accuracy['mean']:.3f} [{accuracy['low']:.3f}, {accuracy['high']:.3f}]"
+    student = folder / "scratch" / srv.FROM_TEACHER.replace(" ", "_") / "final"
+    evaluate_budgets.main([str(student), "--budgets", *map(str, cores), "--resolutions",
+                           str(srv.SMOKE["canvas_size"]), "--latency-runs", "1", "--output-dir",
+                           str(folder / "card"), "--card", "--task-table", str(folder / "out" / srv.CARD_TABLE)])
+    card = (folder / "card" / "README.md").read_text()
+    assert f"## {table['title']}" in card and "| " + " | ".join(table["rows"][0]) + " |" in card
+    assert json.loads((folder / "card" / "evaluation.json").read_text())["task_table"] == table
