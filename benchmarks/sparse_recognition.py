@@ -131,14 +131,15 @@ def add_task_arguments(parser: argparse.ArgumentParser, *, digit_size: int = 28,
 
 
 def finish_task_arguments(parser: argparse.ArgumentParser, argv, presets: dict, counts: tuple[str, ...] = ()):
-    """Parses `argv`, applies the preset of --quick / --smoke ({flag: settings}; a given --out-dir wins) and checks
-    the shared options and the whole numbers `counts` (each at least 1); a bad value ends in parser.error."""
+    """Parses `argv`, applies the preset of --quick / --smoke ({flag: settings}) to every option left at its default
+    (an option given on the command line wins), and checks the shared options and the whole numbers `counts` (each
+    at least 1); a bad value ends in parser.error."""
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     for flag, settings in presets.items():
         if getattr(args, flag):
             for name, value in settings.items():
-                if name != "out_dir" or args.out_dir == parser.get_default("out_dir"):
+                if getattr(args, name) == parser.get_default(name):
                     setattr(args, name, value)
     if args.canvas_size <= 0 or args.canvas_size % CELL:
         parser.error(f"--canvas-size {args.canvas_size} is not a positive multiple of {CELL}.")

@@ -86,7 +86,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="task variants measured; the goals are the first one's")
     parser.add_argument("--cores", type=int, nargs="+", default=list(CORES),
                         help="core budgets trained (nested dropout) and measured; the bank holds the largest")
-    parser.add_argument("--steps", type=int, default=100, help="distillation steps of each student (the same)")
+    parser.add_argument("--steps", type=int, default=100,
+                        help="distillation steps of each student (the same); 0: both measured untrained, the "
+                             "reference line of a trained run")
     parser.add_argument("--lr", type=float, default=4e-4, help="peak learning rate (training.distill_veca's)")
     parser.add_argument("--scratch-width", type=int, default=192, help="the from-scratch student's width (ViT-Ti)")
     parser.add_argument("--scratch-depth", type=int, default=12, help="its layers")
@@ -100,7 +102,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--scratch-dir", type=Path, default=ROOT / "outputs" / "sparse_recognition_veca_scratch",
                         help="the students' training runs (replaced)")
     args = finish_task_arguments(parser, argv, {"quick": QUICK, "smoke": SMOKE},
-                                 counts=("steps", "scratch_width", "scratch_depth", "scratch_heads"))
+                                 counts=("scratch_width", "scratch_depth", "scratch_heads"))
+    if args.steps < 0:
+        parser.error(f"--steps {args.steps} must be at least 0 (0: the students untrained).")
     args.cores = sorted(set(args.cores))
     if args.cores[0] < 1:
         parser.error(f"--cores {args.cores}: core budgets are at least 1.")
@@ -234,11 +238,16 @@ def train_students(args, teacher, splits: dict, teacher_out: dict, threads: int,
     """Both students distilled on the training canvases of every variant: ({name: trained model}, {name: record})."""
     students, training = {}, {}
     for step, (name, untrained) in enumerate(new_students(args, teacher).items(), start=2):
-        progress(f"{step}/5 {name} distilled label-free on the {len(args.variants) * args.train} training canvases, "
-                 f"{args.steps} steps")
         train_started = time.perf_counter()
-        students[name] = distil_student(args, name, untrained, teacher, [splits[v]["train"] for v in args.variants],
-                                        [teacher_out[v, "train"] for v in args.variants], threads)
+        if args.steps == 0:  # the untrained start, the reference line of a trained run
+            progress(f"{step}/5 {name}: untrained (--steps 0)")
+            students[name] = untrained.float().eval()
+        else:
+            progress(f"{step}/5 {name} distilled label-free on the {len(args.variants) * args.train} training "
+                     f"canvases, {args.steps} steps")
+            students[name] = distil_student(args, name, untrained, teacher,
+                                            [splits[v]["train"] for v in args.variants],
+                                            [teacher_out[v, "train"] for v in args.variants], threads)
         training[name] = {"steps": args.steps, "train_time_s": time.perf_counter() - train_started, "lr": args.lr,
                           "batch_size": args.batch_size, "training_budgets": students[name].config.training_budgets,
                           "parameters": sum(p.numel() for p in students[name].parameters()),
@@ -401,7 +410,7 @@ def task_table(report: dict) -> dict:
     rows.append(cells(f"the teacher, dense at {size} px, frozen + linear probe", probe[DENSE], "—"))
     rows.append(cells(f"the teacher at {report['teacher_equal_flops_size']} px (the GFLOPs of {full_c} cores), "
                       "frozen + linear probe", probe[EQUAL], "—"))
-    task = report["task"]
+    task, steps = report["task"], report["students"][FROM_TEACHER]["steps"]
     caption = (
         f"The sparse-recognition task of corevision_hf's docs/tasks.md ({variant} variant): name the digit on a "
         f"{size} px canvas ({task['digit_size']} px digits, {task['strokes']} scribble strokes, background "
@@ -410,9 +419,10 @@ def task_table(report: dict) -> dict:
         f"fine-tuned epoch) and {task['test']} test canvases, chance 0.1. Accuracy on the test canvases with its 95% "
         f"bootstrap interval; \"of {full_c} cores\": accuracy over that at {full_c} cores (at {low_c} cores with its "
         f"paired interval). Features: [pooled ; mean patch token]. This checkpoint was made from its teacher "
-        f"(`veca_from_teacher`) and distilled label-free for {report['students'][FROM_TEACHER]['steps']} steps on "
-        f"the training canvases only, so the agreement table above (photos) is off its training distribution. "
-        f"GFLOPs analytic; ms per canvas at batch 1, {report['environment']['threads']} threads, "
+        + (f"(`veca_from_teacher`) and distilled label-free for {steps} steps on the training canvases only, so the "
+           "agreement table above (photos) is off its training distribution. " if steps else
+           "(`veca_from_teacher`) and not trained (its untrained start). ")
+        + f"GFLOPs analytic; ms per canvas at batch 1, {report['environment']['threads']} threads, "
         f"{report['environment']['machine']} CPU, median of {report['args']['latency_runs']} alternated runs. "
         f"Reproduce: `{report['command']}`.")
     return {"format": TASK_TABLE_FORMAT, "title": "On a task: sparse recognition, per budget",

@@ -7,6 +7,7 @@ import torch
 from transformers import Dinov2Config, Dinov2Model
 
 from benchmarks import sparse_recognition_veca as srv
+from benchmarks.sparse_recognition import probe, task_splits
 from corevision_hf import VecaModel, veca_flops
 from evaluation import evaluate_budgets
 from publishing.model_card import read_task_table
@@ -121,3 +122,21 @@ def test_the_card_table_is_the_json_s_lines_and_evaluate_budgets_puts_it_on_the_
     card = (folder / "card" / "README.md").read_text()
     assert f"## {table['title']}" in card and "| " + " | ".join(table["rows"][0]) + " |" in card
     assert json.loads((folder / "card" / "evaluation.json").read_text())["task_table"] == table
+
+
+def test_steps_0_measures_the_untrained_start(smoke):
+    folder, _ = smoke
+    report = srv.main(["--smoke", "--steps", "0", "--teacher", str(folder / "teacher"), "--out-dir",
+                       str(folder / "untrained"), "--scratch-dir", str(folder / "untrained_runs"), "--threads", "1"])
+    assert not (folder / "untrained_runs").exists()  # nothing trained
+    args = srv.parse_args(["--smoke", "--steps", "0"])
+    teacher = Dinov2Model.from_pretrained(str(folder / "teacher")).eval()
+    untrained = srv.new_students(args, teacher)[srv.FROM_TEACHER].eval()
+    splits = task_splits(args, "single")
+    train, test = (srv.veca_features(untrained, splits[s], 64, args.batch_size) for s in ("train", "test"))
+    predictions = probe(train, splits["train"].labels, test, args.val, args.probe_decays)["predictions"]
+    by_hand = float((predictions == splits["test"].labels).float().mean())
+    line = report["variants"]["single"]["probe"][srv.line_name(srv.FROM_TEACHER, 64)]
+    assert line["accuracy"]["mean"] == pytest.approx(by_hand)
+    assert report["students"][srv.FROM_TEACHER]["steps"] == 0
+    assert "not trained" in read_task_table(str(folder / "untrained" / srv.CARD_TABLE))["caption"]
