@@ -111,8 +111,8 @@ tasks: setup $(VENV)/.teacher
 		$(if $(wildcard $(PHOTO_STUDENT)/config.json),--photo-student $(PHOTO_STUDENT))
 
 # VECA on the same task (docs/tasks.md): from the teacher and from scratch, C = 4..64, beside the dense teacher; their
-# untrained starts at C = 8 and 64 (--steps 0); then the model card of VECA from the teacher with its per-budget task table. Results in benchmarks/results/
-# (QUICK=1: outputs/tasks_veca_quick/).
+# untrained starts at C = 8 and 64 (--steps 0); then the model card of VECA from the teacher with its per-budget task
+# table. Results in benchmarks/results/ (QUICK=1: outputs/tasks_veca_quick/).
 TASKS_VECA_OUT := $(if $(QUICK),outputs/tasks_veca_quick,benchmarks/results)
 tasks-veca: setup $(VENV)/.teacher
 	$(PYTHON) -m benchmarks.sparse_recognition_veca $(if $(QUICK),--quick) --out-dir $(TASKS_VECA_OUT)
