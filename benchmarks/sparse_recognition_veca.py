@@ -73,7 +73,8 @@ CLASSES = 10  # digits 0-9: chance is 1 / CLASSES
 CARD_TABLE = "sparse_recognition_veca_card.json"  # VECA from the teacher's task table, for its model card
 RETENTION_CORES = (8, 64)  # veca_retention_c8: accuracy at C = 8 over accuracy at C = 64 (the paper's claim)
 QUICK = dict(variants=["single"], train=24, val=8, test=16, steps=4, batch_size=4, cores=[8, 64], bootstrap=500,
-             latency_runs=1, out_dir=ROOT / "outputs" / "tasks_veca_quick")
+             latency_runs=1, out_dir=ROOT / "outputs" / "tasks_veca_quick",
+             scratch_dir=ROOT / "outputs" / "tasks_veca_quick" / "runs")
 SMOKE = dict(variants=["single"], canvas_size=112, digit_size=14, strokes=4, train=16, val=6, test=8, steps=2,
              batch_size=4, cores=[8, 64], finetune_epochs=1, scratch_width=32, scratch_depth=2, scratch_heads=2,
              bootstrap=50, latency_runs=1)
