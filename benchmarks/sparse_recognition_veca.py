@@ -47,8 +47,8 @@ from corevision_hf.cli import HelpFormatter, error_line  # noqa: E402
 from corevision_hf.measure import alternated_latency, threads_to_use  # noqa: E402
 from evaluation.sparse_digits import CELL  # noqa: E402
 from evaluation.where_check import bootstrap_rows, interval  # noqa: E402
-from training.arguments import training_parser  # noqa: E402
 from publishing.model_card import TASK_TABLE_FORMAT  # noqa: E402
+from training.arguments import training_parser  # noqa: E402
 from training.checkpointing import write_json  # noqa: E402
 from training.data import DataStats  # noqa: E402
 from training.loop import distill, start  # noqa: E402
