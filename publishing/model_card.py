@@ -134,8 +134,8 @@ def card_metadata(config, evaluation: dict, recipe: dict | None, repo_id: str | 
     license_name = license_link = None
     if license is None:
         license, license_name, license_link = teacher_license or (DEFAULT_LICENSE, None, None)
-    starts_from_teacher = config.model_type == "lookwhere" or bool(((recipe or {}).get("args") or {}).get(
-        "patch_embed_from_teacher"))
+    starts_from_teacher = (config.model_type == "lookwhere" or bool(getattr(config, "init_from_teacher", None))
+                           or bool(((recipe or {}).get("args") or {}).get("patch_embed_from_teacher")))
     data = public_recipe(recipe).get("data") if recipe else None
     eval_results = _eval_results(evaluation)
     return ModelCardData(
@@ -144,7 +144,8 @@ def card_metadata(config, evaluation: dict, recipe: dict | None, repo_id: str | 
         library_name="transformers",
         pipeline_tag="image-feature-extraction",
         # a base model is one the weights start from: LookWhere's extractor is a copy of its teacher; a VECA student
-        # starts from random weights (unless its patch embedding was copied) and only imitates the teacher's outputs
+        # starts from random weights (unless veca_from_teacher built it, or its patch embedding was copied) and only
+        # imitates the teacher's outputs
         base_model=hub_teacher if starts_from_teacher else None,
         datasets=[data] if data and not is_placeholder(data) else None,
         license=license,

@@ -337,3 +337,14 @@ def test_a_bad_task_table_is_one_error_naming_the_file(tmp_path, content, said):
     with pytest.raises(ValueError, match=said) as error:
         read_task_table(str(path))
     assert str(path) in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_veca_made_from_its_teacher_names_it_as_base_model_and_says_so():
+    config = tiny_veca_config()
+    config.init_from_teacher = {"teacher": "offline-dinov2-small", "model_type": "dinov2", "copied": [], "new": [],
+                                "left_out": []}
+    card = render_card(config, make_evaluation("veca"), make_recipe("veca"))
+    assert ModelCard(card.content).data.base_model == "facebook/dinov2-small"
+    assert "made from the weights of `facebook/dinov2-small` (`veca_from_teacher`) and distilled from it" in card.text
+    plain = render_card(tiny_veca_config(), make_evaluation("veca"), make_recipe("veca"))
+    assert plain.data.base_model is None and "distilled from `facebook/dinov2-small`" in plain.text
