@@ -239,7 +239,7 @@ def read_task_table(path: str) -> dict:
     """The task table at `path` (TASK_TABLE_FORMAT), checked: a missing file, bad JSON or a wrong shape is a
     ValueError naming the file and what to write instead."""
     fix = (f"write {{\"format\": \"{TASK_TABLE_FORMAT}\", \"title\": str, \"caption\": str, \"header\": [str, ...], "
-           "\"rows\": [[str, ...], ...]}} with every row as long as the header (a task benchmark such as "
+           "\"rows\": [[str, ...], ...]} with every row as long as the header (a task benchmark such as "
            "benchmarks.sparse_recognition_veca writes one)")
     try:
         table = json.loads(Path(path).read_text())
