@@ -141,16 +141,22 @@ def finish_task_arguments(parser: argparse.ArgumentParser, argv, presets: dict, 
             for name, value in settings.items():
                 if getattr(args, name) == parser.get_default(name):
                     setattr(args, name, value)
-    if args.canvas_size <= 0 or args.canvas_size % CELL:
-        parser.error(f"--canvas-size {args.canvas_size} is not a positive multiple of {CELL}.")
     for name in ("train", "test", "batch_size", "finetune_epochs", "bootstrap", "latency_runs", *counts):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1.")
+    check_canvas_arguments(parser, args)
+    return args
+
+
+def check_canvas_arguments(parser: argparse.ArgumentParser, args) -> None:
+    """--canvas-size, --val against --train and --threads, as every benchmark of this task takes them
+    (benchmarks.task_pilot too); a bad value ends in parser.error."""
+    if args.canvas_size <= 0 or args.canvas_size % CELL:
+        parser.error(f"--canvas-size {args.canvas_size} is not a positive multiple of {CELL}.")
     if not 1 <= args.val < args.train:
         parser.error(f"--val {args.val} must lie in 1..--train - 1 ({args.train - 1}).")
     if args.threads is not None and args.threads < 1:
         parser.error(f"--threads {args.threads} must be at least 1.")
-    return args
 
 
 def parse_args(argv=None) -> argparse.Namespace:

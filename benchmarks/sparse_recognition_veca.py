@@ -169,14 +169,16 @@ def distil_student(args, name: str, student, teacher, train: list, targets: list
     return VecaModel.from_pretrained(str(output_dir / "final")).float().eval()
 
 
+def pooled_and_mean_patch(model, pixels: torch.Tensor, num_cores: int) -> torch.Tensor:
+    """(B, 2D) [pooled ; mean patch token] of a VECA at `num_cores` cores: the features every line is probed on."""
+    output = model(pixels, num_cores=num_cores)
+    return torch.cat([output.pooler_output, output.last_hidden_state[:, num_cores:].mean(1)], -1).float()
+
+
 @torch.inference_mode()
 def veca_features(model, split, num_cores: int, batch_size: int) -> torch.Tensor:
-    """(N, 2D) [pooled ; mean patch token] of a VECA at `num_cores` cores on every canvas of `split`."""
-    parts = []
-    for _, pixels in split.batches(batch_size):
-        output = model(pixels, num_cores=num_cores)
-        parts.append(torch.cat([output.pooler_output, output.last_hidden_state[:, num_cores:].mean(1)], -1).float())
-    return torch.cat(parts)
+    """(N, 2D) `pooled_and_mean_patch` of a VECA at `num_cores` cores on every canvas of `split`."""
+    return torch.cat([pooled_and_mean_patch(model, pixels, num_cores) for _, pixels in split.batches(batch_size)])
 
 
 # ---------------------------------------------------------------------------------------------------- the run
@@ -293,13 +295,10 @@ def fine_tune_line(task: Measure, student, num_cores: int, gflops: float) -> dic
     """The fine-tuning protocol (sparse_recognition's `finetune`): a copy of `student` and the head of its probe at
     `num_cores`, trained end to end at that budget; the epoch (0: the probe's head) chosen on the validation
     canvases."""
-
-    def features_of(backbone, rows, pixels, seed):
-        output = backbone(pixels, num_cores=num_cores)
-        return torch.cat([output.pooler_output, output.last_hidden_state[:, num_cores:].mean(1)], -1).float()
-
     backbone = copy.deepcopy(student).train().requires_grad_(True)
-    return task.finetuned(FineTuned(features_of, backbone, task.heads[line_name(FROM_TEACHER, num_cores)]), gflops)
+    head = task.heads[line_name(FROM_TEACHER, num_cores)]
+    return task.finetuned(FineTuned(lambda model, rows, pixels, seed: pooled_and_mean_patch(model, pixels, num_cores),
+                                    backbone, head), gflops)
 
 
 def measure_latency(args, teacher, students: dict, split, equal_size: int) -> dict:

@@ -25,12 +25,11 @@ import torch  # noqa: E402
 
 from corevision_hf.cli import HelpFormatter, error_line  # noqa: E402
 from corevision_hf.measure import threads_to_use  # noqa: E402
-from evaluation.sparse_digits import CELL  # noqa: E402
 from training.checkpointing import write_json  # noqa: E402
 
 from .common import restoring_threads  # noqa: E402
 from .distill_quality import load_teacher_model  # noqa: E402
-from .sparse_recognition import probe, task_splits, teacher_pass  # noqa: E402
+from .sparse_recognition import check_canvas_arguments, probe, task_splits, teacher_pass  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = [(50, 28), (50, 56), (50, 84), (0, 28), (0, 56)]  # (strokes, digit size) of the pilot in docs/tasks.md
@@ -64,12 +63,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.smoke:
         for name, value in SMOKE.items():
             setattr(args, name, value)
-    if args.canvas_size <= 0 or args.canvas_size % CELL:
-        parser.error(f"--canvas-size {args.canvas_size} is not a positive multiple of {CELL}.")
-    if not 1 <= args.val < args.train:
-        parser.error(f"--val {args.val} must lie in 1..--train - 1 ({args.train - 1}).")
-    if args.threads is not None and args.threads < 1:
-        parser.error(f"--threads {args.threads} must be at least 1.")
+    check_canvas_arguments(parser, args)
     return args
 
 
