@@ -47,6 +47,17 @@ def tiny_lookwhere_config(**overrides) -> LookWhereConfig:
     return LookWhereConfig(**{**fields, **overrides})
 
 
+def save_task_teacher(folder, **overrides) -> None:
+    """A tiny DINOv2 of patch 14 (the sparse-recognition canvases' cell) saved to `folder`, seeded: the teacher of the
+    task benchmarks' smoke runs (width 32, 3 layers, 2 heads)."""
+    from transformers import Dinov2Config, Dinov2Model
+
+    fields = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=2, intermediate_size=64, patch_size=14,
+                  image_size=56)
+    torch.manual_seed(0)
+    Dinov2Model(Dinov2Config(**{**fields, **overrides})).save_pretrained(folder)
+
+
 def lookwhere_training_numerics() -> dict:
     """The LookWhere student numerics the lookwhere-dinov2 recipe sets (the authors' JAX training): LayerNorm epsilon
     1e-5, tanh GELU in the MLPs and the map head, antialiased resizes of the selector's input and map."""

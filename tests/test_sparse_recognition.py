@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+from conftest import save_task_teacher
 from transformers import Dinov2Config, Dinov2Model
 
 from benchmarks import sparse_recognition as sr
@@ -94,9 +95,7 @@ def test_goals_are_met_or_missed_by_their_rules():
 
 @pytest.mark.slow
 def test_smoke_run_measures_every_line_and_states_every_goal(tmp_path):
-    torch.manual_seed(0)
-    Dinov2Model(Dinov2Config(hidden_size=32, num_hidden_layers=3, num_attention_heads=2, intermediate_size=64,
-                             patch_size=14, image_size=56)).save_pretrained(tmp_path / "teacher")
+    save_task_teacher(tmp_path / "teacher")
     teacher = Dinov2Model.from_pretrained(str(tmp_path / "teacher"))
     lookwhere_from_teacher(teacher, selector_depth=2, selector_image_size=42).save_pretrained(tmp_path / "photos")
     out = tmp_path / "out"

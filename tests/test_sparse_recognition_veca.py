@@ -4,7 +4,8 @@ import json
 
 import pytest
 import torch
-from transformers import Dinov2Config, Dinov2Model
+from conftest import save_task_teacher
+from transformers import Dinov2Model
 
 from benchmarks import sparse_recognition_veca as srv
 from benchmarks.sparse_recognition import probe, task_splits
@@ -16,9 +17,7 @@ from publishing.model_card import read_task_table
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     folder = tmp_path_factory.mktemp("veca_task")
-    torch.manual_seed(0)
-    Dinov2Model(Dinov2Config(hidden_size=32, num_hidden_layers=3, num_attention_heads=2, intermediate_size=64,
-                             patch_size=14, image_size=56)).save_pretrained(folder / "teacher")
+    save_task_teacher(folder / "teacher")
     srv.main(["--smoke", "--teacher", str(folder / "teacher"), "--out-dir", str(folder / "out"), "--scratch-dir",
               str(folder / "scratch"), "--threads", "1"])
     return folder, json.loads((folder / "out" / "sparse_recognition_veca.json").read_text())

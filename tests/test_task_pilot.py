@@ -5,7 +5,8 @@ import types
 
 import pytest
 import torch
-from transformers import Dinov2Config, Dinov2Model
+from conftest import save_task_teacher
+from transformers import Dinov2Model
 
 from benchmarks import task_pilot
 from benchmarks.sparse_recognition import task_splits
@@ -15,9 +16,7 @@ from evaluation.probes import fit_linear_classifier
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     folder = tmp_path_factory.mktemp("pilot")
-    torch.manual_seed(0)
-    Dinov2Model(Dinov2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                             patch_size=14, image_size=56)).save_pretrained(folder / "teacher")
+    save_task_teacher(folder / "teacher", num_hidden_layers=2)
     task_pilot.main(["--smoke", "--teacher", str(folder / "teacher"), "--out-dir", str(folder / "out"),
                      "--threads", "1"])
     return folder, json.loads((folder / "out" / "task_pilot.json").read_text())
