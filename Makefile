@@ -80,9 +80,9 @@ bench: setup
 	$(PYTHON) benchmarks/memory.py --out benchmarks/results/memory_cpu.json
 	$(PYTHON) benchmarks/onnx_speed.py --output benchmarks/results/onnx_cpu.json
 
-# Distillation quality on the held-out photos (6 students x 2 seeds and a same-seed rerun, 300 steps each, the step
+# Distillation quality on the held-out photos (7 students x 2 seeds and a same-seed rerun, 300 steps each, the step
 # picked on the validation photos, with their baselines; 22-27 minutes idle, 2-3x on a busy machine: docs/quality.md),
-# then the model cards of seed 0's VECA elastic and LookWhere-S from the teacher, budget tables included
+# then the model cards of seed 0's VECA elastic, LookWhere-S and VECA-S from the teacher, budget tables included
 # (benchmarks/results/cards/).
 # `make quality QUICK=1`: one seed and its reruns, 100 steps, everything under outputs/quality_quick/ (8.8 minutes idle;
 # 2-3x on a busy machine).
@@ -97,6 +97,8 @@ quality: setup $(VENV)/.teacher
 		--output-dir $(QUALITY_OUT)/cards/veca-ti $(CARD_ARGS)
 	$(PYTHON) -m evaluation.evaluate_budgets $(QUALITY_RUNS)/seed0/LookWhere-S_from_teacher/best \
 		--budgets 0.1 0.25 0.5 1.0 --output-dir $(QUALITY_OUT)/cards/lookwhere-s $(CARD_ARGS)
+	$(PYTHON) -m evaluation.evaluate_budgets $(QUALITY_RUNS)/seed0/VECA_from_teacher/best --budgets 1 2 4 8 16 32 \
+		--output-dir $(QUALITY_OUT)/cards/veca-s-from-teacher $(CARD_ARGS)
 
 # The sparse-recognition task of docs/tasks.md: the where check of the teacher's map targets, then
 # benchmarks.sparse_recognition (results in benchmarks/results/). `make tasks QUICK=1`: fewer canvases and steps,

@@ -22,6 +22,8 @@
    - VECA elastic: a random-init VECA of --width / --depth / --heads with a 32-core bank, nested dropout over the
      budgets 1, 2, 4, 8, 16, 32 (weights 1, 1, 2, 2, 3, 3, the config's rule), output projected to the teacher's width;
    - VECA fixed-4 and fixed-32: the same, always trained at 4 or at 32 cores (training_budgets=[C]);
+   - VECA from the teacher: a VECA of the teacher's size made from its weights (`veca_from_teacher`: patch embedding,
+     norms, attention and MLP copied; the 32-core bank new), nested dropout over the elastic student's budgets;
    - the dense ViT: a random-init ViT (transformers Dinov2Model) of the same width and depth, with a linear output
      projection to the teacher's width (as VECA's), VECA's loss;
    - LookWhere-S, random init: the teacher's architecture (width 384, 12 layers), selector of 3 blocks at
@@ -42,7 +44,8 @@
    - constant: that same mean CLS and patch token, predicted for every photo and patch (0 on the centred measures);
    - teacher at equal FLOPs: the teacher run at the largest multiple of 14 px whose GFLOPs do not exceed the
      student's at that budget, its patch grid resized (bilinear) to the full grid;
-   - init: each student's untrained initialisation (random, or the teacher's weights for LookWhere from the teacher).
+   - init: each student's untrained initialisation (random, or the teacher's weights for VECA and LookWhere from the
+     teacher).
    Each mean carries a 95% interval (benchmarks.quality_stats: photo, seed and rerun-drift terms, t on the
    Welch-Satterthwaite df), each student a paired difference to each reference line (and a ratio on the raw measures).
 5. The selector's worth: LookWhere-S from the teacher (trained, and untrained) at k_ratio 0.1 with the patches its
@@ -85,7 +88,7 @@ from transformers.models.dinov2.modeling_dinov2 import Dinov2PreTrainedModel  # 
 from corevision_hf.cli import HelpFormatter
 import corevision_hf  # noqa: E402
 from corevision_hf import (  # noqa: E402
-    LookWhereModel, VecaConfig, VecaModel, lookwhere_flops, lookwhere_from_teacher, veca_flops,
+    LookWhereModel, VecaConfig, VecaModel, lookwhere_flops, lookwhere_from_teacher, veca_flops, veca_from_teacher,
 )
 from corevision_hf.cli import error_line  # noqa: E402
 from corevision_hf.offline import load_dinov2_small_teacher  # noqa: E402
@@ -135,14 +138,15 @@ STUDENTS = {
     "VECA elastic": ("veca", "VECA", "lr_veca"),
     "VECA fixed-4": ("veca", "VECA", "lr_veca"),
     "VECA fixed-32": ("veca", "VECA", "lr_veca"),
+    "VECA from teacher": ("veca", "VECA from teacher", "lr_veca_teacher"),
     "dense ViT": ("dense", "dense ViT", "lr_dense"),
     "LookWhere-S random init": ("lookwhere", "LookWhere-S random", "lr_lookwhere"),
     "LookWhere-S from teacher": ("lookwhere", "LookWhere-S from teacher", "lr_lookwhere_teacher"),
 }
-SWEPT = ("VECA elastic", "dense ViT", "LookWhere-S random init", "LookWhere-S from teacher")
+SWEPT = ("VECA elastic", "VECA from teacher", "dense ViT", "LookWhere-S random init", "LookWhere-S from teacher")
 # trained a second time for --rerun-seed with identical settings
 RERUN_STUDENTS = ("VECA elastic", "LookWhere-S from teacher")
-SWEEP_LRS = {"lr_veca": (3e-4, 1e-3, 3e-3), "lr_dense": (3e-4, 1e-3, 3e-3), "lr_lookwhere": (3e-4, 1e-3, 3e-3),
+SWEEP_LRS = {"lr_veca": (3e-4, 1e-3, 3e-3), "lr_veca_teacher": (1e-4, 3e-4, 1e-3), "lr_dense": (3e-4, 1e-3, 3e-3), "lr_lookwhere": (3e-4, 1e-3, 3e-3),
              "lr_lookwhere_teacher": (3e-5, 1e-4, 3e-4)}
 ELASTICITY_TARGET, EQUAL_FLOPS_TARGET = 0.96, 0.95
 SMOKE = dict(steps=4, batch_size=2, image_size=28, resolutions=[28, 56], copies=1, crop_cycle=1, width=16, depth=2,
@@ -167,6 +171,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--depth", type=int, default=6, help="VECA and dense student layers (ViT-Ti width, half its depth, to fit the time)")
     parser.add_argument("--heads", type=int, default=3, help="VECA and dense student heads")
     parser.add_argument("--lr-veca", type=float, default=1e-3, help="peak lr of the VECA students")
+    parser.add_argument("--lr-veca-teacher", type=float, default=1e-4, help="peak lr of VECA from the teacher "
+                        "(chosen by --sweep-lr on the validation photos: benchmarks/results/lr_sweep_veca_teacher.json)")
     parser.add_argument("--lr-dense", type=float, default=1e-3, help="peak lr of the dense student")
     parser.add_argument("--lr-lookwhere", type=float, default=1e-3, help="peak lr of the random-init LookWhere")
     parser.add_argument("--lr-lookwhere-teacher", type=float, default=1e-4, help="peak lr of LookWhere from the teacher")
@@ -285,6 +291,11 @@ def new_student(name: str, teacher, args, seed: int):
     family = STUDENTS[name][0]
     torch.manual_seed(seed)
     width = teacher.config.hidden_size
+    if name == "VECA from teacher":  # the teacher's width and depth, its weights where VECA has a place for them
+        model = veca_from_teacher(teacher, num_cores=NUM_CORES, image_size=args.image_size,
+                                  training_budgets=list(ELASTIC_BUDGETS))
+        budgets, weights = model.config.training_budgets, model.config.training_budget_weights
+        return model, veca_step_loss, lambda step: {"num_cores": draw(budgets, weights, seed, step)}
     if family == "veca":
         budgets = {"VECA elastic": list(ELASTIC_BUDGETS), "VECA fixed-4": [4], "VECA fixed-32": [NUM_CORES]}[name]
         config = VecaConfig.from_preset(
@@ -734,7 +745,7 @@ def sweep(args, teacher, source, scratch, train_dir, train_names) -> dict:
             rows.append({"student": name, "lr": lr, "score": statistics.fmean(cells), **record})
             print(f"      validation score {rows[-1]['score']:.4f}", flush=True)
     chosen = {STUDENTS[name][2]: max((r for r in rows if r["student"] == name), key=lambda r: r["score"])["lr"]
-              for name in SWEPT}
+              for name in SWEPT if any(r["student"] == name for r in rows)}
     print("  chosen: " + ", ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in chosen.items()))
     return {"validation_photos": [p.name for p in val.paths], "steps": args.sweep_steps, "seed": seed, "rows": rows,
             "chosen": chosen}
@@ -992,6 +1003,9 @@ def selection_rows(args, measured: dict, untrained: dict, drift: dict) -> list[d
 # The `learning` table: name -> (what, goal: "above" 2 x half-width, or "not_below" -1 x half-width).
 LEARNING = {
     "veca_centred_patch": ("VECA elastic at its full bank, centred patch cosine", "above"),
+    "veca_teacher_centred_patch": ("VECA from the teacher at its full bank, centred patch cosine", "above"),
+    "veca_teacher_trained_minus_untrained": ("VECA from the teacher at its full bank: after training minus before "
+                                             "(the teacher's weights, new cores), centred patch cosine", "above"),
     "lookwhere_centred_patch_k01": ("LookWhere-S from the teacher at k_ratio 0.1, centred patch cosine", "above"),
     "lookwhere_selector_minus_random": ("LookWhere-S from the teacher at k_ratio 0.1: its trained selector's patches "
                                         "minus random patches, centred patch cosine", "above"),
@@ -1012,8 +1026,16 @@ def learning(args, report: dict, measured: dict, untrained: dict, drift: dict) -
                          and row["model"] == name)
         k1 = [measured[name, s]["k_ratio=1"]["agreement"][r]["patch_centred"] for s in args.seeds]
         k1_before = [untrained[init, s]["k_ratio=1"]["agreement"][r]["patch_centred"] for s in args.seeds]
+        full_bank = f"cores={NUM_CORES}"
+        veca_after = [measured["VECA from teacher", s][full_bank]["agreement"][r]["patch_centred"] for s in args.seeds]
+        veca_before = [untrained["VECA from teacher", s][full_bank]["agreement"][r]["patch_centred"]
+                       for s in args.seeds]
         entries = {
-            "veca_centred_patch": rows["VECA elastic", f"cores={NUM_CORES}"]["differences"]["constant"]["patch_centred"],
+            "veca_centred_patch": rows["VECA elastic", full_bank]["differences"]["constant"]["patch_centred"],
+            "veca_teacher_centred_patch":
+                rows["VECA from teacher", full_bank]["differences"]["constant"]["patch_centred"],
+            "veca_teacher_trained_minus_untrained":
+                stats.paired_difference(veca_after, veca_before, drift[r, "patch_centred"]),
             "lookwhere_centred_patch_k01": rows[name, "k_ratio=0.1"]["differences"]["constant"]["patch_centred"],
             "lookwhere_selector_minus_random": selection["selector_minus"]["random"],
             "lookwhere_k1_trained_minus_untrained": stats.paired_difference(k1, k1_before, drift[r, "patch_centred"]),
@@ -1151,7 +1173,7 @@ def relative(path: Path) -> str:
 
 
 STYLES = {"VECA elastic": ("tab:blue", "o"), "VECA fixed-4": ("tab:cyan", "v"), "VECA fixed-32": ("tab:purple", "^"),
-          "dense ViT": ("tab:green", "D"), "LookWhere-S random init": ("tab:red", "s"),
+          "VECA from teacher": ("tab:brown", "X"), "dense ViT": ("tab:green", "D"), "LookWhere-S random init": ("tab:red", "s"),
           "LookWhere-S from teacher": ("tab:orange", "P")}
 
 
@@ -1211,7 +1233,7 @@ def plot_quality(result: dict, path: Path) -> None:
             axis.set_title(f"{names[metric]}, {r} px (LookWhere labels: k_ratio)", fontsize=10)
             axis.grid(alpha=0.3)
         for axis, metric in zip(row_axes[2:], PLOT_METRICS):
-            for name in ("VECA elastic", "VECA fixed-4", "VECA fixed-32"):
+            for name in ("VECA elastic", "VECA fixed-4", "VECA fixed-32", "VECA from teacher"):
                 colour, marker = STYLES[name]
                 points = [s for s in block["students"] if s["student"] == name]
                 cores = [int(p["setting"].split("=")[1]) for p in points]
@@ -1219,9 +1241,10 @@ def plot_quality(result: dict, path: Path) -> None:
                               yerr=[[p[metric]["mean"] - p[metric]["low"] for p in points],
                                     [p[metric]["high"] - p[metric]["mean"] for p in points]],
                               color=colour, marker=marker, capsize=2, label=name)
-            init = [base["init"][f"VECA/cores={c}"][metric]["mean"] for c in ELASTIC_BUDGETS]
-            axis.plot(ELASTIC_BUDGETS, init, color="0.6", linestyle=":", marker="o", markerfacecolor="none",
-                      label="VECA untrained")
+            for init, colour in (("VECA", "0.6"), ("VECA from teacher", STYLES["VECA from teacher"][0])):
+                starts = [base["init"][f"{init}/cores={c}"][metric]["mean"] for c in ELASTIC_BUDGETS]
+                axis.plot(ELASTIC_BUDGETS, starts, color=colour, linestyle=":", marker="o", markerfacecolor="none",
+                          label=f"{'VECA random' if init == 'VECA' else init} untrained")
             axis.axhline(base["constant"][metric]["mean"], color="0.4", linestyle="--", label="constant")
             axis.set_xscale("log", base=2)
             axis.set_xticks(ELASTIC_BUDGETS, [str(c) for c in ELASTIC_BUDGETS])

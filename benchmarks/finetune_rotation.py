@@ -1,12 +1,15 @@
 """Fine-tuned against probe on held-out images: the paired bootstrap of runs of `python -m training.finetune`.
 
-    python -m benchmarks.finetune_rotation --pair grouped RUN_FT RUN_PROBE [--pair NAME RUN_FT RUN_PROBE ...]
+    python -m benchmarks.finetune_rotation --pair grouped RUN_FT RUN_PROBE [--pair NAME RUN_FT RUN_PROBE ...] \
+        [--groups '(.+)_\\d+$']
 
 Each RUN is an --output-dir of `training.finetune` with --eval-data (RUN_PROBE: the same command with --epochs 0).
 For each run it reads the best epoch and its validation accuracy, and predicts every held-out image with best/ at the
 run's evaluation budget (checked against the run's own held-out accuracy). For each pair it resamples the held-out
 images with replacement (--resamples, seeded), the same draw for both runs, and reports the fine-tuned minus probe
-held-out accuracy with its 95% percentile interval. The JSON (default under outputs/) holds the runs' commands, the
+held-out accuracy with its 95% percentile interval. With --groups REGEX it resamples whole groups instead (the first
+group of REGEX in the file name without suffix, as training.finetune's --val-groups: every crop of one photo, both ways
+up), since several crops of one photo are not independent draws. The JSON (default under outputs/) holds the runs' commands, the
 --setup commands that made their inputs, and each run's held-out predictions as a string ("1": right, in file order).
 """
 
@@ -39,8 +42,8 @@ def run_result(folder: str, threads: int) -> dict:
     recorded = json.load(open(os.path.join(best, "heldout.json")))
     model = load_checked(AutoModelForImageClassification, best).eval()
     budget = finetune.budgets(args, model.config)[1]
-    correct = []
-    for batch in finetune.loader(finetune.labelled_files(args.eval_data, train=False)[0], args.image_size, 8, 0):
+    correct, examples = [], finetune.labelled_files(args.eval_data, train=False)[0]
+    for batch in finetune.loader(examples, args.image_size, 8, 0):
         with torch.no_grad():
             logits = model(batch["pixel_values"], **budget).logits
         correct += (logits.argmax(-1) == batch["labels"]).tolist()
@@ -50,20 +53,43 @@ def run_result(folder: str, threads: int) -> dict:
     card = open(os.path.join(best, "README.md")).read()
     command = card.split("Command: `", 1)[1].split("`\n", 1)[0]
     return {"command": command, "best_epoch": validation["epoch"], "validation_accuracy": validation["accuracy"],
-            "heldout_accuracy": accuracy, "heldout_correct": "".join(str(int(c)) for c in correct)}
+            "heldout_accuracy": accuracy, "heldout_correct": "".join(str(int(c)) for c in correct),
+            "heldout_files": [os.path.relpath(path, args.eval_data) for path, _ in examples]}
 
 
-def paired_bootstrap(first: str, second: str, resamples: int, seed: int) -> dict:
+def paired_bootstrap(first: str, second: str, resamples: int, seed: int, groups: list[str] | None = None) -> dict:
     """Mean of first - second (strings of "1" right, "0" wrong, one character per image) over the images, and the
-    2.5 / 97.5 percentiles of that mean over `resamples` draws of the images with replacement (one draw for both)."""
+    2.5 / 97.5 percentiles of that mean over `resamples` draws with replacement (one draw for both runs): of the
+    images, or with `groups` (one key per image) of whole groups, each draw's mean taken over the images it holds."""
     import numpy as np
 
+    if len(first) != len(second) or (groups is not None and len(groups) != len(first)):
+        raise ValueError(f"the runs were evaluated on different held-out sets ({len(first)} and {len(second)} images"
+                         f"{f', {len(groups)} group keys' if groups is not None else ''}).")
     difference = np.array([int(c) for c in first], dtype=float) - np.array([int(c) for c in second], dtype=float)
-    draws = np.random.default_rng(seed).integers(0, len(difference), size=(resamples, len(difference)))
-    means = difference[draws].mean(1)
+    keys = list(range(len(difference))) if groups is None else groups
+    names = sorted(set(keys), key=keys.index)
+    index = np.array([names.index(k) for k in keys])
+    sums, counts = np.bincount(index, difference), np.bincount(index)  # per group
+    draws = np.random.default_rng(seed).integers(0, len(names), size=(resamples, len(names)))
+    means = sums[draws].sum(1) / counts[draws].sum(1)
     low, high = np.percentile(means, [2.5, 97.5])
     return {"difference": float(difference.mean()), "interval_95": [float(low), float(high)],
-            "resamples": resamples, "seed": seed, "images": len(difference)}
+            "resamples": resamples, "seed": seed, "images": len(difference),
+            **({"groups": len(names)} if groups is not None else {})}
+
+
+def group_keys(files: list[str], pattern: str) -> list[str]:
+    """The group of each held-out file: the first group of `pattern` (or its whole match) in its name without suffix;
+    a name it does not match is its own group."""
+    import re
+
+    keys = []
+    for file in files:
+        stem = os.path.splitext(os.path.basename(file))[0]
+        match = re.search(pattern, stem)
+        keys.append(stem if match is None else match.group(1) if match.groups() else match.group(0))
+    return keys
 
 
 def main(argv=None) -> dict:
@@ -71,23 +97,39 @@ def main(argv=None) -> dict:
                                      formatter_class=HelpFormatter)
     parser.add_argument("--pair", nargs=3, action="append", required=True, metavar=("NAME", "RUN_FT", "RUN_PROBE"))
     parser.add_argument("--resamples", type=int, default=2000)
+    parser.add_argument("--groups", default=None, metavar="REGEX", help="resample whole groups of held-out images: "
+                        "the first group of REGEX in the file name (e.g. '(.+)_\\d+$': every crop of one photo)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--setup", action="append", default=[], help="a command that made the runs' inputs, recorded")
     parser.add_argument("--output", default="outputs/finetune_rotation.json")
     args = parser.parse_args(argv)
+    if args.resamples < 1 or args.threads < 1:
+        parser.error("--resamples and --threads must be at least 1.")
+    if args.groups is not None:
+        import re
+
+        try:
+            re.compile(args.groups)
+        except re.error as error:
+            parser.error(f"--groups is no regular expression ({error}): got {args.groups!r}.")
     result = {"setup": args.setup, "command": " ".join(["python", "-m", "benchmarks.finetune_rotation", *map(
         shlex.quote, sys.argv[1:] if argv is None else argv)]), "pairs": {}}
     for name, fine_tuned, probe in args.pair:
         runs = {"fine_tuned": run_result(fine_tuned, args.threads), "probe": run_result(probe, args.threads)}
+        if runs["fine_tuned"]["heldout_files"] != runs["probe"]["heldout_files"]:
+            raise ValueError(f"{fine_tuned} and {probe} were evaluated on different held-out images: give both the "
+                             "same --eval-data.")
+        groups = None if args.groups is None else group_keys(runs["probe"]["heldout_files"], args.groups)
         bootstrap = paired_bootstrap(runs["fine_tuned"]["heldout_correct"], runs["probe"]["heldout_correct"],
-                                     args.resamples, args.seed)
+                                     args.resamples, args.seed, groups)
         result["pairs"][name] = {**runs, "fine_tuned_minus_probe_heldout": bootstrap}
         for kind, outcome in runs.items():
             print(f"{name} {kind}: best epoch {outcome['best_epoch']}, validation {outcome['validation_accuracy']:.4f}, "
                   f"held-out {outcome['heldout_accuracy']:.4f}")
         print(f"{name}: fine-tuned - probe held-out {bootstrap['difference']:+.4f}, 95% interval "
-              f"[{bootstrap['interval_95'][0]:+.4f}, {bootstrap['interval_95'][1]:+.4f}]")
+              f"[{bootstrap['interval_95'][0]:+.4f}, {bootstrap['interval_95'][1]:+.4f}]"
+              + (f" (resampling {bootstrap['groups']} groups)" if groups is not None else ""))
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     with open(args.output, "w") as f:
         json.dump(result, f, indent=1)

@@ -4,8 +4,9 @@ Writes two ImageFolders (one sub-folder per class, `upright/` and `upside_down/`
 
   - OUT/train: crops of the training photos (assets/photos, assets/wallpaper_photos/train), each saved upright and
     rotated by 180 degrees, `--train-images` in all;
-  - OUT/heldout: one crop (80-100 % of the shorter side) of every photo in assets/heldout, upright and rotated: for
-    evaluation only.
+  - OUT/heldout: `--heldout-crops` crops (80-100 % of the shorter side) of every photo in assets/heldout, upright and
+    rotated: for evaluation only (several crops of a photo are not independent: bootstrap over photos,
+    `benchmarks.finetune_rotation --groups`).
 
 The crops are square, a random 60-100 % of the photo's shorter side at a random place, resized to `--size` px; the
 draws are seeded, so the folders are the same bits on every run. Both copies of a crop have the same name,
@@ -63,6 +64,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--output-dir", default="outputs/rotation")
     parser.add_argument("--train-images", type=int, default=200, help="crops of the training photos, both ways up")
+    parser.add_argument("--heldout-crops", type=int, default=1, help="crops of each held-out photo, both ways up")
     parser.add_argument("--size", type=int, default=224, help="side of the square crops in pixels")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -70,13 +72,15 @@ def main(argv=None) -> None:
     if args.train_images % (2 * len(train_files)):
         parser.error(f"--train-images must be a multiple of {2 * len(train_files)} (two per crop of each of the "
                      f"{len(train_files)} training photos), got {args.train_images}.")
+    if args.train_images < 1 or args.heldout_crops < 1 or args.size < 1:
+        parser.error("--train-images, --heldout-crops and --size must be positive.")
     output = Path(args.output_dir)
     for split in ("train", "heldout"):
         shutil.rmtree(output / split, ignore_errors=True)
     rng = random.Random(args.seed)
     crops = args.train_images // (2 * len(train_files))
     train = write_pairs(train_files, output / "train", crops, args.size, rng, (0.6, 1.0))
-    heldout = write_pairs(photos([HELDOUT_PHOTOS]), output / "heldout", 1, args.size, rng, (0.8, 1.0))
+    heldout = write_pairs(photos([HELDOUT_PHOTOS]), output / "heldout", args.heldout_crops, args.size, rng, (0.8, 1.0))
     print(f"wrote {train} training images to {output / 'train'} and {heldout} held-out images to {output / 'heldout'}")
 
 
