@@ -146,8 +146,8 @@ STUDENTS = {
 SWEPT = ("VECA elastic", "VECA from teacher", "dense ViT", "LookWhere-S random init", "LookWhere-S from teacher")
 # trained a second time for --rerun-seed with identical settings
 RERUN_STUDENTS = ("VECA elastic", "LookWhere-S from teacher")
-SWEEP_LRS = {"lr_veca": (3e-4, 1e-3, 3e-3), "lr_veca_teacher": (1e-4, 3e-4, 1e-3), "lr_dense": (3e-4, 1e-3, 3e-3), "lr_lookwhere": (3e-4, 1e-3, 3e-3),
-             "lr_lookwhere_teacher": (3e-5, 1e-4, 3e-4)}
+SWEEP_LRS = {"lr_veca": (3e-4, 1e-3, 3e-3), "lr_veca_teacher": (1e-4, 3e-4, 1e-3), "lr_dense": (3e-4, 1e-3, 3e-3),
+             "lr_lookwhere": (3e-4, 1e-3, 3e-3), "lr_lookwhere_teacher": (3e-5, 1e-4, 3e-4)}
 ELASTICITY_TARGET, EQUAL_FLOPS_TARGET = 0.96, 0.95
 SMOKE = dict(steps=4, batch_size=2, image_size=28, resolutions=[28, 56], copies=1, crop_cycle=1, width=16, depth=2,
              heads=2, views=2, pairs=1, sweep_steps=2, eval_every=2, freeze_extractor_steps=2, extractor_warmup_steps=1,
@@ -1173,8 +1173,8 @@ def relative(path: Path) -> str:
 
 
 STYLES = {"VECA elastic": ("tab:blue", "o"), "VECA fixed-4": ("tab:cyan", "v"), "VECA fixed-32": ("tab:purple", "^"),
-          "VECA from teacher": ("tab:brown", "X"), "dense ViT": ("tab:green", "D"), "LookWhere-S random init": ("tab:red", "s"),
-          "LookWhere-S from teacher": ("tab:orange", "P")}
+          "VECA from teacher": ("tab:brown", "X"), "dense ViT": ("tab:green", "D"),
+          "LookWhere-S random init": ("tab:red", "s"), "LookWhere-S from teacher": ("tab:orange", "P")}
 
 
 def plot_quality(result: dict, path: Path) -> None:

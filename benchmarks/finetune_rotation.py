@@ -9,8 +9,9 @@ run's evaluation budget (checked against the run's own held-out accuracy). For e
 images with replacement (--resamples, seeded), the same draw for both runs, and reports the fine-tuned minus probe
 held-out accuracy with its 95% percentile interval. With --groups REGEX it resamples whole groups instead (the first
 group of REGEX in the file name without suffix, as training.finetune's --val-groups: every crop of one photo, both ways
-up), since several crops of one photo are not independent draws. The JSON (default under outputs/) holds the runs' commands, the
---setup commands that made their inputs, and each run's held-out predictions as a string ("1": right, in file order).
+up), since several crops of one photo are not independent draws. The JSON (default under outputs/) holds the runs'
+commands, the --setup commands that made their inputs, and each run's held-out predictions as a string ("1": right, in
+file order) with the files they are of.
 """
 
 import argparse

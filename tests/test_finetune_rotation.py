@@ -34,3 +34,27 @@ def test_group_keys_follow_the_val_groups_rule():
 
     files = ["upright/beach_0.png", "upside_down/beach_0.png", "upright/beach_11.png", "upright/odd.png"]
     assert group_keys(files, r"(.+)_\d+$") == ["beach", "beach", "beach", "odd"]
+
+
+def test_rotation_task_writes_heldout_crops_per_photo_and_the_same_training_folder(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "rotation_task.py"
+    spec = importlib.util.spec_from_file_location("rotation_task", path)
+    task = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(task)
+    photos = len(task.photos([task.HELDOUT_PHOTOS]))
+    task.main(["--output-dir", str(tmp_path / "one"), "--train-images", "50", "--size", "28"])
+    task.main(["--output-dir", str(tmp_path / "three"), "--train-images", "50", "--size", "28", "--heldout-crops", "3"])
+    held_out = sorted(p.relative_to(tmp_path / "three" / "heldout").as_posix()
+                      for p in (tmp_path / "three" / "heldout").rglob("*.png"))
+    assert len(held_out) == 2 * 3 * photos  # both ways up, three crops of each photo
+    assert {name.rsplit("_", 1)[1] for name in held_out} == {"0.png", "1.png", "2.png"}
+    # the training crops are drawn first: more held-out crops leave the training folder as it was, bit for bit
+    one, three = tmp_path / "one" / "train", tmp_path / "three" / "train"
+    assert len(list(one.rglob("*.png"))) == 50
+    for image in one.rglob("*.png"):
+        assert image.read_bytes() == (three / image.relative_to(one)).read_bytes()
+    with pytest.raises(SystemExit):
+        task.main(["--output-dir", str(tmp_path / "bad"), "--train-images", "50", "--heldout-crops", "0"])
