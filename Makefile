@@ -81,11 +81,11 @@ bench: setup
 	$(PYTHON) benchmarks/onnx_speed.py --output benchmarks/results/onnx_cpu.json
 
 # Distillation quality on the held-out photos (7 students x 2 seeds and a same-seed rerun, 300 steps each, the step
-# picked on the validation photos, with their baselines; 35-40 minutes idle (estimated), 2-3x on a busy machine: docs/quality.md),
-# then the model cards of seed 0's VECA elastic, LookWhere-S and VECA-S from the teacher, budget tables included
-# (benchmarks/results/cards/).
-# `make quality QUICK=1`: one seed and its reruns, 100 steps, everything under outputs/quality_quick/ (8.8 minutes idle before VECA from the teacher joined;
-# 2-3x on a busy machine).
+# picked on the validation photos, with their baselines; 35-40 minutes idle (estimated), 2-3x on a busy machine:
+# docs/quality.md), then the model cards of seed 0's VECA elastic, LookWhere-S and VECA-S from the teacher, budget
+# tables included (benchmarks/results/cards/).
+# `make quality QUICK=1`: one seed and its reruns, 100 steps, everything under outputs/quality_quick/ (8.8 minutes
+# idle before VECA from the teacher joined; 2-3x on a busy machine).
 QUALITY_OUT := $(if $(QUICK),outputs/quality_quick,benchmarks/results)
 QUALITY_RUNS := $(if $(QUICK),outputs/quality_quick/runs,outputs/distill_quality)
 CARD_ARGS = --latency-runs $(if $(QUICK),5,20) --resolutions 112 224 --teacher offline-dinov2-small \

@@ -68,29 +68,24 @@ def paired_bootstrap(first: str, second: str, resamples: int, seed: int, groups:
         raise ValueError(f"the runs were evaluated on different held-out sets ({len(first)} and {len(second)} images"
                          f"{f', {len(groups)} group keys' if groups is not None else ''}).")
     difference = np.array([int(c) for c in first], dtype=float) - np.array([int(c) for c in second], dtype=float)
-    keys = list(range(len(difference))) if groups is None else groups
-    names = sorted(set(keys), key=keys.index)
-    index = np.array([names.index(k) for k in keys])
+    keys = range(len(difference)) if groups is None else groups
+    number = {key: i for i, key in enumerate(dict.fromkeys(keys))}  # groups numbered in order of first appearance
+    index = np.array([number[key] for key in keys])
     sums, counts = np.bincount(index, difference), np.bincount(index)  # per group
-    draws = np.random.default_rng(seed).integers(0, len(names), size=(resamples, len(names)))
+    draws = np.random.default_rng(seed).integers(0, len(number), size=(resamples, len(number)))
     means = sums[draws].sum(1) / counts[draws].sum(1)
     low, high = np.percentile(means, [2.5, 97.5])
     return {"difference": float(difference.mean()), "interval_95": [float(low), float(high)],
             "resamples": resamples, "seed": seed, "images": len(difference),
-            **({"groups": len(names)} if groups is not None else {})}
+            **({"groups": len(number)} if groups is not None else {})}
 
 
 def group_keys(files: list[str], pattern: str) -> list[str]:
-    """The group of each held-out file: the first group of `pattern` (or its whole match) in its name without suffix;
-    a name it does not match is its own group."""
-    import re
+    """The group of each held-out file, by training.finetune's --val-groups rule (`group_key`); a name `pattern` does
+    not match is its own group."""
+    from training.finetune import group_key
 
-    keys = []
-    for file in files:
-        stem = os.path.splitext(os.path.basename(file))[0]
-        match = re.search(pattern, stem)
-        keys.append(stem if match is None else match.group(1) if match.groups() else match.group(0))
-    return keys
+    return [group_key(file, pattern) or os.path.splitext(os.path.basename(file))[0] for file in files]
 
 
 def main(argv=None) -> dict:

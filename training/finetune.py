@@ -148,18 +148,24 @@ def labelled_files(folder: str, train: bool) -> tuple[list[tuple[str, int]], lis
     return [(file, classes.index(Path(file).relative_to(root).parts[0])) for file in files], classes
 
 
-def source_groups(examples: list, pattern: str) -> list[str]:
-    """The group of each (path, label) example: the first group of `pattern` (or its whole match when it has none)
-    searched in the file name without suffix, so that one key may name files in several class folders."""
+def group_key(path: str, pattern: str) -> str | None:
+    """The group of the file at `path`: the first group of `pattern` (or its whole match when it has none) searched
+    in the file name without suffix, so that one key may name files in several class folders; None where it does not
+    match."""
     from pathlib import Path
 
-    keys = []
-    for path, _ in examples:
-        match = re.search(pattern, Path(path).stem)
-        if match is None:
-            raise ValueError(f"--val-groups {pattern!r} does not match {Path(path).name}: give a pattern every "
-                             "training file name matches.")
-        keys.append(match.group(1) if match.re.groups else match.group(0))
+    match = re.search(pattern, Path(path).stem)
+    return None if match is None else match.group(1) if match.re.groups else match.group(0)
+
+
+def source_groups(examples: list, pattern: str) -> list[str]:
+    """The `group_key` of each (path, label) example; a file name `pattern` does not match is an error."""
+    from pathlib import Path
+
+    keys = [group_key(path, pattern) for path, _ in examples]
+    if None in keys:
+        raise ValueError(f"--val-groups {pattern!r} does not match {Path(examples[keys.index(None)][0]).name}: give a "
+                         "pattern every training file name matches.")
     return keys
 
 
