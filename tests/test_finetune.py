@@ -119,6 +119,10 @@ def test_layer_decay_scales_blocks_below_the_head():
     (["--eval-data", "{train}"], "--eval-data shares 20 images with --data"),
     (["--val-groups", "(photo"], "--val-groups is no regular expression"),
     (["--val-groups", "^photo"], "--val-groups '^photo' does not match"),
+    (["--crop-scale", "0:1"], "--crop-scale needs 0 < LOW <= HIGH <= 1"),
+    (["--crop-scale", "half"], "--crop-scale takes LOW:HIGH or one value"),
+    (["--probe-weight-decay", "1e-2,-1"], "--probe-weight-decay must be positive and finite"),
+    (["--probe-weight-decay", "1e-2;1"], "--probe-weight-decay takes one penalty or several, comma-separated"),
 ])
 def test_bad_arguments_are_one_line(folders, tmp_path, capsys, extra, message):
     extra = [arg.format(train=folders["train"]) for arg in extra]
@@ -173,3 +177,73 @@ def test_val_groups_is_recorded_in_run_json_and_the_card(folders, tmp_path, caps
     assert r"validation: 4 of 20 images, 2 of 10 groups by --val-groups '^\\d'" in capsys.readouterr().out
     assert json.loads((tmp_path / "run" / "run.json").read_text())["args"]["val_groups"] == r"^\d"
     assert r"whole groups by --val-groups `^\d`" in (tmp_path / "run" / "best" / "README.md").read_text()
+
+
+def test_random_crops_sample_the_drawn_square_of_a_ramp():
+    """On an image whose value is its x (or y) coordinate, a bilinear crop of side s centred at c gives s x + c at
+    each output pixel, clamped to the image's outer pixel centres (border padding): the draws replayed by hand."""
+    size = 16
+    centres = (torch.arange(size) + 0.5) / size * 2 - 1  # align_corners=False: pixel centres in (-1, 1)
+    ramps = torch.stack([centres.expand(size, size), centres[:, None].expand(size, size)])  # x, then y
+    images = ramps.expand(5, 2, size, size).contiguous()
+    torch.manual_seed(3)
+    cropped = finetune.random_crops(images, 0.3, 0.8)
+    torch.manual_seed(3)
+    side = 0.3 + 0.5 * torch.rand(5)
+    centre = (1 - side)[:, None] * (2 * torch.rand(5, 2) - 1)
+    for axis, grid in ((0, centres[None, None, :]), (1, centres[None, :, None])):
+        expected = (side[:, None, None] * grid + centre[:, axis, None, None]).clamp(centres[0], centres[-1])
+        torch.testing.assert_close(cropped[:, axis], expected.expand(5, size, size), atol=1e-5, rtol=0)
+    assert (side < 0.8).all() and (side > 0.3).all() and (centre.abs() <= 1 - side[:, None]).all()
+    torch.testing.assert_close(finetune.random_crops(images, 1.0, 1.0), images, atol=1e-6, rtol=0)  # side 1: as is
+
+
+def test_several_probe_penalties_keep_the_best_on_validation(monkeypatch):
+    """choose_probe folds in the probe whose validation accuracy is highest, as fitting each one alone shows."""
+    from corevision_hf import VecaForImageClassification
+
+    torch.manual_seed(0)
+    signal = torch.randn(64, 128)
+    labels = (signal[:, 0] + 0.8 * torch.randn(64) > 0).long()  # a noisy rule: heavy penalties help
+    features = {"train": (signal[:32], labels[:32]), "validation": (signal[32:], labels[32:])}
+    monkeypatch.setattr(finetune, "head_features", lambda model, batches, *args: features[batches])
+    model = VecaForImageClassification(tiny_veca_config(num_labels=2))
+    penalties = [1e-4, 1e-1, 10.0]
+    chosen = finetune.choose_probe(model, "train", "validation", {}, "cpu", penalties)
+    accuracy = {}
+    for penalty in penalties:
+        probe = fit_linear_classifier(*features["train"], 2, penalty, per_feature=False)
+        accuracy[penalty] = (probe(signal[32:]).argmax(-1) == labels[32:]).float().mean().item()
+    assert chosen["validation"] == accuracy and len(set(accuracy.values())) > 1
+    assert chosen["weight_decay"] == max(penalties, key=lambda penalty: (accuracy[penalty], penalty))
+    probe = fit_linear_classifier(*features["train"], 2, chosen["weight_decay"], per_feature=False)
+    torch.testing.assert_close(model.classifier(signal), probe(signal), rtol=1e-4, atol=1e-4)
+
+
+def test_probe_penalty_choice_and_crops_are_printed_and_carded(folders, tmp_path, capsys):
+    finetune.main(arguments(folders, "veca", tmp_path / "run", "--epochs", "1", "--probe-weight-decay", "1e-2,1",
+                            "--crop-scale", "0.5:1"))
+    out = capsys.readouterr().out
+    # bright and dark: both probes are right on every validation image; the weaker penalty's surer logits have the
+    # lower validation loss, which breaks the tie
+    assert "probe penalty (--probe-weight-decay) chosen on validation: 0.01 (kept): 1.0000, 1: 1.0000\n" in out
+    card = (tmp_path / "run" / "best" / "README.md").read_text()
+    assert "L2 penalty 0.01, folded" in card and "flips, crop scale 0.5:1" in card
+
+
+def test_the_new_head_is_one_line_and_other_missing_weights_a_warning(folders, tmp_path, capsys, caplog):
+    finetune.main(arguments(folders, "veca", tmp_path / "run", "--epochs", "0"))
+    out = capsys.readouterr().out
+    assert "a new head for the 2 classes (bright, dark): the linear probe fits it next\n" in out
+    assert "warning" not in out and "LOAD REPORT" not in caplog.text + out
+    import shutil
+
+    from safetensors.torch import save_file
+    shutil.copytree(folders["veca"], tmp_path / "lacking")
+    weights = load_file(tmp_path / "lacking" / "model.safetensors")
+    del weights["encoder.layers.1.mlp.fc2.bias"]
+    save_file(weights, tmp_path / "lacking" / "model.safetensors", metadata={"format": "pt"})
+    argv = arguments(folders, "veca", tmp_path / "run2", "--epochs", "0")
+    finetune.main([str(tmp_path / "lacking"), *argv[1:]])
+    assert (f"warning: 1 weights missing in {tmp_path / 'lacking'} (newly initialised or ignored), e.g. "
+            "veca.encoder.layers.1.mlp.fc2.bias: is it a veca checkpoint of this version?") in capsys.readouterr().out

@@ -51,13 +51,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--weight-decay", type=float, default=0.05, help="AdamW's, on weight matrices only")
     parser.add_argument("--max-grad-norm", type=float, default=1.0, help="gradient clipping (0: none)")
     parser.add_argument("--warmup-epochs", type=float, default=1.0)
-    parser.add_argument("--probe-weight-decay", type=float, default=1e-2, help="L2 penalty of the linear probe")
+    parser.add_argument("--probe-weight-decay", default="1e-2", metavar="PENALTY[,PENALTY...]",
+                        help="L2 penalty of the linear probe; several (comma-separated): the one of the best "
+                             "validation accuracy is kept")
     parser.add_argument("--k-ratio", default="0.1:0.5", help="LookWhere: k_ratio per step, LOW:HIGH or one value")
     parser.add_argument("--eval-k-ratio", type=float, default=0.25, help="LookWhere: k_ratio of every evaluation")
     parser.add_argument("--num-cores", default=None,
                         help="VECA: core counts drawn per step, comma-separated (default: config.training_budgets)")
     parser.add_argument("--eval-num-cores", type=int, default=None,
                         help="VECA: core count of every evaluation (default: the model's default budget)")
+    parser.add_argument("--crop-scale", default="1", metavar="LOW:HIGH",
+                        help="random square crops of each training image, their side a fraction in [LOW, HIGH] of "
+                             "the image's, resized back (1: none; e.g. 0.5:1)")
     parser.add_argument("--hflip", action=argparse.BooleanOptionalAction, default=True,
                         help="flip half the training images left to right (--no-hflip where left and right matter)")
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers")
@@ -69,7 +74,9 @@ def check_arguments(args) -> None:
     """Raises ValueError on the first argument that cannot work, before anything is loaded."""
     from .arguments import check_positive
 
-    check_positive(args, "batch_size", "lr", "layer_decay", "probe_weight_decay")
+    check_positive(args, "batch_size", "lr", "layer_decay")
+    probe_penalties(args.probe_weight_decay)
+    crop_scale(args.crop_scale)
     if not 0 < args.val_fraction < 1:
         raise ValueError(f"--val-fraction must be between 0 and 1, got {args.val_fraction}.")
     if args.val_groups is not None:
@@ -89,15 +96,38 @@ def check_arguments(args) -> None:
         raise ValueError(f"--eval-k-ratio must be in (0, 1], got {args.eval_k_ratio}.")
 
 
-def k_ratio_range(text: str) -> tuple[float, float]:
-    """--k-ratio "LOW:HIGH" (or one value) as (low, high), each in (0, 1]."""
+def fraction_range(text: str, flag: str, example: str) -> tuple[float, float]:
+    """`flag`'s "LOW:HIGH" (or one value) as (low, high), with 0 < low <= high <= 1."""
     try:
         low, high = (float(part) for part in (text.split(":") if ":" in text else (text, text)))
     except ValueError:
-        raise ValueError(f"--k-ratio takes LOW:HIGH or one value (e.g. 0.1:0.5 or 0.25), got {text!r}.") from None
+        raise ValueError(f"{flag} takes LOW:HIGH or one value (e.g. {example}), got {text!r}.") from None
     if not 0 < low <= high <= 1:
-        raise ValueError(f"--k-ratio needs 0 < LOW <= HIGH <= 1, got {text!r}.")
+        raise ValueError(f"{flag} needs 0 < LOW <= HIGH <= 1, got {text!r}.")
     return low, high
+
+
+def k_ratio_range(text: str) -> tuple[float, float]:
+    """--k-ratio "LOW:HIGH" (or one value) as (low, high), each in (0, 1]."""
+    return fraction_range(text, "--k-ratio", "0.1:0.5 or 0.25")
+
+
+def crop_scale(text: str) -> tuple[float, float] | None:
+    """--crop-scale "LOW:HIGH" as (low, high); None for "1" (no cropping)."""
+    scale = fraction_range(text, "--crop-scale", "0.5:1 or 1")
+    return None if scale == (1.0, 1.0) else scale
+
+
+def probe_penalties(text: str) -> list[float]:
+    """--probe-weight-decay "1e-2" or "1e-2,1e-1,1" as a list of positive floats."""
+    try:
+        penalties = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise ValueError("--probe-weight-decay takes one penalty or several, comma-separated (e.g. 1e-2 or "
+                         f"1e-2,1e-1,1), got {text!r}.") from None
+    if not all(0 < penalty < float("inf") for penalty in penalties):
+        raise ValueError(f"--probe-weight-decay must be positive and finite, got {text!r}.")
+    return penalties
 
 
 def budgets(args, config) -> tuple:
@@ -283,14 +313,41 @@ def fit_head(model, batches, budget: dict, device="cpu", weight_decay: float = 1
     `model.classifier`. A head trained by gradient steps from random fails here: the features carry a few large
     constant components that swamp the steps; the probe centres them. One scale for all features (not one each), so
     that no weight is enlarged for a feature that barely varies, which fine-tuning would then swing."""
-    import torch
+    from evaluation.probes import fit_linear_classifier
+
+    features, labels = head_features(model, batches, budget, device)
+    fold_probe(model, fit_linear_classifier(features, labels, model.config.num_labels, weight_decay,
+                                            per_feature=False))
+
+
+def choose_probe(model, batches, validation_batches, budget: dict, device, penalties: list[float]) -> dict:
+    """fit_head for each L2 penalty of `penalties`, the features read once; keeps (folds into the head) the probe of
+    the best accuracy on `validation_batches` (ties: the lower validation loss, then the larger penalty). Returns
+    {"weight_decay", "validation": {penalty: accuracy}}."""
+    import torch.nn.functional as F
 
     from evaluation.probes import fit_linear_classifier
 
     features, labels = head_features(model, batches, budget, device)
-    standardize, linear = fit_linear_classifier(features, labels, model.config.num_labels, weight_decay,
-                                                per_feature=False)
-    weight = linear.weight / standardize.std  # W (x - mean) / std + b = (W / std) x + (b - (W / std) mean)
+    held, held_labels = head_features(model, validation_batches, budget, device)
+    scores, probes = {}, {}
+    for penalty in penalties:
+        probes[penalty] = fit_linear_classifier(features, labels, model.config.num_labels, penalty, per_feature=False)
+        logits = probes[penalty](held)
+        accuracy = (logits.argmax(-1) == held_labels).float().mean().item()
+        scores[penalty] = (accuracy, -F.cross_entropy(logits, held_labels).item(), penalty)
+    chosen = max(penalties, key=scores.__getitem__)
+    fold_probe(model, probes[chosen])
+    return {"weight_decay": chosen, "validation": {penalty: score[0] for penalty, score in scores.items()}}
+
+
+def fold_probe(model, probe) -> None:
+    """Writes evaluation.probes' (Standardize, Linear) `probe` into `model.classifier`:
+    W (x - mean) / std + b = (W / std) x + (b - (W / std) mean)."""
+    import torch
+
+    standardize, linear = probe
+    weight = linear.weight / standardize.std
     with torch.no_grad():
         model.classifier.weight.copy_(weight)
         model.classifier.bias.copy_(linear.bias - weight @ standardize.mean)
@@ -324,7 +381,7 @@ def parameter_groups(model, lr: float, weight_decay: float, layer_decay: float) 
 
 
 def card(args, argv: list[str], classes: list[str], model_type: str, epoch: int, validation: dict,
-         heldout: dict | None) -> str:
+         heldout: dict | None, probe_penalty: float) -> str:
     """The README.md of an exported model folder: what it classifies, how it was fine-tuned (the command's `argv`)
     and how well (on the validation split and, for best/, the held-out data)."""
     import shlex
@@ -339,11 +396,12 @@ def card(args, argv: list[str], classes: list[str], model_type: str, epoch: int,
         f"# {model_type} image classifier fine-tuned from {args.checkpoint}", "",
         f"Classes: {', '.join(classes)}. Images resized to {args.image_size} x {args.image_size}.", "",
         "## Recipe (LP-FT)", "",
-        "1. linear probe on the frozen features (L-BFGS logistic regression, folded into the head);",
+        f"1. linear probe on the frozen features (L-BFGS logistic regression, L2 penalty {probe_penalty:g}, folded "
+        "into the head);",
         f"2. fine-tuning of the backbone and the head for {args.epochs} epochs: AdamW, lr {args.lr}, layer decay "
         f"{args.layer_decay}, weight decay {args.weight_decay}, batch {args.batch_size}, budget per step "
-        f"{(args.num_cores or 'config.training_budgets') if model_type == 'veca' else args.k_ratio}; LookWhere's "
-        "selector frozen.", "",
+        f"{(args.num_cores or 'config.training_budgets') if model_type == 'veca' else args.k_ratio}, "
+        f"{'flips, ' if args.hflip else ''}crop scale {args.crop_scale}; LookWhere's selector frozen.", "",
         f"Command: `{command}`", "",
         "## Accuracy", "",
         f"- these weights: epoch {epoch} (0: the probe alone); validation accuracy on {validation['images']} images "
@@ -374,6 +432,7 @@ def train_epoch(model, optimizer, batches, args, draw_budget, first_step: int, t
 
     from .schedule import reseed_for_step, warmup_cosine
 
+    scale = crop_scale(args.crop_scale)
     model.train()  # LookWhere's heads keep the selector frozen and in eval mode through train()
     loss_sum, correct = torch.zeros((), device=device), torch.zeros((), device=device)
     warmup = round(args.warmup_epochs * len(batches))
@@ -385,6 +444,8 @@ def train_epoch(model, optimizer, batches, args, draw_budget, first_step: int, t
         if args.hflip:  # drawn after reseed_for_step: the same flips in every run
             flip = torch.rand(len(labels), device=device) < 0.5
             pixel_values = torch.where(flip[:, None, None, None], pixel_values.flip(-1), pixel_values)
+        if scale is not None:  # drawn after the flips: a run without crops draws the flips it always drew
+            pixel_values = random_crops(pixel_values, *scale)
         output = model(pixel_values, labels=labels, **draw_budget(step))
         optimizer.zero_grad(set_to_none=True)
         output.loss.backward()
@@ -394,6 +455,22 @@ def train_epoch(model, optimizer, batches, args, draw_budget, first_step: int, t
         loss_sum += output.loss.detach() * len(labels)
         correct += (output.logits.detach().argmax(-1) == labels).sum()
     return loss_sum, correct
+
+
+def random_crops(pixel_values, low: float, high: float):
+    """A random square crop of each image of `pixel_values` (B, C, H, W), its side a fraction in [low, high] of the
+    image's at a uniform place, resized back to H x W (bilinear): one batched grid_sample, on the images' device, its
+    draws from torch's global generator (seed it first)."""
+    import torch
+    import torch.nn.functional as F
+
+    count, device = len(pixel_values), pixel_values.device
+    side = low + (high - low) * torch.rand(count, device=device)
+    centre = (1 - side)[:, None] * (2 * torch.rand(count, 2, device=device) - 1)  # the crop stays inside: |c| <= 1-s
+    theta = torch.zeros(count, 2, 3, device=device)
+    theta[:, 0, 0], theta[:, 1, 1], theta[:, :, 2] = side, side, centre
+    grid = F.affine_grid(theta.to(pixel_values.dtype), list(pixel_values.shape), align_corners=False)
+    return F.grid_sample(pixel_values, grid, mode="bilinear", padding_mode="border", align_corners=False)
 
 
 def open_output_dir(args):
@@ -419,22 +496,38 @@ def open_output_dir(args):
 
 
 def load_model(args, classes: list[str], device):
-    """(the checkpoint's AutoModelForImageClassification with a head for `classes`, its image processor at
-    --image-size)."""
+    """(the checkpoint's AutoModelForImageClassification with a new head for `classes`, its image processor at
+    --image-size). transformers' load report, which lists the new head as "MISSING" (it is: the probe fits it next),
+    is replaced by one line; any other weight the checkpoint lacks, or holds unused, is named in a warning."""
     import os
 
     import torch
     from transformers import AutoModelForImageClassification
+    from transformers.utils import logging as hf_logging
 
     from corevision_hf.cli import reading_weights
-    from corevision_hf.loading import load_checked
+    from corevision_hf.loading import check_loaded_weights
     from corevision_hf.saving import image_processor_for
 
     torch.manual_seed(args.seed)
     labels = {"id2label": dict(enumerate(classes)), "label2id": {name: i for i, name in enumerate(classes)}}
-    with reading_weights(args.checkpoint):
-        model = load_checked(AutoModelForImageClassification, args.checkpoint, num_labels=len(classes),
-                             ignore_mismatched_sizes=True, **labels)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        with reading_weights(args.checkpoint):
+            model, report = AutoModelForImageClassification.from_pretrained(
+                args.checkpoint, num_labels=len(classes), ignore_mismatched_sizes=True, output_loading_info=True,
+                **labels)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    check_loaded_weights(model, args.checkpoint)
+    print(f"a new head for the {len(classes)} classes ({', '.join(classes)}): the linear probe fits it next")
+    unmatched = {"missing": report["missing_keys"], "unused": report["unexpected_keys"],
+                 "of another shape": {key for key, *_ in report["mismatched_keys"]}}
+    for kind, keys in unmatched.items():
+        if others := sorted(key for key in keys if not key.startswith("classifier.")):
+            print(f"warning: {len(others)} weights {kind} in {args.checkpoint} (newly initialised or ignored), e.g. "
+                  f"{', '.join(others[:3])}: is it a {model.config.model_type} checkpoint of this version?")
     processor = image_processor_for(model.config, args.checkpoint if os.path.isdir(args.checkpoint) else None)
     processor.size = {"shortest_edge": args.image_size}  # the size the head was trained at
     return model.to(device), processor
@@ -505,7 +598,16 @@ def main(argv=None) -> dict:
             return epoch, result
         return best
 
-    fit_head(model, fixed_batches, eval_budget, device, args.probe_weight_decay)
+    penalties = probe_penalties(args.probe_weight_decay)
+    probe_penalty = penalties[0]
+    if len(penalties) == 1:
+        fit_head(model, fixed_batches, eval_budget, device, probe_penalty)
+    else:
+        chosen = choose_probe(model, fixed_batches, validation_batches, eval_budget, device, penalties)
+        print("probe penalty (--probe-weight-decay) chosen on validation: " + ", ".join(
+            f"{penalty:g}{' (kept)' if penalty == chosen['weight_decay'] else ''}: {accuracy:.4f}"
+            for penalty, accuracy in chosen["validation"].items()))
+        probe_penalty = chosen["weight_decay"]
     probe = evaluate(model, fixed_batches, eval_budget, device)
     result = evaluate(model, validation_batches, eval_budget, device)
     log_epoch(args, 0, probe["loss"], probe["accuracy"], result)
@@ -531,9 +633,10 @@ def main(argv=None) -> dict:
         write_json(os.path.join(best_folder, "heldout.json"), {"data": args.eval_data, **heldout_result})
         print(f"held-out accuracy of best/ (epoch {best[0]}) on {args.eval_data}: {heldout_result['accuracy']:.4f} "
               f"({heldout_result['images']} images)")
-    write_card(best_folder, card(args, argv, classes, config.model_type, best[0], best[1], heldout_result))
+    write_card(best_folder,
+               card(args, argv, classes, config.model_type, best[0], best[1], heldout_result, probe_penalty))
     write_card(os.path.join(args.output_dir, "final"),
-               card(args, argv, classes, config.model_type, args.epochs, result, None))
+               card(args, argv, classes, config.model_type, args.epochs, result, None, probe_penalty))
     release_output_dirs()
     return {"best_epoch": best[0], "validation": best[1], "heldout": heldout_result}
 
