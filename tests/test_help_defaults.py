@@ -73,8 +73,9 @@ def test_the_formatter_leaves_options_without_a_default_alone():
     assert "steps (default: five)" in text and "(default: 5)" not in text
 
 
-WRITING_BENCHMARKS = ["adaptive_budget", "compile_budgets", "distill_throughput", "extract_speed", "gpu_check",
-                      "linear_probe", "lookwhere_speed", "memory", "mixed_sizes", "onnx_speed", "parity", "veca_speed"]
+WRITING_BENCHMARKS = ["adaptive_budget", "compile_budgets", "distill_throughput", "extract_speed", "finetune_rotation",
+                      "gpu_check", "linear_probe", "lookwhere_speed", "memory", "mixed_sizes", "onnx_speed", "parity",
+                      "trainer_snippet", "veca_speed"]
 
 
 @pytest.mark.parametrize("name", WRITING_BENCHMARKS)

@@ -1,0 +1,49 @@
+"""benchmarks.trainer_snippet: the page's Trainer snippet run on given folders, measured after each stage."""
+
+import json
+
+import numpy as np
+import torch
+from conftest import tiny_lookwhere_config
+from PIL import Image
+from transformers import AutoImageProcessor, AutoModelForImageClassification
+
+from benchmarks import trainer_snippet
+from corevision_hf import LookWhereModel, save_model_folder
+
+
+def rotation_folder(root, photos: int, seed: int) -> str:
+    """examples/rotation_task.py's layout: {photo}_{crop}.png in upright/ and upside_down/ (the twin flipped)."""
+    rng = np.random.default_rng(seed)
+    for name in ("upright", "upside_down"):
+        (root / name).mkdir(parents=True)
+    for photo in range(photos):
+        for crop in range(2):
+            pixels = np.zeros((40, 40, 3), dtype=np.uint8)
+            pixels[:20] = rng.integers(150, 255, size=3)  # a bright top: the way up
+            Image.fromarray(pixels).save(root / "upright" / f"p{photo}_{crop}.png")
+            Image.fromarray(pixels[::-1].copy()).save(root / "upside_down" / f"p{photo}_{crop}.png")
+    return str(root)
+
+
+def test_the_snippet_runs_on_the_given_folders_and_measures_the_model_it_saved(tmp_path):
+    torch.manual_seed(0)
+    save_model_folder(LookWhereModel(tiny_lookwhere_config(image_size=56, selector_image_size=28)), tmp_path / "lw")
+    result = trainer_snippet.main([
+        "--model", str(tmp_path / "lw"), "--data", rotation_folder(tmp_path / "train", 10, 0),
+        "--eval-data", rotation_folder(tmp_path / "heldout", 3, 1), "--output-dir", str(tmp_path / "trainer"),
+        "--output", str(tmp_path / "result.json")])
+    assert json.loads((tmp_path / "result.json").read_text())["finetuned_correct"] == result["finetuned_correct"]
+    final = tmp_path / "trainer" / "final"  # the snippet's save_pretrained, under --output-dir
+    model = AutoModelForImageClassification.from_pretrained(final, trust_remote_code=True).eval()
+    processor = AutoImageProcessor.from_pretrained(final, trust_remote_code=True)
+    files = sorted((tmp_path / "heldout" / "upright").glob("*.png")) + sorted(
+        (tmp_path / "heldout" / "upside_down").glob("*.png"))
+    labels = [0] * 6 + [1] * 6
+    with torch.no_grad():
+        inputs = processor([Image.open(path).convert("RGB") for path in files], size={"shortest_edge": 224})
+        predicted = model(**inputs, k_ratio=0.5).logits.argmax(-1).tolist()
+    assert result["finetuned_correct"] == "".join(str(int(p == label)) for p, label in zip(predicted, labels))
+    head, tuned = (np.array([int(c) for c in result[key]]) for key in ("head_correct", "finetuned_correct"))
+    assert result["finetuned_minus_head"]["difference"] == (tuned - head).mean()
+    assert result["finetuned_minus_head"]["groups"] == 3
