@@ -58,6 +58,14 @@ def main(argv=None) -> dict:
     for flag in ("model", "data", "eval_data"):
         if not os.path.isdir(getattr(args, flag)):
             raise ValueError(f"--{flag.replace('_', '-')} {getattr(args, flag)} is no folder.")
+    if os.path.exists(os.path.join(args.output_dir, "final")):
+        raise ValueError(f"--output-dir {args.output_dir} already holds the snippet's final/ model: give another "
+                         "folder or remove that one.")
+    classes = [sorted(path.name for path in Path(folder).iterdir() if path.is_dir() and any(path.glob("*.png")))
+               for folder in (args.data, args.eval_data)]
+    if len(classes[0]) < 2 or classes[0] != classes[1]:
+        raise ValueError(f"--data and --eval-data must hold the same class sub-folders of .png images (as "
+                         f"examples/rotation_task.py writes), two or more; found {classes[0]} and {classes[1]}.")
     import torch
 
     from benchmarks.finetune_rotation import paired_bootstrap

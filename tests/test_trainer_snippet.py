@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 import torch
 from conftest import tiny_lookwhere_config
 from PIL import Image
@@ -47,3 +48,16 @@ def test_the_snippet_runs_on_the_given_folders_and_measures_the_model_it_saved(t
     head, tuned = (np.array([int(c) for c in result[key]]) for key in ("head_correct", "finetuned_correct"))
     assert result["finetuned_minus_head"]["difference"] == (tuned - head).mean()
     assert result["finetuned_minus_head"]["groups"] == 3
+    with pytest.raises(ValueError, match="already holds the snippet's final/ model"):  # a second run keeps the first
+        trainer_snippet.main(["--model", str(tmp_path / "lw"), "--data", str(tmp_path / "train"), "--eval-data",
+                              str(tmp_path / "heldout"), "--output-dir", str(tmp_path / "trainer")])
+
+
+def test_folders_without_the_same_classes_are_one_error(tmp_path):
+    rotation_folder(tmp_path / "train", 2, 0)
+    (tmp_path / "heldout" / "upright").mkdir(parents=True)
+    with pytest.raises(ValueError, match=r"must hold the same class sub-folders .* found \['upright', 'upside_down'\] "
+                                         r"and \[\]"):
+        trainer_snippet.main(["--model", str(tmp_path), "--data", str(tmp_path / "train"), "--eval-data",
+                              str(tmp_path / "heldout"), "--output", str(tmp_path / "out.json")])
+    assert not (tmp_path / "out.json").exists()

@@ -12,7 +12,9 @@ The recipe, as for a DINOv2 backbone (LP-FT: a fine-tuned random head first dist
   1. linear probe: the classifier is fitted on the frozen features (L-BFGS logistic regression,
      evaluation.probes.fit_linear_classifier) and folded into the model's head;
   2. fine-tuning: the backbone and the head, AdamW at a small --lr (warm-up, then cosine), optionally with layer-wise
-     decay (--layer-decay: block i of L trains at lr * decay ** (L + 1 - i)), for --epochs epochs.
+     decay (--layer-decay: block i of L trains at lr * decay ** (L + 1 - i)), for --epochs epochs, the training
+     images flipped (--hflip) and cropped at random (--crop-scale) on the way.
+--probe-weight-decay may list several penalties: the probe of the best validation accuracy is kept.
 LookWhere's selector stays frozen (the heads keep it so). Each step draws its budget: a LookWhere k_ratio uniform in
 --k-ratio LOW:HIGH (or one value), a VECA core count from --num-cores (default: the config's training budgets); every
 evaluation runs at --eval-k-ratio / --eval-num-cores, the budget you deploy. One line per epoch (loss, train and
