@@ -174,7 +174,7 @@ def test_grouped_validation_split_refuses_a_class_left_on_one_side():
 
 def test_val_groups_is_recorded_in_run_json_and_the_card(folders, tmp_path, capsys):
     finetune.main(arguments(folders, "veca", tmp_path / "run", "--epochs", "0", "--val-groups", r"^\d"))
-    assert r"validation: 4 of 20 images, 2 of 10 groups by --val-groups '^\\d'" in capsys.readouterr().out
+    assert r"validation: 4 of 20 images, 2 of 10 groups by --val-groups '^\d'" in capsys.readouterr().out
     assert json.loads((tmp_path / "run" / "run.json").read_text())["args"]["val_groups"] == r"^\d"
     assert r"whole groups by --val-groups `^\d`" in (tmp_path / "run" / "best" / "README.md").read_text()
 
@@ -229,6 +229,8 @@ def test_probe_penalty_choice_and_crops_are_printed_and_carded(folders, tmp_path
     assert "probe penalty (--probe-weight-decay) chosen on validation: 0.01 (kept): 1.0000, 1: 1.0000\n" in out
     card = (tmp_path / "run" / "best" / "README.md").read_text()
     assert "L2 penalty 0.01, folded" in card and "flips, crop scale 0.5:1" in card
+    first = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    assert first["epoch"] == 0 and first["probe_weight_decay"] == 0.01
 
 
 def test_the_new_head_is_one_line_and_other_missing_weights_a_warning(folders, tmp_path, capsys, caplog):

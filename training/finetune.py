@@ -535,14 +535,14 @@ def load_model(args, classes: list[str], device):
     return model.to(device), processor
 
 
-def log_epoch(args, epoch: int, loss: float, train_accuracy: float, validation: dict) -> None:
-    """The epoch's line, printed and appended to OUT/metrics.jsonl."""
+def log_epoch(args, epoch: int, loss: float, train_accuracy: float, validation: dict, **extra) -> None:
+    """The epoch's line, printed and appended to OUT/metrics.jsonl (with `extra`, such as the probe's penalty)."""
     import json
     import os
 
     print(f"epoch {epoch}/{args.epochs}{' (linear probe)' if epoch == 0 else ''}: loss {loss:.4f}, train accuracy "
           f"{train_accuracy:.4f}, validation accuracy {validation['accuracy']:.4f}")
-    line = {"epoch": epoch, "loss": loss, "train_accuracy": train_accuracy, "validation": validation}
+    line = {"epoch": epoch, "loss": loss, "train_accuracy": train_accuracy, "validation": validation, **extra}
     with open(os.path.join(args.output_dir, "metrics.jsonl"), "a") as f:
         f.write(json.dumps(line) + "\n")
 
@@ -578,7 +578,7 @@ def main(argv=None) -> dict:
         chosen = set(validation)
         kept = {key for key, example in zip(groups, examples) if example in chosen}
         print(f"validation: {len(validation)} of {len(examples)} images, {len(kept)} of {len(set(groups))} groups "
-              f"by --val-groups {args.val_groups!r}")
+              f"by --val-groups '{args.val_groups}'")
     config = AutoConfig.from_pretrained(args.checkpoint)
     if config.model_type not in ("veca", "lookwhere"):
         raise ValueError(f"{args.checkpoint} is a {config.model_type} model: give a VECA or LookWhere checkpoint.")
@@ -612,7 +612,7 @@ def main(argv=None) -> dict:
         probe_penalty = chosen["weight_decay"]
     probe = evaluate(model, fixed_batches, eval_budget, device)
     result = evaluate(model, validation_batches, eval_budget, device)
-    log_epoch(args, 0, probe["loss"], probe["accuracy"], result)
+    log_epoch(args, 0, probe["loss"], probe["accuracy"], result, probe_weight_decay=probe_penalty)
     best = keep_if_best(0, result, None)
     optimizer = torch.optim.AdamW(parameter_groups(model, args.lr, args.weight_decay, args.layer_decay))
     for epoch in range(1, args.epochs + 1):
