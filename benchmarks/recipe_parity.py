@@ -402,6 +402,10 @@ def main(argv=None) -> int:
                         help="VECA: our own bfloat16 orthogonalisation; NorMuon matrices compared by the norm of their "
                              "change")
     args = parser.parse_args(argv)
+    for folder in args.folders:
+        if not (folder / "case.json").is_file():
+            parser.error(f"{folder} is no fixture folder (it holds no case.json): give folders such as "
+                         f"tests/fixtures/parity/training/{args.method}/...")
     torch.manual_seed(0)
     passed = True
     for folder in args.folders:

@@ -471,3 +471,11 @@ def test_our_own_orthogonalisation_moves_each_normuon_matrix_as_far_as_theirs():
     report = recipe_parity.check_case(FIXTURE, replay_orthogonalization=False)
     assert report.print()
     assert len([row for row in report.rows if row[0].startswith("step-norm")]) == len(CASE["optimizer"]["normuon_names"])
+
+
+def test_recipe_parity_refuses_a_folder_without_case_json_in_one_line(tmp_path, capsys):
+    (tmp_path / "README.md").write_text("not a fixture")
+    with pytest.raises(SystemExit) as done:
+        recipe_parity.main(["lookwhere", str(tmp_path / "README.md")])
+    assert done.value.code == 2
+    assert "README.md is no fixture folder (it holds no case.json)" in capsys.readouterr().err
