@@ -10,8 +10,10 @@ images with replacement (--resamples, seeded), the same draw for both runs, and 
 held-out accuracy with its 95% percentile interval. With --groups REGEX it resamples whole groups instead (the first
 group of REGEX in the file name without suffix, as training.finetune's --val-groups: every crop of one photo, both ways
 up), since several crops of one photo are not independent draws. The JSON (default under outputs/) holds the runs'
-commands, the --setup commands that made their inputs, and each run's held-out predictions as a string ("1": right, in
-file order) with the files they are of.
+commands, the --setup commands that made their inputs, and each run's held-out predictions (classes, and as a string
+"1": right, in file order) with the files they are of. With --groups it also gives each group's accuracy for both runs
+and counts the groups a run gives one class for every image: on the rotation task, a photo it calls upright (or upside
+down) whichever way up it is shown, which can only score one half.
 """
 
 import argparse
@@ -43,10 +45,11 @@ def run_result(folder: str, threads: int) -> dict:
     recorded = json.load(open(os.path.join(best, "heldout.json")))
     model = load_checked(AutoModelForImageClassification, best).eval()
     budget = finetune.budgets(args, model.config)[1]
-    correct, examples = [], finetune.labelled_files(args.eval_data, train=False)[0]
+    correct, predicted, examples = [], [], finetune.labelled_files(args.eval_data, train=False)[0]
     for batch in finetune.loader(examples, args.image_size, 8, 0):
         with torch.no_grad():
             logits = model(batch["pixel_values"], **budget).logits
+        predicted += logits.argmax(-1).tolist()
         correct += (logits.argmax(-1) == batch["labels"]).tolist()
     accuracy = sum(correct) / len(correct)
     if abs(accuracy - recorded["accuracy"]) > 1e-9:
@@ -55,6 +58,7 @@ def run_result(folder: str, threads: int) -> dict:
     command = card.split("Command: `", 1)[1].split("`\n", 1)[0]
     return {"command": command, "best_epoch": validation["epoch"], "validation_accuracy": validation["accuracy"],
             "heldout_accuracy": accuracy, "heldout_correct": "".join(str(int(c)) for c in correct),
+            "heldout_predicted": predicted,
             "heldout_files": [os.path.relpath(path, args.eval_data) for path, _ in examples]}
 
 
@@ -78,6 +82,21 @@ def paired_bootstrap(first: str, second: str, resamples: int, seed: int, groups:
     return {"difference": float(difference.mean()), "interval_95": [float(low), float(high)],
             "resamples": resamples, "seed": seed, "images": len(difference),
             **({"groups": len(number)} if groups is not None else {})}
+
+
+def per_group(runs: dict, groups: list[str]) -> dict:
+    """{group: {"images", run: {"accuracy", "one_class"}}} for each run of `runs` (run_result's dicts over the same
+    files, one key of `groups` per file); one_class: the run gave every image of the group the same class."""
+    table = {}
+    for index, key in enumerate(groups):
+        table.setdefault(key, {"images": 0, **{name: {"correct": 0, "classes": set()} for name in runs}})
+        table[key]["images"] += 1
+        for name, outcome in runs.items():
+            table[key][name]["correct"] += int(outcome["heldout_correct"][index])
+            table[key][name]["classes"].add(outcome["heldout_predicted"][index])
+    return {key: {"images": row["images"], **{name: {"accuracy": row[name]["correct"] / row["images"],
+                                                     "one_class": len(row[name]["classes"]) == 1} for name in runs}}
+            for key, row in table.items()}
 
 
 def group_keys(files: list[str], pattern: str) -> list[str]:
@@ -121,11 +140,16 @@ def main(argv=None) -> dict:
                                      args.resamples, args.seed, groups)
         result["pairs"][name] = {**runs, "fine_tuned_minus_probe_heldout": bootstrap}
         for kind, outcome in runs.items():
-            print(f"{name} {kind}: best epoch {outcome['best_epoch']}, validation {outcome['validation_accuracy']:.4f}, "
-                  f"held-out {outcome['heldout_accuracy']:.4f}")
+            print(f"{name} {kind}: best epoch {outcome['best_epoch']}, validation "
+                  f"{outcome['validation_accuracy']:.4f}, held-out {outcome['heldout_accuracy']:.4f}")
         print(f"{name}: fine-tuned - probe held-out {bootstrap['difference']:+.4f}, 95% interval "
               f"[{bootstrap['interval_95'][0]:+.4f}, {bootstrap['interval_95'][1]:+.4f}]"
               + (f" (resampling {bootstrap['groups']} groups)" if groups is not None else ""))
+        if groups is not None:
+            result["pairs"][name]["per_group"] = table = per_group(runs, groups)
+            print(f"{name}: groups given one class for all their images: " + ", ".join(
+                f"{sum(row[kind]['one_class'] for row in table.values())} of {len(table)} by the "
+                f"{kind.replace('_', '-')}" for kind in runs))
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     with open(args.output, "w") as f:
         json.dump(result, f, indent=1)

@@ -13,6 +13,7 @@ from transformers import AutoModelForImageClassification
 
 from corevision_hf import LookWhereModel, VecaModel, save_model_folder
 from corevision_hf.cli import run
+from corevision_hf.images import to_pixel_values
 from evaluation.probes import fit_linear_classifier, load_image
 from training import finetune
 
@@ -121,6 +122,8 @@ def test_layer_decay_scales_blocks_below_the_head():
     (["--val-groups", "^photo"], "--val-groups '^photo' does not match"),
     (["--crop-scale", "0:1"], "--crop-scale needs 0 < LOW <= HIGH <= 1"),
     (["--crop-scale", "half"], "--crop-scale takes LOW:HIGH or one value"),
+    (["--grayscale", "1.5"], "--grayscale is a probability in [0, 1], got 1.5"),
+    (["--grayscale", "nan"], "--grayscale is a probability in [0, 1], got nan"),
     (["--probe-weight-decay", "1e-2,-1"], "--probe-weight-decay must be positive and finite"),
     (["--probe-weight-decay", "1e-2;1"], "--probe-weight-decay takes one penalty or several, comma-separated"),
 ])
@@ -198,6 +201,24 @@ def test_random_crops_sample_the_drawn_square_of_a_ramp():
     torch.testing.assert_close(finetune.random_crops(images, 1.0, 1.0), images, atol=1e-6, rtol=0)  # side 1: as is
 
 
+def test_random_grayscale_is_pils_luma_on_the_drawn_images():
+    """A made-grey image equals the processor's pixels of PIL's convert("L") copy (to PIL's rounding to 8 bits, half a
+    level over the smallest ImageNet std); the others are untouched, as the replayed draws say."""
+    rng = np.random.default_rng(0)
+    photos = [Image.fromarray(rng.integers(0, 256, (20, 24, 3), dtype=np.uint8)) for _ in range(6)]
+    colour = torch.stack([to_pixel_values(photo) for photo in photos])
+    grey = torch.stack([to_pixel_values(photo.convert("L").convert("RGB")) for photo in photos])
+    torch.manual_seed(5)
+    made = finetune.random_grayscale(colour, 0.5)
+    torch.manual_seed(5)
+    chosen = torch.rand(6) < 0.5
+    assert 0 < chosen.sum() < 6
+    torch.testing.assert_close(made[chosen], grey[chosen], atol=0.5 / 255 / 0.224 + 1e-5, rtol=0)
+    assert torch.equal(made[~chosen], colour[~chosen])
+    assert (made[chosen] - colour[chosen]).abs().max() > 0.5  # the colour really went
+    assert torch.equal(finetune.random_grayscale(colour, 0.0), colour)
+
+
 def test_several_probe_penalties_keep_the_best_on_validation(monkeypatch):
     """choose_probe folds in the probe whose validation accuracy is highest, as fitting each one alone shows."""
     from corevision_hf import VecaForImageClassification
@@ -222,13 +243,13 @@ def test_several_probe_penalties_keep_the_best_on_validation(monkeypatch):
 
 def test_probe_penalty_choice_and_crops_are_printed_and_carded(folders, tmp_path, capsys):
     finetune.main(arguments(folders, "veca", tmp_path / "run", "--epochs", "1", "--probe-weight-decay", "1e-2,1",
-                            "--crop-scale", "0.5:1"))
+                            "--crop-scale", "0.5:1", "--grayscale", "0.2"))
     out = capsys.readouterr().out
     # bright and dark: both probes are right on every validation image; the weaker penalty's surer logits have the
     # lower validation loss, which breaks the tie
     assert "probe penalty (--probe-weight-decay) chosen on validation: 0.01 (kept): 1.0000, 1: 1.0000\n" in out
     card = (tmp_path / "run" / "best" / "README.md").read_text()
-    assert "L2 penalty 0.01, folded" in card and "flips, crop scale 0.5:1" in card
+    assert "L2 penalty 0.01, folded" in card and "flips, crop scale 0.5:1, grey with probability 0.2;" in card
     first = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     assert first["epoch"] == 0 and first["probe_weight_decay"] == 0.01
 

@@ -58,3 +58,18 @@ def test_rotation_task_writes_heldout_crops_per_photo_and_the_same_training_fold
         assert image.read_bytes() == (three / image.relative_to(one)).read_bytes()
     with pytest.raises(SystemExit):
         task.main(["--output-dir", str(tmp_path / "bad"), "--train-images", "50", "--heldout-crops", "0"])
+
+
+def test_per_group_accuracy_and_the_groups_given_one_class():
+    from benchmarks.finetune_rotation import per_group
+
+    # two photos, two images each (one per class): the probe calls both images of "a" class 1, so half of a is right
+    runs = {"fine_tuned": {"heldout_correct": "1111", "heldout_predicted": [0, 1, 0, 1]},
+            "probe": {"heldout_correct": "0110", "heldout_predicted": [1, 1, 1, 0]}}
+    table = per_group(runs, ["a", "a", "b", "b"])
+    assert table == {
+        "a": {"images": 2, "fine_tuned": {"accuracy": 1.0, "one_class": False},
+              "probe": {"accuracy": 0.5, "one_class": True}},
+        "b": {"images": 2, "fine_tuned": {"accuracy": 1.0, "one_class": False},
+              "probe": {"accuracy": 0.5, "one_class": False}},
+    }

@@ -13,7 +13,7 @@ The recipe, as for a DINOv2 backbone (LP-FT: a fine-tuned random head first dist
      evaluation.probes.fit_linear_classifier) and folded into the model's head;
   2. fine-tuning: the backbone and the head, AdamW at a small --lr (warm-up, then cosine), optionally with layer-wise
      decay (--layer-decay: block i of L trains at lr * decay ** (L + 1 - i)), for --epochs epochs, the training
-     images flipped (--hflip) and cropped at random (--crop-scale) on the way.
+     images flipped (--hflip), cropped (--crop-scale) and made grey (--grayscale) at random on the way.
 --probe-weight-decay may list several penalties: the probe of the best validation accuracy is kept.
 LookWhere's selector stays frozen (the heads keep it so). Each step draws its budget: a LookWhere k_ratio uniform in
 --k-ratio LOW:HIGH (or one value), a VECA core count from --num-cores (default: the config's training budgets); every
@@ -65,6 +65,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--crop-scale", default="1", metavar="LOW:HIGH",
                         help="random square crops of each training image, their side a fraction in [LOW, HIGH] of "
                              "the image's, resized back (1: none; e.g. 0.5:1)")
+    parser.add_argument("--grayscale", type=float, default=0.0, metavar="P",
+                        help="make each training image grey (its luma in all three channels) with probability P, "
+                             "as DINO's and SimCLR's augmentations do (0.2): for held-out photos that may be "
+                             "grayscale when the training ones are not")
     parser.add_argument("--hflip", action=argparse.BooleanOptionalAction, default=True,
                         help="flip half the training images left to right (--no-hflip where left and right matter)")
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers")
@@ -89,6 +93,8 @@ def check_arguments(args) -> None:
     for name in ("epochs", "weight_decay", "warmup_epochs", "num_workers", "max_grad_norm"):
         if getattr(args, name) < 0:
             raise ValueError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(args, name)}.")
+    if not 0 <= args.grayscale <= 1:
+        raise ValueError(f"--grayscale is a probability in [0, 1], got {args.grayscale}.")
     if args.layer_decay > 1:
         raise ValueError(f"--layer-decay must be in (0, 1] (lower layers train slower), got {args.layer_decay}.")
     if args.image_size is not None and args.image_size <= 0:
@@ -403,7 +409,8 @@ def card(args, argv: list[str], classes: list[str], model_type: str, epoch: int,
         f"2. fine-tuning of the backbone and the head for {args.epochs} epochs: AdamW, lr {args.lr}, layer decay "
         f"{args.layer_decay}, weight decay {args.weight_decay}, batch {args.batch_size}, budget per step "
         f"{(args.num_cores or 'config.training_budgets') if model_type == 'veca' else args.k_ratio}, "
-        f"{'flips, ' if args.hflip else ''}crop scale {args.crop_scale}; LookWhere's selector frozen.", "",
+        f"{'flips, ' if args.hflip else ''}crop scale {args.crop_scale}"
+        f"{f', grey with probability {args.grayscale:g}' if args.grayscale else ''}; LookWhere's selector frozen.", "",
         f"Command: `{command}`", "",
         "## Accuracy", "",
         f"- these weights: epoch {epoch} (0: the probe alone); validation accuracy on {validation['images']} images "
@@ -448,6 +455,8 @@ def train_epoch(model, optimizer, batches, args, draw_budget, first_step: int, t
             pixel_values = torch.where(flip[:, None, None, None], pixel_values.flip(-1), pixel_values)
         if scale is not None:  # drawn after the flips: a run without crops draws the flips it always drew
             pixel_values = random_crops(pixel_values, *scale)
+        if args.grayscale:  # drawn after the crops, for the same reason
+            pixel_values = random_grayscale(pixel_values, args.grayscale)
         output = model(pixel_values, labels=labels, **draw_budget(step))
         optimizer.zero_grad(set_to_none=True)
         output.loss.backward()
@@ -473,6 +482,22 @@ def random_crops(pixel_values, low: float, high: float):
     theta[:, 0, 0], theta[:, 1, 1], theta[:, :, 2] = side, side, centre
     grid = F.affine_grid(theta.to(pixel_values.dtype), list(pixel_values.shape), align_corners=False)
     return F.grid_sample(pixel_values, grid, mode="bilinear", padding_mode="border", align_corners=False)
+
+
+def random_grayscale(pixel_values, probability: float):
+    """Each image of `pixel_values` (B, 3, H, W), ImageNet-normalised as the processors give them, made grey with
+    `probability`: its luma (ITU-R BT.601, PIL's "L") in all three channels, normalised again. Draws from torch's
+    global generator (seed it first)."""
+    import torch
+
+    from corevision_hf.images import IMAGENET_MEAN, IMAGENET_STD
+
+    mean = torch.tensor(IMAGENET_MEAN, dtype=pixel_values.dtype, device=pixel_values.device).view(3, 1, 1)
+    std = torch.tensor(IMAGENET_STD, dtype=pixel_values.dtype, device=pixel_values.device).view(3, 1, 1)
+    luma = torch.tensor([0.299, 0.587, 0.114], dtype=pixel_values.dtype, device=pixel_values.device).view(3, 1, 1)
+    grey = ((pixel_values * std + mean) * luma).sum(-3, keepdim=True)
+    chosen = torch.rand(len(pixel_values), device=pixel_values.device) < probability
+    return torch.where(chosen[:, None, None, None], (grey - mean) / std, pixel_values)
 
 
 def open_output_dir(args):
