@@ -26,8 +26,9 @@ from corevision_hf.cli import HelpFormatter
 
 
 def run_result(folder: str, threads: int) -> dict:
-    """{"command", "best_epoch", "validation_accuracy", "heldout_accuracy", "heldout_correct"} of one finetune run
-    (heldout_correct: "1" or "0" for each held-out image, in file order)."""
+    """{"command", "best_epoch", "wise_ft", "validation_accuracy", "heldout_accuracy", "heldout_correct",
+    "heldout_predicted", "heldout_files"} of one finetune run (wise_ft: the --wise-ft mix best/ is, or None;
+    heldout_correct: "1" or "0" for each held-out image, in file order)."""
     import torch
     from transformers import AutoModelForImageClassification
 
@@ -56,7 +57,8 @@ def run_result(folder: str, threads: int) -> dict:
         raise RuntimeError(f"{best} scores {accuracy:.4f} held-out now, {recorded['accuracy']:.4f} in heldout.json.")
     card = open(os.path.join(best, "README.md")).read()
     command = card.split("Command: `", 1)[1].split("`\n", 1)[0]
-    return {"command": command, "best_epoch": validation["epoch"], "validation_accuracy": validation["accuracy"],
+    return {"command": command, "best_epoch": validation["epoch"], "wise_ft": validation.get("wise_ft"),
+            "validation_accuracy": validation["accuracy"],
             "heldout_accuracy": accuracy, "heldout_correct": "".join(str(int(c)) for c in correct),
             "heldout_predicted": predicted,
             "heldout_files": [os.path.relpath(path, args.eval_data) for path, _ in examples]}
@@ -140,7 +142,8 @@ def main(argv=None) -> dict:
                                      args.resamples, args.seed, groups)
         result["pairs"][name] = {**runs, "fine_tuned_minus_probe_heldout": bootstrap}
         for kind, outcome in runs.items():
-            print(f"{name} {kind}: best epoch {outcome['best_epoch']}, validation "
+            mix = f" mixed with the probe (WiSE-FT {outcome['wise_ft']:g})" if outcome["wise_ft"] is not None else ""
+            print(f"{name} {kind}: best epoch {outcome['best_epoch']}{mix}, validation "
                   f"{outcome['validation_accuracy']:.4f}, held-out {outcome['heldout_accuracy']:.4f}")
         print(f"{name}: fine-tuned - probe held-out {bootstrap['difference']:+.4f}, 95% interval "
               f"[{bootstrap['interval_95'][0]:+.4f}, {bootstrap['interval_95'][1]:+.4f}]"

@@ -124,6 +124,9 @@ def test_layer_decay_scales_blocks_below_the_head():
     (["--crop-scale", "half"], "--crop-scale takes LOW:HIGH or one value"),
     (["--grayscale", "1.5"], "--grayscale is a probability in [0, 1], got 1.5"),
     (["--grayscale", "nan"], "--grayscale is a probability in [0, 1], got nan"),
+    (["--wise-ft", "0.5,1"], "--wise-ft mixes must be in (0, 1)"),
+    (["--wise-ft", "half"], "--wise-ft takes one mix or several, comma-separated"),
+    (["--wise-ft", "0.5", "--epochs", "0"], "--wise-ft mixes the last epoch's weights with the probe's"),
     (["--probe-weight-decay", "1e-2,-1"], "--probe-weight-decay must be positive and finite"),
     (["--probe-weight-decay", "1e-2;1"], "--probe-weight-decay takes one penalty or several, comma-separated"),
 ])
@@ -270,3 +273,44 @@ def test_the_new_head_is_one_line_and_other_missing_weights_a_warning(folders, t
     finetune.main([str(tmp_path / "lacking"), *argv[1:]])
     assert (f"warning: 1 weights missing in {tmp_path / 'lacking'} (newly initialised or ignored), e.g. "
             "veca.encoder.layers.1.mlp.fc2.bias: is it a veca checkpoint of this version?") in capsys.readouterr().out
+
+
+def test_wise_ft_mixes_the_last_epoch_with_the_probe_and_a_mix_can_be_best(folders, tmp_path, monkeypatch, capsys):
+    """Each --wise-ft mix is (1 - a) probe + a final, the probe being an --epochs 0 run's best/ and the last epoch
+    this run's final/: its metrics line is that mix's validation score, and a mix that scores best is best/ (the
+    evaluation is made to favour the 0.5 mix, as on a task where it keeps best)."""
+    finetune.main(arguments(folders, "lookwhere", tmp_path / "probe", "--epochs", "0"))
+    mixes, real_mix, real_evaluate = [], finetune.mix_weights, finetune.evaluate
+
+    def mix_and_note(model, probe, fine_tuned, mix):
+        mixes.append(mix)
+        real_mix(model, probe, fine_tuned, mix)
+
+    def evaluate_favouring_the_half_mix(*args):
+        result = real_evaluate(*args)
+        return {**result, "accuracy": 2.0} if mixes[-1:] == [0.5] else result
+
+    monkeypatch.setattr(finetune, "mix_weights", mix_and_note)
+    monkeypatch.setattr(finetune, "evaluate", evaluate_favouring_the_half_mix)
+    result = finetune.main(arguments(folders, "lookwhere", tmp_path / "run", "--epochs", "1", "--wise-ft", "0.25,0.5"))
+    assert mixes == [0.25, 0.5] and result["wise_ft"] == 0.5 and result["best_epoch"] == 1
+    probe = load_file(tmp_path / "probe" / "best" / "model.safetensors")
+    final = load_file(tmp_path / "run" / "final" / "model.safetensors")
+    best = load_file(tmp_path / "run" / "best" / "model.safetensors")
+    assert any(not torch.equal(probe[name], final[name]) for name in final)  # the epoch moved the weights
+    for name in final:
+        torch.testing.assert_close(best[name], torch.lerp(probe[name], final[name], 0.5), rtol=0, atol=1e-7)
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [(line["epoch"], line.get("wise_ft")) for line in lines] == [(0, None), (1, None), (1, 0.25), (1, 0.5)]
+    # the 0.25 line is the validation score of that mix, loaded into a fresh model and evaluated here
+    model = AutoModelForImageClassification.from_pretrained(tmp_path / "run" / "final")
+    model.load_state_dict({name: torch.lerp(probe[name], final[name], 0.25) for name in final}, strict=False)
+    train, validation = finetune.split_validation(finetune.labelled_files(folders["train"], True)[0], 0.2, 0)
+    batches = finetune.loader(validation, 32, 4, 0)
+    assert real_evaluate(model, batches, {"k_ratio": 0.5}, "cpu")["loss"] == pytest.approx(
+        lines[2]["validation"]["loss"], rel=1e-5)
+    assert json.loads((tmp_path / "run" / "best" / "validation.json").read_text())["wise_ft"] == 0.5
+    assert "0.5 probe + 0.5 fine-tuned (WiSE-FT)" in (tmp_path / "run" / "best" / "README.md").read_text()
+    out = capsys.readouterr().out
+    assert "WiSE-FT 0.25 (epoch 1's weights mixed with the probe's, 0.75 : 0.25): validation accuracy" in out
+    assert "held-out accuracy of best/ (epoch 1, WiSE-FT 0.5) on" in out

@@ -15,6 +15,9 @@ The recipe, as for a DINOv2 backbone (LP-FT: a fine-tuned random head first dist
      decay (--layer-decay: block i of L trains at lr * decay ** (L + 1 - i)), for --epochs epochs, the training
      images flipped (--hflip), cropped (--crop-scale) and made grey (--grayscale) at random on the way.
 --probe-weight-decay may list several penalties: the probe of the best validation accuracy is kept.
+--wise-ft 0.25,0.5,0.75 also mixes the last epoch's weights with the probe's, (1 - a) * probe + a * fine-tuned for
+each a (WiSE-FT, Wortsman et al. 2022: fine-tuning's gains on data like the training set keep better on other data),
+and lets each mix compete with the epochs on validation for best/.
 LookWhere's selector stays frozen (the heads keep it so). Each step draws its budget: a LookWhere k_ratio uniform in
 --k-ratio LOW:HIGH (or one value), a VECA core count from --num-cores (default: the config's training budgets); every
 evaluation runs at --eval-k-ratio / --eval-num-cores, the budget you deploy. One line per epoch (loss, train and
@@ -56,6 +59,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--probe-weight-decay", default="1e-2", metavar="PENALTY[,PENALTY...]",
                         help="L2 penalty of the linear probe; several (comma-separated): the one of the best "
                              "validation accuracy is kept")
+    parser.add_argument("--wise-ft", default=None, metavar="A[,A...]",
+                        help="after the last epoch, mix its weights with the probe's, (1 - A) probe + A fine-tuned, "
+                             "for each A in (0, 1); each mix is a candidate for best/ (WiSE-FT)")
     parser.add_argument("--k-ratio", default="0.1:0.5", help="LookWhere: k_ratio per step, LOW:HIGH or one value")
     parser.add_argument("--eval-k-ratio", type=float, default=0.25, help="LookWhere: k_ratio of every evaluation")
     parser.add_argument("--num-cores", default=None,
@@ -83,6 +89,8 @@ def check_arguments(args) -> None:
     check_positive(args, "batch_size", "lr", "layer_decay")
     probe_penalties(args.probe_weight_decay)
     crop_scale(args.crop_scale)
+    if wise_ft_mixes(args.wise_ft) and args.epochs == 0:
+        raise ValueError("--wise-ft mixes the last epoch's weights with the probe's: give --epochs 1 or more.")
     if not 0 < args.val_fraction < 1:
         raise ValueError(f"--val-fraction must be between 0 and 1, got {args.val_fraction}.")
     if args.val_groups is not None:
@@ -136,6 +144,35 @@ def probe_penalties(text: str) -> list[float]:
     if not all(0 < penalty < float("inf") for penalty in penalties):
         raise ValueError(f"--probe-weight-decay must be positive and finite, got {text!r}.")
     return penalties
+
+
+def wise_ft_mixes(text: str | None) -> list[float]:
+    """--wise-ft "0.5" or "0.25,0.5,0.75" as a list of floats in (0, 1); [] when not given."""
+    if text is None:
+        return []
+    try:
+        mixes = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--wise-ft takes one mix or several, comma-separated (e.g. 0.5 or 0.25,0.5,0.75), got "
+                         f"{text!r}.") from None
+    if not all(0 < mix < 1 for mix in mixes):
+        raise ValueError(f"--wise-ft mixes must be in (0, 1) (0 is the probe, 1 the last epoch: both are candidates "
+                         f"already), got {text!r}.")
+    return mixes
+
+
+def cpu_copy(model) -> dict:
+    """A copy of `model`'s state dict on the CPU (the GPU's memory is the optimiser's)."""
+    return {name: tensor.detach().to("cpu", copy=True) for name, tensor in model.state_dict().items()}
+
+
+def mix_weights(model, probe: dict, fine_tuned: dict, mix: float) -> None:
+    """Loads (1 - mix) * probe + mix * fine_tuned (two state dicts of `model`) into `model`; tensors that are not
+    floating point (counters, indices) are taken from `fine_tuned`."""
+    import torch
+
+    model.load_state_dict({name: torch.lerp(probe[name], tensor, mix) if tensor.is_floating_point() else tensor
+                           for name, tensor in fine_tuned.items()})
 
 
 def budgets(args, config) -> tuple:
@@ -389,7 +426,7 @@ def parameter_groups(model, lr: float, weight_decay: float, layer_decay: float) 
 
 
 def card(args, argv: list[str], classes: list[str], model_type: str, epoch: int, validation: dict,
-         heldout: dict | None, probe_penalty: float) -> str:
+         heldout: dict | None, probe_penalty: float, wise_ft: float | None = None) -> str:
     """The README.md of an exported model folder: what it classifies, how it was fine-tuned (the command's `argv`)
     and how well (on the validation split and, for best/, the held-out data)."""
     import shlex
@@ -397,6 +434,9 @@ def card(args, argv: list[str], classes: list[str], model_type: str, epoch: int,
     command = " ".join(["python", "-m", SCRIPT, *map(shlex.quote, argv)])
     heldout_line = "- held-out accuracy: " + ("see best/" if args.eval_data else "none (no --eval-data)")
     split = f"whole groups by --val-groups `{args.val_groups}`" if args.val_groups else "per class"
+    weights = f"epoch {epoch} (0: the probe alone)"
+    if wise_ft is not None:
+        weights = f"epoch {epoch}'s mixed with the probe's, {1 - wise_ft:g} probe + {wise_ft:g} fine-tuned (WiSE-FT)"
     if heldout:
         heldout_line = (f"- held-out accuracy ({args.eval_data}, {heldout['images']} images): "
                         f"**{heldout['accuracy']:.4f}**")
@@ -410,10 +450,11 @@ def card(args, argv: list[str], classes: list[str], model_type: str, epoch: int,
         f"{args.layer_decay}, weight decay {args.weight_decay}, batch {args.batch_size}, budget per step "
         f"{(args.num_cores or 'config.training_budgets') if model_type == 'veca' else args.k_ratio}, "
         f"{'flips, ' if args.hflip else ''}crop scale {args.crop_scale}"
-        f"{f', grey with probability {args.grayscale:g}' if args.grayscale else ''}; LookWhere's selector frozen.", "",
+        f"{f', grey with probability {args.grayscale:g}' if args.grayscale else ''}; LookWhere's selector frozen"
+        f"{f'; then the weights mixed with the probe at {args.wise_ft} (WiSE-FT)' if args.wise_ft else ''}.", "",
         f"Command: `{command}`", "",
         "## Accuracy", "",
-        f"- these weights: epoch {epoch} (0: the probe alone); validation accuracy on {validation['images']} images "
+        f"- these weights: {weights}; validation accuracy on {validation['images']} images "
         f"carved from {args.data} ({split}): {validation['accuracy']:.4f}",
         heldout_line, "",
         "```python",
@@ -562,12 +603,23 @@ def load_model(args, classes: list[str], device):
 
 def log_epoch(args, epoch: int, loss: float, train_accuracy: float, validation: dict, **extra) -> None:
     """The epoch's line, printed and appended to OUT/metrics.jsonl (with `extra`, such as the probe's penalty)."""
+    print(f"epoch {epoch}/{args.epochs}{' (linear probe)' if epoch == 0 else ''}: loss {loss:.4f}, train accuracy "
+          f"{train_accuracy:.4f}, validation accuracy {validation['accuracy']:.4f}")
+    append_metrics(args, {"epoch": epoch, "loss": loss, "train_accuracy": train_accuracy, "validation": validation,
+                          **extra})
+
+
+def log_mix(args, mix: float, validation: dict) -> None:
+    """A WiSE-FT mix's line (it has no training pass of its own), printed and appended to OUT/metrics.jsonl."""
+    print(f"WiSE-FT {mix:g} (epoch {args.epochs}'s weights mixed with the probe's, {1 - mix:g} : {mix:g}): validation "
+          f"accuracy {validation['accuracy']:.4f}")
+    append_metrics(args, {"epoch": args.epochs, "wise_ft": mix, "validation": validation})
+
+
+def append_metrics(args, line: dict) -> None:
     import json
     import os
 
-    print(f"epoch {epoch}/{args.epochs}{' (linear probe)' if epoch == 0 else ''}: loss {loss:.4f}, train accuracy "
-          f"{train_accuracy:.4f}, validation accuracy {validation['accuracy']:.4f}")
-    line = {"epoch": epoch, "loss": loss, "train_accuracy": train_accuracy, "validation": validation, **extra}
     with open(os.path.join(args.output_dir, "metrics.jsonl"), "a") as f:
         f.write(json.dumps(line) + "\n")
 
@@ -618,11 +670,12 @@ def main(argv=None) -> dict:
     fixed_batches = loader(train, args.image_size, args.batch_size, args.num_workers)
     validation_batches = loader(validation, args.image_size, args.batch_size, args.num_workers)
 
-    def keep_if_best(epoch: int, result: dict, best):
+    def keep_if_best(epoch: int, result: dict, best, wise_ft: float | None = None):
         if best is None or (result["accuracy"], -result["loss"]) > (best[1]["accuracy"], -best[1]["loss"]):
-            export(accelerator, model, args.output_dir, None, SCRIPT, args, "best", {"epoch": epoch, **result},
+            mixed = {} if wise_ft is None else {"wise_ft": wise_ft}
+            export(accelerator, model, args.output_dir, None, SCRIPT, args, "best", {"epoch": epoch, **mixed, **result},
                    processor=processor)
-            return epoch, result
+            return epoch, result, wise_ft
         return best
 
     penalties = probe_penalties(args.probe_weight_decay)
@@ -639,6 +692,8 @@ def main(argv=None) -> dict:
     result = evaluate(model, validation_batches, eval_budget, device)
     log_epoch(args, 0, probe["loss"], probe["accuracy"], result, probe_weight_decay=probe_penalty)
     best = keep_if_best(0, result, None)
+    mixes = wise_ft_mixes(args.wise_ft)
+    probe_weights = cpu_copy(model) if mixes else None
     optimizer = torch.optim.AdamW(parameter_groups(model, args.lr, args.weight_decay, args.layer_decay))
     for epoch in range(1, args.epochs + 1):
         loss_sum, correct = train_epoch(model, optimizer, train_batches, args, draw_budget,
@@ -651,6 +706,14 @@ def main(argv=None) -> dict:
         best = keep_if_best(epoch, result, best)
     export(accelerator, model, args.output_dir, None, SCRIPT, args, "final", {"epoch": args.epochs, **result},
            processor=processor)
+    final_result = result
+    if mixes:
+        fine_tuned = cpu_copy(model)
+        for mix in mixes:
+            mix_weights(model, probe_weights, fine_tuned, mix)
+            mixed = evaluate(model, validation_batches, eval_budget, device)
+            log_mix(args, mix, mixed)
+            best = keep_if_best(args.epochs, mixed, best, mix)
 
     best_folder, heldout_result = os.path.join(args.output_dir, "best"), None
     if heldout:
@@ -658,14 +721,15 @@ def main(argv=None) -> dict:
         batches = loader(heldout, args.image_size, args.batch_size, args.num_workers)
         heldout_result = evaluate(best_model, batches, eval_budget, device)
         write_json(os.path.join(best_folder, "heldout.json"), {"data": args.eval_data, **heldout_result})
-        print(f"held-out accuracy of best/ (epoch {best[0]}) on {args.eval_data}: {heldout_result['accuracy']:.4f} "
+        chosen = f"epoch {best[0]}" + (f", WiSE-FT {best[2]:g}" if best[2] is not None else "")
+        print(f"held-out accuracy of best/ ({chosen}) on {args.eval_data}: {heldout_result['accuracy']:.4f} "
               f"({heldout_result['images']} images)")
     write_card(best_folder,
-               card(args, argv, classes, config.model_type, best[0], best[1], heldout_result, probe_penalty))
+               card(args, argv, classes, config.model_type, best[0], best[1], heldout_result, probe_penalty, best[2]))
     write_card(os.path.join(args.output_dir, "final"),
-               card(args, argv, classes, config.model_type, args.epochs, result, None, probe_penalty))
+               card(args, argv, classes, config.model_type, args.epochs, final_result, None, probe_penalty))
     release_output_dirs()
-    return {"best_epoch": best[0], "validation": best[1], "heldout": heldout_result}
+    return {"best_epoch": best[0], "wise_ft": best[2], "validation": best[1], "heldout": heldout_result}
 
 
 if __name__ == "__main__":
