@@ -134,13 +134,18 @@ def crop_scale(text: str) -> tuple[float, float] | None:
     return None if scale == (1.0, 1.0) else scale
 
 
+def float_list(text: str, flag: str, kind: str, example: str) -> list[float]:
+    """`flag`'s "X" or "X,Y,..." as a list of floats (one-line error naming `flag` when a part is no number)."""
+    try:
+        return [float(part) for part in text.split(",")]
+    except ValueError:
+        raise ValueError(f"{flag} takes one {kind} or several, comma-separated (e.g. {example}), "
+                         f"got {text!r}.") from None
+
+
 def probe_penalties(text: str) -> list[float]:
     """--probe-weight-decay "1e-2" or "1e-2,1e-1,1" as a list of positive floats."""
-    try:
-        penalties = [float(part) for part in text.split(",")]
-    except ValueError:
-        raise ValueError("--probe-weight-decay takes one penalty or several, comma-separated (e.g. 1e-2 or "
-                         f"1e-2,1e-1,1), got {text!r}.") from None
+    penalties = float_list(text, "--probe-weight-decay", "penalty", "1e-2 or 1e-2,1e-1,1")
     if not all(0 < penalty < float("inf") for penalty in penalties):
         raise ValueError(f"--probe-weight-decay must be positive and finite, got {text!r}.")
     return penalties
@@ -150,11 +155,7 @@ def wise_ft_mixes(text: str | None) -> list[float]:
     """--wise-ft "0.5" or "0.25,0.5,0.75" as a list of floats in (0, 1); [] when not given."""
     if text is None:
         return []
-    try:
-        mixes = [float(part) for part in text.split(",")]
-    except ValueError:
-        raise ValueError(f"--wise-ft takes one mix or several, comma-separated (e.g. 0.5 or 0.25,0.5,0.75), got "
-                         f"{text!r}.") from None
+    mixes = float_list(text, "--wise-ft", "mix", "0.5 or 0.25,0.5,0.75")
     if not all(0 < mix < 1 for mix in mixes):
         raise ValueError(f"--wise-ft mixes must be in (0, 1) (0 is the probe, 1 the last epoch: both are candidates "
                          f"already), got {text!r}.")
