@@ -6,7 +6,9 @@ Writes two ImageFolders (one sub-folder per class, `upright/` and `upside_down/`
     rotated by 180 degrees, `--train-images` in all;
   - OUT/heldout: `--heldout-crops` crops (80-100 % of the shorter side) of every photo in assets/heldout, upright and
     rotated: for evaluation only (several crops of a photo are not independent: bootstrap over photos,
-    `benchmarks.finetune_rotation --groups`).
+    `benchmarks.finetune_rotation --groups`);
+  - OUT/val, with `--val-crops`: as many crops (80-100 %) of every photo in assets/wallpaper_photos/val, upright and
+    rotated, for `--val-data`: a validation set of other photos, so that every training photo trains.
 
 The crops are square, a random 60-100 % of the photo's shorter side at a random place, resized to `--size` px; the
 draws are seeded, so the folders are the same bits on every run. Both copies of a crop have the same name,
@@ -31,6 +33,7 @@ from corevision_hf.images import open_image
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 TRAIN_PHOTOS = (ASSETS / "photos", ASSETS / "wallpaper_photos" / "train")
 HELDOUT_PHOTOS = ASSETS / "heldout"
+VAL_PHOTOS = ASSETS / "wallpaper_photos" / "val"
 
 
 def photos(folders) -> list[Path]:
@@ -65,6 +68,8 @@ def main(argv=None) -> None:
     parser.add_argument("--output-dir", default="outputs/rotation")
     parser.add_argument("--train-images", type=int, default=200, help="crops of the training photos, both ways up")
     parser.add_argument("--heldout-crops", type=int, default=1, help="crops of each held-out photo, both ways up")
+    parser.add_argument("--val-crops", type=int, default=0,
+                        help="crops of each validation photo (assets/wallpaper_photos/val), both ways up (0: no OUT/val)")
     parser.add_argument("--size", type=int, default=224, help="side of the square crops in pixels")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -74,14 +79,19 @@ def main(argv=None) -> None:
                      f"{len(train_files)} training photos), got {args.train_images}.")
     if args.train_images < 1 or args.heldout_crops < 1 or args.size < 1:
         parser.error("--train-images, --heldout-crops and --size must be positive.")
+    if args.val_crops < 0:
+        parser.error(f"--val-crops must be 0 or more, got {args.val_crops}.")
     output = Path(args.output_dir)
-    for split in ("train", "heldout"):
+    for split in ("train", "heldout", "val"):
         shutil.rmtree(output / split, ignore_errors=True)
     rng = random.Random(args.seed)
     crops = args.train_images // (2 * len(train_files))
     train = write_pairs(train_files, output / "train", crops, args.size, rng, (0.6, 1.0))
     heldout = write_pairs(photos([HELDOUT_PHOTOS]), output / "heldout", args.heldout_crops, args.size, rng, (0.8, 1.0))
     print(f"wrote {train} training images to {output / 'train'} and {heldout} held-out images to {output / 'heldout'}")
+    if args.val_crops:  # drawn last: train/ and heldout/ are the same bits with or without
+        val = write_pairs(photos([VAL_PHOTOS]), output / "val", args.val_crops, args.size, rng, (0.8, 1.0))
+        print(f"wrote {val} validation images to {output / 'val'}")
 
 
 if __name__ == "__main__":

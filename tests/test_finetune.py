@@ -39,7 +39,8 @@ def folders(tmp_path_factory) -> dict[str, str]:
     save_model_folder(VecaModel(tiny_veca_config()), root / "veca")
     save_model_folder(LookWhereModel(tiny_lookwhere_config()), root / "lookwhere")
     return {"veca": str(root / "veca"), "lookwhere": str(root / "lookwhere"),
-            "train": write_folder(root / "train", 10, seed=0), "heldout": write_folder(root / "heldout", 3, seed=1)}
+            "train": write_folder(root / "train", 10, seed=0), "heldout": write_folder(root / "heldout", 3, seed=1),
+            "val": write_folder(root / "val", 5, seed=2)}
 
 
 def arguments(folders, model: str, output_dir, *extra: str) -> list[str]:
@@ -70,6 +71,24 @@ def test_finetune_writes_best_and_final_that_reload_with_their_accuracy(folders,
         assert accuracy == pytest.approx(expected["accuracy"])
     assert f"{result['heldout']['accuracy']:.4f}" in (tmp_path / "run" / "best" / "README.md").read_text()
     assert result["validation"]["accuracy"] == 1.0  # bright vs dark: the probe alone separates them
+
+
+def test_val_data_chooses_on_its_folder_while_all_of_data_trains(folders, tmp_path, monkeypatch):
+    seen, loader = [], finetune.loader
+    monkeypatch.setattr(finetune, "loader", lambda examples, *args, **kwargs: seen.append(examples) or
+                        loader(examples, *args, **kwargs))
+    finetune.main(arguments(folders, "veca", tmp_path / "run", "--val-data", folders["val"], "--epochs", "1"))
+    train, val = (finetune.labelled_files(folders[name], train=name == "train")[0] for name in ("train", "val"))
+    assert seen[:3] == [train, train, val]  # shuffled training batches, the probe's fixed ones, validation
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    reloaded = AutoModelForImageClassification.from_pretrained(tmp_path / "run" / "final", trust_remote_code=True)
+    with torch.no_grad():
+        pixels = torch.stack([load_image(path, 32) for path, _ in val])
+        output = reloaded.eval()(pixels, labels=torch.tensor([label for _, label in val]))
+    assert lines[-1]["validation"]["images"] == 10
+    assert lines[-1]["validation"]["loss"] == pytest.approx(output.loss.item(), rel=1e-5)
+    assert f"validation accuracy on 10 images of {folders['val']}:" in (tmp_path / "run" / "final" / "README.md"
+                                                                        ).read_text()
 
 
 def test_selector_is_untouched_and_a_second_run_gives_the_same_bits(folders, tmp_path):
@@ -119,6 +138,11 @@ def test_layer_decay_scales_blocks_below_the_head():
     (["--layer-decay", "2"], "--layer-decay must be in (0, 1]"),
     (["--eval-data", "{train}"], "--eval-data shares 20 images with --data"),
     (["--val-groups", "(photo"], "--val-groups is no regular expression"),
+    (["--val-data", "{val}", "--val-groups", "(.+)"], "--val-data is the validation set: --val-groups (which carves"),
+    (["--val-data", "{val}", "--val-fraction", "0.1"], "--val-data is the validation set: --val-fraction (which"),
+    (["--val-data", "{train}"], "--val-data shares 20 images with --data"),
+    (["--val-data", "{heldout}"], "--val-data shares 6 images with --eval-data"),
+    (["--val-data", "{val}/bright"], "bright is no ImageFolder: give one sub-folder per class"),
     (["--val-groups", "^photo"], "--val-groups '^photo' does not match"),
     (["--crop-scale", "0:1"], "--crop-scale needs 0 < LOW <= HIGH <= 1"),
     (["--crop-scale", "half"], "--crop-scale takes LOW:HIGH or one value"),
@@ -131,7 +155,7 @@ def test_layer_decay_scales_blocks_below_the_head():
     (["--probe-weight-decay", "1e-2;1"], "--probe-weight-decay takes one penalty or several, comma-separated"),
 ])
 def test_bad_arguments_are_one_line(folders, tmp_path, capsys, extra, message):
-    extra = [arg.format(train=folders["train"]) for arg in extra]
+    extra = [arg.format(**folders) for arg in extra]
     assert run(finetune.main, arguments(folders, "lookwhere", tmp_path / "run", *extra)) == 2
     error = capsys.readouterr().err.strip()
     assert message in error and "\n" not in error

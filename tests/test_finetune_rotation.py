@@ -56,8 +56,18 @@ def test_rotation_task_writes_heldout_crops_per_photo_and_the_same_training_fold
     assert len(list(one.rglob("*.png"))) == 50
     for image in one.rglob("*.png"):
         assert image.read_bytes() == (three / image.relative_to(one)).read_bytes()
-    with pytest.raises(SystemExit):
-        task.main(["--output-dir", str(tmp_path / "bad"), "--train-images", "50", "--heldout-crops", "0"])
+    # validation crops are drawn last: with them, train/ and heldout/ are the same bits
+    task.main(["--output-dir", str(tmp_path / "val"), "--train-images", "50", "--size", "28", "--val-crops", "2"])
+    val = sorted(p.relative_to(tmp_path / "val" / "val").as_posix() for p in (tmp_path / "val" / "val").rglob("*.png"))
+    assert len(val) == 2 * 2 * len(task.photos([task.VAL_PHOTOS])) and "upside_down/kite_1.png" in val
+    for split in ("train", "heldout"):
+        for image in (tmp_path / "one" / split).rglob("*.png"):
+            assert image.read_bytes() == (tmp_path / "val" / split / image.relative_to(tmp_path / "one" / split)
+                                          ).read_bytes()
+    assert not (tmp_path / "one" / "val").exists()
+    for bad in (["--heldout-crops", "0"], ["--val-crops", "-1"]):
+        with pytest.raises(SystemExit):
+            task.main(["--output-dir", str(tmp_path / "bad"), "--train-images", "50", *bad])
 
 
 def test_per_group_accuracy_and_the_groups_given_one_class():

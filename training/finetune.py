@@ -3,10 +3,11 @@
     python -m training.finetune outputs/demo/lookwhere --data photos/train --eval-data photos/heldout \\
         --output-dir outputs/finetune --k-ratio 0.1:0.5 --eval-k-ratio 0.25
 
---data and --eval-data are ImageFolders: one sub-folder per class, its images at any depth below it. A seeded
---val-fraction of --data is kept apart to choose the best epoch (per class; with --val-groups, whole groups of images,
-such as the crops of one photo, so that no group is on both sides); --eval-data is read once, at the end, to report
-the held-out accuracy of that best model (never to choose anything). Images are resized to --image-size squared.
+--data, --val-data and --eval-data are ImageFolders: one sub-folder per class, its images at any depth below it.
+--val-data chooses the best epoch; without it a seeded --val-fraction of --data is kept apart for that (per class;
+with --val-groups, whole groups of images, such as the crops of one photo, so that no group is on both sides).
+--eval-data is read once, at the end, to report the held-out accuracy of that best model (never to choose anything).
+Images are resized to --image-size squared.
 
 The recipe, as for a DINOv2 backbone (LP-FT: a fine-tuned random head first distorts the features it reads):
   1. linear probe: the classifier is fitted on the frozen features (L-BFGS logistic regression,
@@ -42,8 +43,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="held-out ImageFolder with the same classes, evaluated once at the end (of best/)")
     parser.add_argument("--output-dir", required=True)
     parser.add_argument("--overwrite", action="store_true", help="replace the run already in --output-dir")
-    parser.add_argument("--val-fraction", type=float, default=0.2,
-                        help="share of --data per class kept apart to choose the best epoch")
+    parser.add_argument("--val-data", default=None,
+                        help="validation ImageFolder with the same classes, to choose the best epoch (default: a "
+                             "share of --data, --val-fraction)")
+    parser.add_argument("--val-fraction", type=float, default=None,
+                        help="share of --data per class kept apart to choose the best epoch, without --val-data "
+                             "(default 0.2)")
     parser.add_argument("--val-groups", default=None, metavar="REGEX",
                         help="keep groups of images on one side of the validation split: the group of an image is "
                              "the first group (or the whole match) of REGEX in its file name without suffix, in "
@@ -91,7 +96,11 @@ def check_arguments(args) -> None:
     crop_scale(args.crop_scale)
     if wise_ft_mixes(args.wise_ft) and args.epochs == 0:
         raise ValueError("--wise-ft mixes the last epoch's weights with the probe's: give --epochs 1 or more.")
-    if not 0 < args.val_fraction < 1:
+    if args.val_data is not None and (args.val_fraction is not None or args.val_groups is not None):
+        flag = "--val-fraction" if args.val_fraction is not None else "--val-groups"
+        raise ValueError(f"--val-data is the validation set: {flag} (which carves one from --data) does not go with "
+                         "it; give one or the other.")
+    if args.val_fraction is not None and not 0 < args.val_fraction < 1:
         raise ValueError(f"--val-fraction must be between 0 and 1, got {args.val_fraction}.")
     if args.val_groups is not None:
         try:
@@ -222,6 +231,24 @@ def labelled_files(folder: str, train: bool) -> tuple[list[tuple[str, int]], lis
         raise ValueError(f"{root} is no ImageFolder: give one sub-folder per class (at least two) holding its images"
                          f"{f', not images at its top ({Path(loose[0]).name})' if loose else ''}.")
     return [(file, classes.index(Path(file).relative_to(root).parts[0])) for file in files], classes
+
+
+def other_folder(folder: str | None, flag: str, classes: list[str], others: dict[str, list], why: str) -> list | None:
+    """The (path, label) examples of the ImageFolder `folder` given as `flag` (None when not given): it must have
+    `classes` and share no image with the examples of `others` ({flag: examples})."""
+    import os
+
+    if folder is None:
+        return None
+    examples, found = labelled_files(folder, train=False)
+    if found != classes:
+        raise ValueError(f"{flag} has the classes {found}, --data {classes}: give both the same sub-folders.")
+    for other, other_examples in others.items():
+        shared = {os.path.realpath(path) for path, _ in examples} & {os.path.realpath(path) for path, _ in other_examples}
+        if shared:
+            raise ValueError(f"{flag} shares {len(shared)} images with {other} (e.g. {sorted(shared)[0]}): {why}; give "
+                             "a separate folder.")
+    return examples
 
 
 def group_key(path: str, pattern: str) -> str | None:
@@ -435,6 +462,7 @@ def card(args, argv: list[str], classes: list[str], model_type: str, epoch: int,
     command = " ".join(["python", "-m", SCRIPT, *map(shlex.quote, argv)])
     heldout_line = "- held-out accuracy: " + ("see best/" if args.eval_data else "none (no --eval-data)")
     split = f"whole groups by --val-groups `{args.val_groups}`" if args.val_groups else "per class"
+    source = f"of {args.val_data}" if args.val_data else f"carved from {args.data} ({split})"
     weights = f"epoch {epoch} (0: the probe alone)"
     if wise_ft is not None:
         weights = f"epoch {epoch}'s mixed with the probe's, {1 - wise_ft:g} probe + {wise_ft:g} fine-tuned (WiSE-FT)"
@@ -456,7 +484,7 @@ def card(args, argv: list[str], classes: list[str], model_type: str, epoch: int,
         f"Command: `{command}`", "",
         "## Accuracy", "",
         f"- these weights: {weights}; validation accuracy on {validation['images']} images "
-        f"carved from {args.data} ({split}): {validation['accuracy']:.4f}",
+        f"{source}: {validation['accuracy']:.4f}",
         heldout_line, "",
         "```python",
         "from transformers import AutoModelForImageClassification",
@@ -642,16 +670,17 @@ def main(argv=None) -> dict:
     from .run_lock import release_output_dirs
 
     examples, classes = labelled_files(args.data, train=True)
-    heldout, heldout_classes = labelled_files(args.eval_data, train=False) if args.eval_data else (None, classes)
-    if heldout_classes != classes:
-        raise ValueError(f"--eval-data has the classes {heldout_classes}, --data {classes}: give both the same "
-                         "sub-folders.")
-    shared = {os.path.realpath(path) for path, _ in examples} & {os.path.realpath(path) for path, _ in heldout or []}
-    if shared:
-        raise ValueError(f"--eval-data shares {len(shared)} images with --data (e.g. {sorted(shared)[0]}): held-out "
-                         "images must be ones the model never trains on; give a separate folder.")
+    heldout = other_folder(args.eval_data, "--eval-data", classes, {"--data": examples},
+                           "held-out images must be ones the model never trains on")
+    validation = other_folder(args.val_data, "--val-data", classes, {"--data": examples, "--eval-data": heldout or []},
+                              "validation images must be ones the model never trains on and the held-out score "
+                              "never chose")
     groups = source_groups(examples, args.val_groups) if args.val_groups else None
-    train, validation = split_validation(examples, args.val_fraction, args.seed, groups)
+    if validation is None:
+        fraction = 0.2 if args.val_fraction is None else args.val_fraction
+        train, validation = split_validation(examples, fraction, args.seed, groups)
+    else:
+        train = examples
     if groups:
         chosen = set(validation)
         kept = {key for key, example in zip(groups, examples) if example in chosen}
