@@ -5,7 +5,8 @@
 
 Each RUN is an --output-dir of `training.finetune` with --eval-data (RUN_PROBE: the same command with --epochs 0).
 For each run it reads the best epoch and its validation accuracy, and predicts every held-out image with best/ at the
-run's evaluation budget (checked against the run's own held-out accuracy). For each pair it resamples the held-out
+run's evaluation budget (checked against the run's own held-out accuracy); with --fine-tuned final, RUN_FT's final/
+(the last epoch: a recipe fixed in advance, for when validation cannot choose) instead of its best/. For each pair it resamples the held-out
 images with replacement (--resamples, seeded), the same draw for both runs, and reports the fine-tuned minus probe
 held-out accuracy with its 95% percentile interval. With --groups REGEX it resamples whole groups instead (the first
 group of REGEX in the file name without suffix, as training.finetune's --val-groups: every crop of one photo, both ways
@@ -25,10 +26,11 @@ import sys
 from corevision_hf.cli import HelpFormatter
 
 
-def run_result(folder: str, threads: int) -> dict:
-    """{"command", "best_epoch", "wise_ft", "validation_accuracy", "heldout_accuracy", "heldout_correct",
-    "heldout_predicted", "heldout_files"} of one finetune run (wise_ft: the --wise-ft mix best/ is, or None;
-    heldout_correct: "1" or "0" for each held-out image, in file order)."""
+def run_result(folder: str, threads: int, weights: str = "best") -> dict:
+    """{"command", "weights", "best_epoch", "wise_ft", "validation_accuracy", "heldout_accuracy", "heldout_correct",
+    "heldout_predicted", "heldout_files"} of the `weights` folder (best/ or final/) of one finetune run (best_epoch: its
+    epoch; wise_ft: the --wise-ft mix it is, or None; heldout_correct: "1" or "0" for each held-out image, in file
+    order)."""
     import torch
     from transformers import AutoModelForImageClassification
 
@@ -36,14 +38,14 @@ def run_result(folder: str, threads: int) -> dict:
     from training import finetune
 
     torch.set_num_threads(threads)
-    needed = [os.path.join(folder, name) for name in ("run.json", "best/validation.json", "best/heldout.json")]
+    needed = [os.path.join(folder, name) for name in ("run.json", f"{weights}/validation.json", "best/heldout.json")]
     if not all(os.path.isfile(path) for path in needed):
         raise ValueError(f"{folder} is no finished run of training.finetune with --eval-data (it needs "
                          f"{', '.join(os.path.relpath(path, folder) for path in needed)}).")
     args = argparse.Namespace(**json.load(open(os.path.join(folder, "run.json")))["args"])
-    best = os.path.join(folder, "best")
+    best = os.path.join(folder, weights)
     validation = json.load(open(os.path.join(best, "validation.json")))
-    recorded = json.load(open(os.path.join(best, "heldout.json")))
+    recorded = json.load(open(os.path.join(best, "heldout.json"))) if weights == "best" else None
     model = load_checked(AutoModelForImageClassification, best).eval()
     budget = finetune.budgets(args, model.config)[1]
     correct, predicted, examples = [], [], finetune.labelled_files(args.eval_data, train=False)[0]
@@ -53,11 +55,11 @@ def run_result(folder: str, threads: int) -> dict:
         predicted += logits.argmax(-1).tolist()
         correct += (logits.argmax(-1) == batch["labels"]).tolist()
     accuracy = sum(correct) / len(correct)
-    if abs(accuracy - recorded["accuracy"]) > 1e-9:
+    if recorded and abs(accuracy - recorded["accuracy"]) > 1e-9:
         raise RuntimeError(f"{best} scores {accuracy:.4f} held-out now, {recorded['accuracy']:.4f} in heldout.json.")
     card = open(os.path.join(best, "README.md")).read()
     command = card.split("Command: `", 1)[1].split("`\n", 1)[0]
-    return {"command": command, "best_epoch": validation["epoch"], "wise_ft": validation.get("wise_ft"),
+    return {"command": command, "weights": weights, "best_epoch": validation["epoch"], "wise_ft": validation.get("wise_ft"),
             "validation_accuracy": validation["accuracy"],
             "heldout_accuracy": accuracy, "heldout_correct": "".join(str(int(c)) for c in correct),
             "heldout_predicted": predicted,
@@ -113,6 +115,8 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.finetune_rotation", description=__doc__,
                                      formatter_class=HelpFormatter)
     parser.add_argument("--pair", nargs=3, action="append", required=True, metavar=("NAME", "RUN_FT", "RUN_PROBE"))
+    parser.add_argument("--fine-tuned", choices=("best", "final"), default="best",
+                        help="RUN_FT's folder compared: best/ (chosen on validation) or final/ (the last epoch)")
     parser.add_argument("--resamples", type=int, default=2000)
     parser.add_argument("--groups", default=None, metavar="REGEX", help="resample whole groups of held-out images: "
                         "the first group of REGEX in the file name (e.g. '(.+)_\\d+$': every crop of one photo)")
@@ -133,7 +137,8 @@ def main(argv=None) -> dict:
     result = {"setup": args.setup, "command": " ".join(["python", "-m", "benchmarks.finetune_rotation", *map(
         shlex.quote, sys.argv[1:] if argv is None else argv)]), "pairs": {}}
     for name, fine_tuned, probe in args.pair:
-        runs = {"fine_tuned": run_result(fine_tuned, args.threads), "probe": run_result(probe, args.threads)}
+        runs = {"fine_tuned": run_result(fine_tuned, args.threads, args.fine_tuned),
+                "probe": run_result(probe, args.threads)}
         if runs["fine_tuned"]["heldout_files"] != runs["probe"]["heldout_files"]:
             raise ValueError(f"{fine_tuned} and {probe} were evaluated on different held-out images: give both the "
                              "same --eval-data.")
@@ -143,7 +148,7 @@ def main(argv=None) -> dict:
         result["pairs"][name] = {**runs, "fine_tuned_minus_probe_heldout": bootstrap}
         for kind, outcome in runs.items():
             mix = f" mixed with the probe (WiSE-FT {outcome['wise_ft']:g})" if outcome["wise_ft"] is not None else ""
-            print(f"{name} {kind}: best epoch {outcome['best_epoch']}{mix}, validation "
+            print(f"{name} {kind}: {outcome['weights']}/, epoch {outcome['best_epoch']}{mix}, validation "
                   f"{outcome['validation_accuracy']:.4f}, held-out {outcome['heldout_accuracy']:.4f}")
         print(f"{name}: fine-tuned - probe held-out {bootstrap['difference']:+.4f}, 95% interval "
               f"[{bootstrap['interval_95'][0]:+.4f}, {bootstrap['interval_95'][1]:+.4f}]"

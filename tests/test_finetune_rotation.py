@@ -83,3 +83,48 @@ def test_per_group_accuracy_and_the_groups_given_one_class():
         "b": {"images": 2, "fine_tuned": {"accuracy": 1.0, "one_class": False},
               "probe": {"accuracy": 0.5, "one_class": False}},
     }
+
+
+def test_the_benchmark_scores_best_or_final_of_real_runs_against_the_probe(tmp_path):
+    """Two tiny runs (a probe alone, one epoch of fine-tuning): each folder's held-out accuracy as evaluated by hand,
+    and their difference."""
+    import torch
+    from conftest import tiny_lookwhere_config
+    from safetensors.torch import load_file, save_file
+    from test_finetune import write_folder
+    from transformers import AutoModelForImageClassification
+
+    from benchmarks.finetune_rotation import main
+    from corevision_hf import LookWhereModel, save_model_folder
+    from evaluation.probes import load_image
+    from training import finetune
+
+    torch.manual_seed(0)
+    save_model_folder(LookWhereModel(tiny_lookwhere_config()), tmp_path / "model")
+    train, heldout = write_folder(tmp_path / "train", 6, seed=0), write_folder(tmp_path / "heldout", 4, seed=1)
+    for name, epochs in (("probe", "0"), ("ft", "1")):
+        finetune.main([str(tmp_path / "model"), "--data", train, "--eval-data", heldout, "--output-dir",
+                       str(tmp_path / name), "--epochs", epochs, "--lr", "1e-2", "--batch-size", "4",
+                       "--k-ratio", "0.5", "--eval-k-ratio", "0.5", "--val-fraction", "0.34"])
+    final = tmp_path / "ft" / "final" / "model.safetensors"
+    state = load_file(final)
+    save_file({name: -value if name.startswith("classifier.") else value for name, value in state.items()}, final,
+              metadata={"format": "pt"})  # final/'s head negated: it calls every image the other class than best/
+    examples = finetune.labelled_files(heldout, train=False)[0]
+    pixels, labels = torch.stack([load_image(path, 32) for path, _ in examples]), [label for _, label in examples]
+
+    def by_hand(folder) -> str:
+        model = AutoModelForImageClassification.from_pretrained(folder, trust_remote_code=True).eval()
+        with torch.no_grad():
+            predicted = model(pixels, k_ratio=0.5).logits.argmax(-1).tolist()
+        return "".join(str(int(p == label)) for p, label in zip(predicted, labels))
+
+    for weights in ("best", "final"):
+        pair = main(["--pair", "p", str(tmp_path / "ft"), str(tmp_path / "probe"), "--fine-tuned", weights,
+                     "--output", str(tmp_path / f"{weights}.json")])["pairs"]["p"]
+        assert pair["fine_tuned"]["weights"] == weights and pair["probe"]["weights"] == "best"
+        assert pair["fine_tuned"]["heldout_correct"] == by_hand(tmp_path / "ft" / weights)
+        assert pair["probe"]["heldout_correct"] == by_hand(tmp_path / "probe" / "best")
+        assert pair["fine_tuned"]["heldout_accuracy"] == {"best": 1.0, "final": 0.0}[weights]  # bright vs dark
+        expected = (pair["fine_tuned"]["heldout_correct"].count("1") - pair["probe"]["heldout_correct"].count("1")) / 8
+        assert pair["fine_tuned_minus_probe_heldout"]["difference"] == pytest.approx(expected)
