@@ -12,7 +12,9 @@ held-out accuracy with its 95% percentile interval. With --groups REGEX it resam
 group of REGEX in the file name without suffix, as training.finetune's --val-groups: every crop of one photo, both ways
 up), since several crops of one photo are not independent draws. The JSON (default under outputs/) holds the runs'
 commands, the --setup commands that made their inputs, and each run's held-out predictions (classes, and as a string
-"1": right, in file order) with the files they are of. With --groups it also gives each group's accuracy for both runs
+"1": right, in file order) with the files they are of. --hindsight-probes 1e-2,1,... refits RUN_PROBE's probe at each
+penalty on its training images and scores it on the held-out images, with the fine-tuned minus it: how much of a
+difference comes from the penalty validation chose (a diagnosis; choosing by it would be choosing on held-out data). With --groups it also gives each group's accuracy for both runs
 and counts the groups a run gives one class for every image: on the rotation task, a photo it calls upright (or upside
 down) whichever way up it is shown, which can only score one half.
 """
@@ -66,6 +68,35 @@ def run_result(folder: str, threads: int, weights: str = "best") -> dict:
             "heldout_files": [os.path.relpath(path, args.eval_data) for path, _ in examples]}
 
 
+def hindsight_probes(folder: str, penalties: list[float], threads: int) -> dict:
+    """{penalty: {"heldout_accuracy", "heldout_correct"}} of the linear probe of the finetune run in `folder` refitted
+    at each penalty: on the run's training images (--data less its validation split, or all of it with --val-data),
+    its features read at the run's evaluation budget by best/'s backbone, as the run fitted it."""
+    import torch
+    from transformers import AutoModelForImageClassification
+
+    from corevision_hf.loading import load_checked
+    from evaluation.probes import fit_linear_classifier
+    from training import finetune
+
+    torch.set_num_threads(threads)
+    args = argparse.Namespace(**json.load(open(os.path.join(folder, "run.json")))["args"])
+    model = load_checked(AutoModelForImageClassification, os.path.join(folder, "best")).eval()
+    budget = finetune.budgets(args, model.config)[1]
+    examples = finetune.labelled_files(args.data, train=True)[0]
+    train = examples if args.val_data else finetune.training_split(args, examples)[0]
+    heldout = finetune.labelled_files(args.eval_data, train=False)[0]
+    features, labels = finetune.head_features(model, finetune.loader(train, args.image_size, 8, 0), budget, "cpu")
+    held, held_labels = finetune.head_features(model, finetune.loader(heldout, args.image_size, 8, 0), budget, "cpu")
+    result = {}
+    for penalty in penalties:
+        probe = fit_linear_classifier(features, labels, model.config.num_labels, penalty, per_feature=False)
+        correct = (probe(held).argmax(-1) == held_labels).tolist()
+        result[penalty] = {"heldout_accuracy": sum(correct) / len(correct),
+                           "heldout_correct": "".join(str(int(c)) for c in correct)}
+    return result
+
+
 def paired_bootstrap(first: str, second: str, resamples: int, seed: int, groups: list[str] | None = None) -> dict:
     """Mean of first - second (strings of "1" right, "0" wrong, one character per image) over the images, and the
     2.5 / 97.5 percentiles of that mean over `resamples` draws with replacement (one draw for both runs): of the
@@ -117,6 +148,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--pair", nargs=3, action="append", required=True, metavar=("NAME", "RUN_FT", "RUN_PROBE"))
     parser.add_argument("--fine-tuned", choices=("best", "final"), default="best",
                         help="RUN_FT's folder compared: best/ (chosen on validation) or final/ (the last epoch)")
+    parser.add_argument("--hindsight-probes", default=None, metavar="PENALTY[,PENALTY...]",
+                        help="also refit each RUN_PROBE's probe at these L2 penalties and score them held-out (a "
+                             "diagnosis of the penalty validation chose, never a choice)")
     parser.add_argument("--resamples", type=int, default=2000)
     parser.add_argument("--groups", default=None, metavar="REGEX", help="resample whole groups of held-out images: "
                         "the first group of REGEX in the file name (e.g. '(.+)_\\d+$': every crop of one photo)")
@@ -127,6 +161,14 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     if args.resamples < 1 or args.threads < 1:
         parser.error("--resamples and --threads must be at least 1.")
+    penalties = None
+    if args.hindsight_probes is not None:
+        from training.finetune import probe_penalties
+
+        try:
+            penalties = probe_penalties(args.hindsight_probes)
+        except ValueError as error:
+            parser.error(str(error).replace("--probe-weight-decay", "--hindsight-probes"))
     if args.groups is not None:
         import re
 
@@ -136,6 +178,7 @@ def main(argv=None) -> dict:
             parser.error(f"--groups is no regular expression ({error}): got {args.groups!r}.")
     result = {"setup": args.setup, "command": " ".join(["python", "-m", "benchmarks.finetune_rotation", *map(
         shlex.quote, sys.argv[1:] if argv is None else argv)]), "pairs": {}}
+    hindsight = {}  # RUN_PROBE: its refitted probes, for pairs that share it
     for name, fine_tuned, probe in args.pair:
         runs = {"fine_tuned": run_result(fine_tuned, args.threads, args.fine_tuned),
                 "probe": run_result(probe, args.threads)}
@@ -153,6 +196,17 @@ def main(argv=None) -> dict:
         print(f"{name}: fine-tuned - probe held-out {bootstrap['difference']:+.4f}, 95% interval "
               f"[{bootstrap['interval_95'][0]:+.4f}, {bootstrap['interval_95'][1]:+.4f}]"
               + (f" (resampling {bootstrap['groups']} groups)" if groups is not None else ""))
+        if penalties:
+            refitted = hindsight[probe] = hindsight.get(probe) or hindsight_probes(probe, penalties, args.threads)
+            result["pairs"][name]["hindsight_probes"] = {}
+            for penalty, outcome in refitted.items():
+                versus = paired_bootstrap(runs["fine_tuned"]["heldout_correct"], outcome["heldout_correct"],
+                                          args.resamples, args.seed, groups)
+                result["pairs"][name]["hindsight_probes"][f"{penalty:g}"] = {
+                    **outcome, "fine_tuned_minus_probe_heldout": versus}
+                print(f"{name}: probe refitted at penalty {penalty:g} (hindsight): held-out "
+                      f"{outcome['heldout_accuracy']:.4f}; fine-tuned - it {versus['difference']:+.4f} "
+                      f"[{versus['interval_95'][0]:+.4f}, {versus['interval_95'][1]:+.4f}]")
         if groups is not None:
             result["pairs"][name]["per_group"] = table = per_group(runs, groups)
             print(f"{name}: groups given one class for all their images: " + ", ".join(

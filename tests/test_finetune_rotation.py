@@ -121,10 +121,16 @@ def test_the_benchmark_scores_best_or_final_of_real_runs_against_the_probe(tmp_p
 
     for weights in ("best", "final"):
         pair = main(["--pair", "p", str(tmp_path / "ft"), str(tmp_path / "probe"), "--fine-tuned", weights,
-                     "--output", str(tmp_path / f"{weights}.json")])["pairs"]["p"]
+                     "--hindsight-probes", "1e-2,1e3", "--output", str(tmp_path / f"{weights}.json")])["pairs"]["p"]
         assert pair["fine_tuned"]["weights"] == weights and pair["probe"]["weights"] == "best"
         assert pair["fine_tuned"]["heldout_correct"] == by_hand(tmp_path / "ft" / weights)
         assert pair["probe"]["heldout_correct"] == by_hand(tmp_path / "probe" / "best")
         assert pair["fine_tuned"]["heldout_accuracy"] == {"best": 1.0, "final": 0.0}[weights]  # bright vs dark
         expected = (pair["fine_tuned"]["heldout_correct"].count("1") - pair["probe"]["heldout_correct"].count("1")) / 8
         assert pair["fine_tuned_minus_probe_heldout"]["difference"] == pytest.approx(expected)
+        refitted = pair["hindsight_probes"]
+        assert refitted["0.01"]["heldout_correct"] == pair["probe"]["heldout_correct"]  # the run's own penalty
+        assert refitted["1000"]["fine_tuned_minus_probe_heldout"]["difference"] == pytest.approx(
+            (pair["fine_tuned"]["heldout_correct"].count("1") - refitted["1000"]["heldout_correct"].count("1")) / 8)
+    with pytest.raises(SystemExit):
+        main(["--pair", "p", str(tmp_path / "ft"), str(tmp_path / "probe"), "--hindsight-probes", "0"])

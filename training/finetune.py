@@ -292,6 +292,15 @@ def split_validation(examples: list, fraction: float, seed: int, groups: list[st
     return train, validation
 
 
+def training_split(args, examples: list, validation: list | None = None) -> tuple[list, list]:
+    """(train, validation) of a run with `args` over the (path, label) `examples` of --data: all of them and
+    `validation` (--val-data's examples) when given, else the --val-fraction / --val-groups split."""
+    if validation is not None:
+        return examples, validation
+    groups = source_groups(examples, args.val_groups) if args.val_groups else None
+    return split_validation(examples, 0.2 if args.val_fraction is None else args.val_fraction, args.seed, groups)
+
+
 def split_by_groups(examples: list, groups: list[str], fraction: float, seed: int) -> tuple[list, list]:
     """(train, validation) with no group on both sides: the groups in a seeded order, each kept for validation when it
     brings the count closer to `fraction` of all examples (the first always). Every class must keep examples on both
@@ -675,14 +684,9 @@ def main(argv=None) -> dict:
     validation = other_folder(args.val_data, "--val-data", classes, {"--data": examples, "--eval-data": heldout or []},
                               "validation images must be ones the model never trains on and the held-out score "
                               "never chose")
-    groups = source_groups(examples, args.val_groups) if args.val_groups else None
-    if validation is None:
-        fraction = 0.2 if args.val_fraction is None else args.val_fraction
-        train, validation = split_validation(examples, fraction, args.seed, groups)
-    else:
-        train = examples
-    if groups:
-        chosen = set(validation)
+    train, validation = training_split(args, examples, validation)
+    if args.val_groups:
+        groups, chosen = source_groups(examples, args.val_groups), set(validation)
         kept = {key for key, example in zip(groups, examples) if example in chosen}
         print(f"validation: {len(validation)} of {len(examples)} images, {len(kept)} of {len(set(groups))} groups "
               f"by --val-groups '{args.val_groups}'")
