@@ -3,20 +3,21 @@
     python -m benchmarks.finetune_rotation --pair grouped RUN_FT RUN_PROBE [--pair NAME RUN_FT RUN_PROBE ...] \
         [--groups '(.+)_\\d+$']
 
-Each RUN is an --output-dir of `training.finetune` with --eval-data (RUN_PROBE: the same command with --epochs 0).
-For each run it reads the best epoch and its validation accuracy, and predicts every held-out image with best/ at the
-run's evaluation budget (checked against the run's own held-out accuracy); with --fine-tuned final, RUN_FT's final/
-(the last epoch: a recipe fixed in advance, for when validation cannot choose) instead of its best/. For each pair it resamples the held-out
-images with replacement (--resamples, seeded), the same draw for both runs, and reports the fine-tuned minus probe
-held-out accuracy with its 95% percentile interval. With --groups REGEX it resamples whole groups instead (the first
-group of REGEX in the file name without suffix, as training.finetune's --val-groups: every crop of one photo, both ways
-up), since several crops of one photo are not independent draws. The JSON (default under outputs/) holds the runs'
-commands, the --setup commands that made their inputs, and each run's held-out predictions (classes, and as a string
-"1": right, in file order) with the files they are of. --hindsight-probes 1e-2,1,... refits RUN_PROBE's probe at each
-penalty on its training images and scores it on the held-out images, with the fine-tuned minus it: how much of a
-difference comes from the penalty validation chose (a diagnosis; choosing by it would be choosing on held-out data). With --groups it also gives each group's accuracy for both runs
-and counts the groups a run gives one class for every image: on the rotation task, a photo it calls upright (or upside
-down) whichever way up it is shown, which can only score one half.
+Each RUN is an --output-dir of `training.finetune` with --eval-data (RUN_PROBE: the same command with --epochs 0). For
+each run it reads the best epoch and its validation accuracy, and predicts every held-out image with best/ at the run's
+evaluation budget (checked against the run's own held-out accuracy); with --fine-tuned final, RUN_FT's final/ (the last
+epoch: a recipe fixed in advance, for when validation cannot choose) instead of its best/. For each pair it resamples
+the held-out images with replacement (--resamples, seeded), the same draw for both runs, and reports the fine-tuned
+minus probe held-out accuracy with its 95% percentile interval. With --groups REGEX it resamples whole groups instead
+(the first group of REGEX in the file name without suffix, as training.finetune's --val-groups: every crop of one photo,
+both ways up), since several crops of one photo are not independent draws. The JSON (default under outputs/) holds the
+runs' commands, the --setup commands that made their inputs, and each run's held-out predictions (classes, and as a
+string "1": right, in file order) with the files they are of. --hindsight-probes 1e-2,1,... refits RUN_PROBE's probe at
+each penalty on its training images and scores it on the held-out images, with the fine-tuned minus it: how much of a
+difference comes from the penalty validation chose (a diagnosis; choosing by it would be choosing on held-out data).
+With --groups it also gives each group's accuracy for both runs and counts the groups a run gives one class for every
+image: on the rotation task, a photo it calls upright (or upside down) whichever way up it is shown, which can only
+score one half.
 """
 
 import argparse
@@ -45,10 +46,10 @@ def run_result(folder: str, threads: int, weights: str = "best") -> dict:
         raise ValueError(f"{folder} is no finished run of training.finetune with --eval-data (it needs "
                          f"{', '.join(os.path.relpath(path, folder) for path in needed)}).")
     args = argparse.Namespace(**json.load(open(os.path.join(folder, "run.json")))["args"])
-    best = os.path.join(folder, weights)
-    validation = json.load(open(os.path.join(best, "validation.json")))
-    recorded = json.load(open(os.path.join(best, "heldout.json"))) if weights == "best" else None
-    model = load_checked(AutoModelForImageClassification, best).eval()
+    kept = os.path.join(folder, weights)
+    validation = json.load(open(os.path.join(kept, "validation.json")))
+    recorded = json.load(open(os.path.join(kept, "heldout.json"))) if weights == "best" else None
+    model = load_checked(AutoModelForImageClassification, kept).eval()
     budget = finetune.budgets(args, model.config)[1]
     correct, predicted, examples = [], [], finetune.labelled_files(args.eval_data, train=False)[0]
     for batch in finetune.loader(examples, args.image_size, 8, 0):
@@ -58,10 +59,11 @@ def run_result(folder: str, threads: int, weights: str = "best") -> dict:
         correct += (logits.argmax(-1) == batch["labels"]).tolist()
     accuracy = sum(correct) / len(correct)
     if recorded and abs(accuracy - recorded["accuracy"]) > 1e-9:
-        raise RuntimeError(f"{best} scores {accuracy:.4f} held-out now, {recorded['accuracy']:.4f} in heldout.json.")
-    card = open(os.path.join(best, "README.md")).read()
+        raise RuntimeError(f"{kept} scores {accuracy:.4f} held-out now, {recorded['accuracy']:.4f} in heldout.json.")
+    card = open(os.path.join(kept, "README.md")).read()
     command = card.split("Command: `", 1)[1].split("`\n", 1)[0]
-    return {"command": command, "weights": weights, "best_epoch": validation["epoch"], "wise_ft": validation.get("wise_ft"),
+    return {"command": command, "weights": weights, "best_epoch": validation["epoch"],
+            "wise_ft": validation.get("wise_ft"),
             "validation_accuracy": validation["accuracy"],
             "heldout_accuracy": accuracy, "heldout_correct": "".join(str(int(c)) for c in correct),
             "heldout_predicted": predicted,

@@ -69,7 +69,8 @@ def main(argv=None) -> None:
     parser.add_argument("--train-images", type=int, default=200, help="crops of the training photos, both ways up")
     parser.add_argument("--heldout-crops", type=int, default=1, help="crops of each held-out photo, both ways up")
     parser.add_argument("--val-crops", type=int, default=0,
-                        help="crops of each validation photo (assets/wallpaper_photos/val), both ways up (0: no OUT/val)")
+                        help="crops of each validation photo (assets/wallpaper_photos/val), both ways up "
+                             "(0: no OUT/val)")
     parser.add_argument("--size", type=int, default=224, help="side of the square crops in pixels")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)

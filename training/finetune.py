@@ -244,7 +244,8 @@ def other_folder(folder: str | None, flag: str, classes: list[str], others: dict
     if found != classes:
         raise ValueError(f"{flag} has the classes {found}, --data {classes}: give both the same sub-folders.")
     for other, other_examples in others.items():
-        shared = {os.path.realpath(path) for path, _ in examples} & {os.path.realpath(path) for path, _ in other_examples}
+        paths = {os.path.realpath(path) for path, _ in other_examples}
+        shared = {os.path.realpath(path) for path, _ in examples} & paths
         if shared:
             raise ValueError(f"{flag} shares {len(shared)} images with {other} (e.g. {sorted(shared)[0]}): {why}; give "
                              "a separate folder.")
