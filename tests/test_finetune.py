@@ -73,12 +73,13 @@ def test_finetune_writes_best_and_final_that_reload_with_their_accuracy(folders,
     assert result["validation"]["accuracy"] == 1.0  # bright vs dark: the probe alone separates them
 
 
-def test_val_data_chooses_on_its_folder_while_all_of_data_trains(folders, tmp_path, monkeypatch):
+def test_val_data_chooses_on_its_folder_while_all_of_data_trains(folders, tmp_path, monkeypatch, capsys):
     seen, loader = [], finetune.loader
     monkeypatch.setattr(finetune, "loader", lambda examples, *args, **kwargs: seen.append(examples) or
                         loader(examples, *args, **kwargs))
     finetune.main(arguments(folders, "veca", tmp_path / "run", "--val-data", folders["val"], "--epochs", "1"))
     train, val = (finetune.labelled_files(folders[name], train=name == "train")[0] for name in ("train", "val"))
+    assert f"validation: 10 images of --val-data {folders['val']}; all 20 of --data train" in capsys.readouterr().out
     assert seen[:3] == [train, train, val]  # shuffled training batches, the probe's fixed ones, validation
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     reloaded = AutoModelForImageClassification.from_pretrained(tmp_path / "run" / "final", trust_remote_code=True)

@@ -686,6 +686,8 @@ def main(argv=None) -> dict:
                               "validation images must be ones the model never trains on and the held-out score "
                               "never chose")
     train, validation = training_split(args, examples, validation)
+    if args.val_data:
+        print(f"validation: {len(validation)} images of --val-data {args.val_data}; all {len(train)} of --data train")
     if args.val_groups:
         groups, chosen = source_groups(examples, args.val_groups), set(validation)
         kept = {key for key, example in zip(groups, examples) if example in chosen}
