@@ -14,7 +14,9 @@ both ways up), since several crops of one photo are not independent draws. The J
 runs' commands, the --setup commands that made their inputs, and each run's held-out predictions (classes, and as a
 string "1": right, in file order) with the files they are of. --hindsight-probes 1e-2,1,... refits RUN_PROBE's probe at
 each penalty on its training images and scores it on the held-out images, with the fine-tuned minus it: how much of a
-difference comes from the penalty validation chose (a diagnosis; choosing by it would be choosing on held-out data).
+difference comes from the penalty validation chose (a diagnosis; choosing by it would be choosing on held-out data);
+beside it, each penalty's 5-fold cross-validated accuracy on the training images (whole --groups to a fold), the
+choice that looks at training images only.
 With --groups it also gives each group's accuracy for both runs and counts the groups a run gives one class for every
 image: on the rotation task, a photo it calls upright (or upside down) whichever way up it is shown, which can only
 score one half.
@@ -70,10 +72,12 @@ def run_result(folder: str, threads: int, weights: str = "best") -> dict:
             "heldout_files": [os.path.relpath(path, args.eval_data) for path, _ in examples]}
 
 
-def hindsight_probes(folder: str, penalties: list[float], threads: int) -> dict:
-    """{penalty: {"heldout_accuracy", "heldout_correct"}} of the linear probe of the finetune run in `folder` refitted
-    at each penalty: on the run's training images (--data less its validation split, or all of it with --val-data),
-    its features read at the run's evaluation budget by best/'s backbone, as the run fitted it."""
+def hindsight_probes(folder: str, penalties: list[float], threads: int, pattern: str | None = None) -> dict:
+    """{penalty: {"training_cv_accuracy", "heldout_accuracy", "heldout_correct"}} of the linear probe of the finetune
+    run in `folder` refitted at each penalty: on the run's training images (--data less its validation split, or all
+    of it with --val-data), its features read at the run's evaluation budget by best/'s backbone, as the run fitted it.
+    training_cv_accuracy: `cross_validated` over the training images, grouped by `pattern` (group_keys) when given: a
+    choice of penalty that looks at training images only."""
     import torch
     from transformers import AutoModelForImageClassification
 
@@ -90,13 +94,35 @@ def hindsight_probes(folder: str, penalties: list[float], threads: int) -> dict:
     heldout = finetune.labelled_files(args.eval_data, train=False)[0]
     features, labels = finetune.head_features(model, finetune.loader(train, args.image_size, 8, 0), budget, "cpu")
     held, held_labels = finetune.head_features(model, finetune.loader(heldout, args.image_size, 8, 0), budget, "cpu")
+    keys = group_keys([path for path, _ in train], pattern) if pattern else None
     result = {}
     for penalty in penalties:
         probe = fit_linear_classifier(features, labels, model.config.num_labels, penalty, per_feature=False)
         correct = (probe(held).argmax(-1) == held_labels).tolist()
-        result[penalty] = {"heldout_accuracy": sum(correct) / len(correct),
+        result[penalty] = {"training_cv_accuracy": cross_validated(features, labels, keys, penalty),
+                           "heldout_accuracy": sum(correct) / len(correct),
                            "heldout_correct": "".join(str(int(c)) for c in correct)}
     return result
+
+
+def cross_validated(features, labels, keys: list[str] | None, penalty: float, folds: int = 5) -> float:
+    """Mean accuracy over `folds` folds of the probe (evaluation.probes.fit_linear_classifier at `penalty`) fitted on
+    the other folds: whole groups to a fold (`keys`, one per row; None: each row its own), in a seeded order."""
+    import random
+
+    import torch
+
+    from evaluation.probes import fit_linear_classifier
+
+    keys = [str(index) for index in range(len(labels))] if keys is None else keys
+    names = sorted(set(keys))
+    random.Random(0).shuffle(names)
+    accuracies = []
+    for fold in range(folds):
+        held = torch.tensor([key in set(names[fold::folds]) for key in keys])
+        probe = fit_linear_classifier(features[~held], labels[~held], int(labels.max()) + 1, penalty, per_feature=False)
+        accuracies.append((probe(features[held]).argmax(-1) == labels[held]).float().mean().item())
+    return sum(accuracies) / folds
 
 
 def paired_bootstrap(first: str, second: str, resamples: int, seed: int, groups: list[str] | None = None) -> dict:
@@ -199,14 +225,16 @@ def main(argv=None) -> dict:
               f"[{bootstrap['interval_95'][0]:+.4f}, {bootstrap['interval_95'][1]:+.4f}]"
               + (f" (resampling {bootstrap['groups']} groups)" if groups is not None else ""))
         if penalties:
-            refitted = hindsight[probe] = hindsight.get(probe) or hindsight_probes(probe, penalties, args.threads)
+            refitted = hindsight[probe] = hindsight.get(probe) or hindsight_probes(probe, penalties, args.threads,
+                                                                                    args.groups)
             result["pairs"][name]["hindsight_probes"] = {}
             for penalty, outcome in refitted.items():
                 versus = paired_bootstrap(runs["fine_tuned"]["heldout_correct"], outcome["heldout_correct"],
                                           args.resamples, args.seed, groups)
                 result["pairs"][name]["hindsight_probes"][f"{penalty:g}"] = {
                     **outcome, "fine_tuned_minus_probe_heldout": versus}
-                print(f"{name}: probe refitted at penalty {penalty:g} (hindsight): held-out "
+                print(f"{name}: probe refitted at penalty {penalty:g}: training CV "
+                      f"{outcome['training_cv_accuracy']:.4f}; (hindsight) held-out "
                       f"{outcome['heldout_accuracy']:.4f}; fine-tuned - it {versus['difference']:+.4f} "
                       f"[{versus['interval_95'][0]:+.4f}, {versus['interval_95'][1]:+.4f}]")
         if groups is not None:

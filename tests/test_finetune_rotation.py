@@ -134,3 +134,17 @@ def test_the_benchmark_scores_best_or_final_of_real_runs_against_the_probe(tmp_p
             (pair["fine_tuned"]["heldout_correct"].count("1") - refitted["1000"]["heldout_correct"].count("1")) / 8)
     with pytest.raises(SystemExit):
         main(["--pair", "p", str(tmp_path / "ft"), str(tmp_path / "probe"), "--hindsight-probes", "0"])
+
+
+def test_cross_validation_keeps_whole_groups_to_a_fold():
+    """Ten groups of four images, each group's features its own one-hot and its label the group's parity: with whole
+    groups to a fold nothing carries to an unseen group, while folds of single images score by memorising the group."""
+    import torch
+
+    from benchmarks.finetune_rotation import cross_validated
+
+    group = torch.arange(40) // 4
+    features, labels = torch.nn.functional.one_hot(group, 10).float(), group % 2
+    keys = [f"photo{index}" for index in group.tolist()]
+    assert cross_validated(features, labels, keys, 1e-2) <= 0.6
+    assert cross_validated(features, labels, None, 1e-2) == 1.0
