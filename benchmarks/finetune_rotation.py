@@ -90,7 +90,7 @@ def hindsight_probes(folder: str, penalties: list[float], threads: int, pattern:
     model = load_checked(AutoModelForImageClassification, os.path.join(folder, "best")).eval()
     budget = finetune.budgets(args, model.config)[1]
     examples = finetune.labelled_files(args.data, train=True)[0]
-    train = examples if args.val_data else finetune.training_split(args, examples)[0]
+    train = finetune.training_split(args, examples)[0]
     heldout = finetune.labelled_files(args.eval_data, train=False)[0]
     features, labels = finetune.head_features(model, finetune.loader(train, args.image_size, 8, 0), budget, "cpu")
     held, held_labels = finetune.head_features(model, finetune.loader(heldout, args.image_size, 8, 0), budget, "cpu")
@@ -119,7 +119,8 @@ def cross_validated(features, labels, keys: list[str] | None, penalty: float, fo
     random.Random(0).shuffle(names)
     accuracies = []
     for fold in range(folds):
-        held = torch.tensor([key in set(names[fold::folds]) for key in keys])
+        chosen = set(names[fold::folds])
+        held = torch.tensor([key in chosen for key in keys])
         probe = fit_linear_classifier(features[~held], labels[~held], int(labels.max()) + 1, penalty, per_feature=False)
         accuracies.append((probe(features[held]).argmax(-1) == labels[held]).float().mean().item())
     return sum(accuracies) / folds
@@ -194,9 +195,9 @@ def main(argv=None) -> dict:
         from training.finetune import probe_penalties
 
         try:
-            penalties = probe_penalties(args.hindsight_probes)
+            penalties = probe_penalties(args.hindsight_probes, "--hindsight-probes")
         except ValueError as error:
-            parser.error(str(error).replace("--probe-weight-decay", "--hindsight-probes"))
+            parser.error(str(error))
     if args.groups is not None:
         import re
 

@@ -152,11 +152,11 @@ def float_list(text: str, flag: str, kind: str, example: str) -> list[float]:
                          f"got {text!r}.") from None
 
 
-def probe_penalties(text: str) -> list[float]:
-    """--probe-weight-decay "1e-2" or "1e-2,1e-1,1" as a list of positive floats."""
-    penalties = float_list(text, "--probe-weight-decay", "penalty", "1e-2 or 1e-2,1e-1,1")
+def probe_penalties(text: str, flag: str = "--probe-weight-decay") -> list[float]:
+    """`flag`'s "1e-2" or "1e-2,1e-1,1" as a list of positive floats."""
+    penalties = float_list(text, flag, "penalty", "1e-2 or 1e-2,1e-1,1")
     if not all(0 < penalty < float("inf") for penalty in penalties):
-        raise ValueError(f"--probe-weight-decay must be positive and finite, got {text!r}.")
+        raise ValueError(f"{flag} must be positive and finite, got {text!r}.")
     return penalties
 
 
@@ -294,9 +294,9 @@ def split_validation(examples: list, fraction: float, seed: int, groups: list[st
 
 
 def training_split(args, examples: list, validation: list | None = None) -> tuple[list, list]:
-    """(train, validation) of a run with `args` over the (path, label) `examples` of --data: all of them and
-    `validation` (--val-data's examples) when given, else the --val-fraction / --val-groups split."""
-    if validation is not None:
+    """(train, validation) of a run with `args` over the (path, label) `examples` of --data: with --val-data all of
+    them and `validation` (--val-data's examples, as given), else the --val-fraction / --val-groups split."""
+    if getattr(args, "val_data", None):  # run.json of runs before --val-data lack it
         return examples, validation
     groups = source_groups(examples, args.val_groups) if args.val_groups else None
     return split_validation(examples, 0.2 if args.val_fraction is None else args.val_fraction, args.seed, groups)
