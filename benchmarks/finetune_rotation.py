@@ -17,6 +17,8 @@ each penalty on its training images and scores it on the held-out images, with t
 difference comes from the penalty validation chose (a diagnosis; choosing by it would be choosing on held-out data);
 beside it, each penalty's 5-fold cross-validated accuracy on the training images (whole --groups to a fold), the
 choice that looks at training images only.
+With --heldout DIR every run is scored on the ImageFolder DIR instead of its own --eval-data: photos that no run, and
+no choice, has seen (examples/gcompris_photos.py, then examples/rotation_task.py --heldout-photos).
 With --groups it also gives each group's accuracy for both runs and counts the groups a run gives one class for every
 image: on the rotation task, a photo it calls upright (or upside down) whichever way up it is shown, which can only
 score one half.
@@ -31,11 +33,11 @@ import sys
 from corevision_hf.cli import HelpFormatter
 
 
-def run_result(folder: str, threads: int, weights: str = "best") -> dict:
+def run_result(folder: str, threads: int, weights: str = "best", heldout: str | None = None) -> dict:
     """{"command", "weights", "best_epoch", "wise_ft", "validation_accuracy", "heldout_accuracy", "heldout_correct",
     "heldout_predicted", "heldout_files"} of the `weights` folder (best/ or final/) of one finetune run (best_epoch: its
     epoch; wise_ft: the --wise-ft mix it is, or None; heldout_correct: "1" or "0" for each held-out image, in file
-    order)."""
+    order), on the run's --eval-data or on the ImageFolder `heldout`."""
     import torch
     from transformers import AutoModelForImageClassification
 
@@ -53,7 +55,15 @@ def run_result(folder: str, threads: int, weights: str = "best") -> dict:
     recorded = json.load(open(os.path.join(kept, "heldout.json"))) if weights == "best" else None
     model = load_checked(AutoModelForImageClassification, kept).eval()
     budget = finetune.budgets(args, model.config)[1]
-    correct, predicted, examples = [], [], finetune.labelled_files(args.eval_data, train=False)[0]
+    if heldout is not None:  # another held-out set than the run's: nothing recorded to check against
+        args.eval_data, recorded = heldout, None
+    examples, classes = finetune.labelled_files(args.eval_data, train=False)
+    labels = [model.config.id2label[index] for index in range(model.config.num_labels)]
+    if classes != labels:
+        raise ValueError(f"{args.eval_data} has the classes {classes}, {kept} predicts {labels}: give an ImageFolder "
+                         "with the run's classes.")
+    correct, predicted = [], []
+    print(f"scoring {kept} on the {len(examples)} images of {args.eval_data}", flush=True)
     for batch in finetune.loader(examples, args.image_size, 8, 0):
         with torch.no_grad():
             logits = model(batch["pixel_values"], **budget).logits
@@ -72,12 +82,13 @@ def run_result(folder: str, threads: int, weights: str = "best") -> dict:
             "heldout_files": [os.path.relpath(path, args.eval_data) for path, _ in examples]}
 
 
-def hindsight_probes(folder: str, penalties: list[float], threads: int, pattern: str | None = None) -> dict:
+def hindsight_probes(folder: str, penalties: list[float], threads: int, pattern: str | None = None,
+                     heldout: str | None = None) -> dict:
     """{penalty: {"training_cv_accuracy", "heldout_accuracy", "heldout_correct"}} of the linear probe of the finetune
     run in `folder` refitted at each penalty: on the run's training images (--data less its validation split, or all
     of it with --val-data), its features read at the run's evaluation budget by best/'s backbone, as the run fitted it.
     training_cv_accuracy: `cross_validated` over the training images, grouped by `pattern` (group_keys) when given: a
-    choice of penalty that looks at training images only."""
+    choice of penalty that looks at training images only. Scored on the run's --eval-data, or on `heldout`."""
     import torch
     from transformers import AutoModelForImageClassification
 
@@ -91,7 +102,9 @@ def hindsight_probes(folder: str, penalties: list[float], threads: int, pattern:
     budget = finetune.budgets(args, model.config)[1]
     examples = finetune.labelled_files(args.data, train=True)[0]
     train = finetune.training_split(args, examples)[0]
-    heldout = finetune.labelled_files(args.eval_data, train=False)[0]
+    heldout = finetune.labelled_files(heldout or args.eval_data, train=False)[0]
+    print(f"refitting the probe of {folder} at {len(penalties)} penalties (features of {len(train)} training and "
+          f"{len(heldout)} held-out images)", flush=True)
     features, labels = finetune.head_features(model, finetune.loader(train, args.image_size, 8, 0), budget, "cpu")
     held, held_labels = finetune.head_features(model, finetune.loader(heldout, args.image_size, 8, 0), budget, "cpu")
     keys = group_keys([path for path, _ in train], pattern) if pattern else None
@@ -180,6 +193,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--hindsight-probes", default=None, metavar="PENALTY[,PENALTY...]",
                         help="also refit each RUN_PROBE's probe at these L2 penalties and score them held-out (a "
                              "diagnosis of the penalty validation chose, never a choice)")
+    parser.add_argument("--heldout", default=None, metavar="DIR",
+                        help="score every run on this ImageFolder instead of its own --eval-data (e.g. photos no run "
+                             "was ever scored on)")
     parser.add_argument("--resamples", type=int, default=2000)
     parser.add_argument("--groups", default=None, metavar="REGEX", help="resample whole groups of held-out images: "
                         "the first group of REGEX in the file name (e.g. '(.+)_\\d+$': every crop of one photo)")
@@ -205,12 +221,17 @@ def main(argv=None) -> dict:
             re.compile(args.groups)
         except re.error as error:
             parser.error(f"--groups is no regular expression ({error}): got {args.groups!r}.")
-    result = {"setup": args.setup, "command": " ".join(["python", "-m", "benchmarks.finetune_rotation", *map(
-        shlex.quote, sys.argv[1:] if argv is None else argv)]), "pairs": {}}
-    hindsight = {}  # RUN_PROBE: its refitted probes, for pairs that share it
+    if args.heldout is not None and not os.path.isdir(args.heldout):
+        parser.error(f"--heldout {args.heldout} is no folder.")
+    command = " ".join(["python", "-m", "benchmarks.finetune_rotation", *map(
+        shlex.quote, sys.argv[1:] if argv is None else argv)])
+    result = {"setup": args.setup, "heldout": args.heldout, "command": command, "pairs": {}}
+    hindsight, scored = {}, {}  # RUN_PROBE: its refitted probes, and its result, for pairs that share it
     for name, fine_tuned, probe in args.pair:
-        runs = {"fine_tuned": run_result(fine_tuned, args.threads, args.fine_tuned),
-                "probe": run_result(probe, args.threads)}
+        if probe not in scored:
+            scored[probe] = run_result(probe, args.threads, heldout=args.heldout)
+        runs = {"fine_tuned": run_result(fine_tuned, args.threads, args.fine_tuned, args.heldout),
+                "probe": scored[probe]}
         if runs["fine_tuned"]["heldout_files"] != runs["probe"]["heldout_files"]:
             raise ValueError(f"{fine_tuned} and {probe} were evaluated on different held-out images: give both the "
                              "same --eval-data.")
@@ -227,7 +248,7 @@ def main(argv=None) -> dict:
               + (f" (resampling {bootstrap['groups']} groups)" if groups is not None else ""))
         if penalties:
             refitted = hindsight[probe] = hindsight.get(probe) or hindsight_probes(probe, penalties, args.threads,
-                                                                                    args.groups)
+                                                                                    args.groups, args.heldout)
             result["pairs"][name]["hindsight_probes"] = {}
             for penalty, outcome in refitted.items():
                 versus = paired_bootstrap(runs["fine_tuned"]["heldout_correct"], outcome["heldout_correct"],

@@ -4,9 +4,9 @@ Writes two ImageFolders (one sub-folder per class, `upright/` and `upside_down/`
 
   - OUT/train: crops of the training photos (assets/photos, assets/wallpaper_photos/train), each saved upright and
     rotated by 180 degrees, `--train-images` in all;
-  - OUT/heldout: `--heldout-crops` crops (80-100 % of the shorter side) of every photo in assets/heldout, upright and
-    rotated: for evaluation only (several crops of a photo are not independent: bootstrap over photos,
-    `benchmarks.finetune_rotation --groups`);
+  - OUT/heldout: `--heldout-crops` crops (80-100 % of the shorter side) of every photo in assets/heldout (or
+    `--heldout-photos DIR`: e.g. the 121 of examples/gcompris_photos.py), upright and rotated: for evaluation only
+    (several crops of a photo are not independent: bootstrap over photos, `benchmarks.finetune_rotation --groups`);
   - OUT/val, with `--val-crops`: as many crops (80-100 %) of every photo in assets/wallpaper_photos/val, upright and
     rotated, for `--val-data`: a validation set of other photos, so that every training photo trains.
 
@@ -21,6 +21,7 @@ a crop's upright copy may train while its rotated twin validates). Then, for exa
 """
 
 import argparse
+import hashlib
 import random
 import shutil
 from pathlib import Path
@@ -37,8 +38,13 @@ VAL_PHOTOS = ASSETS / "wallpaper_photos" / "val"
 
 
 def photos(folders) -> list[Path]:
-    """The .jpg photos of `folders`, sorted."""
-    return sorted(path for folder in folders for path in folder.glob("*.jpg"))
+    """The .jpg, .png and .webp photos of `folders`, sorted."""
+    return sorted(path for folder in folders for path in Path(folder).iterdir()
+                  if path.suffix.lower() in (".jpg", ".png", ".webp"))
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def random_crop(image: Image.Image, size: int, rng: random.Random, scale: tuple[float, float]) -> Image.Image:
@@ -68,6 +74,8 @@ def main(argv=None) -> None:
     parser.add_argument("--output-dir", default="outputs/rotation")
     parser.add_argument("--train-images", type=int, default=200, help="crops of the training photos, both ways up")
     parser.add_argument("--heldout-crops", type=int, default=1, help="crops of each held-out photo, both ways up")
+    parser.add_argument("--heldout-photos", default=None, metavar="DIR",
+                        help="the folder of photos to crop for OUT/heldout (default: the repository's assets/heldout)")
     parser.add_argument("--val-crops", type=int, default=0,
                         help="crops of each validation photo (assets/wallpaper_photos/val), both ways up "
                              "(0: no OUT/val)")
@@ -82,13 +90,20 @@ def main(argv=None) -> None:
         parser.error("--train-images, --heldout-crops and --size must be positive.")
     if args.val_crops < 0:
         parser.error(f"--val-crops must be 0 or more, got {args.val_crops}.")
+    heldout_photos = Path(args.heldout_photos) if args.heldout_photos else HELDOUT_PHOTOS
+    if not heldout_photos.is_dir() or not photos([heldout_photos]):
+        parser.error(f"--heldout-photos {args.heldout_photos} is no folder of .jpg, .png or .webp photos.")
+    shared = {digest(path) for path in photos([heldout_photos])} & {digest(path) for path in train_files}
+    if shared:
+        parser.error(f"--heldout-photos {args.heldout_photos} holds {len(shared)} of the training photos: held-out "
+                     "photos must be others.")
     output = Path(args.output_dir)
     for split in ("train", "heldout", "val"):
         shutil.rmtree(output / split, ignore_errors=True)
     rng = random.Random(args.seed)
     crops = args.train_images // (2 * len(train_files))
     train = write_pairs(train_files, output / "train", crops, args.size, rng, (0.6, 1.0))
-    heldout = write_pairs(photos([HELDOUT_PHOTOS]), output / "heldout", args.heldout_crops, args.size, rng, (0.8, 1.0))
+    heldout = write_pairs(photos([heldout_photos]), output / "heldout", args.heldout_crops, args.size, rng, (0.8, 1.0))
     print(f"wrote {train} training images to {output / 'train'} and {heldout} held-out images to {output / 'heldout'}")
     if args.val_crops:  # drawn last: train/ and heldout/ are the same bits with or without
         val = write_pairs(photos([VAL_PHOTOS]), output / "val", args.val_crops, args.size, rng, (0.8, 1.0))

@@ -1,5 +1,8 @@
 """benchmarks.finetune_rotation: the paired bootstrap of two runs' held-out predictions."""
 
+import os
+import shutil
+
 import pytest
 
 from benchmarks.finetune_rotation import paired_bootstrap
@@ -70,6 +73,41 @@ def test_rotation_task_writes_heldout_crops_per_photo_and_the_same_training_fold
             task.main(["--output-dir", str(tmp_path / "bad"), "--train-images", "50", *bad])
 
 
+def test_rotation_task_crops_another_folder_of_photos_for_heldout_with_the_same_training_folder(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    from PIL import Image
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "rotation_task.py"
+    spec = importlib.util.spec_from_file_location("rotation_task", path)
+    task = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(task)
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    Image.new("RGB", (64, 48), (200, 20, 20)).save(photos / "red-wall.webp", lossless=True)
+    Image.new("RGB", (40, 60), (20, 200, 20)).save(photos / "green_field.png")
+    (photos / "SOURCES.md").write_text("not a photo")
+    task.main(["--output-dir", str(tmp_path / "own"), "--train-images", "50", "--size", "28"])
+    task.main(["--output-dir", str(tmp_path / "other"), "--train-images", "50", "--size", "28", "--heldout-photos",
+               str(photos), "--heldout-crops", "2"])
+    held_out = sorted(p.relative_to(tmp_path / "other" / "heldout").as_posix()
+                      for p in (tmp_path / "other" / "heldout").rglob("*"))
+    assert held_out == ["upright", *(f"upright/{name}_{i}.png" for name in ("green_field", "red-wall") for i in (0, 1)),
+                        "upside_down", *(f"upside_down/{name}_{i}.png" for name in ("green_field", "red-wall")
+                                         for i in (0, 1))]
+    crop = Image.open(tmp_path / "other" / "heldout" / "upright" / "red-wall_1.png")
+    assert crop.size == (28, 28) and crop.getpixel((14, 14)) == (200, 20, 20)  # a crop of that photo
+    for image in (tmp_path / "own" / "train").rglob("*.png"):  # drawn first: the same bits whatever is held out
+        assert image.read_bytes() == (tmp_path / "other" / "train" / image.relative_to(tmp_path / "own" / "train")
+                                      ).read_bytes()
+    shutil.copy(task.photos(task.TRAIN_PHOTOS)[3], photos / "renamed.jpg")
+    for bad in (tmp_path / "nowhere", tmp_path / "own", photos):  # no folder; no photos; a training photo among them
+        with pytest.raises(SystemExit):
+            task.main(["--output-dir", str(tmp_path / "bad"), "--heldout-photos", str(bad)])
+    assert not (tmp_path / "bad").exists()
+
+
 def test_per_group_accuracy_and_the_groups_given_one_class():
     from benchmarks.finetune_rotation import per_group
 
@@ -113,11 +151,11 @@ def test_the_benchmark_scores_best_or_final_of_real_runs_against_the_probe(tmp_p
     examples = finetune.labelled_files(heldout, train=False)[0]
     pixels, labels = torch.stack([load_image(path, 32) for path, _ in examples]), [label for _, label in examples]
 
-    def by_hand(folder) -> str:
+    def by_hand(folder, images=pixels, truth=labels) -> str:
         model = AutoModelForImageClassification.from_pretrained(folder, trust_remote_code=True).eval()
         with torch.no_grad():
-            predicted = model(pixels, k_ratio=0.5).logits.argmax(-1).tolist()
-        return "".join(str(int(p == label)) for p, label in zip(predicted, labels))
+            predicted = model(images, k_ratio=0.5).logits.argmax(-1).tolist()
+        return "".join(str(int(p == label)) for p, label in zip(predicted, truth))
 
     for weights in ("best", "final"):
         pair = main(["--pair", "p", str(tmp_path / "ft"), str(tmp_path / "probe"), "--fine-tuned", weights,
@@ -132,8 +170,25 @@ def test_the_benchmark_scores_best_or_final_of_real_runs_against_the_probe(tmp_p
         assert refitted["0.01"]["heldout_correct"] == pair["probe"]["heldout_correct"]  # the run's own penalty
         assert refitted["1000"]["fine_tuned_minus_probe_heldout"]["difference"] == pytest.approx(
             (pair["fine_tuned"]["heldout_correct"].count("1") - refitted["1000"]["heldout_correct"].count("1")) / 8)
-    with pytest.raises(SystemExit):
-        main(["--pair", "p", str(tmp_path / "ft"), str(tmp_path / "probe"), "--hindsight-probes", "0"])
+    # --heldout: every run scored on another folder (three images a class), the probes refitted and scored there too
+    other = write_folder(tmp_path / "other", 3, seed=2)
+    others = finetune.labelled_files(other, train=False)[0]
+    other_pixels = torch.stack([load_image(path, 32) for path, _ in others])
+    other_labels = [label for _, label in others]
+    pair = main(["--pair", "p", str(tmp_path / "ft"), str(tmp_path / "probe"), "--fine-tuned", "final", "--heldout",
+                 other, "--hindsight-probes", "1e-2", "--output", str(tmp_path / "other.json")])["pairs"]["p"]
+    assert pair["probe"]["heldout_files"] == [os.path.relpath(path, other) for path, _ in others]
+    assert pair["fine_tuned"]["heldout_correct"] == by_hand(tmp_path / "ft" / "final", other_pixels, other_labels)
+    assert pair["probe"]["heldout_correct"] == by_hand(tmp_path / "probe" / "best", other_pixels, other_labels)
+    assert pair["hindsight_probes"]["0.01"]["heldout_correct"] == pair["probe"]["heldout_correct"]
+    renamed = tmp_path / "renamed"
+    for index, name in enumerate(sorted(os.listdir(other))):  # the same images under other class names
+        shutil.copytree(os.path.join(other, name), renamed / f"class{index}")
+    with pytest.raises(ValueError, match="classes"):
+        main(["--pair", "p", str(tmp_path / "ft"), str(tmp_path / "probe"), "--heldout", str(renamed)])
+    for bad in (["--hindsight-probes", "0"], ["--heldout", str(tmp_path / "nowhere")]):
+        with pytest.raises(SystemExit):
+            main(["--pair", "p", str(tmp_path / "ft"), str(tmp_path / "probe"), *bad])
 
 
 def test_cross_validation_keeps_whole_groups_to_a_fold():
