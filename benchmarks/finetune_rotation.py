@@ -45,14 +45,17 @@ def run_result(folder: str, threads: int, weights: str = "best", heldout: str | 
     from training import finetune
 
     torch.set_num_threads(threads)
-    needed = [os.path.join(folder, name) for name in ("run.json", f"{weights}/validation.json", "best/heldout.json")]
+    needed = [os.path.join(folder, name) for name in ("run.json", f"{weights}/validation.json")]
     if not all(os.path.isfile(path) for path in needed):
-        raise ValueError(f"{folder} is no finished run of training.finetune with --eval-data (it needs "
+        raise ValueError(f"{folder} is no finished run of training.finetune (it needs "
                          f"{', '.join(os.path.relpath(path, folder) for path in needed)}).")
     args = argparse.Namespace(**json.load(open(os.path.join(folder, "run.json")))["args"])
+    if heldout is None and args.eval_data is None:
+        raise ValueError(f"{folder} was run without --eval-data: give --heldout DIR to score it.")
     kept = os.path.join(folder, weights)
     validation = json.load(open(os.path.join(kept, "validation.json")))
-    recorded = json.load(open(os.path.join(kept, "heldout.json"))) if weights == "best" else None
+    scored = os.path.join(kept, "heldout.json")  # the folder the run scored held-out (--evaluate), checked against
+    recorded = json.load(open(scored)) if os.path.isfile(scored) else None
     model = load_checked(AutoModelForImageClassification, kept).eval()
     budget = finetune.budgets(args, model.config)[1]
     if heldout is not None:  # another held-out set than the run's: nothing recorded to check against

@@ -173,6 +173,36 @@ def test_an_existing_output_folder_is_refused_without_overwrite(folders, tmp_pat
     assert finetune.main([*argv, "--overwrite"])["best_epoch"] == 0
 
 
+def test_evaluate_final_scores_the_last_epoch_held_out_instead_of_best(folders, tmp_path, capsys):
+    from benchmarks.finetune_rotation import run_result
+
+    result = finetune.main(arguments(folders, "lookwhere", tmp_path / "run", "--epochs", "1", "--evaluate", "final"))
+    out = capsys.readouterr().out
+    assert result["evaluated"] == "final" and "held-out accuracy of final/ (epoch 1) on" in out
+    assert (tmp_path / "run" / "final" / "heldout.json").is_file()
+    assert not (tmp_path / "run" / "best" / "heldout.json").exists()  # measured once, on the folder named in advance
+    examples = finetune.labelled_files(folders["heldout"], train=False)[0]
+    reloaded = AutoModelForImageClassification.from_pretrained(tmp_path / "run" / "final", trust_remote_code=True)
+    with torch.no_grad():
+        pixels = torch.stack([load_image(path, 32) for path, _ in examples])
+        logits = reloaded.eval()(pixels, k_ratio=0.5).logits
+    accuracy = (logits.argmax(-1) == torch.tensor([label for _, label in examples])).float().mean().item()
+    assert result["heldout"]["accuracy"] == pytest.approx(accuracy)
+    assert f"**{accuracy:.4f}**" in (tmp_path / "run" / "final" / "README.md").read_text()
+    assert "- held-out accuracy: see final/" in (tmp_path / "run" / "best" / "README.md").read_text()
+    # the benchmark reads such a run, checking its final/ against the recorded score
+    assert run_result(str(tmp_path / "run"), 1, "final")["heldout_accuracy"] == pytest.approx(accuracy)
+
+
+def test_evaluate_needs_eval_data(folders, tmp_path, capsys):
+    argv = [folders["lookwhere"], "--data", folders["train"], "--output-dir", str(tmp_path / "run"), "--evaluate",
+            "final"]
+    assert run(finetune.main, argv) == 2
+    error = capsys.readouterr().err.strip()
+    assert "--evaluate final names the folder --eval-data scores: give --eval-data too." in error
+    assert "\n" not in error and not (tmp_path / "run").exists()
+
+
 def photo_crops(photos: int, crops: int) -> list[tuple[str, int]]:
     """The rotation task's layout: every crop of every photo in both class folders, under the same file name."""
     return [(f"{name}/photo{photo}_{crop}.png", label) for label, name in enumerate(("upright", "upside_down"))

@@ -6,7 +6,9 @@
 --data, --val-data and --eval-data are ImageFolders: one sub-folder per class, its images at any depth below it.
 --val-data chooses the best epoch; without it a seeded --val-fraction of --data is kept apart for that (per class;
 with --val-groups, whole groups of images, such as the crops of one photo, so that no group is on both sides).
---eval-data is read once, at the end, to report the held-out accuracy of that best model (never to choose anything).
+--eval-data is read once, at the end, to report the held-out accuracy of that best model (never to choose anything);
+with --evaluate final, of the last epoch instead: a recipe fixed in advance, for when validation is too small to
+choose (docs/fine-tuning.md).
 Images are resized to --image-size squared.
 
 The recipe, as for a DINOv2 backbone (LP-FT: a fine-tuned random head first distorts the features it reads):
@@ -40,7 +42,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("checkpoint", help="a VECA or LookWhere save_pretrained folder or hub id")
     parser.add_argument("--data", required=True, help="training ImageFolder: one sub-folder per class")
     parser.add_argument("--eval-data", default=None,
-                        help="held-out ImageFolder with the same classes, evaluated once at the end (of best/)")
+                        help="held-out ImageFolder with the same classes, evaluated once at the end (of best/, or of "
+                             "--evaluate's folder)")
+    parser.add_argument("--evaluate", choices=("best", "final"), default=None,
+                        help="the folder --eval-data scores, once: best/ (chosen on validation; the default) or final/ "
+                             "(the last epoch, fixed in advance: for a validation set too small to choose)")
     parser.add_argument("--output-dir", required=True)
     parser.add_argument("--overwrite", action="store_true", help="replace the run already in --output-dir")
     parser.add_argument("--val-data", default=None,
@@ -94,6 +100,8 @@ def check_arguments(args) -> None:
     check_positive(args, "batch_size", "lr", "layer_decay")
     probe_penalties(args.probe_weight_decay)
     crop_scale(args.crop_scale)
+    if args.evaluate is not None and args.eval_data is None:
+        raise ValueError(f"--evaluate {args.evaluate} names the folder --eval-data scores: give --eval-data too.")
     if wise_ft_mixes(args.wise_ft) and args.epochs == 0:
         raise ValueError("--wise-ft mixes the last epoch's weights with the probe's: give --epochs 1 or more.")
     if args.val_data is not None and (args.val_fraction is not None or args.val_groups is not None):
@@ -466,11 +474,12 @@ def parameter_groups(model, lr: float, weight_decay: float, layer_decay: float) 
 def card(args, argv: list[str], classes: list[str], model_type: str, epoch: int, validation: dict,
          heldout: dict | None, probe_penalty: float, wise_ft: float | None = None) -> str:
     """The README.md of an exported model folder: what it classifies, how it was fine-tuned (the command's `argv`)
-    and how well (on the validation split and, for best/, the held-out data)."""
+    and how well (on the validation split and, for the folder --eval-data scored, the held-out data)."""
     import shlex
 
     command = " ".join(["python", "-m", SCRIPT, *map(shlex.quote, argv)])
-    heldout_line = "- held-out accuracy: " + ("see best/" if args.eval_data else "none (no --eval-data)")
+    evaluated = getattr(args, "evaluate", None) or "best"
+    heldout_line = "- held-out accuracy: " + (f"see {evaluated}/" if args.eval_data else "none (no --eval-data)")
     split = f"whole groups by --val-groups `{args.val_groups}`" if args.val_groups else "per class"
     source = f"of {args.val_data}" if args.val_data else f"carved from {args.data} ({split})"
     weights = f"epoch {epoch} (0: the probe alone)"
@@ -752,21 +761,25 @@ def main(argv=None) -> dict:
             log_mix(args, mix, mixed)
             best = keep_if_best(args.epochs, mixed, best, mix)
 
-    best_folder, heldout_result = os.path.join(args.output_dir, "best"), None
+    evaluated, heldout_result = args.evaluate or "best", None
     if heldout:
-        best_model = load_checked(AutoModelForImageClassification, best_folder).to(device)
+        folder = os.path.join(args.output_dir, evaluated)
+        scored = load_checked(AutoModelForImageClassification, folder).to(device)
         batches = loader(heldout, args.image_size, args.batch_size, args.num_workers)
-        heldout_result = evaluate(best_model, batches, eval_budget, device)
-        write_json(os.path.join(best_folder, "heldout.json"), {"data": args.eval_data, **heldout_result})
+        heldout_result = evaluate(scored, batches, eval_budget, device)
+        write_json(os.path.join(folder, "heldout.json"), {"data": args.eval_data, **heldout_result})
         chosen = f"epoch {best[0]}" + (f", WiSE-FT {best[2]:g}" if best[2] is not None else "")
-        print(f"held-out accuracy of best/ ({chosen}) on {args.eval_data}: {heldout_result['accuracy']:.4f} "
-              f"({heldout_result['images']} images)")
-    write_card(best_folder,
-               card(args, argv, classes, config.model_type, best[0], best[1], heldout_result, probe_penalty, best[2]))
+        print(f"held-out accuracy of {evaluated}/ ({chosen if evaluated == 'best' else f'epoch {args.epochs}'}) on "
+              f"{args.eval_data}: {heldout_result['accuracy']:.4f} ({heldout_result['images']} images)")
+    write_card(os.path.join(args.output_dir, "best"),
+               card(args, argv, classes, config.model_type, best[0], best[1],
+                    heldout_result if evaluated == "best" else None, probe_penalty, best[2]))
     write_card(os.path.join(args.output_dir, "final"),
-               card(args, argv, classes, config.model_type, args.epochs, final_result, None, probe_penalty))
+               card(args, argv, classes, config.model_type, args.epochs, final_result,
+                    heldout_result if evaluated == "final" else None, probe_penalty))
     release_output_dirs()
-    return {"best_epoch": best[0], "wise_ft": best[2], "validation": best[1], "heldout": heldout_result}
+    return {"best_epoch": best[0], "wise_ft": best[2], "validation": best[1], "heldout": heldout_result,
+            "evaluated": evaluated}
 
 
 if __name__ == "__main__":
