@@ -109,7 +109,7 @@ def photographs(package: bytes):
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    parser.add_argument("--output-dir", default="outputs/gcompris_photos")
+    parser.add_argument("--output-dir", default="outputs/gcompris_photos", help="a new or empty folder for the photos")
     parser.add_argument("--deb", default=None, help=f"the package file (default: downloaded from {URL})")
     parser.add_argument("--sha256", default=SHA256, help="the package's expected SHA-256")
     args = parser.parse_args(argv)
