@@ -135,7 +135,7 @@ def main(argv=None) -> None:
                  f"gcompris-qt-data than 3.1-2, or a damaged download.")
     try:
         photos, readmes = photographs(package)
-    except (ValueError, tarfile.TarError, zlib.error, struct.error) as error:
+    except (ValueError, OSError, tarfile.TarError, zlib.error, struct.error) as error:  # OSError: a bad picture
         sys.exit(f"error: {args.deb or URL} cannot be read as gcompris-qt-data: {error}.")
     output.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))  # renamed when complete
