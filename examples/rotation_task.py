@@ -90,10 +90,11 @@ def main(argv=None) -> None:
         parser.error("--train-images, --heldout-crops and --size must be positive.")
     if args.val_crops < 0:
         parser.error(f"--val-crops must be 0 or more, got {args.val_crops}.")
-    heldout_photos = Path(args.heldout_photos) if args.heldout_photos else HELDOUT_PHOTOS
-    if not heldout_photos.is_dir() or not photos([heldout_photos]):
+    heldout_folder = Path(args.heldout_photos) if args.heldout_photos else HELDOUT_PHOTOS
+    heldout_files = photos([heldout_folder]) if heldout_folder.is_dir() else []
+    if not heldout_files:
         parser.error(f"--heldout-photos {args.heldout_photos} is no folder of .jpg, .png or .webp photos.")
-    shared = {digest(path) for path in photos([heldout_photos])} & {digest(path) for path in train_files}
+    shared = {digest(path) for path in heldout_files} & {digest(path) for path in train_files}
     if shared:
         parser.error(f"--heldout-photos {args.heldout_photos} holds {len(shared)} of the training photos: held-out "
                      "photos must be others.")
@@ -103,7 +104,7 @@ def main(argv=None) -> None:
     rng = random.Random(args.seed)
     crops = args.train_images // (2 * len(train_files))
     train = write_pairs(train_files, output / "train", crops, args.size, rng, (0.6, 1.0))
-    heldout = write_pairs(photos([heldout_photos]), output / "heldout", args.heldout_crops, args.size, rng, (0.8, 1.0))
+    heldout = write_pairs(heldout_files, output / "heldout", args.heldout_crops, args.size, rng, (0.8, 1.0))
     print(f"wrote {train} training images to {output / 'train'} and {heldout} held-out images to {output / 'heldout'}")
     if args.val_crops:  # drawn last: train/ and heldout/ are the same bits with or without
         val = write_pairs(photos([VAL_PHOTOS]), output / "val", args.val_crops, args.size, rng, (0.8, 1.0))

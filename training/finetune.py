@@ -478,8 +478,8 @@ def card(args, argv: list[str], classes: list[str], model_type: str, epoch: int,
     import shlex
 
     command = " ".join(["python", "-m", SCRIPT, *map(shlex.quote, argv)])
-    evaluated = getattr(args, "evaluate", None) or "best"
-    heldout_line = "- held-out accuracy: " + (f"see {evaluated}/" if args.eval_data else "none (no --eval-data)")
+    heldout_line = "- held-out accuracy: " + (f"see {args.evaluate or 'best'}/" if args.eval_data else
+                                              "none (no --eval-data)")
     split = f"whole groups by --val-groups `{args.val_groups}`" if args.val_groups else "per class"
     source = f"of {args.val_data}" if args.val_data else f"carved from {args.data} ({split})"
     weights = f"epoch {epoch} (0: the probe alone)"
