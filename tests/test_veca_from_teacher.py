@@ -143,6 +143,41 @@ def test_refusals(tmp_path):
         veca_from_teacher(wrong)
 
 
+def test_a_misspelt_override_is_one_error_naming_it_a_close_field_and_the_fields():
+    teacher = Dinov2Model(Dinov2Config(**TINY))
+    with pytest.raises(ValueError) as error:
+        veca_from_teacher(teacher, num_core=16, rope_thetaa=10.0)
+    message = str(error.value)
+    assert "'num_core' (did you mean 'num_cores'?)" in message
+    assert "'rope_thetaa' (did you mean 'rope_theta'?)" in message
+    fields = message.split("It takes ")[1]
+    assert "default_num_cores" in fields and "hidden_size" not in fields  # the teacher's shapes are not overrides
+    assert veca_from_teacher(teacher, num_cores=16, rope_theta=10.0).config.num_cores == 16
+
+
+@pytest.mark.parametrize("override, size, said", [
+    ({"image_size": 30}, 30, "the override image_size is 30"),
+    ({"image_size": 0}, 0, "the override image_size is 0"),
+    ({"image_size": -16}, -16, "the override image_size is -16"),
+    ({}, 36, "the teacher's image_size is 36"),
+])
+def test_an_image_size_off_the_patch_grid_is_one_error_saying_what_to_pass(override, size, said):
+    teacher = Dinov2Model(Dinov2Config(**{**TINY, "image_size": 36 if not override else 32}))
+    with pytest.raises(ValueError) as error:
+        veca_from_teacher(teacher, **override)
+    near = 8 * max(1, round(size / 8))
+    assert str(error.value) == (f"{said}: VECA needs a positive multiple of the teacher's patch size 8; pass "
+                                f"image_size={near} (or another multiple of 8).")
+    assert veca_from_teacher(teacher, image_size=48).config.image_size == 48
+
+
+def test_a_teacher_on_the_meta_device_is_one_error():
+    with torch.device("meta"):
+        teacher = Dinov2Model(Dinov2Config(**TINY))
+    with pytest.raises(ValueError, match="on the meta device .*load it with from_pretrained on a real device"):
+        veca_from_teacher(teacher, num_cores=8)
+
+
 def test_distill_veca_init_from_teacher_runs_and_records_it(teacher_dir, image_dir, tmp_path, capsys):
     distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path, "--init-from-teacher", "--config-overrides",
                                 '{"num_cores": 8}', "--max-steps", "2"))

@@ -1,5 +1,7 @@
 """A VECA student initialised from a pretrained ViT teacher, DINOv2 or DINOv3 (`veca_from_teacher`)."""
 
+import difflib
+import inspect
 import re
 
 import torch
@@ -57,9 +59,14 @@ def veca_from_teacher(teacher: PreTrainedModel, **config_overrides) -> VecaModel
         raise ValueError(f"veca_from_teacher maps a GELU MLP into VECA's SwiGLU; this teacher's is "
                          f"{teacher_config.hidden_act!r}.")
     refuse_missing_weights(teacher)
-    fixed = [name for name in TEACHER_SHAPES if name in config_overrides]
-    if fixed:
-        raise ValueError(f"veca_from_teacher takes {fixed} from the teacher: drop them from the overrides.")
+    check_overrides(config_overrides)
+    meta = next((name for name, tensor in teacher.state_dict().items() if tensor.is_meta), None)
+    if meta is not None:
+        raise ValueError(f"The teacher's weights are on the meta device ({meta}, ...): it was built without them (e.g. "
+                         "under init_empty_weights); load it with from_pretrained on a real device (cpu, cuda) first.")
+    teacher_size = teacher_config.image_size  # DINOv2's and DINOv3's configs hold an int (a pair in some others)
+    image_size = config_overrides.get("image_size", teacher_size if isinstance(teacher_size, int) else teacher_size[0])
+    check_image_size(image_size, teacher_config.patch_size, "image_size" in config_overrides)
     teacher_state = {name: tensor.float() for name, tensor in teacher.state_dict().items()}  # folded in float32
     mlp_out = TEACHER_NAMES["encoder.layers.{i}.mlp.fc2"][family].format(i=0)
     config = VecaConfig(**{
@@ -69,8 +76,7 @@ def veca_from_teacher(teacher: PreTrainedModel, **config_overrides) -> VecaModel
         "intermediate_size": teacher_state[mlp_out + ".weight"].shape[1],  # DINOv2's is width * mlp_ratio
         "patch_size": teacher_config.patch_size,
         "num_channels": teacher_config.num_channels,
-        "image_size": teacher_config.image_size if isinstance(teacher_config.image_size, int)
-        else teacher_config.image_size[0],
+        "image_size": image_size,
         "layer_norm_eps": teacher_config.layer_norm_eps,
         **config_overrides,
     })
@@ -86,6 +92,35 @@ def veca_from_teacher(teacher: PreTrainedModel, **config_overrides) -> VecaModel
         "left_out": layer_patterns(name for name in teacher_state if name not in used),
     }
     return model.to(next(teacher.parameters()).dtype)
+
+
+def check_overrides(config_overrides: dict) -> None:
+    """Raises one ValueError for override keys that are the teacher's shapes or no VecaConfig field (a misspelling
+    would otherwise become a stray config attribute), naming them, a close field and the fields it takes."""
+    fixed = [name for name in TEACHER_SHAPES if name in config_overrides]
+    if fixed:
+        raise ValueError(f"veca_from_teacher takes {fixed} from the teacher: drop them from the overrides.")
+    fields = [name for name in inspect.signature(VecaConfig.__init__).parameters
+              if name not in ("self", "kwargs", *TEACHER_SHAPES)]
+    unknown = [name for name in config_overrides if name not in fields]
+    if unknown:
+        close = {name: difflib.get_close_matches(name, fields, n=1) for name in unknown}
+        named = ", ".join(f"{name!r}" + (f" (did you mean {close[name][0]!r}?)" if close[name] else "")
+                          for name in unknown)
+        raise ValueError(f"veca_from_teacher got override(s) that are no VecaConfig field: {named}. It takes "
+                         f"{', '.join(fields)}.")
+
+
+def check_image_size(image_size, patch_size: int, overridden: bool) -> None:
+    """Raises ValueError unless `image_size` is a positive multiple of the teacher's `patch_size`."""
+    if isinstance(image_size, int) and not isinstance(image_size, bool) and image_size > 0 \
+            and image_size % patch_size == 0:
+        return
+    number = isinstance(image_size, (int, float)) and not isinstance(image_size, bool)
+    near = patch_size * max(1, round(image_size / patch_size)) if number else 16 * patch_size
+    source = "the override image_size" if overridden else "the teacher's image_size"
+    raise ValueError(f"{source} is {image_size!r}: VECA needs a positive multiple of the teacher's patch size "
+                     f"{patch_size}; pass image_size={near} (or another multiple of {patch_size}).")
 
 
 def teacher_weights(teacher_state: dict, family: int, student_state: dict, depth: int) -> tuple[dict, list, set]:
