@@ -17,6 +17,7 @@ import re
 import sys
 from pathlib import Path
 
+from corevision_hf.atomic import write_text_atomically
 from corevision_hf.cli import HelpFormatter
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "fine-tuning.md"
@@ -90,9 +91,7 @@ def main(argv=None) -> dict:
           f"{result['finetuned_heldout_accuracy']:.4f}; fine-tuned - head {bootstrap['difference']:+.4f}, 95% interval "
           f"[{bootstrap['interval_95'][0]:+.4f}, {bootstrap['interval_95'][1]:+.4f}] ({bootstrap['groups']} photos)")
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output + ".tmp", "w") as f:
-        json.dump(result, f, indent=1)
-    os.replace(args.output + ".tmp", args.output)
+    write_text_atomically(args.output, json.dumps(result, indent=1))
     return result
 
 

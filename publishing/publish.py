@@ -39,6 +39,7 @@ from transformers import AutoConfig, AutoModel
 from corevision_hf.cli import HelpFormatter
 import corevision_hf
 from corevision_hf import export
+from corevision_hf.atomic import write_text_atomically
 from corevision_hf.cli import reading_weights, run
 from corevision_hf.loading import load_checked
 from corevision_hf.offline import use_hub_timeouts
@@ -270,8 +271,7 @@ def point_at_code_repo(folder: str, code_repo: str) -> None:
 
 
 def write_json(path: str, value: dict) -> None:
-    with open(path, "w") as f:
-        json.dump(value, f, indent=2)
+    write_text_atomically(path, json.dumps(value, indent=2))  # never through a link at `path`
 
 
 def public_evaluation(evaluation: dict, repo_id: str) -> dict:

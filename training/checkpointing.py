@@ -17,6 +17,7 @@ from accelerate.utils import broadcast_object_list, gather_object, load
 from accelerate.utils.constants import RNG_STATE_NAME
 from safetensors import SafetensorError
 
+from corevision_hf.atomic import write_text_atomically
 from corevision_hf.cli import RunStopped
 from corevision_hf.outputs import sha256
 from corevision_hf.saving import save_model_folder
@@ -38,10 +39,9 @@ LISTING = "image_files.json"
 
 
 def write_json(path: str, value) -> None:
-    """Writes `value` to a temporary name, then renames it: a reader never sees half a file."""
-    with open(path + ".tmp", "w") as f:
-        json.dump(value, f, indent=1)
-    os.replace(path + ".tmp", path)
+    """Writes `value` as JSON through `atomic.write_text_atomically`: a reader never sees half a file, and no link at
+    the path or beside it is written through."""
+    write_text_atomically(path, json.dumps(value, indent=1))
 
 
 def run_record(script: str, args, num_processes: int) -> dict:

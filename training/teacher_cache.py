@@ -12,6 +12,8 @@ import os
 import torch
 from safetensors.torch import load_file, save_file
 
+from corevision_hf.atomic import atomic_path, write_text_atomically
+
 
 class TeacherCache:
     def __init__(self, folder: str, cycle: int, fingerprint: dict):
@@ -28,8 +30,7 @@ class TeacherCache:
                         f"{folder} holds teacher targets for other settings; delete it or use another --output-dir."
                     )
         else:
-            with open(info_path, "w") as f:
-                json.dump(fingerprint, f)
+            write_text_atomically(info_path, json.dumps(fingerprint))
 
     def crop_epoch(self, epoch: int) -> int:
         """The epoch the data pipeline should draw crops for."""
@@ -50,10 +51,10 @@ class TeacherCache:
         if missing:  # the teacher runs on the images it has not seen in this crop, only
             outputs = compute(pixel_values[missing])
             for position, row in enumerate(missing):
-                # write to a temporary name first: another process may read the file while this one writes it
+                # written whole, then renamed: another process may read the file while this one writes it
                 tensors = {str(j): out[position].half().cpu().contiguous() for j, out in enumerate(outputs)}
-                save_file(tensors, paths[row] + ".tmp")
-                os.replace(paths[row] + ".tmp", paths[row])
+                with atomic_path(paths[row]) as temporary:
+                    save_file(tensors, temporary)
         stored = [load_file(path) for path in paths]  # the fp16 copies for all: a batch's targets are one precision
         return tuple(torch.stack([s[str(j)] for s in stored]).float().to(pixel_values.device)
                      for j in range(len(stored[0])))

@@ -13,6 +13,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save_file
 
+from corevision_hf.atomic import atomic_path
+
 FILE = "teacher_mean.safetensors"
 
 
@@ -75,8 +77,8 @@ class TeacherMean:
         tensors = {"cls": (vector[:width] / vector[-2]).float().cpu(),
                    "patch": (vector[width : 2 * width] / vector[-1]).float().cpu()}
         path = os.path.join(folder, FILE)
-        save_file(tensors, path + ".tmp", metadata=counts)
-        os.replace(path + ".tmp", path)
+        with atomic_path(path) as temporary:
+            save_file(tensors, temporary, metadata=counts)
 
     def state_dict(self) -> dict:
         """This process's sums and counts (a checkpoint holds one per process), and the validation centre once fixed."""

@@ -18,8 +18,8 @@ normalisation (`corevision_hf.images.to_pixel_values`). Images that resize to th
 The collection is cut into shards of --shard-size images; process p of P handles shards p, p + P, ... Each finished
 shard is written under a temporary name in `OUT.partial/` next to OUT and renamed, so a rerun after a crash skips
 it (a run that fails before finishing a shard removes `OUT.partial/`). When all are done the first process merges
-them into `OUT.partial/merged/` with `extraction.json` (settings, counts, skipped images), moves that into place as
-OUT (with --force, swapped with the old OUT in one step where the system allows) and removes `OUT.partial/`.
+them into a new folder in `OUT.partial/` with `extraction.json` (settings, counts, skipped images), moves that into
+place as OUT (with --force, swapped with the old OUT in one step where the system allows) and removes `OUT.partial/`.
 Unreadable images (`corevision_hf.images.open_image`) are skipped and counted.
 """
 
@@ -30,6 +30,7 @@ import math
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import datasets
@@ -45,13 +46,14 @@ from transformers.utils import logging as transformers_logging
 from .cli import HelpFormatter
 import corevision_hf  # noqa: F401  (registers VECA and LookWhere with the Auto classes)
 
+from .atomic import atomic_path, write_text_atomically
 from .cli import reading_weights, run
 from .cpu import optimize_for_cpu
 from .finite import check_forward_finite
 from .images import check_pixels_fit, open_image, to_pixel_values, to_rgb
 from .loading import load_checked
 from .offline import check_hub_reachable
-from .outputs import check_folder_output, exchange_folders, files_under, record, refuse_overlap
+from .outputs import check_folder_output, exchange_folders, files_under, follow_umask, record, refuse_overlap
 from .tokens import patch_tokens
 
 
@@ -220,15 +222,13 @@ def shard_features(width: int, dense_shape: tuple | None) -> datasets.Features:
 
 
 def write_shard(rows: dict, features: datasets.Features, folder: Path, skipped: list[str]) -> None:
-    """Saves one shard under a temporary name and renames it, so a folder that exists is complete. A shard whose
-    every image was unreadable holds only its skipped.json (`datasets` cannot read back a dataset of no rows)."""
-    temporary = folder.with_name(folder.name + ".tmp")
-    shutil.rmtree(temporary, ignore_errors=True)
-    if rows["id"]:
-        datasets.Dataset.from_dict(rows, features=features).save_to_disk(str(temporary))
-    temporary.mkdir(exist_ok=True)
-    (temporary / "skipped.json").write_text(json.dumps(skipped))
-    os.replace(temporary, folder)
+    """Saves one shard under a temporary name (`atomic_path`) and renames it, so a folder that exists is complete. A
+    shard whose every image was unreadable holds only its skipped.json (`datasets` cannot read back a dataset of no
+    rows)."""
+    with atomic_path(folder, folder=True) as temporary:
+        if rows["id"]:
+            datasets.Dataset.from_dict(rows, features=features).save_to_disk(temporary)
+        Path(temporary, "skipped.json").write_text(json.dumps(skipped))
 
 
 def run_shard(model, source: ImageSource, indices: range, args, budget: dict, features, folder: Path, progress) -> None:
@@ -290,6 +290,9 @@ def main(argv=None) -> datasets.Dataset | None:
                          "cannot read: choose a UTF-8 name.") from None
     refuse_overlap(args.output, args.model)
     check_folder_output(args.output, args.force)  # with --force, OUT must hold only files an extraction wrote
+    if partial.is_symlink():
+        raise ValueError(f"{partial} is a link; this command keeps its unfinished work there and follows no link: "
+                         "remove it, or choose another --output.")
     if partial.exists() and not (partial / SETTINGS_FILE).is_file():
         raise FileExistsError(f"{partial} exists but is no unfinished extraction (it holds no {SETTINGS_FILE}): move "
                               "it, or choose another --output.")
@@ -327,7 +330,7 @@ def main(argv=None) -> datasets.Dataset | None:
     started_here = not partial.exists()
     if state.is_main_process:
         partial.mkdir(parents=True, exist_ok=True)
-        settings_path.write_text(json.dumps(settings, indent=2))
+        write_text_atomically(settings_path, json.dumps(settings, indent=2))
     state.wait_for_everyone()
     try:
         return extract(args, state, config, source, budget, grid, partial, output, settings)
@@ -388,8 +391,8 @@ def extract(args, state, config, source, budget: dict, grid: int, partial: Path,
 
 
 def merge(partial: Path, output: Path, num_shards: int, settings: dict) -> datasets.Dataset:
-    """Concatenates the shards in order into OUT.partial/merged, writes extraction.json there, moves it into place
-    as OUT and removes OUT.partial (a kill on the way leaves only OUT.partial, which the next run resumes from)."""
+    """Concatenates the shards in order into a new folder in OUT.partial, writes extraction.json there, moves it into
+    place as OUT and removes OUT.partial (a kill on the way leaves only OUT.partial, which the next run resumes from)."""
     shards = [partial / f"shard-{s:05d}" for s in range(num_shards)]
     missing = [s.name for s in shards if not s.is_dir()]
     if missing:
@@ -401,8 +404,10 @@ def merge(partial: Path, output: Path, num_shards: int, settings: dict) -> datas
         raise ValueError(f"None of the {len(skipped)} images of {settings['data']} could be read (e.g. "
                          f"{', '.join(skipped[:3])}): nothing was written.")
     merged = datasets.concatenate_datasets(extracted)
-    temporary = partial / "merged"
-    shutil.rmtree(temporary, ignore_errors=True)  # left by a merge that was killed
+    for killed in partial.glob("merged.*"):  # left by a merge that was killed (rmtree follows no link)
+        shutil.rmtree(killed, ignore_errors=True)
+    temporary = Path(tempfile.mkdtemp(prefix="merged.", dir=partial))  # a name of our own: no planted link is followed
+    follow_umask(str(temporary))
     merged.save_to_disk(str(temporary))
     info = {**settings, "num_extracted": len(merged), "num_skipped": len(skipped), "skipped": skipped}
     (temporary / INFO_FILE).write_text(json.dumps(info, indent=2))
