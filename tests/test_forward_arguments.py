@@ -98,3 +98,16 @@ def test_a_compiled_model_compiles_twice_for_budgets_or_once_with_dynamic_true(m
         assert graphs_compiled(model, name, values, dynamic=None) == [1, 2, 2], name
     name, values = next(iter(budgets.items()))
     assert graphs_compiled(model, name, [*values, specialised], dynamic=True) == [1, 1, 1, 2]
+
+
+@pytest.mark.parametrize("name", ["veca", "lookwhere"])
+def test_a_meta_device_input_is_one_error_naming_it(name, images):
+    model_class, config = MODELS[name]
+    model = model_class(config()).eval()
+    mask = torch.ones(1, 32, 32, dtype=torch.long)
+    cases = {"pixel_mask": (images, mask.to("meta")), "pixel_values": (images.to("meta"), mask)}
+    for meta, (pixel_values, pixel_mask) in cases.items():
+        with pytest.raises(ValueError) as error:
+            model(pixel_values, pixel_mask=pixel_mask)
+        assert str(error.value) == (f"{meta} is on the meta device, which holds shapes but no values: pass a tensor "
+                                    "with values, on the model's device.")

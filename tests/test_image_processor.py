@@ -136,3 +136,27 @@ def test_lookwhere_processor_is_the_generated_copy():
     assert copy == source.replace("Veca", "LookWhere").replace("VECA", "LookWhere").replace("veca", "lookwhere"), (
         "regenerate lookwhere/image_processing_lookwhere.py from veca/image_processing_veca.py"
     )
+
+
+@pytest.mark.parametrize("processor_class", [VecaImageProcessor, LookWhereImageProcessor])
+def test_a_size_over_the_limit_is_one_error_naming_it(processor_class):
+    over = "is over the limit of {} (images of at most 16384 px per side, MAX_IMAGE_SIDE): give a smaller size."
+    for size, limit in [({"shortest_edge": 100000}, 16384), ({"height": 100000, "width": 224}, 16384),
+                        ({"max_patches": 2 * 1024**2}, 1024**2)]:
+        with pytest.raises(ValueError) as error:
+            processor_class(patch_size=16, size=size)
+        key = next(key for key, value in size.items() if value > 16384 or key == "max_patches")
+        assert str(error.value) == f"size[{key!r}]={size[key]} " + over.format(limit)
+        with pytest.raises(ValueError) as error:  # the same per call
+            processor_class(patch_size=16)(photo(32, 32), size=size)
+        assert str(error.value) == f"size[{key!r}]={size[key]} " + over.format(limit)
+    cases = [  # sizes within the limit that would still make a side longer than it
+        ({"size": {"shortest_edge": 8192}}, photo(32, 8), "A 8x32 image would be processed at 8192x32768 px"),
+        ({"do_resize": False}, torch.zeros(3, 16, 16400, dtype=torch.uint8),
+         "A 16x16400 image would be processed at 16x16400 px"),
+    ]
+    for kwargs, image, said in cases:
+        with pytest.raises(ValueError) as error:
+            processor_class(patch_size=16)(image, **kwargs)
+        assert str(error.value) == (f"{said}, over the limit of 16384 px per side (MAX_IMAGE_SIDE): give a smaller "
+                                    "size, e.g. {'longest_edge': 16384}, or resize the image first.")

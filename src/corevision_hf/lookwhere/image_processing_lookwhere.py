@@ -16,6 +16,9 @@ from transformers.processing_utils import ImagesKwargs
 # The normalisation of every ImageNet-pretrained ViT (DINOv2, DINOv3): the one definition the package imports.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+# The longest side a processed image may have, in px: one float32 RGB image of 16384 x 16384 is already 3 GiB, and
+# a larger size (a typo such as 100000) would end in an allocation failure instead of this limit's error.
+MAX_IMAGE_SIDE = 16384
 # A normalised image lies within about +-3; beyond this, the input had the wrong scale (or would overflow the model).
 MAX_PIXEL_MAGNITUDE = 1e3
 # PIL modes with more than 8 bits per sample, which `convert("RGB")` clips at 255.
@@ -48,7 +51,8 @@ class LookWhereImageProcessor(BaseImageProcessor):
         size (`dict`, defaults to `{"shortest_edge": 256}`): one of `{"shortest_edge": s}` (shorter side ~ s),
             `{"longest_edge": s}` (longer side ~ s), `{"max_patches": n}` (the largest grid of at most n patches),
             each snapped to the nearest patch multiple (at least one patch), or `{"height": h, "width": w}`
-            (exactly that, both multiples of `patch_size`).
+            (exactly that, both multiples of `patch_size`). No side of a processed image may pass `MAX_IMAGE_SIDE`
+            (16384 px).
         patch_size (`int`, defaults to 16): the model's patch size.
         resample (`int`, defaults to 3): 0 nearest, 2 bilinear, 3 bicubic (PIL codes; antialiased when shrinking).
         do_convert_rgb, do_resize, do_rescale, do_normalize, do_pad (`bool`, default `True`): the steps above.
@@ -138,8 +142,15 @@ class LookWhereImageProcessor(BaseImageProcessor):
         pixels = to_channels_first(image, options["do_convert_rgb"]).float()
         patch = options["patch_size"]
         height, width = pixels.shape[-2:]
+        new_height, new_width = target_size(height, width, options["size"], patch) if options["do_resize"] else (
+            height, width)
+        if max(new_height, new_width) > MAX_IMAGE_SIDE:
+            raise ValueError(
+                f"A {height}x{width} image would be processed at {new_height}x{new_width} px, over the limit of "
+                f"{MAX_IMAGE_SIDE} px per side (MAX_IMAGE_SIDE): give a smaller size, e.g. "
+                f"{{'longest_edge': {MAX_IMAGE_SIDE}}}, or resize the image first."
+            )
         if options["do_resize"]:
-            new_height, new_width = target_size(height, width, options["size"], patch)
             if (new_height, new_width) != (height, width):
                 mode = RESAMPLE_MODES[options["resample"]]
                 low, high = pixels.min(), pixels.max()  # bicubic overshoots; keep the input's range
@@ -208,6 +219,10 @@ def check_options(size: dict, patch_size, resample) -> None:
     for key, value in size.items():
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise ValueError(f"size[{key!r}] must be a positive int, got {value!r}.")
+        limit = (MAX_IMAGE_SIDE // patch_size) ** 2 if key == "max_patches" else MAX_IMAGE_SIDE
+        if value > limit:
+            raise ValueError(f"size[{key!r}]={value} is over the limit of {limit} (images of at most {MAX_IMAGE_SIDE} "
+                             "px per side, MAX_IMAGE_SIDE): give a smaller size.")
     if set(size) == {"height", "width"} and (size["height"] % patch_size or size["width"] % patch_size):
         snapped = {key: max(patch_size, round(value / patch_size) * patch_size) for key, value in size.items()}
         raise ValueError(

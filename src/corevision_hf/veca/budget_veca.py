@@ -101,8 +101,10 @@ def check_inputs(
             f"pixel_values must be a floating-point (batch, channels, height, width) tensor of normalised images, got "
             f"{got}: use the model's image processor (pixel_values[None] adds the batch dimension to one image)."
         )
-    if pixel_values.is_meta:  # torch's own error names only the devices
-        raise ValueError("pixel_values is on the meta device, which holds shapes but no values: pass a tensor with "
+    meta = [name for name, tensor in (("pixel_values", pixel_values), ("pixel_mask", pixel_mask))
+            if isinstance(tensor, torch.Tensor) and tensor.is_meta]
+    if meta:  # torch's own error names only the devices
+        raise ValueError(f"{meta[0]} is on the meta device, which holds shapes but no values: pass a tensor with "
                          "values, on the model's device.")
     batch_size, channels, height, width = pixel_values.shape
     patch = config.patch_size
