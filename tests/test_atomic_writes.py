@@ -89,3 +89,15 @@ def test_extraction_shards_and_their_merge(tmp_path):
     assert merged["id"] == ["a"] and merged["pooled"] == [[1.0, 2.0]] and not partial.exists()
     assert json.loads((tmp_path / "features" / extract.INFO_FILE).read_text())["skipped"] == ["b.jpg"]
     assert datasets.load_from_disk(str(tmp_path / "features"))["id"] == ["a"]
+
+
+def test_an_unfinished_extraction_that_is_a_link_is_one_line(tmp_path, capsys):
+    """OUT.partial is where extraction writes as it goes: a link there is refused, its target left as it was."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / extract.SETTINGS_FILE).write_text("{}")
+    (tmp_path / "features.partial").symlink_to(outside, target_is_directory=True)
+    assert extract.cli([str(tmp_path / "model"), "--data", str(tmp_path), "--output", str(tmp_path / "features")]) == 2
+    err = capsys.readouterr().err
+    assert "features.partial is a link" in err and err.count("\n") == 1, err
+    assert [p.name for p in outside.iterdir()] == [extract.SETTINGS_FILE]

@@ -232,3 +232,33 @@ def test_a_nul_byte_in_a_request_is_a_404_not_a_traceback(tmp_path, capfd):
         server.shutdown()
         server.server_close()
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_no_link_in_the_model_folder_is_followed(tmp_path):
+    """Over loopback: a file of the model folder is served; a link planted there (to a file or folder outside, to a
+    file inside, or at a folder's index page) is a 404, so nothing outside the folder is served or listed."""
+    serve = load_serve()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("outside")
+    served = tmp_path / "served"
+    (served / "onnx").mkdir(parents=True)
+    (served / "config.json").write_text('{"model_type": "veca"}')
+    (served / "to-file").symlink_to(outside / "secret.txt")
+    (served / "to-folder").symlink_to(outside, target_is_directory=True)
+    (served / "to-config").symlink_to(served / "config.json")
+    (served / "onnx" / "index.html").symlink_to(outside / "secret.txt")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(serve.Handler, model_dir=served))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        with urllib.request.urlopen(f"{base}/model/config.json", timeout=10) as answer:
+            assert answer.read() == b'{"model_type": "veca"}'
+        for path in ("/model/to-file", "/model/to-folder/", "/model/to-folder/secret.txt", "/model/to-config",
+                     "/model/onnx/", "/model/%2e%2e/outside/secret.txt", "/model/../outside/secret.txt"):
+            with pytest.raises(urllib.error.HTTPError) as answer:
+                urllib.request.urlopen(base + path, timeout=10)
+            assert answer.value.code == 404, path
+    finally:
+        server.shutdown()
+        server.server_close()

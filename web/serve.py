@@ -36,6 +36,7 @@ def prepare(model: str, folder: Path, budget_input: str = "") -> None:
     there that this package did not write (a user's config.json, say) is never replaced: ValueError, nothing written."""
     from transformers.utils import cached_file
 
+    from corevision_hf.atomic import atomic_path
     from corevision_hf.export import main as export
     from corevision_hf.outputs import not_ours, record_file
 
@@ -49,9 +50,8 @@ def prepare(model: str, folder: Path, budget_input: str = "") -> None:
     if export([model, str(folder / GRAPH), "--elastic", budget_input, "--force"]) != 0:
         raise SystemExit(2)
     for name in names:
-        temporary = folder / f".{name}.tmp"
-        shutil.copyfile(cached_file(model, name), temporary)
-        os.replace(temporary, folder / name)
+        with atomic_path(folder / name) as temporary:
+            shutil.copyfile(cached_file(model, name), temporary)
         record_file(str(folder / name))
 
 
@@ -63,20 +63,38 @@ def random_veca(folder: Path) -> str:
         from corevision_hf import VecaConfig, VecaModel, save_model_folder
 
         torch.manual_seed(0)
-        save_model_folder(VecaModel(VecaConfig.from_preset("small", patch_size=14, num_cores=32, image_size=224)), folder)
+        config = VecaConfig.from_preset("small", patch_size=14, num_cores=32, image_size=224)
+        save_model_folder(VecaModel(config), folder)
     return str(folder)
+
+
+def inside(path: str, root: Path) -> bool:
+    """Whether `path` lies in the real folder `root` (or is it) with no link on the way: each step below `root`,
+    the file itself included, is checked, so a link planted in the served folder is never followed out of it."""
+    relative = os.path.relpath(path, root)
+    if relative == os.curdir:
+        return True
+    if relative == os.pardir or relative.startswith(os.pardir + os.sep):
+        return False
+    step = root
+    for part in Path(relative).parts:
+        step = step / part
+        if step.is_symlink():
+            return False
+    return Path(os.path.realpath(path)).is_relative_to(root)
 
 
 class Handler(http.server.SimpleHTTPRequestHandler):
     """web/ at /, the model folder at /model/, the sample photo at /sample.jpg; module scripts and WebAssembly with the
     types browsers require, the headers that let onnxruntime-web use threads (cross-origin isolation), nothing cached
-    (a re-exported graph shows)."""
+    (a re-exported graph shows). A link in a served folder, or a path whose real place is outside it, is a 404: no
+    file or listing from outside the folders is served."""
 
     extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
                       ".js": "text/javascript", ".mjs": "text/javascript", ".wasm": "application/wasm"}
 
     def __init__(self, *args, model_dir: Path, **kwargs):
-        self.model_dir = model_dir
+        self.model_dir = Path(os.path.realpath(model_dir))  # the folder as given (a link the user chose is theirs)
         super().__init__(*args, directory=str(HERE), **kwargs)
 
     def translate_path(self, path: str) -> str:
@@ -87,10 +105,20 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         return super().translate_path(path)
 
     def send_head(self):
-        if "\x00" in self.translate_path(self.path):  # open() would raise (and the server log a traceback)
+        path = self.translate_path(self.path)
+        if "\x00" in path or not self.served(path):  # a NUL: open() would raise (and the server log a traceback)
             self.send_error(HTTPStatus.NOT_FOUND, "File not found")
             return None
         return super().send_head()
+
+    def served(self, path: str) -> bool:
+        """Whether `path` may be served: the sample photo, or a path inside web/ or the model folder with no link on
+        the way, and for a folder, no link at the index page the server would open in its place."""
+        if path == str(SAMPLE):
+            return True
+        root = self.model_dir if self.path.startswith("/model/") else HERE
+        pages = [os.path.join(path, name) for name in ("index.html", "index.htm")] if os.path.isdir(path) else []
+        return all(inside(candidate, root) for candidate in [path, *pages])
 
     def end_headers(self) -> None:
         self.send_header("Cross-Origin-Opener-Policy", "same-origin")
@@ -114,7 +142,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("error: onnxruntime-web is not installed: run `npm ci` in web/ (make web does).")
     model = args.model
     if model is None and not (args.model_dir / GRAPH).is_file():
-        model = str(DEMO_CHECKPOINT) if DEMO_CHECKPOINT.is_dir() else random_veca(ROOT / "outputs" / "web" / "random-veca-s")
+        demo = DEMO_CHECKPOINT.is_dir()
+        model = str(DEMO_CHECKPOINT) if demo else random_veca(ROOT / "outputs" / "web" / "random-veca-s")
     if model is not None:
         prepare(model, args.model_dir, args.elastic)
     server = http.server.ThreadingHTTPServer(
