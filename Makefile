@@ -107,7 +107,7 @@ TASKS_OUT := $(if $(QUICK),outputs/tasks_quick,benchmarks/results)
 # The photo-trained LookWhere-S of `make quality` (QUICK: of `make quality QUICK=1`), measured beside when present.
 PHOTO_STUDENT := $(QUALITY_RUNS)/seed0/LookWhere-S_from_teacher/best
 tasks: setup $(VENV)/.teacher
-	$(PYTHON) -m evaluation.where_check --teacher offline-dinov2-small --out-dir $(TASKS_OUT)/where_check \
+	$(PYTHON) -m evaluation.where_check --teacher offline-dinov2-small --out-dir $(TASKS_OUT)/where_check --force \
 		$(if $(QUICK),--canvases 16)
 	$(PYTHON) -m benchmarks.sparse_recognition $(if $(QUICK),--quick) --out-dir $(TASKS_OUT) \
 		$(if $(wildcard $(PHOTO_STUDENT)/config.json),--photo-student $(PHOTO_STUDENT))

@@ -5,13 +5,16 @@
 LookWhere's selector learns to imitate a map of the teacher's last-layer attention (training.teacher's map targets,
 `--map-queries`: the mean patch query "patches", the authors' token positions "authors", the CLS query "cls"). A
 target worth distilling puts the objects that decide the label in its top cells. This command measures that on the
-sparse-digits task (evaluation.sparse_digits, test split, black background, 518 px: --canvases canvases of each
-variant, "majority" and "single"): for each target, and for random cells (the mean of 3 draws per canvas), the share
+sparse-digits task on training canvases, never test ones (evaluation.sparse_digits, train split, black background,
+518 px: canvases 0 to --canvases - 1 of each variant, "majority" and "single", the first of
+benchmarks.sparse_recognition's training canvases at its defaults; its test canvases are the test split's, drawn from
+other digits): for each target, and for random cells (the mean of 3 draws per canvas), the share
 of the label digits' ink cells (label_ink > 0) that fall in the target's top 5%, 10% and 25% of cells, with a 95%
 bootstrap interval over canvases. It prints a table and one verdict line (the target with the highest coverage at
-10% on the majority canvases, and whether its interval lies above random's), and writes to --out-dir:
-- where_check.json: the coverages (per canvas too), their intervals and the pick;
-- where_check.png: each target over a few shipped photos and one canvas, one row per target.
+10% on the majority canvases, and whether its interval lies above random's), and writes to --out-dir (replacing
+files a run of it wrote there only with --force):
+- where_check.json: the canvases it drew, the coverages (per canvas too), their intervals and the pick;
+- where_check.png: each target over a few shipped photos and one training canvas, one row per target.
 """
 
 import argparse
@@ -34,6 +37,8 @@ BOOTSTRAP_RESAMPLES = 2000
 DEFAULT_PHOTOS = ("astronaut.jpg", "chelsea.jpg", "coffee.jpg")  # of assets/photos/
 BATCH = 8  # canvases per teacher forward
 DIGIT_SIZE = 28  # the digits' side on the canvases measured (MNIST's own)
+SPLIT = "train"  # a target is chosen on training canvases: the test canvases stay unseen until the benchmark scores
+OUTPUTS = ("where_check.json", "where_check.png")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -41,10 +46,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                                      formatter_class=HelpFormatter)
     parser.add_argument("--teacher", required=True,
                         help="a DINOv2 teacher: hub id, save_pretrained folder, or offline-dinov2-small")
-    parser.add_argument("--canvases", type=int, default=40, help="test canvases of each variant")
+    parser.add_argument("--canvases", type=int, default=40, help="training canvases of each variant")
     parser.add_argument("--seed", type=int, default=0, help="the canvases', random cells' and bootstrap's seed")
     parser.add_argument("--out-dir", default=os.path.join("outputs", "where_check"),
                         help="where where_check.json and where_check.png go")
+    parser.add_argument("--force", action="store_true",
+                        help="replace where_check.json and where_check.png that this command wrote before")
     parser.add_argument("--photos", nargs="+", default=[str(ROOT / "assets" / "photos" / name) for name in
                                                         DEFAULT_PHOTOS], help="photos the targets are drawn over")
     parser.add_argument("--threads", type=int, default=None,
@@ -105,15 +112,15 @@ def teacher_maps(teacher, images: np.ndarray, patch: int) -> dict:
 
 
 def measure(teacher, patch: int, args) -> dict:
-    """{variant: {target or "random": {"top N%": {"mean", "low", "high", "half_width", "per_canvas"}}}} on the test
-    canvases."""
+    """{variant: {target or "random": {"top N%": {"mean", "low", "high", "half_width", "per_canvas"}}}} on the
+    training canvases 0 to args.canvases - 1."""
     import torch
 
     size = CANVAS_SIZE // patch * patch
     rows = bootstrap_rows(args.canvases, BOOTSTRAP_RESAMPLES, args.seed)
     report = {}
     for variant in VARIANTS:
-        canvases = make_canvases(args.canvases, variant=variant, split="test", seed=args.seed, digit_size=DIGIT_SIZE,
+        canvases = make_canvases(args.canvases, variant=variant, split=SPLIT, seed=args.seed, digit_size=DIGIT_SIZE,
                                  canvas_size=size, cell=patch)
         label_cells = torch.from_numpy(canvases.label_ink).reshape(args.canvases, -1) > 0
         maps = teacher_maps(teacher, canvases.images, patch)
@@ -146,7 +153,7 @@ def table(report: dict, canvases: int) -> str:
     """The coverages as a text table, one row per variant and target."""
     keys = [f"top {fraction:.0%}" for fraction in FRACTIONS]
     lines = [f"share of the label digits' ink cells in a target's top cells: mean [95% bootstrap interval] over "
-             f"{canvases} test canvases per variant",
+             f"{canvases} training canvases per variant",
              f"{'variant':<9} {'target':<8} " + " ".join(f"{key:<19}" for key in keys)]
     for variant, targets in report.items():
         for target, values in targets.items():
@@ -177,7 +184,7 @@ def draw(teacher, patch: int, photos: list[str], seed: int):
 
     size = CANVAS_SIZE // patch * patch
     images = [np.asarray(open_image(photo).resize((size, size))) for photo in photos]
-    canvas = make_canvases(1, split="test", seed=seed, digit_size=DIGIT_SIZE, canvas_size=size, cell=patch)
+    canvas = make_canvases(1, split=SPLIT, seed=seed, digit_size=DIGIT_SIZE, canvas_size=size, cell=patch)
     images.append(canvas.images[0])
     maps = teacher_maps(teacher, np.stack(images), patch)
     names = [Path(photo).stem for photo in photos] + ["canvas (label: cyan)"]
@@ -206,8 +213,14 @@ def main(argv=None) -> dict:
     import torch  # only now: --help and bad arguments answer at once
 
     from corevision_hf.agreement import teacher_patch_size
+    from corevision_hf.atomic import atomic_path, write_text_atomically
     from corevision_hf.measure import threads_to_use
+    from corevision_hf.outputs import check_file_output, record
     from training.teacher import load_teacher
+
+    out = Path(args.out_dir)
+    for name in OUTPUTS:  # before any work: a report of an earlier check is kept unless --force
+        check_file_output(str(out / name), args.force)
 
     torch.set_num_threads(threads_to_use(args.threads, default=1))
     teacher = load_teacher(args.teacher)  # not a DINOv2: teacher_targets_and_maps's ValueError
@@ -215,17 +228,21 @@ def main(argv=None) -> dict:
     coverages = measure(teacher, patch, args)
     choice = pick(coverages)
     report = {"teacher": args.teacher, "canvas_size": CANVAS_SIZE // patch * patch, "cell": patch,
-              "canvases": args.canvases, "seed": args.seed, "split": "test", "background": "black",
+              "canvases": args.canvases, "seed": args.seed, "split": SPLIT, "background": "black",
+              "canvases_drawn": f"evaluation.sparse_digits.make_canvases(split={SPLIT!r}, seed={args.seed}) canvases 0 "
+                                f"to {args.canvases - 1} of each variant: training canvases (at its defaults, the "
+                                "first of benchmarks.sparse_recognition's), never its test canvases",
               "random_draws": RANDOM_DRAWS, "bootstrap_resamples": BOOTSTRAP_RESAMPLES, "coverage": coverages,
               "pick": choice}
     print(table(coverages, args.canvases))
     print(verdict(choice, args.teacher))
     figure = draw(teacher, patch, args.photos, args.seed)
-    out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "where_check.json").write_text(json.dumps(report, indent=2))
-    figure.savefig(out / "where_check.png", dpi=100)
-    print(f"wrote {out / 'where_check.json'}, {out / 'where_check.png'}")
+    write_text_atomically(out / OUTPUTS[0], json.dumps(report, indent=2))
+    with atomic_path(out / OUTPUTS[1]) as temporary:
+        figure.savefig(temporary, dpi=100, format="png")
+    record(str(out), list(OUTPUTS), keep=True)  # what --force may replace next time
+    print(f"wrote {out / OUTPUTS[0]}, {out / OUTPUTS[1]}")
     return report
 
 

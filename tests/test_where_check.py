@@ -37,8 +37,10 @@ def test_coverage_is_the_share_of_label_cells_in_the_top_cells(teacher_14, tmp_p
     assert json.loads((out / "where_check.json").read_text()) == json.loads(json.dumps(report))
     with Image.open(out / "where_check.png") as picture:
         assert picture.format == "PNG" and picture.width > 300
-    # the hand path: canvas 2 of the majority variant, the "cls" map at 10% (137 of 1369 cells), one image alone
-    canvases = make_canvases(4, variant="majority", split="test", seed=0)
+    # the hand path: training canvas 2 of the majority variant, the "cls" map at 10% (137 of 1369 cells), one image
+    # alone; the test canvases are benchmarks.sparse_recognition's, never measured here
+    assert report["split"] == "train" and "never its test canvases" in report["canvases_drawn"]
+    canvases = make_canvases(4, variant="majority", split="train", seed=0)
     pixels = to_pixel_values(Image.fromarray(canvases.images[2]))[None]
     _, _, scores = teacher_targets_and_map(load_teacher(teacher_14), pixels, (37, 37), "cls")
     top = set(torch.topk(scores[0], 137).indices.tolist())
@@ -77,3 +79,24 @@ def test_the_offline_teacher_picks_a_target(tmp_path):
     # the patch-query maps 0.00: the CLS map is the one that finds the digits for this teacher
     assert report["pick"]["target"] == "cls" and report["pick"]["beats_random"]
     assert (tmp_path / "where_check.png").is_file()
+
+
+def test_an_earlier_report_is_kept_unless_force(teacher_14, tmp_path, capsys):
+    """A second run into the same --out-dir is one line and leaves the report as it was; with --force it replaces
+    the files a run of it wrote, never a user's."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "where_check.json").write_text("the user's")
+    argv = ["--teacher", teacher_14, "--canvases", "1", "--out-dir", str(out), "--photos", PHOTO]
+    assert where_check.cli(argv) == 2
+    err = capsys.readouterr().err
+    assert "where_check.json exists; pass --force" in err and err.count("\n") == 1, err
+    assert where_check.cli([*argv, "--force"]) == 2  # --force too: it is not a file this command wrote
+    assert "not written by corevision_hf" in capsys.readouterr().err
+    assert (out / "where_check.json").read_text() == "the user's" and not (out / "where_check.png").exists()
+    (out / "where_check.json").unlink()
+    first = where_check.main(argv)
+    assert where_check.cli(argv) == 2 and "pass --force" in capsys.readouterr().err
+    assert json.loads((out / "where_check.json").read_text()) == json.loads(json.dumps(first))
+    assert where_check.main([*argv, "--seed", "1", "--force"])["seed"] == 1
+    assert json.loads((out / "where_check.json").read_text())["seed"] == 1
