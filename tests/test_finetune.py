@@ -134,9 +134,9 @@ def test_layer_decay_scales_blocks_below_the_head():
 
 @pytest.mark.parametrize("extra, message", [
     (["--k-ratio", "0.6:0.2"], "--k-ratio needs 0 < LOW <= HIGH <= 1"),
-    (["--val-fraction", "1.5"], "--val-fraction must be between 0 and 1"),
+    (["--val-fraction", "1.5"], "argument --val-fraction: must be a number strictly between 0 and 1, got '1.5'"),
     (["--num-cores", "8"], "--num-cores and --eval-num-cores are VECA's budgets"),
-    (["--layer-decay", "2"], "--layer-decay must be in (0, 1]"),
+    (["--layer-decay", "2"], "argument --layer-decay: must be a number in (0, 1] (lower layers train slower)"),
     (["--eval-data", "{train}"], "--eval-data shares 20 images with --data"),
     (["--val-groups", "(photo"], "--val-groups is no regular expression"),
     (["--val-data", "{val}", "--val-groups", "(.+)"], "--val-data is the validation set: --val-groups (which carves"),
@@ -147,8 +147,8 @@ def test_layer_decay_scales_blocks_below_the_head():
     (["--val-groups", "^photo"], "--val-groups '^photo' does not match"),
     (["--crop-scale", "0:1"], "--crop-scale needs 0 < LOW <= HIGH <= 1"),
     (["--crop-scale", "half"], "--crop-scale takes LOW:HIGH or one value"),
-    (["--grayscale", "1.5"], "--grayscale is a probability in [0, 1], got 1.5"),
-    (["--grayscale", "nan"], "--grayscale is a probability in [0, 1], got nan"),
+    (["--grayscale", "1.5"], "argument --grayscale: must be a probability in [0, 1], got '1.5'"),
+    (["--grayscale", "nan"], "argument --grayscale: must be a probability in [0, 1], got 'nan'"),
     (["--wise-ft", "0.5,1"], "--wise-ft mixes must be in (0, 1)"),
     (["--wise-ft", "half"], "--wise-ft takes one mix or several, comma-separated"),
     (["--wise-ft", "0.5", "--epochs", "0"], "--wise-ft mixes the last epoch's weights with the probe's"),
@@ -169,7 +169,8 @@ def test_an_existing_output_folder_is_refused_without_overwrite(folders, tmp_pat
     capsys.readouterr()
     assert run(finetune.main, argv) == 2
     error = capsys.readouterr().err.strip()
-    assert "already holds a run" in error and "--overwrite" in error and "\n" not in error
+    assert "already holds a run of training.finetune" in error and "--overwrite" in error and "\n" not in error
+    assert "--resume" not in error  # finetune has none
     assert finetune.main([*argv, "--overwrite"])["best_epoch"] == 0
 
 
@@ -307,7 +308,10 @@ def test_probe_penalty_choice_and_crops_are_printed_and_carded(folders, tmp_path
     # lower validation loss, which breaks the tie
     assert "probe penalty (--probe-weight-decay) chosen on validation: 0.01 (kept): 1.0000, 1: 1.0000\n" in out
     card = (tmp_path / "run" / "best" / "README.md").read_text()
-    assert "L2 penalty 0.01, folded" in card and "flips, crop scale 0.5:1, grey with probability 0.2;" in card
+    assert "L2 penalty 0.01, folded" in card
+    assert ("Augmentations of the training images: left-right flips of half the images (--no-hflip where a mirror "
+            "image changes the label: orientation, handedness, text); square crops of 0.5 to 1 of the side") in card
+    assert "grey with probability 0.2 (--grayscale 0 where the colour is the label)." in card
     first = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     assert first["epoch"] == 0 and first["probe_weight_decay"] == 0.01
 

@@ -3,20 +3,24 @@
     python -m training.finetune outputs/demo/lookwhere --data photos/train --eval-data photos/heldout \\
         --output-dir outputs/finetune --k-ratio 0.1:0.5 --eval-k-ratio 0.25
 
---data, --val-data and --eval-data are ImageFolders: one sub-folder per class, its images at any depth below it.
+--recipe finetune-final sets the recommended recipe's flags (training/recipes/finetune-final.yaml; a flag given on
+the command line wins): 224 px, 10 epochs, crops, and final/ (the last epoch, fixed in advance) scored on --eval-data.
+--data, --val-data and --eval-data are ImageFolders: one sub-folder per class (hidden ones skipped, none a link, none
+empty), its images at any depth below it.
 --val-data chooses the best epoch; without it a seeded --val-fraction of --data is kept apart for that (per class;
 with --val-groups, whole groups of images, such as the crops of one photo, so that no group is on both sides).
 --eval-data is read once, at the end, to report the held-out accuracy of that best model (never to choose anything);
 with --evaluate final, of the last epoch instead: a recipe fixed in advance, for when validation is too small to
-choose (docs/fine-tuning.md).
-Images are resized to --image-size squared.
+choose (docs/fine-tuning.md). Every image of --eval-data is opened before training starts.
+Images are resized to --image-size squared; the processor saved with the model does the same.
 
 The recipe, as for a DINOv2 backbone (LP-FT: a fine-tuned random head first distorts the features it reads):
   1. linear probe: the classifier is fitted on the frozen features (L-BFGS logistic regression,
      evaluation.probes.fit_linear_classifier) and folded into the model's head;
   2. fine-tuning: the backbone and the head, AdamW at a small --lr (warm-up, then cosine), optionally with layer-wise
      decay (--layer-decay: block i of L trains at lr * decay ** (L + 1 - i)), for --epochs epochs, the training
-     images flipped (--hflip), cropped (--crop-scale) and made grey (--grayscale) at random on the way.
+     images flipped (--hflip), cropped (--crop-scale) and made grey (--grayscale) at random on the way (printed at the
+     start and on the card: turn off what changes your labels).
 --probe-weight-decay may list several penalties: the probe of the best validation accuracy is kept.
 --wise-ft 0.25,0.5,0.75 also mixes the last epoch's weights with the probe's, (1 - a) * probe + a * fine-tuned for
 each a (WiSE-FT, Wortsman et al. 2022: fine-tuning's gains on data like the training set keep better on other data),
@@ -26,20 +30,69 @@ LookWhere's selector stays frozen (the heads keep it so). Each step draws its bu
 evaluation runs at --eval-k-ratio / --eval-num-cores, the budget you deploy. One line per epoch (loss, train and
 validation accuracy); OUT/best (the best validation accuracy, the probe included) and OUT/final are model folders with
 the head, id2label, the processor and a card (README.md) with the recipe and the accuracies.
+--output-dir must be new or empty; --overwrite replaces a run of this command there (its run.json says so), and
+refuses a folder holding anything such a run does not write.
 """
 
 import argparse
+import math
+import os
 import re
 import sys
 
 from .arguments import HelpFormatter
 
 SCRIPT = "training.finetune"
+# What a run writes into --output-dir (export's `.partial` folders while it writes best/ and final/): all that
+# --overwrite deletes, and only from a folder whose run.json names this script. The run lock (.run.lock) stays.
+RUN_NAMES = ("run.json", "metrics.jsonl", "best", "final", "best.partial", "final.partial")
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=f"python -m {SCRIPT}", description=__doc__, formatter_class=HelpFormatter)
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, its errors (a flag's bad value, a missing argument) raised as ValueError: one line on
+    stderr and exit status 2, as every other bad input (corevision_hf.cli.exit_status), not the usage text."""
+
+    def error(self, message: str):
+        raise ValueError(f"{message} (python -m {SCRIPT} --help lists the arguments).")
+
+
+def number(condition: str, test, kind=float):
+    """An argparse type: a finite `kind` for which `test` holds; else an error naming the flag and `condition`."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {condition}, got {text!r}") from None
+        if not (math.isfinite(value) and test(value)):
+            raise argparse.ArgumentTypeError(f"must be {condition}, got {text!r}")
+        return value
+    return parse
+
+
+POSITIVE = number("a finite number above 0", lambda value: value > 0)
+NON_NEGATIVE = number("a finite number, 0 or more", lambda value: value >= 0)
+FRACTION = number("a number in (0, 1]", lambda value: 0 < value <= 1)
+COUNT = number("a whole number, 0 or more", lambda value: value >= 0, int)
+POSITIVE_COUNT = number("a whole number, 1 or more", lambda value: value >= 1, int)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog=f"python -m {SCRIPT}", description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("checkpoint", help="a VECA or LookWhere save_pretrained folder or hub id")
+    parser.add_argument("--recipe", default=None,
+                        help="a preset of flags, training/recipes/NAME.yaml: finetune-final, the recommended recipe "
+                             "(docs/fine-tuning.md); any flag given here overrides the recipe's value")
+    add_data_arguments(parser)
+    add_training_arguments(parser)
+    add_augmentation_arguments(parser)
+    parser.add_argument("--num-workers", type=COUNT, default=0, help="DataLoader workers")
+    parser.add_argument("--threads", type=POSITIVE_COUNT, default=None,
+                        help="CPU threads of torch (torch.set_num_threads; default: torch's own choice)")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", required=True, help="training ImageFolder: one sub-folder per class")
     parser.add_argument("--eval-data", default=None,
                         help="held-out ImageFolder with the same classes, evaluated once at the end (of best/, or of "
@@ -47,26 +100,34 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--evaluate", choices=("best", "final"), default=None,
                         help="the folder --eval-data scores, once: best/ (chosen on validation; the default) or final/ "
                              "(the last epoch, fixed in advance: for a validation set too small to choose)")
-    parser.add_argument("--output-dir", required=True)
-    parser.add_argument("--overwrite", action="store_true", help="replace the run already in --output-dir")
+    parser.add_argument("--output-dir", required=True, help="a new or empty folder (outside the data folders)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the run of this command already in --output-dir (only what it wrote there)")
     parser.add_argument("--val-data", default=None,
                         help="validation ImageFolder with the same classes, to choose the best epoch (default: a "
                              "share of --data, --val-fraction)")
-    parser.add_argument("--val-fraction", type=float, default=None,
-                        help="share of --data per class kept apart to choose the best epoch, without --val-data "
-                             "(default 0.2)")
+    parser.add_argument("--val-fraction", type=number("a number strictly between 0 and 1", lambda v: 0 < v < 1),
+                        default=None, help="share of --data per class kept apart to choose the best epoch, without "
+                                           "--val-data (default 0.2)")
     parser.add_argument("--val-groups", default=None, metavar="REGEX",
                         help="keep groups of images on one side of the validation split: the group of an image is "
                              "the first group (or the whole match) of REGEX in its file name without suffix, in "
                              r"any class folder; e.g. '(.+)_\d+$' groups photo_0.png, photo_1.png, ...")
-    parser.add_argument("--image-size", type=int, default=None, help="square side in pixels (default: the config's)")
-    parser.add_argument("--epochs", type=int, default=5, help="fine-tuning epochs after the probe (0: the probe only)")
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--lr", type=float, default=1e-5, help="peak learning rate of fine-tuning (the head's)")
-    parser.add_argument("--layer-decay", type=float, default=1.0, help="layer-wise learning-rate decay (1: none)")
-    parser.add_argument("--weight-decay", type=float, default=0.05, help="AdamW's, on weight matrices only")
-    parser.add_argument("--max-grad-norm", type=float, default=1.0, help="gradient clipping (0: none)")
-    parser.add_argument("--warmup-epochs", type=float, default=1.0)
+    parser.add_argument("--image-size", type=POSITIVE_COUNT, default=None,
+                        help="square side in pixels (default: the config's)")
+
+
+def add_training_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--epochs", type=COUNT, default=5,
+                        help="fine-tuning epochs after the probe (0: the probe only)")
+    parser.add_argument("--batch-size", type=POSITIVE_COUNT, default=8)
+    parser.add_argument("--lr", type=POSITIVE, default=1e-5, help="peak learning rate of fine-tuning (the head's)")
+    parser.add_argument("--layer-decay", type=number("a number in (0, 1] (lower layers train slower)",
+                                                     lambda value: 0 < value <= 1),
+                        default=1.0, help="layer-wise learning-rate decay (1: none)")
+    parser.add_argument("--weight-decay", type=NON_NEGATIVE, default=0.05, help="AdamW's, on weight matrices only")
+    parser.add_argument("--max-grad-norm", type=NON_NEGATIVE, default=1.0, help="gradient clipping (0: none)")
+    parser.add_argument("--warmup-epochs", type=NON_NEGATIVE, default=1.0)
     parser.add_argument("--probe-weight-decay", default="1e-2", metavar="PENALTY[,PENALTY...]",
                         help="L2 penalty of the linear probe; several (comma-separated): the one of the best "
                              "validation accuracy is kept")
@@ -74,32 +135,39 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="after the last epoch, mix its weights with the probe's, (1 - A) probe + A fine-tuned, "
                              "for each A in (0, 1); each mix is a candidate for best/ (WiSE-FT)")
     parser.add_argument("--k-ratio", default="0.1:0.5", help="LookWhere: k_ratio per step, LOW:HIGH or one value")
-    parser.add_argument("--eval-k-ratio", type=float, default=0.25, help="LookWhere: k_ratio of every evaluation")
+    parser.add_argument("--eval-k-ratio", type=FRACTION, default=0.25, help="LookWhere: k_ratio of every evaluation")
     parser.add_argument("--num-cores", default=None,
                         help="VECA: core counts drawn per step, comma-separated (default: config.training_budgets)")
     parser.add_argument("--eval-num-cores", type=int, default=None,
                         help="VECA: core count of every evaluation (default: the model's default budget)")
+
+
+def add_augmentation_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--hflip", action=argparse.BooleanOptionalAction, default=True,
+                        help="flip half the training images left to right (--no-hflip where a mirror image changes "
+                             "the label: orientation, handedness, text)")
     parser.add_argument("--crop-scale", default="1", metavar="LOW:HIGH",
                         help="random square crops of each training image, their side a fraction in [LOW, HIGH] of "
                              "the image's, resized back (1: none; e.g. 0.5:1)")
-    parser.add_argument("--grayscale", type=float, default=0.0, metavar="P",
+    parser.add_argument("--grayscale", type=number("a probability in [0, 1]", lambda value: 0 <= value <= 1),
+                        default=0.0, metavar="P",
                         help="make each training image grey (its luma in all three channels) with probability P, "
                              "as DINO's and SimCLR's augmentations do (0.2): for held-out photos that may be "
                              "grayscale when the training ones are not")
-    parser.add_argument("--hflip", action=argparse.BooleanOptionalAction, default=True,
-                        help="flip half the training images left to right (--no-hflip where left and right matter)")
-    parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers")
-    parser.add_argument("--seed", type=int, default=0)
-    return parser.parse_args(argv)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """The command's arguments; with --recipe NAME, the recipe's values are the defaults that flags override."""
+    from .arguments import parse
+
+    return parse(build_parser(), argv, SCRIPT)
 
 
 def check_arguments(args) -> None:
-    """Raises ValueError on the first argument that cannot work, before anything is loaded."""
-    from .arguments import check_positive
-
-    check_positive(args, "batch_size", "lr", "layer_decay")
+    """Raises ValueError on the first argument that cannot work, before anything is loaded or written."""
     probe_penalties(args.probe_weight_decay)
     crop_scale(args.crop_scale)
+    k_ratio_range(args.k_ratio)
     if args.evaluate is not None and args.eval_data is None:
         raise ValueError(f"--evaluate {args.evaluate} names the folder --eval-data scores: give --eval-data too.")
     if wise_ft_mixes(args.wise_ft) and args.epochs == 0:
@@ -108,25 +176,42 @@ def check_arguments(args) -> None:
         flag = "--val-fraction" if args.val_fraction is not None else "--val-groups"
         raise ValueError(f"--val-data is the validation set: {flag} (which carves one from --data) does not go with "
                          "it; give one or the other.")
-    if args.val_fraction is not None and not 0 < args.val_fraction < 1:
-        raise ValueError(f"--val-fraction must be between 0 and 1, got {args.val_fraction}.")
     if args.val_groups is not None:
         try:
             re.compile(args.val_groups)
         except re.error as error:
             raise ValueError(f"--val-groups is no regular expression ({error}): got {args.val_groups!r}.") from None
-    for name in ("epochs", "weight_decay", "warmup_epochs", "num_workers", "max_grad_norm"):
-        if getattr(args, name) < 0:
-            raise ValueError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(args, name)}.")
-    if not 0 <= args.grayscale <= 1:
-        raise ValueError(f"--grayscale is a probability in [0, 1], got {args.grayscale}.")
-    if args.layer_decay > 1:
-        raise ValueError(f"--layer-decay must be in (0, 1] (lower layers train slower), got {args.layer_decay}.")
-    if args.image_size is not None and args.image_size <= 0:
-        raise ValueError(f"--image-size must be positive, got {args.image_size}.")
-    k_ratio_range(args.k_ratio)
-    if not 0 < args.eval_k_ratio <= 1:
-        raise ValueError(f"--eval-k-ratio must be in (0, 1], got {args.eval_k_ratio}.")
+    check_checkpoint(args.checkpoint)
+    check_output_apart(args)
+
+
+def check_checkpoint(name: str) -> None:
+    """A ValueError when `name` is neither a folder here nor a hub id (NAME or ORG/NAME that is no path here)."""
+    from .data import is_local
+
+    if os.path.isdir(name):
+        return
+    if os.path.lexists(name):
+        raise ValueError(f"The checkpoint {name} is a file: give a save_pretrained folder (config.json and the "
+                         "weights) or a hub id.")
+    if is_local(name):
+        raise ValueError(f"The checkpoint folder {name} does not exist: give a save_pretrained folder or a hub id "
+                         "(NAME or ORG/NAME).")
+
+
+def check_output_apart(args) -> None:
+    """A ValueError when --output-dir is a file, or the same as or inside a data folder (whose next run would read the
+    run's folders as classes)."""
+    if os.path.lexists(args.output_dir) and not os.path.isdir(args.output_dir):
+        raise ValueError(f"--output-dir {args.output_dir} is a file: give a new or empty folder.")
+    output = os.path.realpath(args.output_dir)
+    for flag, folder in (("--data", args.data), ("--val-data", args.val_data), ("--eval-data", args.eval_data)):
+        if folder is None:
+            continue
+        data = os.path.realpath(folder)
+        if output == data or output.startswith(data.rstrip(os.sep) + os.sep):
+            raise ValueError(f"--output-dir {args.output_dir} is inside {flag} {folder}: its best/ and final/ would "
+                             "become classes of the next run on that data; choose an --output-dir outside it.")
 
 
 def fraction_range(text: str, flag: str, example: str) -> tuple[float, float]:
@@ -222,9 +307,11 @@ def parse_cores(text: str, config) -> list[int]:
     return cores
 
 
-def labelled_files(folder: str, train: bool) -> tuple[list[tuple[str, int]], list[str]]:
+def labelled_files(folder: str, train: bool, flag: str = "--data") -> tuple[list[tuple[str, int]], list[str]]:
     """[(path, label)] of an ImageFolder (label: the index of its class, the sorted sub-folder names) and the class
-    names. A training folder may not hold the held-out photos (training.data.image_files refuses them)."""
+    names. Hidden folders and files (.ipynb_checkpoints/) are skipped; a class folder that is a link or holds no image
+    is an error naming it. A training folder may not hold the held-out photos (training.data.image_files refuses
+    them)."""
     from pathlib import Path
 
     from evaluation.probes import image_files
@@ -232,13 +319,45 @@ def labelled_files(folder: str, train: bool) -> tuple[list[tuple[str, int]], lis
     from .data import image_files as training_files
 
     root = Path(folder)
+    if not root.is_dir():
+        raise ValueError(f"{flag} {folder} is no folder: give an ImageFolder (one sub-folder per class).")
+    classes = class_folders(root, flag)
     files = training_files(root, "", train=True)[0] if train else [str(path) for path in image_files(folder)]
-    classes = sorted(path.name for path in root.iterdir() if path.is_dir())
+    files = [file for file in files if not any(part.startswith(".") for part in Path(file).relative_to(root).parts)]
     loose = [file for file in files if len(Path(file).relative_to(root).parts) < 2]
     if len(classes) < 2 or loose:
         raise ValueError(f"{root} is no ImageFolder: give one sub-folder per class (at least two) holding its images"
                          f"{f', not images at its top ({Path(loose[0]).name})' if loose else ''}.")
-    return [(file, classes.index(Path(file).relative_to(root).parts[0])) for file in files], classes
+    examples = [(file, classes.index(Path(file).relative_to(root).parts[0])) for file in files]
+    found = {label for _, label in examples}
+    empty = [name for label, name in enumerate(classes) if label not in found]
+    if empty:
+        raise ValueError(f"{flag}: the class folder {root / empty[0]} holds no images: add its images or remove it.")
+    return examples, classes
+
+
+def class_folders(root, flag: str) -> list[str]:
+    """The sorted names of the class folders of the ImageFolder `root`, hidden ones skipped; a ValueError naming a
+    link among them (a run reads no folder through a link)."""
+    entries = sorted((path for path in root.iterdir() if not path.name.startswith(".")), key=lambda path: path.name)
+    links = [path for path in entries if path.is_symlink()]
+    if links:
+        raise ValueError(f"{flag}: {links[0]} is a symbolic link, and a run never follows one: put the class folder "
+                         "itself there (copy or move it).")
+    return [path.name for path in entries if path.is_dir()]
+
+
+def check_images_open(examples: list, flag: str) -> None:
+    """A ValueError naming the first image of `examples` ((path, label)) that cannot be decoded: a broken held-out
+    image is found before training, not after the last epoch."""
+    from corevision_hf.images import open_image
+
+    print(f"checking that the {len(examples)} images of {flag} open", flush=True)
+    for path, _ in examples:
+        try:
+            open_image(path)
+        except (ValueError, OSError) as error:
+            raise ValueError(f"{flag}: {error}") from None
 
 
 def other_folder(folder: str | None, flag: str, classes: list[str], others: dict[str, list], why: str) -> list | None:
@@ -248,7 +367,7 @@ def other_folder(folder: str | None, flag: str, classes: list[str], others: dict
 
     if folder is None:
         return None
-    examples, found = labelled_files(folder, train=False)
+    examples, found = labelled_files(folder, train=False, flag=flag)
     if found != classes:
         raise ValueError(f"{flag} has the classes {found}, --data {classes}: give both the same sub-folders.")
     for other, other_examples in others.items():
@@ -337,8 +456,8 @@ def split_by_groups(examples: list, groups: list[str], fraction: float, seed: in
 
 
 def loader(examples: list, size: int, batch_size: int, workers: int, seed: int | None = None):
-    """A DataLoader of batches {"pixel_values": (B, 3, S, S), "labels": (B,)}; shuffled each epoch from `seed` when
-    given."""
+    """Batches {"pixel_values": (B, 3, S, S), "labels": (B,)} of a DataLoader, shuffled each epoch from `seed` when
+    given. An image that cannot be read is one ValueError naming it, with workers too (`Batches`)."""
     import torch
 
     from evaluation.probes import load_image
@@ -349,11 +468,31 @@ def loader(examples: list, size: int, batch_size: int, workers: int, seed: int |
 
         def __getitem__(self, index):
             path, label = examples[index]
-            return {"pixel_values": load_image(path, size), "labels": label}
+            try:
+                return {"pixel_values": load_image(path, size), "labels": label, "error": ""}
+            except (ValueError, OSError) as error:  # passed on as data: a worker's exception carries its traceback
+                return {"pixel_values": torch.zeros(3, size, size), "labels": label, "error": str(error)}
 
     generator = None if seed is None else torch.Generator().manual_seed(seed)
-    return torch.utils.data.DataLoader(Images(), batch_size=batch_size, shuffle=seed is not None,
-                                       generator=generator, num_workers=workers)
+    return Batches(torch.utils.data.DataLoader(Images(), batch_size=batch_size, shuffle=seed is not None,
+                                               generator=generator, num_workers=workers))
+
+
+class Batches:
+    """A DataLoader's batches without their "error" strings; the first non-empty one is raised as a ValueError."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self):
+        for batch in self.loader:
+            errors = [error for error in batch.pop("error") if error]
+            if errors:
+                raise ValueError(errors[0])
+            yield batch
 
 
 def to_device(batch: dict, device) -> dict:
@@ -380,20 +519,23 @@ def evaluate(model, batches, budget: dict, device) -> dict:
     return {"loss": loss.item() / count, "accuracy": correct.item() / count, "images": count}
 
 
-def head_features(model, batches, budget: dict, device) -> tuple:
+def head_features(model, batches, budget: dict, device, desc: str = "features") -> tuple:
     """(the classifier's inputs (N, D), labels (N,)) over `batches` (dicts of the model's inputs with "labels") at
-    `budget`: the frozen features the head reads."""
+    `budget`: the frozen features the head reads. Prints a progress line about every tenth of the batches."""
     import torch
 
     captured = []
     hook = model.classifier.register_forward_hook(lambda module, inputs, output: captured.append(inputs[0]))
     labels = []
     model.eval()
+    total = len(batches)
     with torch.no_grad():
-        for batch in batches:
+        for index, batch in enumerate(batches, start=1):
             inputs = to_device(batch, device)
             labels.append(inputs.pop("labels").cpu())
             model(**inputs, **budget)
+            if index == total or index % max(1, total // 10) == 0:
+                print(f"{desc}: {sum(map(len, labels))} images read ({index}/{total} batches)", flush=True)
     hook.remove()
     return torch.cat(captured).float().cpu(), torch.cat(labels)
 
@@ -406,7 +548,7 @@ def fit_head(model, batches, budget: dict, device="cpu", weight_decay: float = 1
     that no weight is enlarged for a feature that barely varies, which fine-tuning would then swing."""
     from evaluation.probes import fit_linear_classifier
 
-    features, labels = head_features(model, batches, budget, device)
+    features, labels = head_features(model, batches, budget, device, "linear probe, training features")
     fold_probe(model, fit_linear_classifier(features, labels, model.config.num_labels, weight_decay,
                                             per_feature=False))
 
@@ -419,8 +561,8 @@ def choose_probe(model, batches, validation_batches, budget: dict, device, penal
 
     from evaluation.probes import fit_linear_classifier
 
-    features, labels = head_features(model, batches, budget, device)
-    held, held_labels = head_features(model, validation_batches, budget, device)
+    features, labels = head_features(model, batches, budget, device, "linear probe, training features")
+    held, held_labels = head_features(model, validation_batches, budget, device, "linear probe, validation features")
     scores, probes = {}, {}
     for penalty in penalties:
         probes[penalty] = fit_linear_classifier(features, labels, model.config.num_labels, penalty, per_feature=False)
@@ -445,15 +587,17 @@ def fold_probe(model, probe) -> None:
 
 
 def layer_indices(model) -> dict[str, int]:
-    """BEiT's layer of every parameter: i + 1 for block i, num_layers + 1 for what is registered after the last block
+    """BEiT's layer of every parameter: i + 1 for block i and for VECA's coordinate head that moves the cores block i
+    attends with (coordinate_heads.j feeds block j + 1), num_layers + 1 for what is registered after the last block
     (final norm, projection, head), 0 for the rest (embeddings, core bank, LookWhere's selector)."""
-    import re
-
     names = [name for name, _ in model.named_parameters()]
     blocks = {name: int(match.group(1)) + 1 for name in names if (match := re.search(r"\.layers\.(\d+)\.", name))}
+    heads = {name: int(match.group(1)) + 2 for name in names
+             if (match := re.search(r"\.coordinate_heads\.(\d+)\.", name))}
     last_block = max(names.index(name) for name in blocks)
     after = model.config.num_hidden_layers + 1
-    return {name: blocks.get(name, after if index > last_block else 0) for index, name in enumerate(names)}
+    return {name: blocks.get(name, heads.get(name, after if index > last_block else 0))
+            for index, name in enumerate(names)}
 
 
 def parameter_groups(model, lr: float, weight_decay: float, layer_decay: float) -> list[dict]:
@@ -471,10 +615,43 @@ def parameter_groups(model, lr: float, weight_decay: float, layer_decay: float) 
     return list(groups.values())
 
 
+def recipe_summary(args) -> str | None:
+    """What --recipe set, as flags, and the recipe's flags the command line changed; None without --recipe."""
+    from .recipes import load_recipe
+
+    if args.recipe is None:
+        return None
+    values = {name: value for name, value in load_recipe(args.recipe).items() if name != "script" and value is not None}
+
+    def flag(name: str, value) -> str:
+        return f"--{name.replace('_', '-')} {value}"
+
+    kept = [flag(name, value) for name, value in values.items() if getattr(args, name) == value]
+    changed = [flag(name, getattr(args, name)) for name, value in values.items() if getattr(args, name) != value]
+    summary = f"--recipe {args.recipe} (training/recipes/{args.recipe}.yaml): {' '.join(kept)}"
+    return summary + (f"; changed on the command line: {' '.join(changed)}" if changed else "")
+
+
+def augmentations(args) -> str:
+    """The random changes made to the training images, each with the flag that turns it off and when to."""
+    scale = crop_scale(args.crop_scale)
+    made = []
+    if args.hflip:
+        made.append("left-right flips of half the images (--no-hflip where a mirror image changes the label: "
+                    "orientation, handedness, text)")
+    if scale is not None:
+        made.append(f"square crops of {scale[0]:g} to {scale[1]:g} of the side, resized back (--crop-scale 1 where "
+                    "the label depends on what a crop can leave out: counts, positions, a small object)")
+    if args.grayscale:
+        made.append(f"grey with probability {args.grayscale:g} (--grayscale 0 where the colour is the label)")
+    return "; ".join(made) or "none"
+
+
 def card(args, argv: list[str], classes: list[str], model_type: str, epoch: int, validation: dict,
          heldout: dict | None, probe_penalty: float, wise_ft: float | None = None) -> str:
-    """The README.md of an exported model folder: what it classifies, how it was fine-tuned (the command's `argv`)
-    and how well (on the validation split and, for the folder --eval-data scored, the held-out data)."""
+    """The README.md of an exported model folder: what it classifies, how it was fine-tuned (the command's `argv`, the
+    recipe and augmentations) and how well (on the validation split and, for the folder --eval-data scored, the
+    held-out data)."""
     import shlex
 
     command = " ".join(["python", "-m", SCRIPT, *map(shlex.quote, argv)])
@@ -488,18 +665,21 @@ def card(args, argv: list[str], classes: list[str], model_type: str, epoch: int,
     if heldout:
         heldout_line = (f"- held-out accuracy ({args.eval_data}, {heldout['images']} images): "
                         f"**{heldout['accuracy']:.4f}**")
+    recipe = recipe_summary(args)
+    mixed = f"; then the weights mixed with the probe at {args.wise_ft} (WiSE-FT)" if args.wise_ft else ""
     return "\n".join([
         f"# {model_type} image classifier fine-tuned from {args.checkpoint}", "",
-        f"Classes: {', '.join(classes)}. Images resized to {args.image_size} x {args.image_size}.", "",
+        f"Classes: {', '.join(classes)}. Images resized to {args.image_size} x {args.image_size} (the saved "
+        "processor does the same).", "",
         "## Recipe (LP-FT)", "",
+        *([f"Preset: `{recipe}`.", ""] if recipe else []),
         f"1. linear probe on the frozen features (L-BFGS logistic regression, L2 penalty {probe_penalty:g}, folded "
         "into the head);",
         f"2. fine-tuning of the backbone and the head for {args.epochs} epochs: AdamW, lr {args.lr}, layer decay "
         f"{args.layer_decay}, weight decay {args.weight_decay}, batch {args.batch_size}, budget per step "
-        f"{(args.num_cores or 'config.training_budgets') if model_type == 'veca' else args.k_ratio}, "
-        f"{'flips, ' if args.hflip else ''}crop scale {args.crop_scale}"
-        f"{f', grey with probability {args.grayscale:g}' if args.grayscale else ''}; LookWhere's selector frozen"
-        f"{f'; then the weights mixed with the probe at {args.wise_ft} (WiSE-FT)' if args.wise_ft else ''}.", "",
+        f"{(args.num_cores or 'config.training_budgets') if model_type == 'veca' else args.k_ratio}; LookWhere's "
+        f"selector frozen{mixed}.", "",
+        f"Augmentations of the training images: {augmentations(args)}.", "",
         f"Command: `{command}`", "",
         "## Accuracy", "",
         f"- these weights: {weights}; validation accuracy on {validation['images']} images "
@@ -512,13 +692,26 @@ def card(args, argv: list[str], classes: list[str], model_type: str, epoch: int,
     ])
 
 
-def write_card(folder: str, text: str) -> None:
-    """`folder`/README.md, written under a temporary name and renamed."""
-    import os
+def write_file(path: str, text: str) -> None:
+    """`text` into `path`: written to a new temporary file of a name made here, in the same folder, then renamed over
+    it (a reader never sees half a file; a link planted at `path` is replaced, never followed)."""
+    import tempfile
 
-    with open(os.path.join(folder, "README.md.tmp"), "w") as f:
-        f.write(text)
-    os.replace(os.path.join(folder, "README.md.tmp"), os.path.join(folder, "README.md"))
+    folder, name = os.path.split(path)
+    fd, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder or ".")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def write_json(path: str, value) -> None:
+    import json
+
+    write_file(path, json.dumps(value, indent=1))
 
 
 def train_epoch(model, optimizer, batches, args, draw_budget, first_step: int, total_steps: int, device, desc: str):
@@ -589,41 +782,89 @@ def random_grayscale(pixel_values, probability: float):
     return torch.where(chosen[:, None, None, None], (grey - mean) / std, pixel_values)
 
 
-def open_output_dir(args):
-    """The run's Accelerator, once --output-dir is free (new, or --overwrite: its run deleted) and locked; writes
-    run.json."""
-    import os
+def check_output_dir(output_dir: str, overwrite: bool) -> None:
+    """A ValueError, before anything is deleted or written, unless `output_dir` is new, empty, or (with `overwrite`)
+    holds a run of this command and nothing else: its run.json names this script, and every other entry is one of
+    `RUN_NAMES`, none of them a link."""
+    from .run_lock import LOCK_FILE
 
+    entries = sorted(set(os.listdir(output_dir)) - {LOCK_FILE}) if os.path.isdir(output_dir) else []
+    if not entries:
+        return
+    if not is_run_of_this_script(os.path.join(output_dir, "run.json")):
+        if overwrite:
+            raise ValueError(f"--overwrite replaces only a run of {SCRIPT}, and {output_dir} holds none (no run.json "
+                             f"of it, but {entries[0]}): nothing was deleted; choose a new or empty --output-dir.")
+        raise ValueError(f"{output_dir} already holds files of its own ({', '.join(entries)}): choose a new or empty "
+                         "--output-dir.")
+    foreign = [name for name in entries if name not in RUN_NAMES or os.path.islink(os.path.join(output_dir, name))]
+    if foreign:
+        raise ValueError(f"{output_dir} holds a run of {SCRIPT} and also {foreign[0]}, which no run writes there (or "
+                         "a link): nothing was deleted; move it elsewhere, or choose a new --output-dir.")
+    if not overwrite:
+        raise ValueError(f"{output_dir} already holds a run of {SCRIPT} ({', '.join(entries)}): replace it with "
+                         "--overwrite, or choose a new or empty --output-dir.")
+
+
+def is_run_of_this_script(path: str) -> bool:
+    """Whether `path` is a run.json (a regular file, not a link) that a run of this command wrote."""
+    import json
+
+    if os.path.islink(path) or not os.path.isfile(path):
+        return False
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and record.get("script") == SCRIPT
+
+
+def clear_run(output_dir: str) -> None:
+    """--overwrite, once `check_output_dir` allowed it: deletes what the earlier run wrote (`RUN_NAMES`), nothing
+    else."""
+    import shutil
+
+    for name in RUN_NAMES:
+        path = os.path.join(output_dir, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.remove(path)
+
+
+def open_output_dir(args):
+    """The run's Accelerator, once --output-dir is free (new, empty, or --overwrite: its earlier run deleted) and
+    locked; writes run.json, the mark of a run of this command."""
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
 
-    from .checkpointing import check_output_dir, clear_run, run_record, write_json
+    from .checkpointing import run_record
     from .run_lock import lock_output_dir
 
     AcceleratorState._reset_state()  # a second run in one process (the tests) starts clean
     accelerator = Accelerator()
-    check_output_dir(args.output_dir, run_record(SCRIPT, args, 1))
+    check_output_dir(args.output_dir, args.overwrite)
     lock_output_dir(args.output_dir)
+    check_output_dir(args.output_dir, args.overwrite)  # again, now that no other run can write there
     if args.overwrite:
         clear_run(args.output_dir)
-    os.makedirs(args.output_dir, exist_ok=True)
     write_json(os.path.join(args.output_dir, "run.json"), run_record(SCRIPT, args, 1))
     return accelerator
 
 
 def load_model(args, classes: list[str], device):
-    """(the checkpoint's AutoModelForImageClassification with a new head for `classes`, its image processor at
-    --image-size). transformers' load report, which lists the new head as "MISSING" (it is: the probe fits it next),
-    is replaced by one line; any other weight the checkpoint lacks, or holds unused, is named in a warning."""
-    import os
-
+    """(the checkpoint's AutoModelForImageClassification with a new head for `classes`, the image processor that gives
+    the pixels training and evaluation use: --image-size squared). transformers' load report, which lists the new head
+    as "MISSING" (it is: the probe fits it next), is replaced by one line; any other weight the checkpoint lacks, or
+    holds unused, is named in a warning."""
     import torch
     from transformers import AutoModelForImageClassification
     from transformers.utils import logging as hf_logging
 
     from corevision_hf.cli import reading_weights
     from corevision_hf.loading import check_loaded_weights
-    from corevision_hf.saving import image_processor_for
+    from corevision_hf.saving import PROCESSORS
 
     torch.manual_seed(args.seed)
     labels = {"id2label": dict(enumerate(classes)), "label2id": {name: i for i, name in enumerate(classes)}}
@@ -644,8 +885,9 @@ def load_model(args, classes: list[str], device):
         if others := sorted(key for key in keys if not key.startswith("classifier.")):
             print(f"warning: {len(others)} weights {kind} in {args.checkpoint} (newly initialised or ignored), e.g. "
                   f"{', '.join(others[:3])}: is it a {model.config.model_type} checkpoint of this version?")
-    processor = image_processor_for(model.config, args.checkpoint if os.path.isdir(args.checkpoint) else None)
-    processor.size = {"shortest_edge": args.image_size}  # the size the head was trained at
+    # evaluation.probes.load_image's pixels (the loader's): squashed to a square, bicubic, ImageNet-normalised
+    processor = PROCESSORS[model.config.model_type](size={"height": args.image_size, "width": args.image_size},
+                                                    patch_size=model.config.patch_size)
     return model.to(device), processor
 
 
@@ -665,29 +907,17 @@ def log_mix(args, mix: float, validation: dict) -> None:
 
 
 def append_metrics(args, line: dict) -> None:
+    """`line` appended to OUT/metrics.jsonl (opened without following a link)."""
     import json
-    import os
 
-    with open(os.path.join(args.output_dir, "metrics.jsonl"), "a") as f:
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+    with os.fdopen(os.open(os.path.join(args.output_dir, "metrics.jsonl"), flags, 0o644), "a") as f:
         f.write(json.dumps(line) + "\n")
 
 
-def main(argv=None) -> dict:
-    """Runs the command; returns {"best_epoch", "validation", "heldout"} (heldout None without --eval-data)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = parse_args(argv)
-    check_arguments(args)
-    import os
-
-    import torch
-    from transformers import AutoConfig, AutoModelForImageClassification
-
-    import corevision_hf  # noqa: F401  (registers VECA and LookWhere with the Auto classes)
-    from corevision_hf.loading import load_checked
-
-    from .checkpointing import export, write_json
-    from .run_lock import release_output_dirs
-
+def read_folders(args) -> dict:
+    """{"train", "validation", "heldout" (None without --eval-data): [(path, label)], "classes"} of the run's
+    ImageFolders, checked (the same classes, no image shared, every held-out image readable) and printed."""
     examples, classes = labelled_files(args.data, train=True)
     heldout = other_folder(args.eval_data, "--eval-data", classes, {"--data": examples},
                            "held-out images must be ones the model never trains on")
@@ -702,83 +932,155 @@ def main(argv=None) -> dict:
         kept = {key for key, example in zip(groups, examples) if example in chosen}
         print(f"validation: {len(validation)} of {len(examples)} images, {len(kept)} of {len(set(groups))} groups "
               f"by --val-groups '{args.val_groups}'")
+    if heldout:
+        check_images_open(heldout, "--eval-data")
+    return {"train": train, "validation": validation, "heldout": heldout, "classes": classes}
+
+
+def checked_config(args):
+    """The checkpoint's config, a VECA or LookWhere one; sets args.image_size (default: the config's)."""
+    from transformers import AutoConfig
+
     config = AutoConfig.from_pretrained(args.checkpoint)
     if config.model_type not in ("veca", "lookwhere"):
         raise ValueError(f"{args.checkpoint} is a {config.model_type} model: give a VECA or LookWhere checkpoint.")
-    draw_budget, eval_budget = budgets(args, config)
     args.image_size = args.image_size or config.image_size
     if args.image_size % config.patch_size:
         raise ValueError(f"--image-size {args.image_size} is no multiple of the patch size {config.patch_size}.")
-    accelerator = open_output_dir(args)
-    device = accelerator.device
-    model, processor = load_model(args, classes, device)
-    train_batches = loader(train, args.image_size, args.batch_size, args.num_workers, seed=args.seed)
-    fixed_batches = loader(train, args.image_size, args.batch_size, args.num_workers)
-    validation_batches = loader(validation, args.image_size, args.batch_size, args.num_workers)
+    return config
 
-    def keep_if_best(epoch: int, result: dict, best, wise_ft: float | None = None):
-        if best is None or (result["accuracy"], -result["loss"]) > (best[1]["accuracy"], -best[1]["loss"]):
-            mixed = {} if wise_ft is None else {"wise_ft": wise_ft}
-            export(accelerator, model, args.output_dir, None, SCRIPT, args, "best", {"epoch": epoch, **mixed, **result},
-                   processor=processor)
-            return epoch, result, wise_ft
-        return best
 
+def keep_if_best(run: dict, epoch: int, result: dict, best, wise_ft: float | None = None):
+    """(epoch, validation result, WiSE-FT mix) of the better of the model now and `best` (None: none yet), exporting
+    the model as OUT/best when it is the better one (higher accuracy, then lower loss)."""
+    from .checkpointing import export
+
+    args = run["args"]
+    if best is None or (result["accuracy"], -result["loss"]) > (best[1]["accuracy"], -best[1]["loss"]):
+        mixed = {} if wise_ft is None else {"wise_ft": wise_ft}
+        export(run["accelerator"], run["model"], args.output_dir, None, SCRIPT, args, "best",
+               {"epoch": epoch, **mixed, **result}, processor=run["processor"])
+        return epoch, result, wise_ft
+    return best
+
+
+def probe_stage(run: dict) -> tuple:
+    """Stage 1, the linear probe (the penalty chosen on validation when several are given), logged as epoch 0 and
+    kept as best/; returns (the penalty, best)."""
+    args, model, budget, device = run["args"], run["model"], run["eval_budget"], run["device"]
     penalties = probe_penalties(args.probe_weight_decay)
-    probe_penalty = penalties[0]
+    penalty = penalties[0]
     if len(penalties) == 1:
-        fit_head(model, fixed_batches, eval_budget, device, probe_penalty)
+        fit_head(model, run["fixed"], budget, device, penalty)
     else:
-        chosen = choose_probe(model, fixed_batches, validation_batches, eval_budget, device, penalties)
+        chosen = choose_probe(model, run["fixed"], run["validation"], budget, device, penalties)
         print("probe penalty (--probe-weight-decay) chosen on validation: " + ", ".join(
-            f"{penalty:g}{' (kept)' if penalty == chosen['weight_decay'] else ''}: {accuracy:.4f}"
-            for penalty, accuracy in chosen["validation"].items()))
-        probe_penalty = chosen["weight_decay"]
-    probe = evaluate(model, fixed_batches, eval_budget, device)
-    result = evaluate(model, validation_batches, eval_budget, device)
-    log_epoch(args, 0, probe["loss"], probe["accuracy"], result, probe_weight_decay=probe_penalty)
-    best = keep_if_best(0, result, None)
+            f"{value:g}{' (kept)' if value == chosen['weight_decay'] else ''}: {accuracy:.4f}"
+            for value, accuracy in chosen["validation"].items()))
+        penalty = chosen["weight_decay"]
+    probe = evaluate(model, run["fixed"], budget, device)
+    result = evaluate(model, run["validation"], budget, device)
+    log_epoch(args, 0, probe["loss"], probe["accuracy"], result, probe_weight_decay=penalty)
+    return penalty, keep_if_best(run, 0, result, None)
+
+
+def fine_tune_stage(run: dict, best) -> tuple:
+    """Stage 2: --epochs epochs of fine-tuning, each logged and a candidate for best/, the last exported as final/;
+    then each --wise-ft mix, a candidate too. Returns (best, the last epoch's validation result)."""
+    import torch
+
+    from .checkpointing import export
+
+    args, model, device = run["args"], run["model"], run["device"]
     mixes = wise_ft_mixes(args.wise_ft)
     probe_weights = cpu_copy(model) if mixes else None
     optimizer = torch.optim.AdamW(parameter_groups(model, args.lr, args.weight_decay, args.layer_decay))
+    batches, result = run["train"], None
     for epoch in range(1, args.epochs + 1):
-        loss_sum, correct = train_epoch(model, optimizer, train_batches, args, draw_budget,
-                                        (epoch - 1) * len(train_batches), args.epochs * len(train_batches), device,
-                                        f"epoch {epoch}")
+        loss_sum, correct = train_epoch(model, optimizer, batches, args, run["draw_budget"], (epoch - 1) * len(batches),
+                                        args.epochs * len(batches), device, f"epoch {epoch}")
         if not torch.isfinite(loss_sum):
             raise FloatingPointError(f"The training loss is no longer finite at epoch {epoch}: lower --lr.")
-        result = evaluate(model, validation_batches, eval_budget, device)
-        log_epoch(args, epoch, loss_sum.item() / len(train), correct.item() / len(train), result)
-        best = keep_if_best(epoch, result, best)
-    export(accelerator, model, args.output_dir, None, SCRIPT, args, "final", {"epoch": args.epochs, **result},
-           processor=processor)
-    final_result = result
+        result = evaluate(model, run["validation"], run["eval_budget"], device)
+        images = run["train_images"]
+        log_epoch(args, epoch, loss_sum.item() / images, correct.item() / images, result)
+        best = keep_if_best(run, epoch, result, best)
+    result = result or best[1]  # --epochs 0: final/ is the probe
+    export(run["accelerator"], model, args.output_dir, None, SCRIPT, args, "final", {"epoch": args.epochs, **result},
+           processor=run["processor"])
     if mixes:
         fine_tuned = cpu_copy(model)
         for mix in mixes:
             mix_weights(model, probe_weights, fine_tuned, mix)
-            mixed = evaluate(model, validation_batches, eval_budget, device)
+            mixed = evaluate(model, run["validation"], run["eval_budget"], device)
             log_mix(args, mix, mixed)
-            best = keep_if_best(args.epochs, mixed, best, mix)
+            best = keep_if_best(run, args.epochs, mixed, best, mix)
+    return best, result
 
-    evaluated, heldout_result = args.evaluate or "best", None
-    if heldout:
-        folder = os.path.join(args.output_dir, evaluated)
-        scored = load_checked(AutoModelForImageClassification, folder).to(device)
-        batches = loader(heldout, args.image_size, args.batch_size, args.num_workers)
-        heldout_result = evaluate(scored, batches, eval_budget, device)
-        write_json(os.path.join(folder, "heldout.json"), {"data": args.eval_data, **heldout_result})
-        chosen = f"epoch {best[0]}" + (f", WiSE-FT {best[2]:g}" if best[2] is not None else "")
-        print(f"held-out accuracy of {evaluated}/ ({chosen if evaluated == 'best' else f'epoch {args.epochs}'}) on "
-              f"{args.eval_data}: {heldout_result['accuracy']:.4f} ({heldout_result['images']} images)")
-    write_card(os.path.join(args.output_dir, "best"),
-               card(args, argv, classes, config.model_type, best[0], best[1],
-                    heldout_result if evaluated == "best" else None, probe_penalty, best[2]))
-    write_card(os.path.join(args.output_dir, "final"),
-               card(args, argv, classes, config.model_type, args.epochs, final_result,
-                    heldout_result if evaluated == "final" else None, probe_penalty))
+
+def score_heldout(run: dict, heldout: list, best) -> dict:
+    """The held-out result of the folder --evaluate names (best/ by default), measured once on --eval-data, written
+    into its heldout.json and printed."""
+    from transformers import AutoModelForImageClassification
+
+    from corevision_hf.loading import load_checked
+
+    args, device = run["args"], run["device"]
+    evaluated = args.evaluate or "best"
+    folder = os.path.join(args.output_dir, evaluated)
+    scored = load_checked(AutoModelForImageClassification, folder).to(device)
+    batches = loader(heldout, args.image_size, args.batch_size, args.num_workers)
+    result = evaluate(scored, batches, run["eval_budget"], device)
+    write_json(os.path.join(folder, "heldout.json"), {"data": args.eval_data, **result})
+    chosen = f"epoch {best[0]}" + (f", WiSE-FT {best[2]:g}" if best[2] is not None else "")
+    print(f"held-out accuracy of {evaluated}/ ({chosen if evaluated == 'best' else f'epoch {args.epochs}'}) on "
+          f"{args.eval_data}: {result['accuracy']:.4f} ({result['images']} images)")
+    return result
+
+
+def announce(args) -> None:
+    """The lines a run starts with: the recipe preset and the augmentations in effect."""
+    if recipe := recipe_summary(args):
+        print(f"recipe: {recipe}")
+    print(f"augmentations of the training images: {augmentations(args)}")
+
+
+def main(argv=None) -> dict:
+    """Runs the command; returns {"best_epoch", "wise_ft", "validation", "heldout", "evaluated"} (heldout None without
+    --eval-data)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv)
+    check_arguments(args)
+    import torch
+
+    import corevision_hf  # noqa: F401  (registers VECA and LookWhere with the Auto classes)
+
+    from .run_lock import release_output_dirs
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    announce(args)
+    folders = read_folders(args)
+    config = checked_config(args)
+    draw_budget, eval_budget = budgets(args, config)
+    accelerator = open_output_dir(args)
+    device = accelerator.device
+    model, processor = load_model(args, folders["classes"], device)
+    run = {"args": args, "accelerator": accelerator, "model": model, "processor": processor, "device": device,
+           "draw_budget": draw_budget, "eval_budget": eval_budget, "train_images": len(folders["train"]),
+           "train": loader(folders["train"], args.image_size, args.batch_size, args.num_workers, seed=args.seed),
+           "fixed": loader(folders["train"], args.image_size, args.batch_size, args.num_workers),
+           "validation": loader(folders["validation"], args.image_size, args.batch_size, args.num_workers)}
+    probe_penalty, best = probe_stage(run)
+    best, final_result = fine_tune_stage(run, best)
+    evaluated = args.evaluate or "best"
+    heldout = score_heldout(run, folders["heldout"], best) if folders["heldout"] else None
+    for name, (epoch, result, wise_ft) in (("best", best), ("final", (args.epochs, final_result, None))):
+        write_file(os.path.join(args.output_dir, name, "README.md"),
+                   card(args, argv, folders["classes"], config.model_type, epoch, result,
+                        heldout if evaluated == name else None, probe_penalty, wise_ft))
     release_output_dirs()
-    return {"best_epoch": best[0], "wise_ft": best[2], "validation": best[1], "heldout": heldout_result,
+    return {"best_epoch": best[0], "wise_ft": best[2], "validation": best[1], "heldout": heldout,
             "evaluated": evaluated}
 
 
