@@ -69,6 +69,7 @@ import hashlib
 import json
 import math
 import os
+import pickle
 import platform
 import shutil
 import statistics
@@ -90,6 +91,7 @@ import corevision_hf  # noqa: E402
 from corevision_hf import (  # noqa: E402
     LookWhereModel, VecaConfig, VecaModel, lookwhere_flops, lookwhere_from_teacher, veca_flops, veca_from_teacher,
 )
+from corevision_hf.atomic import atomic_path  # noqa: E402
 from corevision_hf.cli import error_line  # noqa: E402
 from corevision_hf.offline import load_dinov2_small_teacher  # noqa: E402
 from corevision_hf.agreement import features, per_image_agreement, teacher_flops, teacher_targets  # noqa: E402
@@ -827,6 +829,18 @@ def benchmark(argv=None) -> dict:
     return result
 
 
+def read_record(path: Path) -> dict:
+    """A finished student's record as an interrupted run left it ({"record", "measured", "untrained"}: dicts, lists,
+    numbers and strings), read with torch's weights-only loader, which runs no code a pickle names. A record it cannot
+    read (another format, or a pickle that would run code) ends the run in one line: start again without --resume."""
+    try:
+        return torch.load(path, weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError) as error:  # RuntimeError: not a file torch.save wrote
+        raise SystemExit(error_line(ValueError(
+            f"--resume: {path} cannot be read safely (torch's weights-only loader refused it: {type(error).__name__});"
+            " rerun without --resume to train every student again."))) from None
+
+
 def train_students(args, teacher, source, heldout, scratch, train_dir, train_names, run_start) -> tuple:
     """Every student of every seed (and the same-seed rerun) trained and measured on the held-out photos, or kept
     from an interrupted run (--resume). Returns (measured, untrained, resumed, training): (student, seed) -> the
@@ -845,7 +859,7 @@ def train_students(args, teacher, source, heldout, scratch, train_dir, train_nam
             lr = getattr(args, STUDENTS[name][2])
             print(f"    {name}{' (rerun)' if rerun else ''}, seed {seed}: lr {lr:g}", flush=True)
             finished = output_dir / "quality_record.pt"  # written last: a student either has all of it or none
-            kept = torch.load(finished, weights_only=False) if args.resume and finished.exists() else {}
+            kept = read_record(finished) if args.resume and finished.exists() else {}
             if "untrained" in kept:
                 untrained.setdefault((init, seed), kept["untrained"])
             if (init, seed) not in untrained:  # new_student seeds itself: the same weights the student starts from
@@ -860,9 +874,9 @@ def train_students(args, teacher, source, heldout, scratch, train_dir, train_nam
             student, training[f"{key[0]}/seed{seed}"] = train(name, student, step_loss, draws, lr, train_dir, teacher,
                                                               cache, args, seed, args.steps, output_dir, heldout.centre)
             measured[key] = heldout.measure(student, budgets_of(name))
-            torch.save({"record": training[f"{key[0]}/seed{seed}"], "measured": measured[key],
-                        "untrained": untrained[init, seed]}, str(finished) + ".partial")
-            os.replace(str(finished) + ".partial", finished)
+            with atomic_path(finished) as temporary:
+                torch.save({"record": training[f"{key[0]}/seed{seed}"], "measured": measured[key],
+                            "untrained": untrained[init, seed]}, temporary)
             print(f"      done; {time.perf_counter() - run_start:.0f} s so far", flush=True)
             del student
     return measured, untrained, resumed, training

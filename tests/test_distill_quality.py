@@ -299,3 +299,28 @@ def test_the_lookwhere_rerun_check_sees_any_difference():
     assert dq.lookwhere_rerun({(name, 0): first, (f"{name} rerun", 0): first}, 0)["identical"]
     changed = dq.lookwhere_rerun({(name, 0): first, (f"{name} rerun", 0): second}, 0)
     assert changed["largest_difference"] == 2**-20 and not changed["identical"]
+
+
+class RunsCode:
+    """A pickle that, loaded with the full unpickler, writes the file `marker`."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return exec, (f"open({self.marker!r}, 'w').write('ran')",)
+
+
+def test_resume_reads_a_record_without_running_its_code(tmp_path):
+    """A finished student's record comes back as written (its resolutions stay int keys); one that would run code
+    when unpickled is one line saying to rerun without --resume, and runs nothing."""
+    record = {"record": {"lr": 1e-3, "validation": [{"step": 5, "score": 0.5}]},
+              "measured": {"cores=1": {"gflops": {28: 1.0}, "agreement": {28: {"cls": [0.5, 0.25]}}}}, "untrained": {}}
+    torch.save(record, tmp_path / "quality_record.pt")
+    assert dq.read_record(tmp_path / "quality_record.pt") == record
+    marker = tmp_path / "ran.txt"
+    torch.save({"record": RunsCode(str(marker))}, tmp_path / "old.pt")
+    with pytest.raises(SystemExit) as stop:
+        dq.read_record(tmp_path / "old.pt")
+    assert str(stop.value).startswith("error: --resume: ") and "rerun without --resume" in str(stop.value)
+    assert "\n" not in str(stop.value) and not marker.exists()

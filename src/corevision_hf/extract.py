@@ -290,12 +290,7 @@ def main(argv=None) -> datasets.Dataset | None:
                          "cannot read: choose a UTF-8 name.") from None
     refuse_overlap(args.output, args.model)
     check_folder_output(args.output, args.force)  # with --force, OUT must hold only files an extraction wrote
-    if partial.is_symlink():
-        raise ValueError(f"{partial} is a link; this command keeps its unfinished work there and follows no link: "
-                         "remove it, or choose another --output.")
-    if partial.exists() and not (partial / SETTINGS_FILE).is_file():
-        raise FileExistsError(f"{partial} exists but is no unfinished extraction (it holds no {SETTINGS_FILE}): move "
-                              "it, or choose another --output.")
+    check_unfinished(partial)
     check_hub_reachable(args.model)
     try:
         config = AutoConfig.from_pretrained(args.model)
@@ -340,6 +335,17 @@ def main(argv=None) -> datasets.Dataset | None:
         if state.is_main_process and started_here and not any(partial.glob("shard-?????")):
             shutil.rmtree(partial, ignore_errors=True)
         raise
+
+
+def check_unfinished(partial: Path) -> None:
+    """A ValueError or FileExistsError, before anything is written, when OUT.partial, where the run keeps its
+    unfinished work, is a link or a folder that holds no unfinished extraction."""
+    if partial.is_symlink():
+        raise ValueError(f"{partial} is a link; this command keeps its unfinished work there and follows no link: "
+                         "remove it, or choose another --output.")
+    if partial.exists() and not (partial / SETTINGS_FILE).is_file():
+        raise FileExistsError(f"{partial} exists but is no unfinished extraction (it holds no {SETTINGS_FILE}): move "
+                              "it, or choose another --output.")
 
 
 def check_device(device: str) -> None:
