@@ -30,11 +30,14 @@ def rotation_folder(root, photos: int, seed: int) -> str:
 def test_the_snippet_runs_on_the_given_folders_and_measures_the_model_it_saved(tmp_path):
     torch.manual_seed(0)
     save_model_folder(LookWhereModel(tiny_lookwhere_config(image_size=56, selector_image_size=28)), tmp_path / "lw")
+    (tmp_path / "users-file.txt").write_text("the user's")
+    (tmp_path / "result.json.tmp").symlink_to(tmp_path / "users-file.txt")  # the old temporary name: not followed
     result = trainer_snippet.main([
         "--model", str(tmp_path / "lw"), "--data", rotation_folder(tmp_path / "train", 10, 0),
         "--eval-data", rotation_folder(tmp_path / "heldout", 3, 1), "--output-dir", str(tmp_path / "trainer"),
         "--output", str(tmp_path / "result.json")])
     assert json.loads((tmp_path / "result.json").read_text())["finetuned_correct"] == result["finetuned_correct"]
+    assert (tmp_path / "users-file.txt").read_text() == "the user's"
     final = tmp_path / "trainer" / "final"  # the snippet's save_pretrained, under --output-dir
     model = AutoModelForImageClassification.from_pretrained(final, trust_remote_code=True).eval()
     processor = AutoImageProcessor.from_pretrained(final, trust_remote_code=True)
