@@ -27,6 +27,7 @@ DEMO_FOLDERS = ["outputs/demo/run/final", "outputs/demo/lookwhere", "outputs/dem
 # Folders an example script writes by default: a page may name them after running that script.
 EXAMPLE_FOLDERS = {"outputs/rotation/": "examples/rotation_task.py",
                    "outputs/rotation_gcompris/": "examples/rotation_task.py",
+                   "outputs/rotation_val/": "examples/rotation_task.py",
                    "outputs/gcompris_photos/": "examples/gcompris_photos.py"}
 # Options whose value is a file or folder the command writes: it need not exist before.
 OUTPUT_OPTIONS = {"--out", "--output", "--output-dir", "--out-dir", "--plot", "--staging-dir", "--scratch-dir"}

@@ -271,3 +271,29 @@ def test_veca_coordinate_heads_train_at_the_rate_of_the_block_they_feed():
     groups = finetune.parameter_groups(model, 1e-3, 0.05, 0.5)
     scale = {id(param): group["lr_scale"] for group in groups for param in group["params"]}
     assert scale[id(model.veca.encoder.coordinate_heads[0].proj.weight)] == 0.5  # top is 3: 0.5 ** (3 - 2)
+
+
+def test_the_result_docs_fine_tuning_leads_with_is_its_json():
+    """Each row of the page's table (seed, final/ held-out, the two differences with their intervals, the probes'
+    held-out accuracies in the header) is benchmarks/results/finetune_rotation_gcompris.json, rounded to 3 places."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "docs" / "fine-tuning.md").read_text()
+    pairs = json.loads((root / "benchmarks" / "results" / "finetune_rotation_gcompris.json").read_text())["pairs"]
+
+    def shown(value: float, sign: bool = True) -> str:
+        return f"{value:+.3f}" if sign else f"{value:.3f}"
+
+    for seed in range(4):
+        pair = pairs[f"final_seed{seed}"]
+        columns = [pair["fine_tuned_minus_probe_heldout"],
+                   pair["hindsight_probes"]["1"]["fine_tuned_minus_probe_heldout"]]
+        cells = [shown(pair["fine_tuned"]["heldout_accuracy"], False)] + [
+            f"{shown(column['difference'])} [{shown(column['interval_95'][0])}, {shown(column['interval_95'][1])}]"
+            for column in columns]
+        assert f"| {seed} | {' | '.join(cells)} |" in page
+    header = re.search(r"\| `--seed` \| `final/` held-out \|.*\|", page).group(0)
+    assert f"held-out {shown(pairs['final_seed0']['probe']['heldout_accuracy'], False)})" in header
+    assert f"held-out {shown(pairs['final_seed0']['hindsight_probes']['1']['heldout_accuracy'], False)})" in header

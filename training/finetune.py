@@ -1038,6 +1038,15 @@ def score_heldout(run: dict, heldout: list, best) -> dict:
     return result
 
 
+def write_cards(run: dict, argv: list[str], probe_penalty: float, best, final_result: dict, heldout: dict | None):
+    """best/README.md and final/README.md; `heldout` (the score of --evaluate's folder) on that folder's card."""
+    args = run["args"]
+    for name, (epoch, result, wise_ft) in (("best", best), ("final", (args.epochs, final_result, None))):
+        scored = heldout if (args.evaluate or "best") == name else None
+        write_file(os.path.join(args.output_dir, name, "README.md"),
+                   card(args, argv, run["classes"], run["model_type"], epoch, result, scored, probe_penalty, wise_ft))
+
+
 def announce(args) -> None:
     """The lines a run starts with: the recipe preset and the augmentations in effect."""
     if recipe := recipe_summary(args):
@@ -1067,21 +1076,20 @@ def main(argv=None) -> dict:
     device = accelerator.device
     model, processor = load_model(args, folders["classes"], device)
     run = {"args": args, "accelerator": accelerator, "model": model, "processor": processor, "device": device,
+           "classes": folders["classes"], "model_type": config.model_type,
            "draw_budget": draw_budget, "eval_budget": eval_budget, "train_images": len(folders["train"]),
            "train": loader(folders["train"], args.image_size, args.batch_size, args.num_workers, seed=args.seed),
            "fixed": loader(folders["train"], args.image_size, args.batch_size, args.num_workers),
            "validation": loader(folders["validation"], args.image_size, args.batch_size, args.num_workers)}
     probe_penalty, best = probe_stage(run)
     best, final_result = fine_tune_stage(run, best)
-    evaluated = args.evaluate or "best"
+    write_cards(run, argv, probe_penalty, best, final_result, None)  # before scoring: no folder lacks its card
     heldout = score_heldout(run, folders["heldout"], best) if folders["heldout"] else None
-    for name, (epoch, result, wise_ft) in (("best", best), ("final", (args.epochs, final_result, None))):
-        write_file(os.path.join(args.output_dir, name, "README.md"),
-                   card(args, argv, folders["classes"], config.model_type, epoch, result,
-                        heldout if evaluated == name else None, probe_penalty, wise_ft))
+    if heldout:
+        write_cards(run, argv, probe_penalty, best, final_result, heldout)
     release_output_dirs()
     return {"best_epoch": best[0], "wise_ft": best[2], "validation": best[1], "heldout": heldout,
-            "evaluated": evaluated}
+            "evaluated": args.evaluate or "best"}
 
 
 if __name__ == "__main__":
