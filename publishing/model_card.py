@@ -6,6 +6,8 @@ evaluation JSON (evaluation.evaluate_budgets) and the checkpoint's training_reci
 """
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import shlex
@@ -26,6 +28,10 @@ EVALUATION_FORMAT = "corevision-evaluation/1"
 # "caption", "header": [str, ...], "rows": [[str, ...], ...]}, every row as long as the header.
 TASK_TABLE_FORMAT = "corevision-task-table/1"
 RECIPE_FILE = "training_recipe.json"
+# What training.finetune writes beside a classifier's weights: its held-out result (in the folder --eval-data scored)
+# and its validation result, each {"accuracy", "images", "loss", ...}; heldout.json also names its "data".
+FINETUNE_SCRIPT = "training.finetune"
+HELDOUT_FILE, VALIDATION_FILE = "heldout.json", "validation.json"
 # teachers the training scripts load without the hub: the hub model each stands for, and how it differs
 OFFLINE_TEACHERS = {
     "offline-dinov2-small": (
@@ -158,6 +164,137 @@ def card_metadata(config, evaluation: dict, recipe: dict | None, repo_id: str | 
 
 
 
+def is_classifier(config) -> bool:
+    """Whether `config` is an image classifier's (as training.finetune writes): its card is render_classifier_card."""
+    return any(name.endswith("ForImageClassification") for name in config.architectures or [])
+
+
+def render_classifier_card(config, recipe: dict | None, heldout: dict | None, validation: dict | None = None,
+                           repo_id: str | None = None, license: str | None = None, code_repo: str | None = None,
+                           code_revision: str | None = None) -> ModelCard:
+    """The model card (README.md) of a VECA or LookWhere image classifier fine-tuned by training.finetune: pipeline tag
+    image-classification, its classes, the held-out accuracy with its data and the budget it was scored at (in the
+    card's metadata too), the validation accuracy, a usage at that budget and the fine-tuning command.
+
+    Args:
+        config: the classifier's config (architectures *ForImageClassification, id2label).
+        recipe: its training_recipe.json, which training.finetune wrote; heldout, validation: its heldout.json and
+            validation.json (`read_classifier_results`), validation None when absent.
+        repo_id, license, code_repo, code_revision: as for `render_card` (license default: apache-2.0).
+
+    Raises ValueError naming what is missing when the folder is not one training.finetune scored on held-out data.
+    """
+    check_classifier(recipe, heldout)
+    public = public_recipe(recipe)
+    args, budget = public["args"], scored_budget(config, recipe["args"])
+    budget_text = ", ".join(f"{name}={value}" for name, value in budget.items())
+    heldout_data = public_recipe({"data": heldout.get("data") or "unknown"})["data"]
+    base = args.get("checkpoint")
+    base_model = base if base and not is_placeholder(base) else None
+    eval_result = EvalResult(task_type="image-classification", dataset_type="imagefolder",
+                             dataset_name=heldout_data.strip("<>"), metric_type="accuracy",
+                             metric_value=round(float(heldout["accuracy"]), 4),
+                             metric_name=f"held-out accuracy ({budget_text})")
+    card_data = ModelCardData(
+        model_name=repo_id.split("/")[-1] if repo_id else f"{config.model_type}-classifier",
+        library_name="transformers", pipeline_tag="image-classification", base_model=base_model,
+        license=license or DEFAULT_LICENSE, eval_results=[eval_result],
+        tags=["corevision_hf", config.model_type, "vision", "image-classification", "custom_code"],
+    )
+    return ModelCard.from_template(
+        card_data, template_path=str(TEMPLATES / "classifier.md"), title=repo_id, repo_id=repo_id or "<org>/<name>",
+        method={"veca": "VECA", "lookwhere": "LookWhere"}.get(config.model_type, config.model_type),
+        classes=[config.id2label[i] for i in sorted(config.id2label)], base=base, base_model=base_model,
+        image_size=args.get("image_size") or config.image_size, heldout=heldout, heldout_data=heldout_data,
+        validation=validation, validation_source=validation_source(args), weights=chosen_weights(validation),
+        budget_text=budget_text, command=public["command"], code_repo=code_repo, code_revision=code_revision,
+        recipe_args=json.dumps(args, indent=2, sort_keys=True),
+    )
+
+
+def check_classifier(recipe: dict | None, heldout: dict | None) -> None:
+    """Raises ValueError unless a classifier folder has training.finetune's recipe and a held-out accuracy."""
+    if recipe is None or recipe.get("script") != FINETUNE_SCRIPT or not isinstance(recipe.get("args"), dict):
+        raise ValueError(f"A classifier's card quotes the {RECIPE_FILE} of {FINETUNE_SCRIPT}, which this folder lacks: "
+                         f"publish best/ or final/ of a `python -m {FINETUNE_SCRIPT}` run.")
+    if heldout is None:
+        raise ValueError(f"This classifier has no {HELDOUT_FILE}, so its card would have no held-out accuracy: publish "
+                         "the folder --eval-data scored (best/, or final/ with --evaluate final), or rerun "
+                         f"{FINETUNE_SCRIPT} with --eval-data.")
+    if not isinstance(heldout.get("accuracy"), (int, float)) or not isinstance(heldout.get("images"), int):
+        raise ValueError(f"{HELDOUT_FILE} lacks its accuracy or image count: restore the file {FINETUNE_SCRIPT} wrote.")
+
+
+def read_classifier_results(checkpoint: str) -> tuple[dict | None, dict | None]:
+    """(heldout.json, validation.json) of a classifier folder, each None when absent; a ValueError naming the file
+    when it is no JSON object."""
+    results = []
+    for name in (HELDOUT_FILE, VALIDATION_FILE):
+        path = Path(checkpoint) / name
+        try:
+            result = json.loads(path.read_text()) if path.is_file() else None
+        except (ValueError, UnicodeDecodeError) as error:
+            raise ValueError(f"{path} is not valid JSON ({error}): restore the file {FINETUNE_SCRIPT} wrote.") from None
+        if result is not None and not isinstance(result, dict):
+            raise ValueError(f"{path} holds no JSON object: restore the file {FINETUNE_SCRIPT} wrote.")
+        results.append(result)
+    return results[0], results[1]
+
+
+def scored_budget(config, args: dict) -> dict:
+    """The budget keyword arguments training.finetune scored at (its evaluation budget, given its arguments `args`):
+    LookWhere's --eval-k-ratio; VECA's --eval-num-cores, else the model's default (default_num_cores,
+    default_max_gflops, else every core)."""
+    if config.model_type == "lookwhere":
+        return {"k_ratio": args["eval_k_ratio"]}
+    if args.get("eval_num_cores") is not None:
+        return {"num_cores": args["eval_num_cores"]}
+    if config.default_max_gflops is not None:
+        return {"max_gflops": config.default_max_gflops}
+    return {"num_cores": config.default_num_cores or config.num_cores}
+
+
+def validation_source(args: dict) -> str:
+    """Where the validation images came from, in a few words."""
+    if args.get("val_data"):
+        return f"`{args['val_data']}`"
+    kept = "whole groups" if args.get("val_groups") else "per class"
+    return f"a share of `{args.get('data')}` kept apart ({kept})"
+
+
+def chosen_weights(validation: dict | None) -> str:
+    """Which weights these are, from their validation.json: the epoch (0: the linear probe), or a WiSE-FT mix."""
+    if not validation or validation.get("epoch") is None:
+        return "the run's weights"
+    if validation.get("wise_ft") is not None:
+        return f"epoch {validation['epoch']}'s mixed with the probe's at {validation['wise_ft']:g} (WiSE-FT)"
+    return "the linear probe alone" if validation["epoch"] == 0 else f"epoch {validation['epoch']}"
+
+
+def finetune_command(args: dict) -> str | None:
+    """The `python -m training.finetune` command of its recorded arguments `args`, written so that the script's own
+    parser takes it and gives `args` back: the checkpoint as the positional argument, every other argument as its
+    flag, a switch turned off as --no-...; None when `args` do not parse (a run of another version of the script)."""
+    from training import finetune
+
+    tokens, off = [str(args.get("checkpoint"))], []
+    for name, value in args.items():
+        if value is False:
+            off.append(name)
+        elif name != "checkpoint" and value is not None:
+            tokens += ["--" + name.replace("_", "-")] + ([] if value is True else [str(value)])
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # argparse's own message: the card then lists the arguments
+            parsed = vars(finetune.parse_args(tokens))
+            tokens += ["--no-" + name.replace("_", "-") for name in off if parsed.get(name) is True]
+            parsed = vars(finetune.parse_args(tokens))
+    except (SystemExit, ValueError):
+        return None
+    if any(parsed.get(name) != value for name, value in args.items()):
+        return None
+    return shlex.join(["python", "-m", FINETUNE_SCRIPT, *tokens])
+
+
 def existing_pictures(evaluation: dict, evaluation_path: str) -> dict:
     """The pictures the evaluation names that exist in its JSON's folder: {"features": "features.png", ...}. A
     picture that is no relative path inside that folder (an absolute path, "../...", a link out of it) is a
@@ -210,13 +347,13 @@ def public_recipe(recipe: dict) -> dict:
     def public(value):
         return replacements.get(value, value) if isinstance(value, str) else value
 
+    args = {key: public(value) for key, value in (recipe.get("args") or {}).items()}
     command = recipe.get("command")
-    return {
-        **{key: public(value) for key, value in recipe.items()},
-        # token by token (the command was written with shlex.quote), so that no other text is touched
-        "command": shlex.join(public(token) for token in shlex.split(command)) if command else None,
-        "args": {key: public(value) for key, value in (recipe.get("args") or {}).items()},
-    }
+    if recipe.get("script") == FINETUNE_SCRIPT and args:
+        command = finetune_command(args)  # its recorded command passes the positional checkpoint as --checkpoint
+    elif command:  # token by token (the command was written with shlex.quote), so that no other text is touched
+        command = shlex.join(public(token) for token in shlex.split(command))
+    return {**{key: public(value) for key, value in recipe.items()}, "command": command, "args": args}
 
 
 def read_recipe(checkpoint: str) -> dict | None:
@@ -414,7 +551,9 @@ def _eval_results(evaluation: dict) -> list[EvalResult]:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     parser.add_argument("checkpoint", help="checkpoint folder (config.json, optional training_recipe.json)")
-    parser.add_argument("--evaluation", required=True, help="evaluation.json written by evaluation.evaluate_budgets")
+    parser.add_argument("--evaluation", default=None,
+                        help="evaluation.json written by evaluation.evaluate_budgets (a distilled checkpoint; a "
+                             "classifier of training.finetune is described by its own heldout.json)")
     parser.add_argument("--repo-id", help="hub repo the card is for (org/name); used in the usage snippet")
     parser.add_argument("--license", default=None,
                         help="hub licence id (default: the teacher's licence when known, else apache-2.0)")
@@ -423,6 +562,24 @@ def main(argv=None) -> None:
 
     if not os.path.isfile(os.path.join(args.checkpoint, "config.json")):
         parser.error(f"{args.checkpoint} holds no config.json; give a checkpoint folder written by save_pretrained.")
+    try:
+        config = AutoConfig.from_pretrained(args.checkpoint)
+    except (OSError, ValueError) as error:
+        parser.error(f"{args.checkpoint}/config.json cannot be read ({str(error).splitlines()[0]}): give a checkpoint "
+                     "folder written by save_pretrained.")
+    if is_classifier(config):
+        try:
+            results = read_classifier_results(args.checkpoint)
+            card = render_classifier_card(config, read_recipe(args.checkpoint), *results, repo_id=args.repo_id,
+                                          license=args.license)
+        except ValueError as error:
+            parser.error(str(error))
+        card.save(args.output)
+        print(f"wrote {args.output}")
+        return
+    if args.evaluation is None:
+        parser.error(f"{args.checkpoint} is a distilled checkpoint: give --evaluation, the evaluation.json of "
+                     "python -m evaluation.evaluate_budgets.")
     if not os.path.isfile(args.evaluation):
         parser.error(f"{args.evaluation} does not exist; write it with python -m evaluation.evaluate_budgets.")
     # show the plot only if it exists: publish uploads the one next to the evaluation JSON
@@ -430,7 +587,7 @@ def main(argv=None) -> None:
     try:
         with open(args.evaluation) as f:
             evaluation = json.load(f)
-        card = render_card(AutoConfig.from_pretrained(args.checkpoint), evaluation, read_recipe(args.checkpoint),
+        card = render_card(config, evaluation, read_recipe(args.checkpoint),
                            repo_id=args.repo_id, plot_filename="evaluation.png" if has_plot else None,
                            license=args.license, pictures=existing_pictures(evaluation, args.evaluation))
     except (ValueError, KeyError) as error:  # JSONDecodeError is a ValueError

@@ -1,16 +1,19 @@
-"""Publish a distilled checkpoint to the Hugging Face Hub with its evaluation and model card.
+"""Publish a distilled checkpoint, or a classifier fine-tuned from one, to the Hugging Face Hub with its model card.
 
     python -m publishing.publish outputs/run/final --evaluation outputs/eval/evaluation.json --repo-id org/veca-small
+    python -m publishing.publish outputs/finetune/best --repo-id org/veca-small-pets
 
 Stages one folder: the weights (safetensors), config.json with `auto_map`, the hub code files, preprocessor_config.json
 (the checkpoint's own wins), training_recipe.json (if the checkpoint has one), evaluation.json, the plot (evaluation.png
 next to the evaluation JSON, if present; the pictures it names, files inside its folder only) and README.md (the card
 rendered by publishing.model_card) and, with `--onnx-elastic`, the elastic ONNX graph as `onnx/model_elastic.onnx`
 (`python -m corevision_hf.export --elastic`, checked against PyTorch with onnxruntime; the card shows how to run it);
-then uploads it with `HfApi.upload_folder`. `--dry-run` lists the files and sends nothing. A repo whose code, config
-or weights differ from ours holds another model (or another version of this one): its files of the names we send are
-only overwritten with `--force` (the repo's history keeps them); no file of the repo is ever deleted, and those we do
-not send are named. `--create-pr` proposes the upload as a pull request.
+then uploads it with `HfApi.upload_folder`. An image classifier that `python -m training.finetune` wrote (best/ or
+final/, the folder --eval-data scored) takes no --evaluation: it is staged with its heldout.json and validation.json
+and a classifier's card (`publishing.model_card.render_classifier_card`). `--dry-run` lists the files and sends
+nothing. A repo whose code, config or weights differ from ours holds another model (or another version of this one):
+its files of the names we send are only overwritten with `--force` (the repo's history keeps them); no file of the
+repo is ever deleted, and those we do not send are named. `--create-pr` proposes the upload as a pull request.
 
 With `--code-repo org/corevision-code`, many weight repos share one code repo: the weight repo gets no code files, its
 config's `auto_map`, `custom_pipelines` and processor `auto_map` name `org/corevision-code--modeling_veca.VecaModel`
@@ -49,11 +52,17 @@ from training.checkpointing import check_export
 
 from .model_card import (
     EVALUATION_FORMAT,
+    HELDOUT_FILE,
     RECIPE_FILE,
+    VALIDATION_FILE,
+    check_classifier,
     existing_pictures,
+    is_classifier,
     public_recipe,
+    read_classifier_results,
     read_recipe,
     render_card,
+    render_classifier_card,
     teacher_on_the_hub,
 )
 
@@ -64,8 +73,11 @@ ELASTIC_ONNX = "onnx/model_elastic.onnx"  # where onnx-community repos keep thei
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    parser.add_argument("checkpoint", help="a save_pretrained folder, e.g. OUT/final of a distillation run")
-    parser.add_argument("--evaluation", required=True, help="evaluation.json written by evaluation.evaluate_budgets")
+    parser.add_argument("checkpoint", help="a save_pretrained folder, e.g. OUT/final of a distillation run or OUT/best "
+                                           "of training.finetune")
+    parser.add_argument("--evaluation", default=None,
+                        help="evaluation.json written by evaluation.evaluate_budgets (a distilled checkpoint; a "
+                             "fine-tuned classifier's card quotes its own heldout.json instead)")
     parser.add_argument("--repo-id", required=True, help='hub repo to publish to, "org/name"')
     parser.add_argument("--private", action="store_true", help="make a new repo private")
     parser.add_argument("--revision", default=None, help="branch to commit to (made if missing)")
@@ -101,7 +113,26 @@ def check_repo_id(option: str, repo_id: str) -> None:
 
 
 def check_inputs(args: argparse.Namespace) -> tuple:
-    """Every check that needs no model: returns (config, parsed evaluation, plot path or None)."""
+    """Every check that needs no model: returns (config, parsed evaluation or None for a classifier, plot path or
+    None)."""
+    check_options(args)
+    config = read_config(args.checkpoint)
+    if is_classifier(config):
+        check_classifier_inputs(args)
+        return config, None, None
+    if args.evaluation is None:
+        raise ValueError(f"{args.checkpoint} is a distilled {config.model_type} checkpoint, whose card is built from "
+                         "its evaluation: pass --evaluation, the evaluation.json of evaluation.evaluate_budgets.")
+    evaluation = read_evaluation(args.evaluation, config.model_type, args.checkpoint)
+    folder = os.path.dirname(os.path.abspath(args.evaluation))
+    plot = os.path.join(folder, "evaluation.png")
+    pictures = [os.path.join(folder, file) for file in existing_pictures(evaluation, args.evaluation).values()]
+    refuse_links([*checkpoint_files(args.checkpoint), args.evaluation, plot, *pictures])
+    return config, evaluation, plot if os.path.isfile(plot) else None
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """The checks of the command's options alone."""
     check_repo_id("--repo-id", args.repo_id)
     if args.code_repo:
         check_repo_id("--code-repo", args.code_repo)
@@ -123,12 +154,14 @@ def check_inputs(args: argparse.Namespace) -> tuple:
             "empty folder."
         )
     if args.staging_dir:
-        refuse_overlap(args.staging_dir, args.checkpoint, args.evaluation)
+        refuse_overlap(args.staging_dir, args.checkpoint, *([args.evaluation] if args.evaluation else []))
     if args.onnx_elastic and not all(importlib.util.find_spec(name) for name in ("onnx", "onnxruntime")):
         raise ValueError("--onnx-elastic writes the graph with onnx and checks it with onnxruntime: pip install onnx "
                          "onnxruntime, or leave --onnx-elastic out.")
 
-    checkpoint = args.checkpoint
+
+def read_config(checkpoint: str):
+    """The checkpoint's config, checked to be a VECA or LookWhere of classes corevision_hf has."""
     check_export(checkpoint)
     config_path = os.path.join(checkpoint, "config.json")
     try:
@@ -144,36 +177,47 @@ def check_inputs(args: argparse.Namespace) -> tuple:
     for name in config.architectures or []:
         if name not in corevision_hf.__all__:
             raise ValueError(f"{checkpoint}/config.json names architecture {name!r}, which corevision_hf lacks.")
+    return config
 
-    if not os.path.isfile(args.evaluation):
+
+def check_classifier_inputs(args: argparse.Namespace) -> None:
+    """A fine-tuned classifier: no --evaluation or --onnx-elastic, and the recipe and held-out result its card needs."""
+    if args.evaluation is not None:
+        raise ValueError(f"{args.checkpoint} is an image classifier: its card quotes its own {HELDOUT_FILE}, not a "
+                         "feature evaluation; leave --evaluation out.")
+    if args.onnx_elastic:
+        raise ValueError(f"{args.checkpoint} is an image classifier and the elastic graph is the feature extractor's "
+                         "alone: leave --onnx-elastic out.")
+    refuse_links(checkpoint_files(args.checkpoint))
+    check_classifier(read_recipe(args.checkpoint), read_classifier_results(args.checkpoint)[0])
+
+
+def read_evaluation(path: str, model_type: str, checkpoint: str) -> dict:
+    """The parsed evaluation JSON at `path`, checked to be of the format evaluate_budgets writes and of `model_type`."""
+    if not os.path.isfile(path):
         raise FileNotFoundError(
-            f"Evaluation file {args.evaluation} does not exist: run python -m evaluation.evaluate_budgets on the "
-            "checkpoint."
+            f"Evaluation file {path} does not exist: run python -m evaluation.evaluate_budgets on the checkpoint."
         )
     try:
-        with open(args.evaluation) as f:
+        with open(path) as f:
             evaluation = json.load(f)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{args.evaluation} is not valid JSON ({e}): pass what evaluate_budgets.py wrote.") from None
+        raise ValueError(f"{path} is not valid JSON ({e}): pass what evaluate_budgets.py wrote.") from None
     if not isinstance(evaluation, dict) or evaluation.get("format") != EVALUATION_FORMAT:
         raise ValueError(
-            f"{args.evaluation} is not a {EVALUATION_FORMAT!r} evaluation: pass the evaluation.json that "
+            f"{path} is not a {EVALUATION_FORMAT!r} evaluation: pass the evaluation.json that "
             "evaluation.evaluate_budgets wrote."
         )
     if evaluation.get("model_type") != model_type:
         raise ValueError(
-            f"{args.evaluation} evaluates a {evaluation.get('model_type')!r} model but {checkpoint} holds a "
+            f"{path} evaluates a {evaluation.get('model_type')!r} model but {checkpoint} holds a "
             f"{model_type!r} one: pass the evaluation of this checkpoint."
         )
-    folder = os.path.dirname(os.path.abspath(args.evaluation))
-    plot = os.path.join(folder, "evaluation.png")
-    pictures = [os.path.join(folder, file) for file in existing_pictures(evaluation, args.evaluation).values()]
-    refuse_links([*checkpoint_files(checkpoint), args.evaluation, plot, *pictures])
-    return config, evaluation, plot if os.path.isfile(plot) else None
+    return evaluation
 
 
 # The checkpoint's files that publishing reads and stages, beside its weights (any safetensors or PyTorch file, index).
-CHECKPOINT_FILES = ("config.json", "preprocessor_config.json", RECIPE_FILE)
+CHECKPOINT_FILES = ("config.json", "preprocessor_config.json", RECIPE_FILE, HELDOUT_FILE, VALIDATION_FILE)
 
 
 def checkpoint_files(checkpoint: str) -> list[str]:
@@ -191,10 +235,12 @@ def refuse_links(paths: list[str]) -> None:
                              "file itself there.")
 
 
-def stage(checkpoint: str, evaluation_path: str, plot: str | None, config, card, folder: str, repo_id: str) -> None:
+def stage(checkpoint: str, evaluation_path: str | None, plot: str | None, config, card, folder: str,
+          repo_id: str) -> None:
     """Writes everything the hub repo gets into `folder`: the model re-saved by the package (safetensors, config with
-    auto_map, hub code, preprocessor config), the training recipe if any, the evaluation, the plot and the card.
-    The recipe and the evaluation are the public versions: no path of this machine is published."""
+    auto_map, hub code, preprocessor config), the training recipe if any, the evaluation and the plot (a classifier,
+    `evaluation_path` None: its held-out and validation results) and the card. The recipe and the results are the
+    public versions: no path of this machine is published."""
     model_class = getattr(corevision_hf, config.architectures[0]) if config.architectures else AutoModel
     with reading_weights(checkpoint):
         model = load_checked(model_class, checkpoint, dtype="auto")  # keeps the checkpoint's dtype
@@ -202,6 +248,12 @@ def stage(checkpoint: str, evaluation_path: str, plot: str | None, config, card,
     recipe = read_recipe(checkpoint)
     if recipe is not None:
         write_json(os.path.join(folder, RECIPE_FILE), public_recipe(recipe))
+    card.save(os.path.join(folder, "README.md"))
+    if evaluation_path is None:
+        for name, result in zip((HELDOUT_FILE, VALIDATION_FILE), read_classifier_results(checkpoint)):
+            if result is not None:
+                write_json(os.path.join(folder, name), public_result(result))
+        return
     with open(evaluation_path) as f:
         evaluation = json.load(f)
     write_json(os.path.join(folder, "evaluation.json"), public_evaluation(evaluation, repo_id))
@@ -211,7 +263,6 @@ def stage(checkpoint: str, evaluation_path: str, plot: str | None, config, card,
         os.makedirs(os.path.dirname(os.path.join(folder, picture)), exist_ok=True)
         shutil.copy(os.path.join(os.path.dirname(os.path.abspath(evaluation_path)), picture),
                     os.path.join(folder, picture))
-    card.save(os.path.join(folder, "README.md"))
 
 
 def stage_elastic_graph(checkpoint: str, folder: str) -> None:
@@ -282,6 +333,11 @@ def public_evaluation(evaluation: dict, repo_id: str) -> dict:
         hub_id = teacher_on_the_hub(teacher)[0]
         teacher = hub_id or public_recipe({"teacher": teacher})["teacher"]
     return {**evaluation, "checkpoint": repo_id, "teacher": teacher}
+
+
+def public_result(result: dict) -> dict:
+    """A classifier's heldout.json or validation.json as it may be published: its data named without a local path."""
+    return {**result, "data": public_recipe({"data": result["data"]})["data"]} if result.get("data") else result
 
 
 def staged_files(folder: str) -> dict[str, int]:
@@ -362,12 +418,7 @@ def main(argv=None) -> None:
         with reaching_the_hub(args.repo_id):
             code_revision = code_commit(HfApi(), args.code_repo, args.code_revision, config.model_type)
     # the card needs only the config and the evaluation, so an evaluation it cannot use fails before the model loads
-    card = render_card(
-        config, evaluation, read_recipe(args.checkpoint), repo_id=args.repo_id,
-        plot_filename="evaluation.png" if plot is not None else None,
-        pictures=existing_pictures(evaluation, args.evaluation), code_repo=args.code_repo, code_revision=code_revision,
-        elastic_onnx=ELASTIC_ONNX if args.onnx_elastic else None,
-    )
+    card = make_card(args, config, evaluation, plot, code_revision)
     revision = args.revision or constants.DEFAULT_REVISION
     target = (
         f"{args.repo_id} ({'pull request against ' if args.create_pr else ''}{revision}, "
@@ -395,6 +446,21 @@ def main(argv=None) -> None:
 
         with reaching_the_hub(args.repo_id):
             upload(args, config, folder, files, target, listing)
+
+
+def make_card(args: argparse.Namespace, config, evaluation: dict | None, plot: str | None, code_revision: str | None):
+    """The checkpoint's card: a classifier's (`evaluation` None) from its recipe and results, else the feature
+    extractor's from its evaluation."""
+    if evaluation is None:
+        heldout, validation = read_classifier_results(args.checkpoint)
+        return render_classifier_card(config, read_recipe(args.checkpoint), heldout, validation, repo_id=args.repo_id,
+                                      code_repo=args.code_repo, code_revision=code_revision)
+    return render_card(
+        config, evaluation, read_recipe(args.checkpoint), repo_id=args.repo_id,
+        plot_filename="evaluation.png" if plot is not None else None,
+        pictures=existing_pictures(evaluation, args.evaluation), code_repo=args.code_repo, code_revision=code_revision,
+        elastic_onnx=ELASTIC_ONNX if args.onnx_elastic else None,
+    )
 
 
 def upload(args, config, folder: str, files: dict, target: str, listing: str) -> None:

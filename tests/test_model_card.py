@@ -1,12 +1,13 @@
 """Model cards rendered from a config and an evaluation JSON parse as hub model cards (offline, no weights)."""
 
 import json
+import shlex
 
 import pytest
 from conftest import tiny_lookwhere_config, tiny_veca_config
 from huggingface_hub import ModelCard
 
-from publishing.model_card import existing_pictures, main, read_task_table, render_card
+from publishing.model_card import existing_pictures, main, read_task_table, render_card, render_classifier_card
 
 
 CONFIGS = {
@@ -348,3 +349,83 @@ def test_a_veca_made_from_its_teacher_names_it_as_base_model_and_says_so():
     assert "made from the weights of `facebook/dinov2-small` (`veca_from_teacher`) and distilled from it" in card.text
     plain = render_card(tiny_veca_config(), make_evaluation("veca"), make_recipe("veca"))
     assert plain.data.base_model is None and "distilled from `facebook/dinov2-small`" in plain.text
+
+
+# A classifier as training.finetune leaves it: three classes, its recipe, held-out and validation results.
+CLASSES = {0: "cat", 1: "dog", 2: "fox"}
+HELDOUT = {"data": "/data/pets/heldout", "loss": 0.41, "accuracy": 0.8125, "images": 16}
+VALIDATION = {"epoch": 2, "loss": 0.52, "accuracy": 0.75, "images": 8}
+
+
+def classifier_config(model_type: str, **fields):
+    config = CONFIGS[model_type](num_labels=3, id2label=CLASSES, label2id={v: k for k, v in CLASSES.items()}, **fields)
+    config.architectures = [{"veca": "Veca", "lookwhere": "LookWhere"}[model_type] + "ForImageClassification"]
+    return config
+
+
+def finetune_recipe(model_type: str, *flags: str) -> dict:
+    """training_recipe.json as training.finetune's export writes it (its own functions, one process)."""
+    from types import SimpleNamespace
+
+    from training import finetune
+    from training.checkpointing import training_recipe
+
+    args = finetune.parse_args(["/runs/distill/final", "--data", "/data/pets/train", "--eval-data",
+                                "/data/pets/heldout", "--output-dir", "/runs/pets", *flags])
+    args.image_size = args.image_size or 32  # finetune fills it in from the config before it exports
+    return training_recipe(SimpleNamespace(num_processes=1, mixed_precision="no"), finetune.SCRIPT, args, model_type)
+
+
+@pytest.mark.parametrize("model_type, flags, budget", [
+    ("lookwhere", ["--no-hflip", "--eval-k-ratio", "0.3"], "k_ratio=0.3"),
+    ("veca", ["--eval-num-cores", "4", "--epochs", "2"], "num_cores=4"),
+    ("veca", [], "num_cores=8"),  # no --eval-num-cores: the model's default, the whole bank of 8
+])
+def test_a_fine_tuned_classifier_gets_a_classifiers_card(model_type, flags, budget):
+    from training import finetune
+
+    recipe = finetune_recipe(model_type, *flags)
+    card = render_classifier_card(classifier_config(model_type), recipe, HELDOUT, VALIDATION, repo_id="org/pets")
+    parsed = ModelCard(str(card))
+    assert parsed.data.pipeline_tag == "image-classification" and "image-feature-extraction" not in parsed.data.tags
+    (result,) = parsed.data.eval_results
+    assert (result.task_type, result.metric_type, result.metric_value) == ("image-classification", "accuracy", 0.8125)
+    assert result.dataset_name == "heldout" and result.metric_name == f"held-out accuracy ({budget})"
+    assert "over 3 classes: `cat`, `dog`, `fox`" in card.text
+    assert f"| held-out, `<heldout>` | 16 | **0.8125** | `{budget}` |" in card.text
+    assert f"| validation, a share of `<train>` kept apart (per class) | 8 | 0.7500 | `{budget}` |" in card.text
+    assert f"logits = model(**inputs, {budget}).logits" in card.text
+    assert "AutoModelForImageClassification.from_pretrained(\"org/pets\"" in card.text
+    assert "Distilled from" not in card.text and "AutoModel.from_pretrained" not in card.text
+    assert "/data/" not in card.text and "/runs/" not in card.text
+    # the command runs: the script's parser takes it and gives back every recorded argument (--no-hflip too)
+    command = card.text.split("```bash\n", 1)[1].split("\n```", 1)[0]
+    words = shlex.split(command)
+    assert words[:4] == ["python", "-m", "training.finetune", "<final>"]
+    assert "--checkpoint" not in words
+    public_args = {**recipe["args"], "checkpoint": "<final>", "data": "<train>", "eval_data": "<heldout>",
+                   "output_dir": "<pets>"}
+    assert {name: value for name, value in vars(finetune.parse_args(words[3:])).items()
+            if name in public_args} == public_args
+
+
+def test_a_classifier_without_its_recipe_or_held_out_accuracy_is_refused():
+    config = classifier_config("veca")
+    with pytest.raises(ValueError, match="lacks: publish best/ or final/ of a `python -m training.finetune` run"):
+        render_classifier_card(config, None, HELDOUT)
+    with pytest.raises(ValueError, match="no heldout.json, so its card would have no held-out accuracy: publish "
+                                         "the folder --eval-data scored"):
+        render_classifier_card(config, finetune_recipe("veca"), None)
+
+
+def test_the_cli_writes_a_classifiers_card_from_the_folder_alone(tmp_path):
+    folder = tmp_path / "best"
+    classifier_config("lookwhere").save_pretrained(folder)
+    (folder / "training_recipe.json").write_text(json.dumps(finetune_recipe("lookwhere")))
+    (folder / "heldout.json").write_text(json.dumps(HELDOUT))
+    main([str(folder), "--repo-id", "org/pets", "-o", str(tmp_path / "README.md")])
+    card = ModelCard.load(tmp_path / "README.md")
+    assert card.data.pipeline_tag == "image-classification" and "| held-out, `<heldout>` | 16 | **0.8125**" in card.text
+    (folder / "heldout.json").unlink()
+    with pytest.raises(SystemExit):  # argparse's one line
+        main([str(folder), "-o", str(tmp_path / "README.md")])

@@ -24,9 +24,17 @@ from huggingface_hub import ModelCard
 from huggingface_hub.utils._http import default_client_factory
 from huggingface_hub.utils.sha import git_hash
 from PIL import Image
-from transformers import AutoModel
+from transformers import AutoImageProcessor, AutoModel, AutoModelForImageClassification
 
-from corevision_hf import LookWhereImageProcessor, LookWhereModel, VecaImageProcessor, VecaModel, save_model_folder
+from corevision_hf import (
+    LookWhereForImageClassification,
+    LookWhereImageProcessor,
+    LookWhereModel,
+    VecaForImageClassification,
+    VecaImageProcessor,
+    VecaModel,
+    save_model_folder,
+)
 from publishing import publish
 
 
@@ -623,3 +631,98 @@ def test_a_staged_file_that_is_a_link_is_refused_naming_it(tmp_path, hub, veca_r
     assert code == 2 and error.count("\n") == 1, error
     assert error.startswith(f"error: {run / kind} is a symbolic link: publish")
     assert hub.requests == [] and not (tmp_path / "staged").exists()
+
+
+CLASSES = {0: "cat", 1: "dog", 2: "fox"}
+CLASSIFIER_FILES = (VECA_FILES - {"evaluation.json", "evaluation.png"}) | {"heldout.json", "validation.json"}
+
+
+def finetuned_folder(folder: Path, model_type: str, *flags: str, heldout: bool = True) -> Path:
+    """best/ as `python -m training.finetune` leaves it: the classifier and its processor, training_recipe.json (the
+    script's own arguments and recipe writer), validation.json and, unless `heldout` is False, heldout.json."""
+    from types import SimpleNamespace
+
+    from training import finetune
+    from training.checkpointing import training_recipe
+
+    labels = {"num_labels": 3, "id2label": CLASSES, "label2id": {name: i for i, name in CLASSES.items()}}
+    config = tiny_veca_config(**labels) if model_type == "veca" else tiny_lookwhere_config(**labels)
+    model_class = VecaForImageClassification if model_type == "veca" else LookWhereForImageClassification
+    torch.manual_seed(0)
+    save_model_folder(model_class(config).eval(), folder)
+    args = finetune.parse_args([str(folder.parent / "distilled"), "--data", "/data/pets/train", "--eval-data",
+                                "/data/pets/heldout", "--output-dir", str(folder.parent), "--image-size", "32", *flags])
+    recipe = training_recipe(SimpleNamespace(num_processes=1, mixed_precision="no"), finetune.SCRIPT, args, model_type)
+    (folder / "training_recipe.json").write_text(json.dumps(recipe))
+    (folder / "validation.json").write_text(json.dumps({"epoch": 1, "loss": 0.5, "accuracy": 0.75, "images": 8}))
+    if heldout:
+        (folder / "heldout.json").write_text(json.dumps({"data": "/data/pets/heldout", "loss": 0.4, "accuracy": 0.8125,
+                                                         "images": 16}))
+    return folder
+
+
+SAVE_CLASSIFIER_OUTPUTS = """
+torch.save({"pixel_values": inputs["pixel_values"], "logits": logits}, sys.argv[3])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type, flags, budget", [("veca", ["--eval-num-cores", "4"], {"num_cores": 4}),
+                                                       ("lookwhere", ["--no-hflip"], {"k_ratio": 0.25})])
+def test_a_fine_tuned_classifier_is_published_as_a_classifier_whose_usage_runs(tmp_path, hub, model_type, flags,
+                                                                               budget):
+    """No --evaluation: the repo gets the classifier, its held-out and validation results (no local path) and a
+    classifier's card, whose Python block, verbatim, in a Python without corevision_hf, gives the model's logits at
+    the budget the accuracy was scored at."""
+    checkpoint = finetuned_folder(tmp_path / "run" / "best", model_type, *flags)
+    publish.main([str(checkpoint), "--repo-id", REPO_ID])
+    (commit,) = hub.commits
+    files = commit["files"]
+    expected = CLASSIFIER_FILES if model_type == "veca" else {
+        name.replace("veca", "lookwhere") for name in CLASSIFIER_FILES}
+    assert set(files) == expected
+    assert json.loads(files["heldout.json"]) == {"data": "<heldout>", "loss": 0.4, "accuracy": 0.8125, "images": 16}
+    config = json.loads(files["config.json"])
+    assert config["id2label"] == {str(i): name for i, name in CLASSES.items()}
+    assert config["auto_map"]["AutoModelForImageClassification"].endswith("ForImageClassification")
+    card = ModelCard(files["README.md"].decode())
+    assert card.data.pipeline_tag == "image-classification" and card.data.eval_results[0].metric_value == 0.8125
+    recipe = json.loads(files["training_recipe.json"])
+    assert recipe["command"].startswith("python -m training.finetune '<distilled>' --data '<train>'")
+    assert recipe["command"] in card.text and ("--no-hflip" in recipe["command"]) == ("--no-hflip" in flags)
+    for name in ("README.md", "training_recipe.json", "heldout.json", "config.json"):
+        assert "/data/" not in files[name].decode() and str(tmp_path) not in files[name].decode()
+
+    snippet = card.text.split("## Usage", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "downloaded").mkdir()
+    for name, data in hub.files(REPO_ID).items():
+        (tmp_path / "downloaded" / name).write_bytes(data)
+    photo = Path(__file__).resolve().parents[1] / "assets" / "photos" / "chelsea.jpg"
+    (tmp_path / "image.jpg").write_bytes(photo.read_bytes())
+    env = make_offline_hub_cache(tmp_path, tmp_path / "downloaded", REPO_ID)
+    saved = load_without_package(tmp_path, "import torch\n" + snippet + SAVE_CLASSIFIER_OUTPUTS, REPO_ID,
+                                 torch.zeros(0), env=env)
+    model = AutoModelForImageClassification.from_pretrained(checkpoint).eval()
+    processor = AutoImageProcessor.from_pretrained(checkpoint)
+    pixel_values = processor(Image.open(photo), return_tensors="pt")["pixel_values"]
+    torch.testing.assert_close(saved["pixel_values"], pixel_values, atol=0, rtol=0)
+    with torch.inference_mode():
+        torch.testing.assert_close(saved["logits"], model(pixel_values, **budget).logits, atol=0, rtol=0)
+
+
+def test_a_classifier_is_staged_with_its_results_and_refused_without_a_held_out_accuracy(tmp_path, hub, veca_run):
+    checkpoint = finetuned_folder(tmp_path / "run" / "best", "veca")
+    publish.main([str(checkpoint), "--repo-id", REPO_ID, "--dry-run", "--staging-dir", str(tmp_path / "staged")])
+    assert {path.name for path in (tmp_path / "staged").iterdir()} == CLASSIFIER_FILES and hub.requests == []
+    cases = [
+        ([str(checkpoint), "--evaluation", str(veca_run / "eval" / "evaluation.json")],
+         "is an image classifier: its card quotes its own heldout.json, not a feature evaluation; leave --evaluation"),
+        ([str(checkpoint), "--onnx-elastic"], "the elastic graph is the feature extractor's alone: leave --onnx"),
+        ([str(finetuned_folder(tmp_path / "run" / "final", "veca", heldout=False))],
+         "no heldout.json, so its card would have no held-out accuracy: publish the folder --eval-data scored"),
+        ([str(veca_run / "final")], "is a distilled veca checkpoint, whose card is built from its evaluation: pass "
+                                    "--evaluation"),
+    ]
+    for argv, message in cases:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            publish.main([*argv, "--repo-id", REPO_ID, "--dry-run"])
