@@ -101,3 +101,14 @@ def test_an_unfinished_extraction_that_is_a_link_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "features.partial is a link" in err and err.count("\n") == 1, err
     assert [p.name for p in outside.iterdir()] == [extract.SETTINGS_FILE]
+
+
+def test_a_manifest_is_written_whole_and_not_through_a_link(tmp_path):
+    """The manifest that --force reads (`outputs.record`) replaces a link planted at its name."""
+    from corevision_hf.outputs import MANIFEST, read_manifest, record
+
+    target = planted(tmp_path, tmp_path / "out" / MANIFEST)
+    (tmp_path / "out" / "a.json").write_text("{}")
+    record(str(tmp_path / "out"), ["a.json"])
+    assert target.read_text() == "the user's" and not (tmp_path / "out" / MANIFEST).is_symlink()
+    assert list(read_manifest(str(tmp_path / "out"))) == ["a.json"]

@@ -65,10 +65,12 @@ def not_ours(folder: str, names: list[str]) -> list[str]:
 def record(folder: str, names: list[str], keep: bool = False) -> None:
     """Writes `folder`'s manifest listing `names` (relative paths) with their sha256; with `keep`, the entries of
     other files already listed stay."""
+    from .atomic import write_text_atomically  # here, not above: atomic imports follow_umask from this module
+
     files = {name: digest for name, digest in read_manifest(folder).items() if keep and name not in names}
     files.update({name: sha256(os.path.join(folder, name)) for name in names})
-    with open(os.path.join(folder, MANIFEST), "w") as f:
-        json.dump({"written_by": "corevision_hf", "files": dict(sorted(files.items()))}, f, indent=1)
+    manifest = {"written_by": "corevision_hf", "files": dict(sorted(files.items()))}
+    write_text_atomically(os.path.join(folder, MANIFEST), json.dumps(manifest, indent=1))  # never through a link
 
 
 def refuse_overlap(output: str, *inputs: str) -> None:
