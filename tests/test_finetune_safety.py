@@ -97,13 +97,15 @@ def test_an_output_folder_inside_a_data_folder_is_refused(folders, tmp_path, cap
     assert tree(data) == before and not os.path.exists(os.path.join(data, "runs"))
 
 
-def test_write_file_replaces_a_planted_link_without_following_it(tmp_path):
+def test_a_link_planted_at_a_json_the_run_writes_is_replaced_not_followed(tmp_path):
     (tmp_path / "target.txt").write_text("mine")
-    os.symlink(tmp_path / "target.txt", tmp_path / "README.md")
-    finetune.write_file(str(tmp_path / "README.md"), "card")
+    os.symlink(tmp_path / "target.txt", tmp_path / "heldout.json")
+    os.symlink(tmp_path / "target.txt", tmp_path / "heldout.json.tmp")  # the fixed temporary name of old
+    finetune.write_json(str(tmp_path / "heldout.json"), {"accuracy": 1.0})
     assert (tmp_path / "target.txt").read_text() == "mine"
-    assert not (tmp_path / "README.md").is_symlink() and (tmp_path / "README.md").read_text() == "card"
-    assert sorted(os.listdir(tmp_path)) == ["README.md", "target.txt"]  # no temporary file left
+    assert not (tmp_path / "heldout.json").is_symlink()
+    assert json.loads((tmp_path / "heldout.json").read_text()) == {"accuracy": 1.0}
+    assert sorted(os.listdir(tmp_path)) == ["heldout.json", "heldout.json.tmp", "target.txt"]  # no temporary left
 
 
 # class folders

@@ -692,26 +692,13 @@ def card(args, argv: list[str], classes: list[str], model_type: str, epoch: int,
     ])
 
 
-def write_file(path: str, text: str) -> None:
-    """`text` into `path`: written to a new temporary file of a name made here, in the same folder, then renamed over
-    it (a reader never sees half a file; a link planted at `path` is replaced, never followed)."""
-    import tempfile
-
-    folder, name = os.path.split(path)
-    fd, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder or ".")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
-
-
 def write_json(path: str, value) -> None:
+    """`value` as JSON at `path`, written whole (corevision_hf.atomic: a link found there is replaced, not followed)."""
     import json
 
-    write_file(path, json.dumps(value, indent=1))
+    from corevision_hf.atomic import write_text_atomically
+
+    write_text_atomically(path, json.dumps(value, indent=1))
 
 
 def train_epoch(model, optimizer, batches, args, draw_budget, first_step: int, total_steps: int, device, desc: str):
@@ -1040,11 +1027,13 @@ def score_heldout(run: dict, heldout: list, best) -> dict:
 
 def write_cards(run: dict, argv: list[str], probe_penalty: float, best, final_result: dict, heldout: dict | None):
     """best/README.md and final/README.md; `heldout` (the score of --evaluate's folder) on that folder's card."""
+    from corevision_hf.atomic import write_text_atomically
+
     args = run["args"]
     for name, (epoch, result, wise_ft) in (("best", best), ("final", (args.epochs, final_result, None))):
         scored = heldout if (args.evaluate or "best") == name else None
-        write_file(os.path.join(args.output_dir, name, "README.md"),
-                   card(args, argv, run["classes"], run["model_type"], epoch, result, scored, probe_penalty, wise_ft))
+        text = card(args, argv, run["classes"], run["model_type"], epoch, result, scored, probe_penalty, wise_ft)
+        write_text_atomically(os.path.join(args.output_dir, name, "README.md"), text)
 
 
 def announce(args) -> None:
