@@ -39,7 +39,7 @@ def test_coverage_is_the_share_of_label_cells_in_the_top_cells(teacher_14, tmp_p
         assert picture.format == "PNG" and picture.width > 300
     # the hand path: training canvas 2 of the majority variant, the "cls" map at 10% (137 of 1369 cells), one image
     # alone; the test canvases are benchmarks.sparse_recognition's, never measured here
-    assert report["split"] == "train" and "never its test canvases" in report["canvases_drawn"]
+    assert report["split"] == "train" and "never the test canvases" in report["canvases_drawn"]
     canvases = make_canvases(4, variant="majority", split="train", seed=0)
     pixels = to_pixel_values(Image.fromarray(canvases.images[2]))[None]
     _, _, scores = teacher_targets_and_map(load_teacher(teacher_14), pixels, (37, 37), "cls")
