@@ -341,7 +341,8 @@ def test_a_recipe_sets_defaults_and_flags_override_them(teacher_dir, image_dir, 
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--recipe", "veca-fast"], "not a recipe; choose one of lookwhere-dinov2, veca-multires, veca-pretrain"),
+    (["--recipe", "veca-fast"], "not a recipe; choose one of finetune-final, lookwhere-dinov2, veca-multires, "
+                                "veca-pretrain"),
     (["--recipe", "lookwhere-dinov2"], "recipe of training.distill_lookwhere, not of training.distill_veca"),
     (["--recipe", "veca-multires"], "needs --init-from"),
     (["--teacher-microbatch", "3"], "larger than the batch"),
