@@ -1,6 +1,6 @@
 """VECA on the sparse-recognition task: what each core budget keeps, from a pretrained ViT and from scratch.
 
-    python -m benchmarks.sparse_recognition_veca            # the full run (docs/tasks.md: not run yet, its cost)
+    python -m benchmarks.sparse_recognition_veca            # make tasks-veca: the committed run (docs/tasks.md)
     python -m benchmarks.sparse_recognition_veca --quick    # a smaller look: results under outputs/tasks_veca_quick/
     python -m benchmarks.sparse_recognition_veca --smoke --teacher TINY_DINOV2_FOLDER    # tiny sizes (the test)
 

@@ -1,13 +1,18 @@
-"""The pilot that chose sparse_recognition_veca's canvases: can the dense teacher read the digits at all?
+"""The pilot that calibrates the sparse-recognition canvases: where does resolution decide the label?
 
-    python -m benchmarks.task_pilot                     # the pilot of docs/tasks.md (about 8 minutes, 2 threads)
+    python -m benchmarks.task_pilot                     # the pilot of docs/tasks.md (make tasks runs it)
     python -m benchmarks.task_pilot --smoke --teacher TINY_DINOV2_FOLDER    # tiny sizes (the test)
 
 For each (--strokes, --digit-sizes) setting: --train canvases of the single variant from seed --seed (1: the task's
-runs use seed 0, so the pilot never sees their canvases, and it makes no test canvases at all), the teacher once per
-canvas at full resolution, and the frozen-feature probe of benchmarks.sparse_recognition fit on all but the last --val
-canvases. Printed and written: the validation accuracy at each of the probe's weight decays, for the teacher's CLS,
-its mean patch token and both ([CLS ; mean patch], the task's features). Chance is 0.1.
+runs use seed 0, so the pilot never sees their canvases, and it makes no test canvases at all). The teacher runs once
+per canvas at the canvas size and once at the size whose GFLOPs fit LookWhere's at k_ratio 0.1 (the teacher at equal
+FLOPs), both cached (benchmarks.teacher_passes). Each is read by both readers of benchmarks.sparse_recognition, fitted
+on all but the last --val canvases: the linear probe on [CLS ; mean patch] and the attentive probe on the tokens.
+Printed and written: the validation accuracy of each reader at each weight decay (chance 0.1), and the choice:
+
+- a setting qualifies when the dense teacher's best validation accuracy is at least --min-dense (0.5) and the teacher
+  at equal FLOPs's best is at least --min-gap (0.15) below it;
+- of those, the one of the largest gap (ties: the first listed); with none, no choice (the JSON says so).
 
 Writes --out-dir/task_pilot.json.
 """
@@ -23,17 +28,21 @@ if __package__ in (None, ""):  # run as a file: the training package is importab
 
 import torch  # noqa: E402
 
+from corevision_hf import lookwhere_from_teacher  # noqa: E402
 from corevision_hf.cli import HelpFormatter, error_line  # noqa: E402
 from corevision_hf.measure import threads_to_use  # noqa: E402
 from training.checkpointing import write_json  # noqa: E402
 
 from .common import restoring_threads  # noqa: E402
 from .distill_quality import load_teacher_model  # noqa: E402
-from .sparse_recognition import check_canvas_arguments, probe, task_splits, teacher_pass  # noqa: E402
+from .sparse_recognition import (SELECTOR_DEPTH, attentive_probe, check_canvas_arguments,  # noqa: E402
+                                 check_canvas_setting, check_teacher, line_costs, pass_record, probe, task_splits,
+                                 tokens_of)
+from .teacher_passes import TeacherPasses  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-SETTINGS = [(50, 28), (50, 56), (50, 84), (0, 28), (0, 56)]  # (strokes, digit size) of the pilot in docs/tasks.md
-SMOKE = dict(canvas_size=112, settings=[(4, 14), (0, 14)], train=16, val=6)
+SETTINGS = [(0, 28), (0, 42), (20, 28), (20, 42)]  # (strokes, digit size) of the pilot in docs/tasks.md
+SMOKE = dict(canvas_size=112, settings=[(4, 14), (0, 14)], train=16, val=6, selector_size=28)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -44,16 +53,24 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="scribble strokes per canvas (with --digit-sizes: every pair; default: the pilot's "
                              f"settings {SETTINGS})")
     parser.add_argument("--digit-sizes", type=int, nargs="+", default=None, help="digit sizes in px")
-    parser.add_argument("--train", type=int, default=120, help="canvases per setting (validation included)")
-    parser.add_argument("--val", type=int, default=40, help="of those, the last ones the probe is measured on")
+    parser.add_argument("--train", type=int, default=240, help="canvases per setting (validation included)")
+    parser.add_argument("--val", type=int, default=60, help="of those, the last ones the readers are measured on")
     parser.add_argument("--seed", type=int, default=1, help="the canvases' seed (the task's runs use 0)")
     parser.add_argument("--canvas-size", type=int, default=518, help="canvas side in px, a multiple of 14")
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--selector-size", type=int, default=154,
+                        help="LookWhere's selector input in px: with k_ratio 0.1, what the equal-FLOPs size matches")
     parser.add_argument("--probe-decays", type=float, nargs="+", default=[1e-4, 1e-3, 1e-2, 1e-1])
+    parser.add_argument("--attentive-decays", type=float, nargs="+", default=[1e-3, 1e-1])
+    parser.add_argument("--min-dense", type=float, default=0.5, help="the dense teacher's least validation accuracy")
+    parser.add_argument("--min-gap", type=float, default=0.15,
+                        help="the least gap between the dense teacher and the teacher at equal FLOPs")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads (default: OMP_NUM_THREADS if set, else every core)")
     parser.add_argument("--smoke", action="store_true", help=f"tiny sizes: {SMOKE}")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "outputs" / "task_pilot", help="results folder")
+    parser.add_argument("--cache-dir", type=Path, default=ROOT / "outputs" / "task_cache",
+                        help="the teacher's passes, kept between runs")
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     if (args.strokes is None) != (args.digit_sizes is None):
@@ -64,12 +81,52 @@ def parse_args(argv=None) -> argparse.Namespace:
         for name, value in SMOKE.items():
             setattr(args, name, value)
     check_canvas_arguments(parser, args)
+    for strokes, digit_size in args.settings:
+        check_canvas_setting(parser, args.canvas_size, digit_size, strokes)
+    if args.out_dir.exists() and not args.out_dir.is_dir():
+        parser.error(f"--out-dir {args.out_dir} is a file: give a folder (made if missing).")
     return args
 
 
 def main(argv=None) -> dict:
     """The pilot, called as a command or from Python; the caller's torch thread count is restored afterwards."""
     return restoring_threads(pilot, argv)
+
+
+def readers(train: dict, labels: torch.Tensor, args) -> dict:
+    """Each reader's validation accuracy at each decay, on a teacher pass of the pilot's canvases."""
+    linear = probe(train["features"], labels, train["features"][:1], args.val, args.probe_decays)
+    tokens = tokens_of(train)
+    attentive = attentive_probe(tokens, labels, tokens[:1], args.val, args.attentive_decays, args.seed)
+    return {name: {str(decay): score for decay, score in fit["val_accuracy"].items()}
+            for name, fit in (("linear", linear), ("attentive", attentive))}
+
+
+def measure_setting(args, passes: TeacherPasses, strokes: int, digit_size: int, equal_size: int) -> dict:
+    """One setting's row: both readers of the teacher dense and at equal FLOPs, and the best of each."""
+    canvases = types.SimpleNamespace(canvas_size=args.canvas_size, seed=args.seed, background="black",
+                                     digit_size=digit_size, strokes=strokes, train=args.train, test=1)
+    try:
+        split = task_splits(canvases, "single")["train"]
+    except ValueError as error:
+        raise SystemExit(error_line(error)) from None
+    row = {"strokes": strokes, "digit_size": digit_size}
+    for line, size in (("dense", args.canvas_size), ("equal_flops", equal_size)):
+        scores = readers(pass_record(passes.get(split, split.key, size)), split.labels, args)
+        row[line] = {"val_accuracy": scores, "best": max(max(s.values()) for s in scores.values())}
+    row["gap"] = row["dense"]["best"] - row["equal_flops"]["best"]
+    return row
+
+
+def choose(rows: list[dict], min_dense: float, min_gap: float) -> dict:
+    """The setting of the largest gap among those that qualify (ties: the first listed), or none."""
+    qualified = [row for row in rows if row["dense"]["best"] >= min_dense and row["gap"] >= min_gap]
+    rule = (f"the dense teacher's best validation accuracy >= {min_dense} and the teacher at equal FLOPs's >= "
+            f"{min_gap} below it; of those, the largest gap (ties: the first listed)")
+    if not qualified:
+        return {"rule": rule, "chosen": None}
+    best = max(qualified, key=lambda row: (row["gap"], -rows.index(row)))
+    return {"rule": rule, "chosen": {"strokes": best["strokes"], "digit_size": best["digit_size"]}}
 
 
 def pilot(argv=None) -> dict:
@@ -79,29 +136,26 @@ def pilot(argv=None) -> dict:
         teacher, source = load_teacher_model(args.teacher)
     except (ValueError, OSError) as error:
         raise SystemExit(error_line(error)) from None
-    width = teacher.config.hidden_size
-    features = {"cls": slice(0, width), "mean patch": slice(width, 2 * width), "both": slice(0, 2 * width)}
+    check_teacher(teacher)
+    student = lookwhere_from_teacher(teacher, selector_depth=SELECTOR_DEPTH, selector_image_size=args.selector_size)
+    _, equal_size = line_costs(args, teacher, student)
+    passes = TeacherPasses(args.cache_dir, teacher, args.batch_size)
     started, rows = time.perf_counter(), []
-    print(f"teacher {source}; {args.train} canvases per setting, the last {args.val} for validation, seed {args.seed}; "
-          "validation accuracy of the probe (chance 0.1) at each weight decay", flush=True)
+    print(f"teacher {source}; {args.train} canvases per setting, the last {args.val} for validation, seed {args.seed};"
+          f" the teacher at {args.canvas_size} px and at {equal_size} px (equal FLOPs); best validation accuracy of "
+          "each reader (chance 0.1)", flush=True)
     for strokes, digit_size in args.settings:
-        canvases = types.SimpleNamespace(canvas_size=args.canvas_size, seed=args.seed, background="black",
-                                         digit_size=digit_size, strokes=strokes, train=args.train, test=1)
-        try:
-            split = task_splits(canvases, "single")["train"]
-        except ValueError as error:
-            raise SystemExit(error_line(error)) from None
-        both = teacher_pass(teacher, split, args.batch_size, keep_patches=False)["features"]
-        for name, part in features.items():
-            scores = probe(both[:, part], split.labels, both[:1, part], args.val, args.probe_decays)["val_accuracy"]
-            rows.append({"strokes": strokes, "digit_size": digit_size, "features": name,
-                         "val_accuracy": {str(decay): score for decay, score in scores.items()},
-                         "best": max(scores.values())})
-            print(f"  strokes {strokes:3d}, digits {digit_size:3d} px, {name:10s}: "
-                  + "  ".join(f"{score:.3f}" for score in scores.values())
-                  + f"  ({time.perf_counter() - started:.0f} s so far)", flush=True)
-    report = {"teacher": source, "rows": rows, "train": args.train, "validation": args.val, "seed": args.seed,
-              "canvas_size": args.canvas_size, "probe_decays": args.probe_decays,
+        rows.append(measure_setting(args, passes, strokes, digit_size, equal_size))
+        print(f"  strokes {strokes:3d}, digits {digit_size:3d} px: "
+              + "; ".join(f"{line} " + "  ".join(f"{reader} {max(scores.values()):.3f}"
+                                                  for reader, scores in rows[-1][line]["val_accuracy"].items())
+                          for line in ("dense", "equal_flops"))
+              + f"; gap {rows[-1]['gap']:+.3f} ({time.perf_counter() - started:.0f} s so far)", flush=True)
+    choice = choose(rows, args.min_dense, args.min_gap)
+    print(f"  chosen: {choice['chosen']} ({choice['rule']})", flush=True)
+    report = {"teacher": source, "rows": rows, "choice": choice, "train": args.train, "validation": args.val,
+              "seed": args.seed, "canvas_size": args.canvas_size, "equal_flops_size": equal_size,
+              "probe_decays": args.probe_decays, "attentive_decays": args.attentive_decays,
               "command": f"python -m benchmarks.task_pilot {' '.join(args.argv)}".strip(),
               "total_time_s": time.perf_counter() - started}
     args.out_dir.mkdir(parents=True, exist_ok=True)

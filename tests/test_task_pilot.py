@@ -1,4 +1,5 @@
-"""benchmarks.task_pilot: its smoke run, one setting's validation accuracy recomputed from a plain teacher forward."""
+"""benchmarks.task_pilot: its smoke run, one setting's validation accuracy recomputed from a plain teacher forward,
+and the choice by its rule."""
 
 import json
 import types
@@ -16,21 +17,25 @@ from evaluation.probes import fit_linear_classifier
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     folder = tmp_path_factory.mktemp("pilot")
-    save_task_teacher(folder / "teacher", num_hidden_layers=2)
+    save_task_teacher(folder / "teacher")
     task_pilot.main(["--smoke", "--teacher", str(folder / "teacher"), "--out-dir", str(folder / "out"),
-                     "--threads", "1"])
+                     "--cache-dir", str(folder / "cache"), "--threads", "1"])
     return folder, json.loads((folder / "out" / "task_pilot.json").read_text())
 
 
-def test_every_setting_and_feature_is_a_row(smoke):
+def test_every_setting_is_a_row_with_both_readers_of_both_teacher_lines(smoke):
     _, report = smoke
-    assert [(r["strokes"], r["digit_size"], r["features"]) for r in report["rows"]] == [
-        (strokes, size, name) for strokes, size in task_pilot.SMOKE["settings"] for name in ("cls", "mean patch",
-                                                                                              "both")]
-    assert all(row["best"] == max(row["val_accuracy"].values()) for row in report["rows"])
+    assert [(r["strokes"], r["digit_size"]) for r in report["rows"]] == task_pilot.SMOKE["settings"]
+    for row in report["rows"]:
+        for line in ("dense", "equal_flops"):
+            assert set(row[line]["val_accuracy"]) == {"linear", "attentive"}
+            assert row[line]["best"] == max(max(s.values()) for s in row[line]["val_accuracy"].values())
+        assert row["gap"] == pytest.approx(row["dense"]["best"] - row["equal_flops"]["best"])
+    assert report["equal_flops_size"] < task_pilot.SMOKE["canvas_size"]
+    assert report["choice"] == task_pilot.choose(report["rows"], 0.5, 0.15)
 
 
-def test_a_cls_row_is_the_probe_of_a_plain_teacher_forward(smoke):
+def test_the_dense_linear_row_is_the_probe_of_a_plain_teacher_forward(smoke):
     folder, report = smoke
     teacher = Dinov2Model.from_pretrained(str(folder / "teacher")).eval()
     strokes, size = task_pilot.SMOKE["settings"][0]
@@ -38,16 +43,30 @@ def test_a_cls_row_is_the_probe_of_a_plain_teacher_forward(smoke):
                                      digit_size=size, strokes=strokes, train=task_pilot.SMOKE["train"], test=1)
     split = task_splits(canvases, "single")["train"]
     with torch.inference_mode():
-        cls = teacher(split.pixels(slice(None))).last_hidden_state[:, 0].float()
+        hidden = teacher(split.pixels(slice(None))).last_hidden_state
+    features = torch.cat([hidden[:, 0], hidden[:, 1:].half().float().mean(1)], dim=-1)
     val = task_pilot.SMOKE["val"]
-    row = next(r for r in report["rows"] if (r["strokes"], r["digit_size"], r["features"]) == (strokes, size, "cls"))
-    for decay, score in row["val_accuracy"].items():
-        head = fit_linear_classifier(cls[:-val], split.labels[:-val], 10, weight_decay=float(decay))
-        by_hand = float((head(cls[-val:]).argmax(-1) == split.labels[-val:]).float().mean())
+    scores = report["rows"][0]["dense"]["val_accuracy"]["linear"]
+    for decay, score in scores.items():
+        head = fit_linear_classifier(features[:-val], split.labels[:-val], 10, weight_decay=float(decay),
+                                     per_feature=False)
+        by_hand = float((head(features[-val:]).argmax(-1) == split.labels[-val:]).float().mean())
         assert score == pytest.approx(by_hand, abs=1e-6)
 
 
-def test_half_a_grid_is_one_line(capsys):
-    with pytest.raises(SystemExit) as done:
-        task_pilot.parse_args(["--strokes", "0"])
-    assert done.value.code == 2 and "--digit-sizes" in capsys.readouterr().err
+def test_the_choice_is_the_largest_gap_among_the_settings_that_qualify():
+    def row(strokes, dense, equal):
+        return {"strokes": strokes, "digit_size": 28, "dense": {"best": dense}, "equal_flops": {"best": equal},
+                "gap": dense - equal}
+
+    rows = [row(0, 0.9, 0.8), row(10, 0.6, 0.3), row(20, 0.45, 0.0), row(30, 0.7, 0.4)]
+    assert task_pilot.choose(rows, 0.5, 0.15)["chosen"] == {"strokes": 10, "digit_size": 28}  # ties: the first
+    assert task_pilot.choose(rows, 0.95, 0.15)["chosen"] is None
+
+
+def test_half_a_grid_or_a_bad_setting_is_one_line(capsys):
+    for bad in (["--strokes", "0"], ["--strokes", "-1", "--digit-sizes", "28"], ["--strokes", "0", "--digit-sizes",
+                                                                                  "0"]):
+        with pytest.raises(SystemExit) as done:
+            task_pilot.parse_args(bad)
+        assert done.value.code == 2 and capsys.readouterr().err.count("error:") == 1
