@@ -27,6 +27,7 @@ import torch
 from transformers import DINOv3ViTConfig, DINOv3ViTModel, Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 
 from corevision_hf import LookWhereModel, VecaModel
+from corevision_hf.atomic import write_text_atomically
 from corevision_hf.cli import HelpFormatter
 from corevision_hf.measure import alternated_latency, threads_to_use
 
@@ -148,9 +149,7 @@ def main(argv=None) -> dict:
               "torch": torch.__version__, "runs": args.runs, "rows": rows,
               "load_average_at_end": os.getloadavg(), "total_time_s": time.perf_counter() - started}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    partial = args.out.with_name(args.out.name + ".partial")
-    partial.write_text(json.dumps(report, indent=1) + "\n")
-    partial.replace(args.out)
+    write_text_atomically(args.out, json.dumps(report, indent=1) + "\n")
     print(f"wrote {args.out} ({report['total_time_s'] / 60:.1f} min)")
     return report
 

@@ -62,6 +62,7 @@ from corevision_hf.agreement import (
     teacher_patch_size,
     teacher_targets,
 )
+from corevision_hf.atomic import atomic_path
 from corevision_hf.cli import reading_weights, run
 from corevision_hf.cpu import optimize_for_cpu
 from corevision_hf.loading import load_checked
@@ -558,9 +559,8 @@ def write_outputs(args, output: Path, config, model, teacher, report, recipe, ag
         writers.append(("README.md", lambda path: card.save(path)))
     output.mkdir(parents=True, exist_ok=True)  # only now: a run that fails earlier leaves no empty folder
     for name, write in writers:
-        temporary = output / f".tmp-{name}"  # keeps the extension, which picks the image format
-        write(str(temporary))
-        os.replace(temporary, output / name)
+        with atomic_path(output / name) as temporary:  # its name keeps the extension, which picks the image format
+            write(temporary)
     record(str(output), [name for name, _ in writers], keep=True)
     progress(f"wrote {output}/: " + ", ".join(name for name, _ in writers))
 

@@ -112,3 +112,23 @@ def test_a_manifest_is_written_whole_and_not_through_a_link(tmp_path):
     record(str(tmp_path / "out"), ["a.json"])
     assert target.read_text() == "the user's" and not (tmp_path / "out" / MANIFEST).is_symlink()
     assert list(read_manifest(str(tmp_path / "out"))) == ["a.json"]
+
+
+def test_the_training_image_listing(tmp_path):
+    """training.data's listing of an image folder (OUT/image_files.json), read by every process and by a resume."""
+    from PIL import Image
+
+    from training.data import cached_image_files
+
+    (tmp_path / "photos").mkdir()
+    Image.new("RGB", (4, 4)).save(tmp_path / "photos" / "a.png")
+    listing = tmp_path / "run" / "image_files.json"
+    target = planted(tmp_path, tmp_path / "run" / f"image_files.json.{os.getpid()}.tmp")
+    files, left_out = cached_image_files(tmp_path / "photos", "train", True, str(listing))
+    assert target.read_text() == "the user's" and [os.path.basename(f) for f in files] == ["a.png"]
+    assert json.loads(listing.read_text())["files"] == files and left_out == 0
+
+
+def test_a_temporary_name_keeps_the_extension_that_picks_a_format(tmp_path):
+    with atomic_path(tmp_path / "plot.png") as temporary:
+        assert temporary.endswith(".png") and os.path.basename(temporary).startswith(".plot.")

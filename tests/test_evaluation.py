@@ -271,13 +271,17 @@ def test_card_renders_the_budget_table_of_this_evaluation(folders, tmp_path):
         "command": "python -m training.distill_lookwhere --k-min 2 --k-max 5", "args": {"k_min": 2, "k_max": 5},
     }))
     out = tmp_path / "out"
+    out.mkdir()
+    (tmp_path / "users-file.txt").write_text("the user's")
+    (out / ".tmp-README.md").symlink_to(tmp_path / "users-file.txt")  # the old temporary name: not followed
     report = run({"lookwhere": str(checkpoint)}, out, "lookwhere", "--budgets", "0.25", "0.5", "--resolutions", "32",
                  "48", "--teacher", folders["teacher"], "--agreement-data", folders["photos"], "--card",
                  "--repo-id", "org/lw-tiny")
     assert [entry["trained"] for entry in report["results"]] == [True, False]  # k = 4 and 8 of 16 at 32 px, in [2, 5]
 
     text = (out / "README.md").read_text()
-    assert not list(out.glob(".tmp-*"))
+    assert (tmp_path / "users-file.txt").read_text() == "the user's"
+    assert sorted(p.name for p in out.glob(".*")) == [".corevision_hf.json", ".tmp-README.md"]  # no temporary left
     assert 'AutoModel.from_pretrained("org/lw-tiny", trust_remote_code=True)' in text
     header, rows = card_table(text)
     # no probe, segmentation data or memory on this CPU: those columns are left out

@@ -30,6 +30,7 @@ from datasets.distributed import split_dataset_by_node
 from datasets.packaged_modules.imagefolder.imagefolder import ImageFolder
 from PIL import Image as PILImage
 
+from corevision_hf.atomic import write_text_atomically
 from corevision_hf.images import to_pixel_values, to_rgb
 
 from .augment import authors_pipeline, run_seeded
@@ -344,11 +345,8 @@ def cached_image_files(path: Path, split: str, train: bool, listing: str | None)
         if {name: cached.get(name) for name in key} == key:
             return cached["files"], cached["left_out"]
     files, unnamed = image_files(path, split, train)
-    if listing:
-        temporary = f"{listing}.{os.getpid()}.tmp"  # renamed when complete: a reader never sees half a file
-        with open(temporary, "w") as f:
-            json.dump({**key, "files": files, "left_out": len(unnamed)}, f)
-        os.replace(temporary, listing)
+    if listing:  # written whole (a reader never sees half a file), never through a link
+        write_text_atomically(listing, json.dumps({**key, "files": files, "left_out": len(unnamed)}))
     return files, len(unnamed)
 
 
