@@ -80,7 +80,6 @@ from corevision_hf.visualize import (
     plot_evaluation,
     plot_feature_pca,
     plot_kept_patches,
-    save_figure,
 )
 from publishing.model_card import EVALUATION_FORMAT, read_recipe, read_task_table, render_card
 from training.checkpointing import check_export
@@ -551,15 +550,15 @@ def write_outputs(args, output: Path, config, model, teacher, report, recipe, ag
                                 picture_resolution, args.device, dtype)
         report["pictures"] = {name: PICTURES[name] for name in figures}
     figures["evaluation"] = plot_evaluation(report)
-    writers = [(PICTURES.get(name, "evaluation.png"), functools.partial(save_figure, figure))
-               for name, figure in figures.items()]
+    writers = [(PICTURES.get(name, "evaluation.png"), functools.partial(figure.savefig, dpi=110, format="png"))
+               for name, figure in figures.items()]  # the format named: a temporary name has no extension to pick it
     writers.append(("evaluation.json", lambda path: Path(path).write_text(json.dumps(report, indent=2))))
     if args.card:
         card = render_card(config, report, recipe, repo_id=args.repo_id, pictures=report["pictures"])
         writers.append(("README.md", lambda path: card.save(path)))
     output.mkdir(parents=True, exist_ok=True)  # only now: a run that fails earlier leaves no empty folder
     for name, write in writers:
-        with atomic_path(output / name) as temporary:  # its name keeps the extension, which picks the image format
+        with atomic_path(output / name) as temporary:
             write(temporary)
     record(str(output), [name for name, _ in writers], keep=True)
     progress(f"wrote {output}/: " + ", ".join(name for name, _ in writers))

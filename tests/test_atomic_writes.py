@@ -129,6 +129,8 @@ def test_the_training_image_listing(tmp_path):
     assert json.loads(listing.read_text())["files"] == files and left_out == 0
 
 
-def test_a_temporary_name_keeps_the_extension_that_picks_a_format(tmp_path):
-    with atomic_path(tmp_path / "plot.png") as temporary:
-        assert temporary.endswith(".png") and os.path.basename(temporary).startswith(".plot.")
+def test_a_temporary_name_ends_in_tmp_whatever_the_extension(tmp_path):
+    """A file a killed process left is never taken for one of ours by its extension (a listing of "*.safetensors")."""
+    with atomic_path(tmp_path / "0_3.safetensors") as temporary:
+        assert os.path.basename(temporary).startswith(".0_3.safetensors.") and temporary.endswith(".tmp")
+        assert not list(tmp_path.glob("*.safetensors"))

@@ -16,16 +16,17 @@ from .outputs import follow_umask
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, folder: bool = False):
     """Yields the path (str) of a new empty file, or with `folder` a new empty folder, made beside `path` for the
-    block to fill; its name ends in `path`'s extension, for writers that pick a format by it (matplotlib's savefig).
-    When the block ends without an error it gets the mode the user's umask gives and is renamed onto `path` (a folder
-    onto a free path or an empty folder); otherwise it is removed and the error goes on."""
+    block to fill. Its name ends in ".tmp", never in `path`'s extension, so that no listing by extension (the teacher
+    cache's "*.safetensors") picks up one that a killed process left; a writer that picks its format by the extension
+    (matplotlib's savefig) is given the format. When the block ends without an error it gets the mode the user's umask
+    gives and is renamed onto `path` (a folder onto a free path or an empty folder); otherwise it is removed and the
+    error goes on."""
     parent, name = os.path.split(os.path.abspath(os.fspath(path)))
-    stem, extension = os.path.splitext(name)
-    prefix, suffix = f".{stem[:128]}.", f".tmp{extension[:32]}"  # a name that says whose it is, within NAME_MAX
+    prefix = f".{name[:128]}."  # the name it will have, for whoever lists the folder meanwhile; within NAME_MAX
     if folder:
-        temporary = tempfile.mkdtemp(prefix=prefix, suffix=suffix, dir=parent)
+        temporary = tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=parent)
     else:
-        handle, temporary = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=parent)
+        handle, temporary = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=parent)
         os.close(handle)
     try:
         yield temporary
