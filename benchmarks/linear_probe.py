@@ -26,13 +26,13 @@ import argparse
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 
 import torch
 
 from transformers import AutoModel
 
+from corevision_hf.atomic import write_text_atomically
 from corevision_hf.cli import HelpFormatter
 import corevision_hf  # noqa: F401  (registers VECA and LookWhere with the Auto classes)
 from evaluation.probes import classification_folder, fit_linear_classifier, load_image
@@ -108,10 +108,7 @@ def main(argv=None) -> dict:
               "train_images": len(labels["train"]), "teacher": args.teacher, "dense": args.dense,
               "model": args.model, "rows": rows}
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(args.output)), suffix=".tmp")
-    with os.fdopen(handle, "w") as f:
-        json.dump(report, f, indent=2)
-    os.replace(temporary, args.output)  # a finished file or none
+    write_text_atomically(args.output, json.dumps(report, indent=2))  # a finished file or none
     return report
 
 
