@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 # installs as a .pth hook (transformers imports torchvision whenever it is installed); hence `pip show`, not an import.
 TORCHVISION_SPEC ?= torchvision==0.28.0
 
-.PHONY: setup demo app web test test-fast bench quality tasks tasks-veca
+.PHONY: setup demo app web test test-fast bench quality tasks task-pilot tasks-veca
 
 setup: $(VENV)/.installed
 
@@ -101,16 +101,28 @@ quality: setup $(VENV)/.teacher
 		--output-dir $(QUALITY_OUT)/cards/veca-s-from-teacher $(CARD_ARGS)
 
 # The sparse-recognition task of docs/tasks.md: the where check of the teacher's map targets, then
-# benchmarks.sparse_recognition (results in benchmarks/results/). `make tasks QUICK=1`: fewer canvases and steps,
-# everything under outputs/tasks_quick/. docs/tasks.md gives both times.
+# benchmarks.sparse_recognition on the canvases the committed pilot chose (benchmarks/results/task_pilot.json; `make
+# task-pilot` reruns that calibration), then the task student's model card with its per-budget task table (results in
+# benchmarks/results/). `make tasks QUICK=1`: fewer canvases and steps, everything under outputs/tasks_quick/.
+# docs/tasks.md gives both times. The teacher's passes are cached in outputs/task_cache/ (a rerun skips them).
 TASKS_OUT := $(if $(QUICK),outputs/tasks_quick,benchmarks/results)
+TASKS_RUNS := $(if $(QUICK),outputs/tasks_quick/run,outputs/sparse_recognition_scratch)
 # The photo-trained LookWhere-S of `make quality` (QUICK: of `make quality QUICK=1`), measured beside when present.
 PHOTO_STUDENT := $(QUALITY_RUNS)/seed0/LookWhere-S_from_teacher/best
 tasks: setup $(VENV)/.teacher
 	$(PYTHON) -m evaluation.where_check --teacher offline-dinov2-small --out-dir $(TASKS_OUT)/where_check --force \
 		$(if $(QUICK),--canvases 16)
-	$(PYTHON) -m benchmarks.sparse_recognition $(if $(QUICK),--quick) --out-dir $(TASKS_OUT) \
+	$(PYTHON) -m benchmarks.sparse_recognition $(if $(QUICK),--quick) --pilot benchmarks/results/task_pilot.json \
+		--out-dir $(TASKS_OUT) --scratch-dir $(TASKS_RUNS) \
 		$(if $(wildcard $(PHOTO_STUDENT)/config.json),--photo-student $(PHOTO_STUDENT))
+	$(PYTHON) -m evaluation.evaluate_budgets $(TASKS_RUNS)/final --budgets 0.05 0.1 0.25 --resolutions 518 \
+		--quality-resolution 518 --latency-runs $(if $(QUICK),3,10) --teacher offline-dinov2-small \
+		--agreement-data assets/heldout --card --force --task-table $(TASKS_OUT)/sparse_recognition_card.json \
+		--output-dir $(TASKS_OUT)/cards/lookwhere-s-task
+
+# The calibration behind `make tasks`' canvases (benchmarks.task_pilot: seed 1's training canvases, never the task's).
+task-pilot: setup $(VENV)/.teacher
+	$(PYTHON) -m benchmarks.task_pilot --out-dir benchmarks/results
 
 # VECA on the same task (docs/tasks.md): from the teacher and from scratch, C = 4..64, beside the dense teacher; their
 # untrained starts at C = 8 and 64 (--steps 0); then the model card of VECA from the teacher with its per-budget task

@@ -77,6 +77,7 @@ from evaluation.attentive_probe import fit_attentive_classifier, predict_tokens 
 from evaluation.probes import fit_linear_classifier  # noqa: E402
 from evaluation.sparse_digits import CELL, make_canvases  # noqa: E402
 from evaluation.where_check import bootstrap_rows, coverage, interval, top_cells  # noqa: E402  (shared measures)
+from publishing.model_card import TASK_TABLE_FORMAT  # noqa: E402
 from training.arguments import training_parser  # noqa: E402
 from training.checkpointing import write_json  # noqa: E402
 from training.data import DataStats  # noqa: E402
@@ -219,6 +220,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="a benchmarks.task_pilot JSON (make tasks: benchmarks/results/task_pilot.json): its "
                              "chosen digit size and strokes (where --digit-size / --strokes are not given), its table "
                              "and choice in the results")
+    # at least 400 training and 200 test canvases a variant: the teacher's passes are cached, the lines are not
+    parser.set_defaults(train=400, val=80, test=200, finetune_epochs=3)
     args = finish_task_arguments(parser, argv, {"quick": QUICK, "smoke": SMOKE}, counts=("steps", "random_draws"))
     args.pilot_record = None if args.pilot is None else apply_pilot(parser, args)
     if args.freeze_extractor_steps >= args.steps:
@@ -694,7 +697,8 @@ def write_outputs(args, report: dict, measured: dict, query: str) -> None:
     save_figures_atomically({args.out_dir / "sparse_recognition.png": accuracy_figure(report),
                              args.out_dir / "sparse_recognition_selections.png": selections_figure(measured, query)})
     write_json(str(args.out_dir / "sparse_recognition.json"), report)
-    print(f"  wrote {args.out_dir / 'sparse_recognition.json'}, sparse_recognition.png and "
+    write_json(str(args.out_dir / CARD_TABLE), task_table(report))
+    print(f"  wrote {args.out_dir / 'sparse_recognition.json'}, {CARD_TABLE}, sparse_recognition.png and "
           f"sparse_recognition_selections.png; total {report['total_time_s'] / 60:.1f} min", flush=True)
 
 
@@ -1083,6 +1087,40 @@ def goals(report: dict, costs: dict, query: str) -> list[dict]:
              compared[f"selector ({LOOKWHERE_READER}) - teacher at equal FLOPs (best reader)"], 0.0, lookwhere,
              CHANCE),
     ]
+
+
+CARD_TABLE = "sparse_recognition_card.json"  # the task student's per-budget table, for its model card
+
+
+def task_table(report: dict) -> dict:
+    """The task student's per-budget table on the single variant, for its model card (publishing.model_card's
+    TASK_TABLE_FORMAT; evaluation.evaluate_budgets --task-table puts it on the card)."""
+    result, task = report["variants"]["single"], report["task"]
+    probed, latency = result["probe"], report["latency_ms"]
+
+    def cells(name: str, row: dict, reader: str) -> list[str]:
+        accuracy, ms = row["readers"][reader]["accuracy"], latency.get(name, {}).get("latency_ms")
+        return [name.replace("LookWhere-S ", "").replace(" selector", ", its selector"), reader,
+                f"{row['gflops']:.1f}", "—" if ms is None else f"{ms:.0f}",
+                f"{accuracy['mean']:.3f} [{accuracy['low']:.3f}, {accuracy['high']:.3f}]"]
+
+    rows = [cells(line_name("LookWhere-S", ratio, "selector"), probed[line_name("LookWhere-S", ratio, "selector")],
+                  LOOKWHERE_READER) for ratio in K_RATIOS if line_name("LookWhere-S", ratio, "selector") in probed]
+    rows += [cells(name, probed[name], probed[name]["reader"]) for name in (DENSE, EQUAL)]
+    caption = (
+        f"The sparse-recognition task of corevision_hf's docs/tasks.md (single variant): name the one digit on a "
+        f"{task['canvas_size']} px canvas ({task['digit_size']} px digits, {task['strokes']} scribble strokes, "
+        f"background {task['background']}); {task['train']} training canvases ({task['validation']} of them choose "
+        f"each reader's weight decay) and {task['test']} test canvases, chance {CHANCE}. Frozen features read by the "
+        "reader named (attentive: learned queries over the kept tokens; linear: [CLS ; mean patch]; the teachers': "
+        "validation's pick); accuracy on the test canvases with its 95% bootstrap interval. This checkpoint was "
+        f"distilled label-free for {report['student']['steps']} steps on the task's training canvases. GFLOPs "
+        f"analytic; ms per canvas at batch 1, {report['environment']['threads']} threads, "
+        f"{report['environment']['machine']} CPU, median of {report['args']['latency_runs']} alternated runs. "
+        f"Command: `{report['command']}`.")
+    return {"format": TASK_TABLE_FORMAT, "title": "On a task: a small digit on a large canvas",
+            "caption": caption, "header": ["budget", "reader", "GFLOPs", "ms per canvas", "test accuracy [95%]"],
+            "rows": rows}
 
 
 def print_tables(report: dict) -> None:

@@ -9,6 +9,7 @@ from transformers import Dinov2Config, Dinov2Model
 
 from benchmarks import sparse_recognition as sr
 from corevision_hf import lookwhere_from_teacher
+from publishing.model_card import read_task_table
 
 
 def test_coverage_is_the_share_of_label_cells_kept():
@@ -177,6 +178,11 @@ def test_smoke_run_measures_every_line_and_states_every_goal(tmp_path):
         "python -m benchmarks.sparse_recognition --smoke")
     assert all((out / name).stat().st_size > 0 for name in ("sparse_recognition.png",
                                                             "sparse_recognition_selections.png"))
+    table = read_task_table(str(out / sr.CARD_TABLE))  # the student's model card takes it (evaluate_budgets)
+    attentive = report["variants"]["single"]["probe"][sr.line_name("LookWhere-S", 0.1, "selector")]["readers"][
+        "attentive"]["accuracy"]
+    assert ["k_ratio 0.1, its selector", "attentive"] == table["rows"][1][:2]
+    assert table["rows"][1][-1] == f"{attentive['mean']:.3f} [{attentive['low']:.3f}, {attentive['high']:.3f}]"
     assert [g["goal"] for g in report["goals"]] == [
         "resolution_matters", "coverage_selector_over_random", "selector_coverage_vs_teacher_map",
         "accuracy_selector_minus_random", "lookwhere_vs_dense_teacher", "lookwhere_vs_equal_flops_teacher"]
