@@ -5,13 +5,13 @@
 LookWhere's selector learns to imitate a map of the teacher's last-layer attention (training.teacher's map targets,
 `--map-queries`: the mean patch query "patches", the authors' token positions "authors", the CLS query "cls"). A
 target worth distilling puts the objects that decide the label in its top cells. This command measures that on the
-sparse-digits task's training canvases (evaluation.sparse_digits, train split, black background, 518 px: canvases
-0 to --canvases - 1 of each variant, "majority" and "single"; at its defaults, the first training canvases of
-benchmarks.sparse_recognition), never the test canvases that benchmark scores on: for each target, and for random
-cells (the mean of 3 draws per canvas), the share of the label digits' ink cells (label_ink > 0) that fall in the
-target's top 5%, 10% and 25% of cells, with a 95% bootstrap interval over canvases. It prints a table and one
-verdict line (the target with the highest coverage at 10% on the majority canvases, and whether its interval lies
-above random's), and writes to --out-dir (replacing files a run of it wrote there only with --force):
+sparse-digits task's training canvases (evaluation.sparse_digits, train split: digits of the training pool, black
+background, 518 px, canvases 0 to --canvases - 1 of each variant, "majority" and "single"), never the test canvases
+that benchmarks.sparse_recognition scores on (test split): for each target, and for random cells (the mean of 3
+draws per canvas), the share of the label digits' ink cells (label_ink > 0) that fall in the target's top 5%, 10% and
+25% of cells, with a 95% bootstrap interval over canvases. It prints a table and one verdict line (the target with
+the highest coverage at 10% on the majority canvases, and whether its interval lies above random's), and writes to
+--out-dir (replacing files a run of it wrote there only with --force):
 - where_check.json: the canvases it drew, the coverages (per canvas too), their intervals and the pick;
 - where_check.png: each target over a few shipped photos and one training canvas, one row per target.
 """
@@ -229,9 +229,8 @@ def main(argv=None) -> dict:
     report = {"teacher": args.teacher, "canvas_size": CANVAS_SIZE // patch * patch, "cell": patch,
               "canvases": args.canvases, "seed": args.seed, "split": SPLIT, "background": "black",
               "canvases_drawn": f"training canvases 0 to {args.canvases - 1} of each variant (evaluation.sparse_digits"
-                                f".make_canvases(split={SPLIT!r}, seed={args.seed})): at its defaults the first "
-                                "training canvases of benchmarks.sparse_recognition, never the test canvases it "
-                                "scores on",
+                                f".make_canvases(split={SPLIT!r}, seed={args.seed}): digits of the training pool), "
+                                "never the test canvases benchmarks.sparse_recognition scores on (split 'test')",
               "random_draws": RANDOM_DRAWS, "bootstrap_resamples": BOOTSTRAP_RESAMPLES, "coverage": coverages,
               "pick": choice}
     print(table(coverages, args.canvases))
