@@ -6,7 +6,8 @@ Writes two ImageFolders (one sub-folder per class, `upright/` and `upside_down/`
     rotated by 180 degrees, `--train-images` in all;
   - OUT/heldout: `--heldout-crops` crops (80-100 % of the shorter side) of every photo in assets/heldout (or
     `--heldout-photos DIR`: e.g. the 121 of examples/gcompris_photos.py), upright and rotated: for evaluation only
-    (several crops of a photo are not independent: bootstrap over photos, `benchmarks.finetune_rotation --groups`);
+    (several crops of a photo are not independent: bootstrap over photos, as
+    `experiments.finetune_rotation.finetune_rotation --groups` does);
   - OUT/val, with `--val-crops`: as many crops (80-100 %) of every photo in assets/wallpaper_photos/val, upright and
     rotated, for `--val-data`: a validation set of other photos, so that every training photo trains.
 

@@ -82,8 +82,8 @@ BAD_INPUT = {
     "training.distill_lookwhere": ["--teacher", "{tmp}/missing", "--data", "{tmp}/photos", "--output-dir", "{tmp}/out",
                                    "--max-steps", "1", "--batch-size", "0"],
     "training.finetune": ["{tmp}/missing", "--data", "{tmp}/photos", "--output-dir", "{tmp}/out", "--batch-size", "0"],
-    "benchmarks.trainer_snippet": ["--model", "{tmp}/missing", "--data", "{tmp}", "--eval-data", "{tmp}", "--output",
-                                   "{tmp}/out.json"],
+    "experiments.finetune_rotation.trainer_snippet": ["--model", "{tmp}/missing", "--data", "{tmp}", "--eval-data",
+                                                      "{tmp}", "--output", "{tmp}/out.json"],
 }
 
 

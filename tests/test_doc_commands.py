@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = ["README.md", *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "docs").glob("*.md"))]
 # The repository's own folders: an argument starting with one of them is a repository path, anything else (out/...,
 # runs/..., photos/, a hub id) is the reader's own.
-REPOSITORY_FOLDERS = {"assets", "benchmarks", "docs", "evaluation", "examples", "model_cards", "outputs", "publishing",
-                      "space", "src", "tests", "tools", "training", "web"}
+REPOSITORY_FOLDERS = {"assets", "benchmarks", "docs", "evaluation", "examples", "experiments", "model_cards", "outputs",
+                      "publishing", "space", "src", "tests", "tools", "training", "web"}
 # What `make demo` writes (examples/distill_demo.py, docs/demo.md), so that the pages may name it before it exists.
 DEMO_FOLDERS = ["outputs/demo/run/final", "outputs/demo/lookwhere", "outputs/demo/evaluation",
                 "outputs/demo/hub", "outputs/teachers/"]

@@ -175,7 +175,7 @@ def test_an_existing_output_folder_is_refused_without_overwrite(folders, tmp_pat
 
 
 def test_evaluate_final_scores_the_last_epoch_held_out_instead_of_best(folders, tmp_path, capsys):
-    from benchmarks.finetune_rotation import run_result
+    from experiments.finetune_rotation.finetune_rotation import run_result
 
     result = finetune.main(arguments(folders, "lookwhere", tmp_path / "run", "--epochs", "1", "--evaluate", "final"))
     out = capsys.readouterr().out

@@ -1,11 +1,12 @@
-"""benchmarks.finetune_rotation: the paired bootstrap of two runs' held-out predictions."""
+"""experiments.finetune_rotation.finetune_rotation: the paired bootstrap of two runs' held-out predictions; and
+examples/rotation_task.py, the task it was run on."""
 
 import os
 import shutil
 
 import pytest
 
-from benchmarks.finetune_rotation import paired_bootstrap
+from experiments.finetune_rotation.finetune_rotation import paired_bootstrap
 
 
 def test_paired_bootstrap_resamples_the_images_once_for_both_runs():
@@ -33,7 +34,7 @@ def test_grouped_bootstrap_resamples_whole_groups_and_weighs_by_their_images():
 
 
 def test_group_keys_follow_the_val_groups_rule():
-    from benchmarks.finetune_rotation import group_keys
+    from experiments.finetune_rotation.finetune_rotation import group_keys
 
     files = ["upright/beach_0.png", "upside_down/beach_0.png", "upright/beach_11.png", "upright/odd.png"]
     assert group_keys(files, r"(.+)_\d+$") == ["beach", "beach", "beach", "odd"]
@@ -109,7 +110,7 @@ def test_rotation_task_crops_another_folder_of_photos_for_heldout_with_the_same_
 
 
 def test_per_group_accuracy_and_the_groups_given_one_class():
-    from benchmarks.finetune_rotation import per_group
+    from experiments.finetune_rotation.finetune_rotation import per_group
 
     # two photos, two images each (one per class): the probe calls both images of "a" class 1, so half of a is right
     runs = {"fine_tuned": {"heldout_correct": "1111", "heldout_predicted": [0, 1, 0, 1]},
@@ -132,7 +133,7 @@ def test_the_benchmark_scores_best_or_final_of_real_runs_against_the_probe(tmp_p
     from test_finetune import write_folder
     from transformers import AutoModelForImageClassification
 
-    from benchmarks.finetune_rotation import main
+    from experiments.finetune_rotation.finetune_rotation import main
     from corevision_hf import LookWhereModel, save_model_folder
     from evaluation.probes import load_image
     from training import finetune
@@ -196,7 +197,7 @@ def test_cross_validation_keeps_whole_groups_to_a_fold():
     groups to a fold nothing carries to an unseen group, while folds of single images score by memorising the group."""
     import torch
 
-    from benchmarks.finetune_rotation import cross_validated
+    from experiments.finetune_rotation.finetune_rotation import cross_validated
 
     group = torch.arange(40) // 4
     features, labels = torch.nn.functional.one_hot(group, 10).float(), group % 2

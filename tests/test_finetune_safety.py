@@ -205,13 +205,15 @@ def test_the_recipe_sets_its_flags_the_command_line_wins_and_both_are_shown(fold
 
 
 def test_the_recipe_is_the_command_of_the_published_result():
-    """Every flag the recipe sets is the value in the commands of benchmarks/results/finetune_rotation_gcompris.json,
-    the result docs/fine-tuning.md leads with (--evaluate final: the benchmark scored final/ of those runs)."""
+    """Every flag the recipe sets is the value in the commands of
+    experiments/finetune_rotation/results/finetune_rotation_gcompris.json, the result docs/fine-tuning.md leads with
+    (--evaluate final: the experiment scored final/ of those runs)."""
     import shlex
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    pairs = json.loads((root / "benchmarks" / "results" / "finetune_rotation_gcompris.json").read_text())["pairs"]
+    result = root / "experiments" / "finetune_rotation" / "results" / "finetune_rotation_gcompris.json"
+    pairs = json.loads(result.read_text())["pairs"]
     for pair in pairs.values():
         words = shlex.split(pair["fine_tuned"]["command"])[3:]
         given = finetune.parse_args(words)
@@ -277,13 +279,15 @@ def test_veca_coordinate_heads_train_at_the_rate_of_the_block_they_feed():
 
 def test_the_result_docs_fine_tuning_leads_with_is_its_json():
     """Each row of the page's table (seed, final/ held-out, the two differences with their intervals, the probes'
-    held-out accuracies in the header) is benchmarks/results/finetune_rotation_gcompris.json, rounded to 3 places."""
+    held-out accuracies in the header) is experiments/finetune_rotation/results/finetune_rotation_gcompris.json,
+    rounded to 3 places."""
     import re
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
     page = (root / "docs" / "fine-tuning.md").read_text()
-    pairs = json.loads((root / "benchmarks" / "results" / "finetune_rotation_gcompris.json").read_text())["pairs"]
+    result = root / "experiments" / "finetune_rotation" / "results" / "finetune_rotation_gcompris.json"
+    pairs = json.loads(result.read_text())["pairs"]
 
     def shown(value: float, sign: bool = True) -> str:
         return f"{value:+.3f}" if sign else f"{value:.3f}"

@@ -19,8 +19,7 @@ COMMANDS = [
     "training.distill_veca", "training.distill_lookwhere", "training.finetune", "benchmarks.distill_quality",
     "benchmarks.distill_throughput", "benchmarks.linear_probe", "benchmarks.compile_budgets", "benchmarks.mixed_sizes",
     "benchmarks.recipe_parity", "benchmarks.cpu_paths", "benchmarks.adaptive_budget", "benchmarks.sparse_recognition",
-    "benchmarks.sparse_recognition_veca",
-    "benchmarks.finetune_rotation",
+    "benchmarks.sparse_recognition_veca", "experiments.finetune_rotation.finetune_rotation",
 ]
 
 
@@ -73,18 +72,19 @@ def test_the_formatter_leaves_options_without_a_default_alone():
     assert "steps (default: five)" in text and "(default: 5)" not in text
 
 
-WRITING_BENCHMARKS = ["adaptive_budget", "compile_budgets", "distill_throughput", "extract_speed", "finetune_rotation",
-                      "gpu_check", "linear_probe", "lookwhere_speed", "memory", "mixed_sizes", "onnx_speed", "parity",
-                      "trainer_snippet", "veca_speed"]
+WRITING_BENCHMARKS = [*(f"benchmarks.{name}" for name in (
+    "adaptive_budget", "compile_budgets", "distill_throughput", "extract_speed", "gpu_check", "linear_probe",
+    "lookwhere_speed", "memory", "mixed_sizes", "onnx_speed", "parity", "veca_speed")),
+    "experiments.finetune_rotation.finetune_rotation", "experiments.finetune_rotation.trainer_snippet"]
 
 
-@pytest.mark.parametrize("name", WRITING_BENCHMARKS)
-def test_no_benchmark_writes_over_the_committed_results_by_default(name, monkeypatch):
-    """Issue #46: a benchmark run without --out writes under outputs/; benchmarks/results/ only when named (make)."""
+@pytest.mark.parametrize("module_name", WRITING_BENCHMARKS)
+def test_no_benchmark_writes_over_the_committed_results_by_default(module_name, monkeypatch):
+    """Issue #46: a benchmark run without --out writes under outputs/; its committed results only when named (make)."""
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))  # their `from common import`
-    parser = built_parser(f"benchmarks.{name}", monkeypatch)
+    parser = built_parser(module_name, monkeypatch)
     written = [str(a.default) for a in parser._actions if a.dest in ("out", "output", "plot")]
-    assert written and all("outputs" in path and "benchmarks/results" not in path for path in written), written
+    assert written and all("outputs" in path and "results/" not in path for path in written), written
 
 
 def test_distill_quality_writes_under_outputs_unless_told(tmp_path):

@@ -1,4 +1,5 @@
-"""benchmarks.trainer_snippet: the page's Trainer snippet run on given folders, measured after each stage."""
+"""experiments.finetune_rotation.trainer_snippet: the Trainer snippet of docs/fine-tuning.md run on given folders,
+measured after each stage."""
 
 import json
 
@@ -9,7 +10,7 @@ from conftest import tiny_lookwhere_config
 from PIL import Image
 from transformers import AutoImageProcessor, AutoModelForImageClassification
 
-from benchmarks import trainer_snippet
+from experiments.finetune_rotation import trainer_snippet
 from corevision_hf import LookWhereModel, save_model_folder
 
 

@@ -1,13 +1,14 @@
 """The Trainer snippet of docs/fine-tuning.md on a task of your choice: does its fine-tuning beat its own head?
 
-    python -m benchmarks.trainer_snippet --model outputs/rotation/lookwhere-s-offline \
+    python -m experiments.finetune_rotation.trainer_snippet --model outputs/rotation/lookwhere-s-offline \
         --data outputs/rotation_big/train --eval-data outputs/rotation_big/heldout --output outputs/trainer_snippet.json
 
 Runs the page's snippet as it is, its model and folders replaced by --model, --data and --eval-data and its output
 folder by --output-dir: stage 1 (the head fitted on the frozen features), then stage 2 (fine-tuning). The held-out
 images are predicted after each stage; the JSON holds both accuracies and the paired bootstrap of fine-tuned minus
 head, resampling whole photos (the snippet's "photo" key: the file name less its crop number) as
-benchmarks.finetune_rotation --groups does. Nothing is chosen on the held-out images: they are only measured.
+experiments.finetune_rotation.finetune_rotation --groups does. Nothing is chosen on the held-out images: they are only
+measured.
 """
 
 import argparse
@@ -20,7 +21,7 @@ from pathlib import Path
 from corevision_hf.atomic import write_text_atomically
 from corevision_hf.cli import HelpFormatter
 
-PAGE = Path(__file__).resolve().parents[1] / "docs" / "fine-tuning.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "fine-tuning.md"
 STAGE_2 = "# 2."
 
 
@@ -47,8 +48,8 @@ def heldout_correct(namespace: dict) -> str:
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.trainer_snippet", description=__doc__,
-                                     formatter_class=HelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m experiments.finetune_rotation.trainer_snippet",
+                                     description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--model", required=True, help="a LookWhere folder (the page's outputs/demo/lookwhere)")
     parser.add_argument("--data", required=True, help="training ImageFolder (examples/rotation_task.py's train)")
     parser.add_argument("--eval-data", required=True, help="held-out ImageFolder, measured after each stage")
@@ -69,7 +70,7 @@ def main(argv=None) -> dict:
                          f"examples/rotation_task.py writes), two or more; found {classes[0]} and {classes[1]}.")
     import torch
 
-    from benchmarks.finetune_rotation import paired_bootstrap
+    from experiments.finetune_rotation.finetune_rotation import paired_bootstrap
 
     torch.set_num_threads(args.threads)
     first, second = snippet(args.model, args.data, args.eval_data, args.output_dir)
@@ -80,7 +81,8 @@ def main(argv=None) -> dict:
     tuned = heldout_correct(namespace)
     photos = [example["photo"] for example in namespace["heldout"]]
     result = {
-        "command": " ".join(["python", "-m", "benchmarks.trainer_snippet", *sys.argv[1:]]) if argv is None else None,
+        "command": (" ".join(["python", "-m", "experiments.finetune_rotation.trainer_snippet", *sys.argv[1:]])
+                    if argv is None else None),
         "head_heldout_accuracy": head.count("1") / len(head),
         "finetuned_heldout_accuracy": tuned.count("1") / len(tuned),
         "finetuned_minus_head": paired_bootstrap(tuned, head, 2000, 0, photos),

@@ -1,7 +1,7 @@
 """Fine-tuned against probe on held-out images: the paired bootstrap of runs of `python -m training.finetune`.
 
-    python -m benchmarks.finetune_rotation --pair grouped RUN_FT RUN_PROBE [--pair NAME RUN_FT RUN_PROBE ...] \
-        [--groups '(.+)_\\d+$']
+    python -m experiments.finetune_rotation.finetune_rotation --pair grouped RUN_FT RUN_PROBE \
+        [--pair NAME RUN_FT RUN_PROBE ...] [--groups '(.+)_\\d+$']
 
 Each RUN is an --output-dir of `training.finetune` with --eval-data (RUN_PROBE: the same command with --epochs 0). For
 each run it reads the best epoch and its validation accuracy, and predicts every held-out image with best/ at the run's
@@ -188,8 +188,8 @@ def group_keys(files: list[str], pattern: str) -> list[str]:
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.finetune_rotation", description=__doc__,
-                                     formatter_class=HelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m experiments.finetune_rotation.finetune_rotation",
+                                     description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--pair", nargs=3, action="append", required=True, metavar=("NAME", "RUN_FT", "RUN_PROBE"))
     parser.add_argument("--fine-tuned", choices=("best", "final"), default="best",
                         help="RUN_FT's folder compared: best/ (chosen on validation) or final/ (the last epoch)")
@@ -226,7 +226,7 @@ def main(argv=None) -> dict:
             parser.error(f"--groups is no regular expression ({error}): got {args.groups!r}.")
     if args.heldout is not None and not os.path.isdir(args.heldout):
         parser.error(f"--heldout {args.heldout} is no folder.")
-    command = " ".join(["python", "-m", "benchmarks.finetune_rotation", *map(
+    command = " ".join(["python", "-m", "experiments.finetune_rotation.finetune_rotation", *map(
         shlex.quote, sys.argv[1:] if argv is None else argv)])
     result = {"setup": args.setup, "heldout": args.heldout, "command": command, "pairs": {}}
     hindsight, scored = {}, {}  # RUN_PROBE: its refitted probes, and its result, for pairs that share it
