@@ -6,15 +6,16 @@ model is saved and loaded by today's code, so both share every weight, and the c
 with the timings. The runs alternate on one input (corevision_hf.measure.alternate), so load drifts hit every model
 alike.
 
-    python -m benchmarks.hub_before_after                  # about 5 min on an idle 2-core CPU
-    python -m benchmarks.hub_before_after --before HEAD~3 --runs 3
+    python -m experiments.hub_refactor.hub_before_after     # from the repository root: about 5 min on 2 idle cores
+    python -m experiments.hub_refactor.hub_before_after --before HEAD~3 --runs 3
 
-Writes OUT.json (default outputs/benchmarks/hub_before_after.json): median latency per model and the ratios
+Writes OUT.json (default outputs/hub_refactor/hub_before_after.json): median latency per model and the ratios
 dense / ours for each version.
 """
 
 import argparse
 import importlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -31,7 +32,7 @@ from corevision_hf.atomic import write_text_atomically
 from corevision_hf.cli import HelpFormatter
 from corevision_hf.measure import alternated_latency, threads_to_use
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # The last commit before issue #45's restructure of the hub files (fused qkv, no encoder submodule).
 BEFORE = "12145b7"
 
@@ -47,7 +48,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--k-ratio", type=float, default=0.1, help="LookWhere's budget")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads (default: OMP_NUM_THREADS if set, else every core)")
-    parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "benchmarks" / "hub_before_after.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "hub_refactor" / "hub_before_after.json")
     args = parser.parse_args(argv)
     if args.runs < 1 or args.warmup < 0:
         parser.error("--runs must be at least 1 and --warmup at least 0.")
@@ -55,8 +56,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def hub_package(revision: str, folder: str, into: Path):
-    """The hub files of src/corevision_hf/FOLDER at `revision`, imported as a package of their own (they import each
-    other with single dots only, as on the hub)."""
+    """The hub files of src/corevision_hf/FOLDER at `revision`, imported as a package of their own, `before_FOLDER`
+    (they import each other with single dots only, as on the hub)."""
     package = into / f"before_{folder}"
     package.mkdir()
     listing = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only", revision,
@@ -67,8 +68,13 @@ def hub_package(revision: str, folder: str, into: Path):
                                     capture_output=True, text=True).stdout
             (package / Path(path).name).write_text(source)
     (package / "__init__.py").write_text("")
-    return importlib.import_module(f"before_{folder}.modeling_{folder}"), \
-        importlib.import_module(f"before_{folder}.configuration_{folder}")
+    # registered under its name, as transformers registers a hub repo's code, so that its single-dot imports resolve
+    spec = importlib.util.spec_from_file_location(package.name, package / "__init__.py",
+                                                  submodule_search_locations=[str(package)])
+    sys.modules[package.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sys.modules[package.name])
+    return importlib.import_module(f"{package.name}.modeling_{folder}"), \
+        importlib.import_module(f"{package.name}.configuration_{folder}")
 
 
 def before_and_after(old_modeling, old_configuration, model_name: str, config_name: str, preset: str,
@@ -126,12 +132,8 @@ def main(argv=None) -> dict:
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
-        sys.path.insert(0, str(scratch))
-        try:
-            old_veca = hub_package(args.before, "veca", scratch)
-            old_lookwhere = hub_package(args.before, "lookwhere", scratch)
-        finally:
-            sys.path.remove(str(scratch))
+        old_veca = hub_package(args.before, "veca", scratch)
+        old_lookwhere = hub_package(args.before, "lookwhere", scratch)
         print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; before = {revision.stdout.strip()}, "
               "after = the working tree", flush=True)
         before, after = before_and_after(*old_veca, "VecaModel", "VecaConfig", "base", VecaModel, scratch)
