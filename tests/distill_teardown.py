@@ -21,10 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+from tests.conftest import TINY_VECA  # the tiny VECA of every command-line test
 
-from conftest import TINY_VECA  # (after the path: the tiny VECA of every command-line test)
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def parse_args(argv=None) -> argparse.Namespace:

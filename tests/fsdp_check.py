@@ -3,7 +3,7 @@ accelerate to wrap it) gives the loss and gradients of one process on the whole 
 weights, and a sharded checkpoint (torch.distributed.checkpoint) saved and loaded into a fresh sharded model gives
 them back; the full state dict gathered for the export equals the one-process weights.
 
-    torchrun --nproc_per_node 2 tests/fsdp_check.py OUT_DIR      # prints one line per check, exit 1 on a failure
+    torchrun --nproc_per_node 2 -m tests.fsdp_check OUT_DIR   # from the root: one line per check, exit 1 on a failure
 
 accelerate itself does not run FSDP on CPUs (training.loop refuses such a launch), so this drives torch's FSDP2 and
 distributed checkpointing directly, with the training scripts' losses and optimiser.
@@ -19,14 +19,10 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import fully_shard
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from conftest import tiny_lookwhere_config, tiny_veca_config  # noqa: E402
-
-from corevision_hf import LookWhereModel, VecaModel  # noqa: E402
-from training.losses import lookwhere_loss, veca_loss  # noqa: E402
-from training.optim import build_optimizer  # noqa: E402
+from corevision_hf import LookWhereModel, VecaModel
+from tests.conftest import tiny_lookwhere_config, tiny_veca_config
+from training.losses import lookwhere_loss, veca_loss
+from training.optim import build_optimizer
 
 TOLERANCE = 1e-5
 # AdamW's first step is lr * g / (|g| + eps): where |g| is within rounding of 0 (below TINY_GRADIENT, next to gradients

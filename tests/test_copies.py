@@ -7,10 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tools import check_copies
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "corevision_hf"
-sys.path.insert(0, str(ROOT / "tools"))
-import check_copies  # noqa: E402
 
 
 def run_checker(*args) -> subprocess.CompletedProcess:

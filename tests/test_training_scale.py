@@ -234,9 +234,9 @@ def test_compiled_training_makes_one_graph_for_all_budgets_and_sizes(teacher_dir
 
 @pytest.mark.slow
 def test_fsdp2_on_two_cpu_processes_matches_one_process(tmp_path):
-    """tests/fsdp_check.py under torchrun: both students sharded with FSDP2 (gloo) give one process's loss, gradients
+    """tests.fsdp_check under torchrun: both students sharded with FSDP2 (gloo) give one process's loss, gradients
     and optimiser step; a sharded checkpoint loads back, and the gathered export equals the sharded weights."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "tests/fsdp_check.py",
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "tests.fsdp_check",
                str(tmp_path)]
     try:
         result = subprocess.run(command, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
