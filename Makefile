@@ -74,11 +74,11 @@ test-fast: setup
 # The figures of docs/speed.md, written over the committed ones in benchmarks/results/ (about 35 minutes on 2 idle
 # cores, 2-3x on a busy machine; a GPU machine runs benchmarks/gpu_check.py instead).
 bench: setup
-	$(PYTHON) benchmarks/veca_speed.py --resolutions 1024 2048 --budgets 64 16 --no-memory \
+	$(PYTHON) -m benchmarks.veca_speed --resolutions 1024 2048 --budgets 64 16 --no-memory \
 		--out benchmarks/results/veca_cpu
-	$(PYTHON) benchmarks/lookwhere_speed.py --no-memory --out benchmarks/results/lookwhere_cpu
-	$(PYTHON) benchmarks/memory.py --out benchmarks/results/memory_cpu.json
-	$(PYTHON) benchmarks/onnx_speed.py --output benchmarks/results/onnx_cpu.json
+	$(PYTHON) -m benchmarks.lookwhere_speed --no-memory --out benchmarks/results/lookwhere_cpu
+	$(PYTHON) -m benchmarks.memory --out benchmarks/results/memory_cpu.json
+	$(PYTHON) -m benchmarks.onnx_speed --output benchmarks/results/onnx_cpu.json
 
 # Distillation quality on the held-out photos (7 students x 2 seeds and a same-seed rerun, 300 steps each, the step
 # picked on the validation photos, with their baselines; 35-40 minutes idle (estimated), 2-3x on a busy machine:

@@ -4,6 +4,7 @@ matmul ceiling, fresh-process probes and the latency plot."""
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 import torch
 
@@ -11,6 +12,7 @@ from corevision_hf.measure import alternate, peak_memory_mib, rss_kib, timed  # 
 
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def restoring_threads(run, argv=None):
@@ -37,9 +39,11 @@ def forward_peak_memory_mib(fn, device: str) -> float:
     return peak_memory_mib(fn, device, warm=False)
 
 
-def in_fresh_process(script: str, args: list[str]) -> float:
-    """Runs `script --probe-memory ARGS` in a new Python and returns the number it prints last."""
-    result = subprocess.run([sys.executable, script, "--probe-memory", *args], capture_output=True, text=True, check=True)
+def in_fresh_process(module: str, args: list[str]) -> float:
+    """Runs `python -m MODULE --probe-memory ARGS` from the repository root in a new Python and returns the number it
+    prints last."""
+    result = subprocess.run([sys.executable, "-m", module, "--probe-memory", *args], cwd=ROOT, capture_output=True,
+                            text=True, check=True)
     return float(result.stdout.strip().splitlines()[-1])
 
 

@@ -14,8 +14,8 @@
 On a machine without CUDA it runs what a CPU can (fp32 agreement of eager and sdpa, small models with --quick) and
 says what it skipped. Exit status 1 if any agreement check fails.
 
-    python benchmarks/gpu_check.py                 # on a GPU machine: writes outputs/benchmarks/gpu.json
-    python benchmarks/gpu_check.py --quick         # tiny models, agreement only (what the CPU test runs)
+    python -m benchmarks.gpu_check                 # on a GPU machine: writes outputs/benchmarks/gpu.json
+    python -m benchmarks.gpu_check --quick         # tiny models, agreement only (what the CPU test runs)
 """
 
 import argparse
@@ -27,9 +27,9 @@ import statistics
 import sys
 
 import torch
-from common import alternate, forward_peak_memory_mib
 from transformers import DINOv3ViTConfig, DINOv3ViTModel, Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 
+from benchmarks.common import alternate, forward_peak_memory_mib
 from corevision_hf.cli import HelpFormatter
 from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel
 

@@ -9,7 +9,7 @@ Two LookWhere paths: the default model (plain `nn.Linear`, what the hub files ru
 `corevision_hf.optimize_for_cpu(model)` (linear layers on oneDNN with prepacked weights). Speed-ups are against the
 stock transformers DINOv2; a reference row gives DINOv2 the same opt-in (like for like).
 
-    python benchmarks/lookwhere_speed.py                       # CPU, fp32, 518 and 1036 px
+    python -m benchmarks.lookwhere_speed                       # CPU, fp32, 518 and 1036 px
 """
 
 import argparse
@@ -19,16 +19,9 @@ import statistics
 import sys
 
 import torch
-from common import (
-    DTYPES,
-    alternate,
-    forward_peak_memory_mib,
-    in_fresh_process,
-    matmul_gflops,
-    plot_latency,
-)
 from transformers import Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 
+from benchmarks.common import DTYPES, alternate, forward_peak_memory_mib, in_fresh_process, matmul_gflops, plot_latency
 from corevision_hf.cli import HelpFormatter
 from corevision_hf.measure import threads_to_use
 from corevision_hf import LookWhereConfig, LookWhereModel, dense_vit_flops, lookwhere_flops, optimize_for_cpu
@@ -122,8 +115,8 @@ def main() -> None:
             }
             if not args.no_memory:
                 row["peak_memory_mib"] = in_fresh_process(
-                    __file__, [name, str(resolution), "--device", args.device, "--dtype", args.dtype,
-                               "--attn", args.attn, "--k-ratio", str(args.k_ratio)]
+                    "benchmarks.lookwhere_speed", [name, str(resolution), "--device", args.device, "--dtype",
+                                                   args.dtype, "--attn", args.attn, "--k-ratio", str(args.k_ratio)]
                 )
             rows.append(row)
             memory = f"{row['peak_memory_mib']:8.0f}" if "peak_memory_mib" in row else "       -"

@@ -9,7 +9,7 @@ Each configuration runs in a fresh process, which reports (from /proc/self/statu
 - after forward: what stays resident (the opt-in keeps its packed copy of every linear weight).
 The check the model files are held to: default after-load - baseline <= 1.1 x the parameter bytes (one copy).
 
-    python benchmarks/memory.py                       # writes benchmarks/results/memory_cpu.json
+    python -m benchmarks.memory                       # writes benchmarks/results/memory_cpu.json
 """
 
 import argparse
@@ -20,9 +20,9 @@ import sys
 import tempfile
 
 import torch
-from common import rss_kib
 from transformers import AutoModel, DINOv3ViTConfig, DINOv3ViTModel, Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 
+from benchmarks.common import ROOT, rss_kib
 from corevision_hf.cli import HelpFormatter
 from corevision_hf.measure import threads_to_use
 import corevision_hf  # noqa: F401  (registers VECA and LookWhere with the Auto classes)
@@ -99,8 +99,9 @@ def main() -> None:
             MODELS[name][0]().save_pretrained(folder)
             paths = ["default", "optimize_for_cpu"]
             for path in paths:
-                command = [sys.executable, __file__, "--probe", folder, name, path, "--resolution", str(args.resolution)]
-                result = subprocess.run(command, capture_output=True, text=True, check=True)
+                command = [sys.executable, "-m", "benchmarks.memory", "--probe", folder, name, path, "--resolution",
+                           str(args.resolution)]
+                result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
                 row = json.loads(result.stdout.strip().splitlines()[-1])
                 rows.append(row)
                 print(

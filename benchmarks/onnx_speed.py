@@ -7,7 +7,7 @@ PyTorch model (with the CPU opt-in `optimize_for_cpu`, inference mode), the fixe
 up and timed in alternation; medians and their ratios are reported. The machine may be shared with other jobs:
 absolute seconds drift, the same-run ratios carry over.
 
-    python benchmarks/onnx_speed.py    # VECA-B C=64, 16 at 512 / 1024 px, LookWhere-B k_ratio 0.1, 0.5 at 518 / 1036 px
+    python -m benchmarks.onnx_speed    # VECA-B C=64, 16 at 512 / 1024 px, LookWhere-B k_ratio 0.1, 0.5 at 518 / 1036 px
 """
 
 import argparse
@@ -18,8 +18,8 @@ import tempfile
 
 import onnxruntime
 import torch
-from common import alternate
 
+from benchmarks.common import alternate
 from corevision_hf.cli import HelpFormatter
 from corevision_hf.measure import threads_to_use
 from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel, optimize_for_cpu

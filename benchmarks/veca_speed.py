@@ -10,9 +10,9 @@ prepacked weights), at every budget, and the default model (plain `nn.Linear`, w
 the full bank. Speed-ups are against the stock transformers DINOv3; `--teacher-opt-in` adds DINOv3 given the same
 opt-in.
 
-    python benchmarks/veca_speed.py                                   # CPU, fp32, 256..2048 px
-    python benchmarks/veca_speed.py --resolutions 1024 2048 --budgets 64 16 --no-memory   # the README's rows
-    python benchmarks/veca_speed.py --device cuda --dtype bf16 --attn sdpa flash_attention_2 \
+    python -m benchmarks.veca_speed                                   # CPU, fp32, 256..2048 px
+    python -m benchmarks.veca_speed --resolutions 1024 2048 --budgets 64 16 --no-memory   # the README's rows
+    python -m benchmarks.veca_speed --device cuda --dtype bf16 --attn sdpa flash_attention_2 \
         --resolutions 512 1024 2048 4096 --out benchmarks/results/veca_gpu
 """
 
@@ -23,16 +23,9 @@ import os
 import statistics
 
 import torch
-from common import (
-    DTYPES,
-    alternate,
-    forward_peak_memory_mib,
-    in_fresh_process,
-    matmul_gflops,
-    plot_latency,
-)
 from transformers import DINOv3ViTConfig, DINOv3ViTModel
 
+from benchmarks.common import DTYPES, alternate, forward_peak_memory_mib, in_fresh_process, matmul_gflops, plot_latency
 from corevision_hf.cli import HelpFormatter
 from corevision_hf.measure import threads_to_use
 from corevision_hf import VecaConfig, VecaModel, dense_vit_flops, optimize_for_cpu, veca_flops
@@ -172,7 +165,8 @@ def timing_row(args, config, name, cores, attn, resolution, samples, dense_laten
     }
     if not args.no_memory:
         row["peak_memory_mib"] = in_fresh_process(
-            __file__, [name, attn, str(resolution), str(cores or 0), "--device", args.device, "--dtype", args.dtype]
+            "benchmarks.veca_speed",
+            [name, attn, str(resolution), str(cores or 0), "--device", args.device, "--dtype", args.dtype],
         )
     return row
 

@@ -81,7 +81,6 @@ WRITING_BENCHMARKS = [*(f"benchmarks.{name}" for name in (
 @pytest.mark.parametrize("module_name", WRITING_BENCHMARKS)
 def test_no_benchmark_writes_over_the_committed_results_by_default(module_name, monkeypatch):
     """Issue #46: a benchmark run without --out writes under outputs/; its committed results only when named (make)."""
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))  # their `from common import`
     parser = built_parser(module_name, monkeypatch)
     written = [str(a.default) for a in parser._actions if a.dest in ("out", "output", "plot")]
     assert written and all("outputs" in path and "results/" not in path for path in written), written
