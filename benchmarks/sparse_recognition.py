@@ -964,7 +964,10 @@ def build_report(args, measured: dict, finetuned: dict, costs: dict, equal_size:
         tuned = finetuned.get(variant, {})
         covered = {name: interval(line["covered"], rows) for name, line in {**task.coverage_only, **task.lines}.items()
                    if "covered" in line}
+        constant = task.train.labels[: len(task.train) - args.val].bincount(minlength=10).argmax()
         report["variants"][variant] = {
+            "constant": {"predicts": int(constant), "accuracy": interval((task.test.labels == constant).float(), rows),
+                         "rule": "the most frequent label of the training canvases (validation excluded)"},
             "probe": {name: line_row(line, rows) for name, line in task.lines.items()},
             "fine_tuned": {name: {"accuracy": interval(line["correct"], rows), "gflops": line["gflops"],
                                   "epoch": line["epoch"], "val_accuracy": line["val_accuracy"],
@@ -1123,6 +1126,44 @@ def task_table(report: dict) -> dict:
             "rows": rows}
 
 
+def results_table(report: dict) -> str:
+    """The single variant's headline lines as the Markdown table docs/tasks.md opens with (a test checks the page
+    against the committed JSON through this function)."""
+    result, task, latency = report["variants"]["single"], report["task"], report["latency_ms"]
+    query = report["where_target"]["used"]
+
+    def interval_text(entry: dict) -> str:
+        return f"{entry['mean']:.2f} [{entry['low']:.2f}, {entry['high']:.2f}]"
+
+    def row(label: str, name: str, reader: str | None = None, tuned: bool = False) -> str:
+        line = result["fine_tuned" if tuned else "probe"].get(name)
+        if line is None:
+            return ""
+        reader = "fine-tuned" if tuned else reader or line["reader"]
+        accuracy = line["accuracy"] if tuned else line["readers"][reader]["accuracy"]
+        ms = latency.get(name, {}).get("latency_ms") if not tuned else None
+        return (f"| {label} | {reader} | {interval_text(accuracy)} | {line['gflops']:.1f} | "
+                f"{'' if ms is None else format(ms, '.0f')} |\n")
+
+    lookwhere = {kind: line_name("LookWhere-S", MAIN_K_RATIO, kind) for kind in SELECTIONS}
+    return (
+        "| line (single variant) | reader | test accuracy [95%] | GFLOPs | ms per canvas |\n|---|---|---|---|---|\n"
+        + row(f"teacher dense, {task['canvas_size']} px", DENSE)
+        + row(f"teacher at equal FLOPs, {report['teacher_equal_flops_size']} px", EQUAL)
+        + row("LookWhere-S, k_ratio 0.1, its selector", lookwhere["selector"], LOOKWHERE_READER)
+        + row("LookWhere-S, k_ratio 0.1, its selector", lookwhere["selector"], tuned=True)
+        + row("LookWhere-S, k_ratio 0.1, random cells", lookwhere["random"], LOOKWHERE_READER)
+        + row(f"LookWhere-S, k_ratio 0.1, the teacher's {query} map (oracle)", lookwhere[f"oracle_{query}"],
+              LOOKWHERE_READER)
+        + row("LookWhere-S, k_ratio 0.1, the digits' own cells (ceiling)", lookwhere["digits"], LOOKWHERE_READER)
+        + row("LookWhere-S, k_ratio 0.1, its untrained selector",
+              line_name("LookWhere-S untrained", MAIN_K_RATIO, "selector"), LOOKWHERE_READER)
+        + row("LookWhere-S, k_ratio 0.05, its selector", line_name("LookWhere-S", 0.05, "selector"), LOOKWHERE_READER)
+        + row("LookWhere-S, k_ratio 0.25, its selector", line_name("LookWhere-S", 0.25, "selector"), LOOKWHERE_READER)
+        + f"| constant: always {result['constant']['predicts']} | | {interval_text(result['constant']['accuracy'])} "
+        "| 0 | |\n")
+
+
 def print_tables(report: dict) -> None:
     latency = report["latency_ms"]
     for variant, result in report["variants"].items():
@@ -1140,7 +1181,7 @@ def print_tables(report: dict) -> None:
         for name, entry in result["comparisons"].items():
             value = entry.get("mean", entry.get("ratio"))
             print(f"    {name}: {value:+.3f} [{entry['low']:+.3f}, {entry['high']:+.3f}]")
-    print()
+    print("\n" + results_table(report))
     for goal in report["goals"]:
         print(f"  {'met   ' if goal['met'] else 'MISSED'} {goal['goal']}: {goal['rule']}")
 

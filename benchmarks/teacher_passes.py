@@ -3,14 +3,12 @@ runs, reruns and the pilot cost the teacher once.
 
 A pass is keyed by the teacher's weights (a SHA-256 of its config and every parameter), the canvases' arguments
 (variant, split, count, seed, background, digit size, strokes, canvas size) and the resolution the teacher ran at.
-Each pass is one safetensors file under the cache folder, written under a name made for it and renamed when
-complete; a file that cannot be read is computed again (and replaced), never trusted.
+Each pass is one safetensors file under the cache folder, written through corevision_hf.atomic (a name made for it,
+renamed when complete); a file that cannot be read is computed again (and replaced), never trusted.
 """
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import torch
@@ -18,6 +16,7 @@ import torch.nn.functional as F
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from corevision_hf.atomic import atomic_path
 from evaluation.sparse_digits import CELL
 from training.teacher import MAP_QUERIES, teacher_targets_and_maps
 
@@ -90,11 +89,5 @@ class TeacherPasses:
 
     def write(self, path: Path, tensors: dict) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=self.folder, prefix=f".{path.stem}.", suffix=".tmp")
-        os.close(handle)
-        try:
+        with atomic_path(path) as temporary:
             save_file(tensors, temporary, metadata={"teacher": self.fingerprint})
-            os.replace(temporary, path)
-        finally:
-            if os.path.exists(temporary):
-                os.unlink(temporary)
