@@ -675,19 +675,23 @@ def benchmark(argv=None) -> dict:
     latency = measure_latency(args, teacher, student, splits["single"]["test"], equal_size)
     report = build_report(args, measured, finetuned, costs, equal_size, latency, query)
     report.update(where_target={**where, "used": query}, student=student_record, teacher=source,
-                  pilot=args.pilot_record,
-                  photo_student=None if photo_student is None else {
-                      "folder": str(args.photo_student), "trained_on": "photos (benchmarks.distill_quality)",
-                      "recipe": recipe_of(args.photo_student)},
-                  command=f"python -m benchmarks.sparse_recognition {' '.join(args.argv)}".strip(),
-                  environment={"torch": torch.__version__, "corevision_hf": corevision_hf.__version__,
-                               "threads": threads, "cpu_count": os.cpu_count(), "machine": platform.machine(),
-                               "load_average_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None},
-                  args={k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
-                        if k not in ("argv", "pilot_record")},
+                  pilot=args.pilot_record, **run_record(args, threads, photo_student is not None),
                   total_time_s=time.perf_counter() - started)
     write_outputs(args, report, measured, query)
     return report
+
+
+def run_record(args, threads: int, with_photo_student: bool) -> dict:
+    """What the JSON keeps of the run itself: the photo student's source, the command, the environment, the args."""
+    return {"photo_student": None if not with_photo_student else {
+                "folder": str(args.photo_student), "trained_on": "photos (benchmarks.distill_quality)",
+                "recipe": recipe_of(args.photo_student)},
+            "command": f"python -m benchmarks.sparse_recognition {' '.join(args.argv)}".strip(),
+            "environment": {"torch": torch.__version__, "corevision_hf": corevision_hf.__version__,
+                            "threads": threads, "cpu_count": os.cpu_count(), "machine": platform.machine(),
+                            "load_average_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None},
+            "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
+                     if k not in ("argv", "pilot_record")}}
 
 
 def write_outputs(args, report: dict, measured: dict, query: str) -> None:

@@ -69,13 +69,12 @@ class TeacherPasses:
 
     def get(self, split, key: dict, size: int) -> dict:
         """The teacher's pass over `split` (whose canvases `key` names) at `size` px: read from the cache when it is
-        there and readable, else computed and stored. Adds "features" (N, 2D): [CLS ; mean patch]."""
+        there and readable, else computed and stored."""
         path = self.path(key, size)
         tensors = self.read(path)
         if tensors is None or len(tensors["cls"]) != len(split):
             tensors = compute_pass(self.teacher, split, size, self.batch_size)
             self.write(path, tensors)
-        tensors["features"] = torch.cat([tensors["cls"], tensors["patches"].float().mean(1)], dim=-1)
         return tensors
 
     @staticmethod
