@@ -95,7 +95,7 @@ def marked_copies() -> set[str]:
         text = path.read_text()
         by_line = {first: name for name, (first, _) in check_copies.definitions(text).items()}
         for index, line in enumerate(text.splitlines()):
-            if check_copies.MARKER.match(line):
+            if check_copies.MARKER.match(line) and index + 2 in by_line:  # not a whole-file marker
                 marked.add(f"{path.name}:{by_line[index + 2]}")
     return marked
 
@@ -109,9 +109,8 @@ def test_every_repeated_definition_is_a_marked_copy():
         our_blocks = {name: check_copies.block(ours.splitlines(), *span)
                       for name, span in check_copies.definitions(ours).items()}
         for veca_path in sorted((PACKAGE / "veca").glob("*.py")):
-            if veca_path.read_text().replace("Veca", "LookWhere").replace("VECA", "LookWhere").replace(
-                    "veca", "lookwhere") == ours:
-                continue  # a whole generated file (the image processor) is checked as one in test_image_processor
+            if check_copies.MARKER.match(ours.partition("\n")[0]):
+                continue  # a whole copied file (the image processor), checked as one
             theirs = veca_path.read_text()
             for name, span in check_copies.definitions(theirs).items():
                 source = check_copies.replaced(check_copies.block(theirs.splitlines(), *span),
@@ -130,3 +129,24 @@ def test_lookwhere_marks_its_copies_the_transformers_way():
     """transformers' `# Copied from <module>.<name>`, which the checker reads; not a `# Same as` it would skip."""
     for path in (PACKAGE / "lookwhere").glob("*.py"):
         assert "# Same as" not in path.read_text(), path
+
+
+def test_a_whole_file_copy_is_checked_and_fixed(tmp_path):
+    """A marker naming a module on a file's first line: the rest of the file is that module, names replaced."""
+    marker = "# Copied from corevision_hf.veca.modeling_veca with Veca->LookWhere, veca->lookwhere\n"
+    true_copy = marker + SOURCE.replace("Veca", "LookWhere").replace("veca", "lookwhere")
+    path = package(tmp_path, true_copy)
+    assert run_checker("--root", str(tmp_path)).returncode == 0
+    path.write_text(true_copy.replace("x * self", "x / self"))
+    result = run_checker("--root", str(tmp_path))
+    assert result.returncode == 1
+    assert result.stdout.splitlines()[0] == (
+        f"{path}:1: the file drifted from corevision_hf.veca.modeling_veca "
+        "(line 3 of the copy: 'return x / self.scale', source: 'return x * self.scale')")
+    assert run_checker("--root", str(tmp_path), "--fix").returncode == 0
+    assert path.read_text() == true_copy
+
+
+def test_the_image_processor_is_a_whole_file_copy():
+    first = (PACKAGE / "lookwhere" / "image_processing_lookwhere.py").read_text().partition("\n")[0]
+    assert check_copies.MARKER.match(first).group(2) == "veca.image_processing_veca"

@@ -128,13 +128,16 @@ def test_save_and_load_round_trip(tmp_path):
     assert tuple(overridden(photo(64, 32)).pixel_values.shape) == (1, 3, 28, 56)
 
 
-def test_lookwhere_processor_is_the_generated_copy():
-    """Each hub repo carries its own processor file; both are one source with the model name substituted."""
+def test_lookwhere_processor_is_the_checked_copy():
+    """Each hub repo carries its own processor file: LookWhere's is VECA's with the model name substituted, marked on
+    its first line so that tools/check_copies.py (tests/test_copies.py) keeps it equal."""
     package = pathlib.Path(__file__).parents[1] / "src" / "corevision_hf"
     source = (package / "veca" / "image_processing_veca.py").read_text()
-    copy = (package / "lookwhere" / "image_processing_lookwhere.py").read_text()
+    marker, _, copy = (package / "lookwhere" / "image_processing_lookwhere.py").read_text().partition("\n")
+    assert marker == ("# Copied from corevision_hf.veca.image_processing_veca with Veca->LookWhere, VECA->LookWhere, "
+                      "veca->lookwhere")
     assert copy == source.replace("Veca", "LookWhere").replace("VECA", "LookWhere").replace("veca", "lookwhere"), (
-        "regenerate lookwhere/image_processing_lookwhere.py from veca/image_processing_veca.py"
+        "run tools/check_copies.py --fix"
     )
 
 

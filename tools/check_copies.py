@@ -6,7 +6,8 @@ its definition (or its first decorator):
     # Copied from corevision_hf.veca.modeling_veca.VecaSwiGLU with Veca->LookWhere
 
 The copy must equal the named definition (a function, a class, or `Class.method`) once each `Old->New` replacement is
-applied to it. `python tools/check_copies.py` prints one line per drifted copy and exits 1; `--fix` rewrites the copies
+applied to it. A marker naming a module, on the first line of a file, makes the rest of the file a copy of that module
+(the image processors: `# Copied from corevision_hf.veca.image_processing_veca with Veca->LookWhere, ...`). `python tools/check_copies.py` prints one line per drifted copy and exits 1; `--fix` rewrites the copies
 from their sources.
 """
 
@@ -74,8 +75,34 @@ def source_definition(root: Path, dotted: str) -> tuple[str, str, str, tuple[int
     return None
 
 
+def source_module(root: Path, dotted: str) -> Path | None:
+    """The file of module `dotted` under `root`/corevision_hf, or None if it names no module."""
+    path = root / "corevision_hf" / Path(*dotted.split(".")).with_suffix(".py")
+    return path if path.is_file() else None
+
+
+def check_whole_file(path: Path, root: Path, fix: bool) -> list[str] | None:
+    """With a module marker on the first line of `path`: the problem if the rest of the file is not that module
+    with the replacements applied (fixed with `fix`), else []; None if the first line is no module marker."""
+    text = path.read_text()
+    first, _, rest = text.partition("\n")
+    match = MARKER.match(first)
+    module = source_module(root, match.group(2)) if match and not match.group(1) else None
+    if module is None:
+        return None
+    expected = replaced(module.read_text(), match.group(3))
+    if rest == expected:
+        return []
+    if fix:
+        path.write_text(first + "\n" + expected)
+    return [f"{path}:1: the file drifted from corevision_hf.{match.group(2)} ({first_difference(rest, expected)})"]
+
+
 def check_file(path: Path, root: Path, fix: bool) -> list[str]:
     """The drifted copies of `path`, one line each; with `fix`, rewrites them from their sources."""
+    whole = check_whole_file(path, root, fix)
+    if whole is not None:
+        return whole
     text = path.read_text()
     lines = text.splitlines()
     spans = {first: (name, last) for name, (first, last) in definitions(text).items()}

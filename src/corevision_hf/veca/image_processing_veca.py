@@ -1,7 +1,8 @@
 """Image processor for VECA: keeps the aspect ratio and snaps both sides to multiples of the patch size.
 
-Hub-copied: imports only torch and transformers. Both models' processor files are this code with the model name
-substituted (`tests/test_image_processor.py` checks it), as each hub repo must be self-contained: change them together.
+Hub-copied: imports only torch and transformers. Each hub repo must be self-contained, so the two models' processor
+files are one code with the model name substituted: the copy is marked `# Copied from` its source on its first line,
+and tools/check_copies.py keeps it equal (`--fix` rewrites it). Change the source.
 """
 
 import math
