@@ -1,7 +1,8 @@
 """A LookWhere forward's budget (`num_kept`, `kept_in_images`; per image from the selector map, `kept_for_mass`), what it
 costs, and the largest k that fits a target in analytic GFLOPs (`max_gflops`).
 
-Hub-copied: imported by modeling_lookwhere.py; standard library and torch. `corevision_hf.lookwhere_flops` and
+Hub-copied: imported by modeling_lookwhere.py; imports torch, transformers and the configuration. A forward's inputs
+are checked here (`check_inputs`, a marked copy of VECA's), as VECA's are in its budget file. `corevision_hf.lookwhere_flops` and
 `corevision_hf.dense_vit_flops` are this file's functions, so cost tables and the budget a target picks use one
 formula. Choosing a fixed budget is arithmetic on the image size, and k_mass's counts are computed on the device from
 the selector map: nothing here reads a tensor's values or anything of the machine (a latency target is
@@ -14,6 +15,9 @@ import numbers
 from collections.abc import Callable
 
 import torch
+from transformers.utils.generic import TransformersKwargs
+
+from .configuration_lookwhere import LookWhereConfig
 
 
 def dense_vit_flops(
@@ -298,3 +302,99 @@ def check_target(**targets) -> None:
         if target is not None and (isinstance(target, bool) or not isinstance(target, numbers.Real)
                                    or not 0 < target < math.inf):
             raise ValueError(f"{name} must be a finite number > 0 (per image and forward), got {target!r}.")
+
+
+# Forward's own arguments travel by name; these are transformers' standard ones (output capture, attention backends).
+STANDARD_FORWARD_KWARGS = frozenset(TransformersKwargs.__annotations__) | {"return_dict"}
+
+
+# Copied from corevision_hf.veca.budget_veca.check_inputs with Veca->LookWhere
+def check_inputs(
+    config: LookWhereConfig, pixel_values: torch.Tensor, pixel_mask: torch.Tensor | None, kwargs: dict, own: tuple[str, ...]
+) -> None:
+    """What forward needs to fail clearly, from shapes and names only (no host synchronisation): a batch of
+    normalised float images with the config's channels and sides in whole patches, a pixel_mask to match, no
+    misspelt keyword (`num_core=8` must not silently run the default budget), attention maps only where they are
+    formed. The budget is checked where it is chosen (budget file); NaN pixels are the image processor's to refuse."""
+    check_keywords(config, kwargs, own)
+    check_pixel_values(config, pixel_values, pixel_mask)
+    check_pixel_mask(config, pixel_values, pixel_mask)
+
+
+# Copied from corevision_hf.veca.budget_veca.check_keywords with Veca->LookWhere
+def check_keywords(config: LookWhereConfig, kwargs: dict, own: tuple[str, ...]) -> None:
+    """No keyword but transformers' standard ones beside the model's `own`, and attention maps only where formed."""
+    for name in kwargs:
+        if name == "max_ms":  # a latency is this machine's measurement, which the model does not read
+            raise ValueError(
+                "forward() takes no max_ms: pick the budget that fits a latency outside the model, "
+                "model(pixel_values, **corevision_hf.budget_for_latency(model, pixel_values, max_ms))."
+            )
+        if name not in STANDARD_FORWARD_KWARGS:
+            raise ValueError(f"forward() got an unexpected argument {name!r}; this model's own arguments are "
+                             f"{', '.join(own)}.")
+    attention = config._attn_implementation
+    if kwargs.get("output_attentions", config.output_attentions) and attention != "eager":
+        raise ValueError(
+            f"output_attentions=True needs attention maps, which {attention!r} attention does not compute: load the "
+            'model with attn_implementation="eager" (or call model.set_attn_implementation("eager")).'
+        )
+
+
+# Copied from corevision_hf.veca.budget_veca.check_pixel_values with Veca->LookWhere
+def check_pixel_values(config: LookWhereConfig, pixel_values: torch.Tensor, pixel_mask: torch.Tensor | None) -> None:
+    """A (batch, channels, height, width) float tensor with values (not meta), the config's channels, sides in whole
+    patches."""
+    if not isinstance(pixel_values, torch.Tensor) or pixel_values.ndim != 4 or not pixel_values.is_floating_point():
+        is_tensor = isinstance(pixel_values, torch.Tensor)
+        got = f"{tuple(pixel_values.shape)} {pixel_values.dtype}" if is_tensor else type(pixel_values).__name__
+        raise ValueError(
+            f"pixel_values must be a floating-point (batch, channels, height, width) tensor of normalised images, got "
+            f"{got}: use the model's image processor (pixel_values[None] adds the batch dimension to one image)."
+        )
+    meta = [name for name, tensor in (("pixel_values", pixel_values), ("pixel_mask", pixel_mask))
+            if isinstance(tensor, torch.Tensor) and tensor.is_meta]
+    if meta:  # torch's own error names only the devices
+        raise ValueError(f"{meta[0]} is on the meta device, which holds shapes but no values: pass a tensor with "
+                         "values, on the model's device.")
+    batch_size, channels, height, width = pixel_values.shape
+    patch = config.patch_size
+    if batch_size == 0:
+        raise ValueError("pixel_values holds no images (batch size 0); pass at least one image.")
+    if channels != config.num_channels:
+        raise ValueError(
+            f"pixel_values has {channels} channels but the model expects {config.num_channels}; "
+            "convert images to RGB (PIL: image.convert('RGB'))."
+        )
+    if height % patch or width % patch or min(height, width) < patch:
+        raise ValueError(
+            f"Image size {height}x{width} is not a multiple of the patch size {patch} (one patch at least); resize or "
+            f"crop it to {max(patch, height // patch * patch)}x{max(patch, width // patch * patch)}, or use the "
+            "model's image processor, which snaps sizes to patch multiples."
+        )
+
+
+# Copied from corevision_hf.veca.budget_veca.check_pixel_mask with Veca->LookWhere
+def check_pixel_mask(config: LookWhereConfig, pixel_values: torch.Tensor, pixel_mask: torch.Tensor | None) -> None:
+    """A padded batch comes with its mask, of the batch's (batch, height, width), and an attention that takes it."""
+    if pixel_mask is None:
+        if getattr(pixel_values, "padded_by_processor", False):  # the image processor's mark: no value read
+            raise ValueError(
+                "pixel_values is a batch the image processor padded to one size (its images differ in size), and no "
+                "pixel_mask was passed, so each image's features would include its padding: pass the mask too, "
+                "model(**inputs) or model(inputs.pixel_values, pixel_mask=inputs.pixel_mask)."
+            )
+        return
+    batch_size, _, height, width = pixel_values.shape
+    if not isinstance(pixel_mask, torch.Tensor) or tuple(pixel_mask.shape) != (batch_size, height, width):
+        shape = tuple(pixel_mask.shape) if isinstance(pixel_mask, torch.Tensor) else type(pixel_mask).__name__
+        raise ValueError(
+            f"pixel_mask has shape {shape} but pixel_values is {tuple(pixel_values.shape)}: pass the (batch, height, "
+            f"width) = {(batch_size, height, width)} pixel_mask the image processor returned with these pixel_values."
+        )
+    attention = config._attn_implementation
+    if attention not in ("eager", "sdpa"):  # flash takes no such mask; flex's CPU kernel fails on it
+        raise ValueError(
+            f"pixel_mask needs eager or sdpa attention, not {attention!r}: load the model with "
+            'attn_implementation="sdpa", or run the images of each size as a batch of their own.'
+        )

@@ -36,7 +36,7 @@ from transformers.utils import logging
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
 from transformers.utils.output_capturing import capture_outputs
 
-from .budget_lookwhere import patch_selection
+from .budget_lookwhere import check_inputs, patch_selection
 from .configuration_lookwhere import LookWhereConfig
 
 
@@ -465,81 +465,6 @@ def chosen_blocks(n, depth: int) -> list[int]:
     if not indices or any(isinstance(i, bool) or not isinstance(i, numbers.Integral) or not -depth <= i < depth for i in indices):
         raise ValueError(f"n={n!r}: give a number of last blocks, or a list of block indices in 0..{depth - 1}.")
     return [i % depth for i in indices]
-
-
-# Forward's own arguments travel by name; these are transformers' standard ones (output capture, attention backends).
-STANDARD_FORWARD_KWARGS = frozenset(TransformersKwargs.__annotations__) | {"return_dict"}
-
-
-# Copied from corevision_hf.veca.budget_veca.check_inputs with Veca->LookWhere
-def check_inputs(
-    config: LookWhereConfig, pixel_values: torch.Tensor, pixel_mask: torch.Tensor | None, kwargs: dict, own: tuple[str, ...]
-) -> None:
-    """What forward needs to fail clearly, from shapes and names only (no host synchronisation): a batch of
-    normalised float images with the config's channels and sides in whole patches, a pixel_mask to match, no
-    misspelt keyword (`num_core=8` must not silently run the default budget), attention maps only where they are
-    formed. The budget is checked where it is chosen (budget file); NaN pixels are the image processor's to refuse."""
-    for name in kwargs:
-        if name == "max_ms":  # a latency is this machine's measurement, which the model does not read
-            raise ValueError(
-                "forward() takes no max_ms: pick the budget that fits a latency outside the model, "
-                "model(pixel_values, **corevision_hf.budget_for_latency(model, pixel_values, max_ms))."
-            )
-        if name not in STANDARD_FORWARD_KWARGS:
-            raise ValueError(f"forward() got an unexpected argument {name!r}; this model's own arguments are "
-                             f"{', '.join(own)}.")
-    attention = config._attn_implementation
-    if kwargs.get("output_attentions", config.output_attentions) and attention != "eager":
-        raise ValueError(
-            f"output_attentions=True needs attention maps, which {attention!r} attention does not compute: load the "
-            'model with attn_implementation="eager" (or call model.set_attn_implementation("eager")).'
-        )
-    if not isinstance(pixel_values, torch.Tensor) or pixel_values.ndim != 4 or not pixel_values.is_floating_point():
-        is_tensor = isinstance(pixel_values, torch.Tensor)
-        got = f"{tuple(pixel_values.shape)} {pixel_values.dtype}" if is_tensor else type(pixel_values).__name__
-        raise ValueError(
-            f"pixel_values must be a floating-point (batch, channels, height, width) tensor of normalised images, got "
-            f"{got}: use the model's image processor (pixel_values[None] adds the batch dimension to one image)."
-        )
-    meta = [name for name, tensor in (("pixel_values", pixel_values), ("pixel_mask", pixel_mask))
-            if isinstance(tensor, torch.Tensor) and tensor.is_meta]
-    if meta:  # torch's own error names only the devices
-        raise ValueError(f"{meta[0]} is on the meta device, which holds shapes but no values: pass a tensor with "
-                         "values, on the model's device.")
-    batch_size, channels, height, width = pixel_values.shape
-    patch = config.patch_size
-    if batch_size == 0:
-        raise ValueError("pixel_values holds no images (batch size 0); pass at least one image.")
-    if channels != config.num_channels:
-        raise ValueError(
-            f"pixel_values has {channels} channels but the model expects {config.num_channels}; "
-            "convert images to RGB (PIL: image.convert('RGB'))."
-        )
-    if height % patch or width % patch or min(height, width) < patch:
-        raise ValueError(
-            f"Image size {height}x{width} is not a multiple of the patch size {patch} (one patch at least); resize or "
-            f"crop it to {max(patch, height // patch * patch)}x{max(patch, width // patch * patch)}, or use the "
-            "model's image processor, which snaps sizes to patch multiples."
-        )
-    if pixel_mask is None:
-        if getattr(pixel_values, "padded_by_processor", False):  # the image processor's mark: no value read
-            raise ValueError(
-                "pixel_values is a batch the image processor padded to one size (its images differ in size), and no "
-                "pixel_mask was passed, so each image's features would include its padding: pass the mask too, "
-                "model(**inputs) or model(inputs.pixel_values, pixel_mask=inputs.pixel_mask)."
-            )
-        return
-    if not isinstance(pixel_mask, torch.Tensor) or tuple(pixel_mask.shape) != (batch_size, height, width):
-        shape = tuple(pixel_mask.shape) if isinstance(pixel_mask, torch.Tensor) else type(pixel_mask).__name__
-        raise ValueError(
-            f"pixel_mask has shape {shape} but pixel_values is {tuple(pixel_values.shape)}: pass the (batch, height, "
-            f"width) = {(batch_size, height, width)} pixel_mask the image processor returned with these pixel_values."
-        )
-    if attention not in ("eager", "sdpa"):  # flash takes no such mask; flex's CPU kernel fails on it
-        raise ValueError(
-            f"pixel_mask needs eager or sdpa attention, not {attention!r}: load the model with "
-            'attn_implementation="sdpa", or run the images of each size as a batch of their own.'
-        )
 
 
 # Copied from corevision_hf.veca.modeling_veca.grids_from_mask

@@ -79,6 +79,13 @@ def check_inputs(
     normalised float images with the config's channels and sides in whole patches, a pixel_mask to match, no
     misspelt keyword (`num_core=8` must not silently run the default budget), attention maps only where they are
     formed. The budget is checked where it is chosen (budget file); NaN pixels are the image processor's to refuse."""
+    check_keywords(config, kwargs, own)
+    check_pixel_values(config, pixel_values, pixel_mask)
+    check_pixel_mask(config, pixel_values, pixel_mask)
+
+
+def check_keywords(config: VecaConfig, kwargs: dict, own: tuple[str, ...]) -> None:
+    """No keyword but transformers' standard ones beside the model's `own`, and attention maps only where formed."""
     for name in kwargs:
         if name == "max_ms":  # a latency is this machine's measurement, which the model does not read
             raise ValueError(
@@ -94,6 +101,11 @@ def check_inputs(
             f"output_attentions=True needs attention maps, which {attention!r} attention does not compute: load the "
             'model with attn_implementation="eager" (or call model.set_attn_implementation("eager")).'
         )
+
+
+def check_pixel_values(config: VecaConfig, pixel_values: torch.Tensor, pixel_mask: torch.Tensor | None) -> None:
+    """A (batch, channels, height, width) float tensor with values (not meta), the config's channels, sides in whole
+    patches."""
     if not isinstance(pixel_values, torch.Tensor) or pixel_values.ndim != 4 or not pixel_values.is_floating_point():
         is_tensor = isinstance(pixel_values, torch.Tensor)
         got = f"{tuple(pixel_values.shape)} {pixel_values.dtype}" if is_tensor else type(pixel_values).__name__
@@ -121,6 +133,10 @@ def check_inputs(
             f"crop it to {max(patch, height // patch * patch)}x{max(patch, width // patch * patch)}, or use the "
             "model's image processor, which snaps sizes to patch multiples."
         )
+
+
+def check_pixel_mask(config: VecaConfig, pixel_values: torch.Tensor, pixel_mask: torch.Tensor | None) -> None:
+    """A padded batch comes with its mask, of the batch's (batch, height, width), and an attention that takes it."""
     if pixel_mask is None:
         if getattr(pixel_values, "padded_by_processor", False):  # the image processor's mark: no value read
             raise ValueError(
@@ -129,12 +145,14 @@ def check_inputs(
                 "model(**inputs) or model(inputs.pixel_values, pixel_mask=inputs.pixel_mask)."
             )
         return
+    batch_size, _, height, width = pixel_values.shape
     if not isinstance(pixel_mask, torch.Tensor) or tuple(pixel_mask.shape) != (batch_size, height, width):
         shape = tuple(pixel_mask.shape) if isinstance(pixel_mask, torch.Tensor) else type(pixel_mask).__name__
         raise ValueError(
             f"pixel_mask has shape {shape} but pixel_values is {tuple(pixel_values.shape)}: pass the (batch, height, "
             f"width) = {(batch_size, height, width)} pixel_mask the image processor returned with these pixel_values."
         )
+    attention = config._attn_implementation
     if attention not in ("eager", "sdpa"):  # flash takes no such mask; flex's CPU kernel fails on it
         raise ValueError(
             f"pixel_mask needs eager or sdpa attention, not {attention!r}: load the model with "
