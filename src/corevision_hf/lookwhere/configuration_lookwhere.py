@@ -84,41 +84,16 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
 
     def __init__(
         self,
-        hidden_size=768,
-        num_hidden_layers=12,
-        num_attention_heads=12,
-        intermediate_size=3072,
-        hidden_act="gelu",
-        use_swiglu_ffn=False,
-        patch_size=14,
-        num_channels=3,
-        num_register_tokens=4,
-        layerscale_value=1.0,
-        layer_norm_eps=1e-6,
-        qkv_bias=True,
-        image_size=518,
-        interpolate_antialias=False,
-        selector_depth=3,
-        selector_image_size=154,
-        selector_antialias=True,
-        map_head_ratio=4,
-        map_head_act="gelu",
-        selector_map_antialias=False,
-        k_ratio=0.1,
-        default_k=None,
-        default_max_gflops=None,
-        default_k_mass=None,
-        num_fill_neighbors=5,
-        freeze_selector=True,
-        semantic_loss_ignore_index=255,
-        hidden_dropout_prob=0.0,
-        attention_dropout=0.0,
-        drop_path_rate=0.0,
-        initializer_range=0.02,
-        out_features=None,
-        out_indices=None,
-        apply_layernorm=True,
-        reshape_hidden_states=True,
+        hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,  # the transformer
+        hidden_act="gelu", use_swiglu_ffn=False, patch_size=14, num_channels=3, num_register_tokens=4,
+        layerscale_value=1.0, layer_norm_eps=1e-6, qkv_bias=True,
+        image_size=518, interpolate_antialias=False,  # the extractor's position table
+        selector_depth=3, selector_image_size=154, selector_antialias=True,  # the selector
+        map_head_ratio=4, map_head_act="gelu", selector_map_antialias=False,  # its map head
+        k_ratio=0.1, default_k=None, default_max_gflops=None, default_k_mass=None,  # the default budget
+        num_fill_neighbors=5, freeze_selector=True, semantic_loss_ignore_index=255,  # fill, fine-tuning
+        hidden_dropout_prob=0.0, attention_dropout=0.0, drop_path_rate=0.0, initializer_range=0.02,
+        out_features=None, out_indices=None, apply_layernorm=True, reshape_hidden_states=True,  # the backbone
         **kwargs,
     ):
         self.hidden_size = hidden_size
@@ -154,14 +129,33 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         self.initializer_range = initializer_range
         self.apply_layernorm = apply_layernorm
         self.reshape_hidden_states = reshape_hidden_states
-        if self._auto_class is not None:  # registered for the Auto classes: saving copies the hub files these name
-            kwargs = hub_code_fields(kwargs)
-        self._validate()  # before the stage names, whose errors would hide a bad num_hidden_layers
-        self.stage_names = ["stem"] + [f"stage{i}" for i in range(1, num_hidden_layers + 1)]
-        self.set_output_features_output_indices(out_indices=out_indices, out_features=out_features)
+        kwargs = self.checked_with_stages(kwargs, out_features, out_indices)
         super().__init__(**kwargs)
 
-    def _validate(self):
+    # Copied from corevision_hf.veca.configuration_veca.VecaConfig.checked_with_stages
+    def checked_with_stages(self, kwargs: dict, out_features, out_indices) -> dict:
+        """The end of `__init__` before transformers' own: the fields checked (`validate_fields`), the backbone's
+        stages set, and the `kwargs` for `PreTrainedConfig.__init__`, with the hub code fields when the class is
+        registered for the Auto classes (saving then copies the hub files these name)."""
+        if self._auto_class is not None:
+            kwargs = hub_code_fields(kwargs)
+        self.validate_fields()  # before the stage names, whose errors would hide a bad num_hidden_layers
+        self.stage_names = ["stem"] + [f"stage{i}" for i in range(1, self.num_hidden_layers + 1)]
+        self.set_output_features_output_indices(out_indices=out_indices, out_features=out_features)
+        return kwargs
+
+    # Copied from corevision_hf.veca.configuration_veca.VecaConfig.validate
+    def validate(self):
+        """transformers' checks of a config (`PreTrainedConfig.validate`, which `save_pretrained` runs), then this
+        model's (`validate_fields`), so that a field changed after construction is checked again on saving."""
+        parent = getattr(super(), "validate", None)  # a transformers 5 release before strict configs has none
+        if parent is not None:
+            parent()
+        self.validate_fields()
+
+    def validate_fields(self):
+        """A ValueError naming the first field out of range. Run on construction, by the model on `__init__` (as
+        `from_pretrained(..., field=value)` sets fields after the config was built) and on saving (`validate`)."""
         check_fields(
             self,
             positive_ints=("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "patch_size",

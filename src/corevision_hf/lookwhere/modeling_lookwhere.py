@@ -616,7 +616,7 @@ class LookWhereExtractor(LookWherePreTrainedModel):
 class LookWhereModel(LookWherePreTrainedModel):
     def __init__(self, config: LookWhereConfig):
         super().__init__(config)
-        config._validate()  # again: from_pretrained(..., field=value) sets fields after the config was checked
+        config.validate_fields()  # again: from_pretrained(..., field=value) sets fields after the config was checked
         self.selector = LookWhereSelector(config)
         self.extractor = LookWhereExtractor(config)
         self.post_init()

@@ -88,39 +88,17 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
 
     def __init__(
         self,
-        hidden_size=768,
-        num_hidden_layers=12,
-        num_attention_heads=12,
-        intermediate_size=2048,
-        patch_size=16,
-        num_channels=3,
-        image_size=256,
-        num_cores=64,
-        default_num_cores=None,
-        default_max_gflops=None,
-        training_budgets=None,
-        training_budget_weights=None,
-        rope_theta=100.0,
-        rope_zero_fraction=0.125,
-        rope_zero_from="low",
-        pos_embed_shift=0.08,
-        pos_embed_rescale=2.0,
-        coordinate_head_init=0.01,
-        core_coordinate_init_range=0.95,
-        core_coordinate_init_candidates=1000,
-        core_coordinate_init_seed=0,
-        patch_embedding_norm=False,
-        layer_norm_eps=1e-6,
-        hidden_dropout_prob=0.0,
-        attention_dropout=0.0,
-        drop_path_rate=0.0,
-        qkv_bias=True,
-        output_projection_size=None,
-        initializer_range=0.02,
-        out_features=None,
-        out_indices=None,
-        apply_layernorm=True,
-        reshape_hidden_states=True,
+        hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=2048,  # the transformer
+        patch_size=16, num_channels=3, image_size=256,  # the input
+        num_cores=64, default_num_cores=None, default_max_gflops=None,  # the core bank and the default budget
+        training_budgets=None, training_budget_weights=None,  # nested dropout
+        rope_theta=100.0, rope_zero_fraction=0.125, rope_zero_from="low",  # 2D axial RoPE
+        pos_embed_shift=0.08, pos_embed_rescale=2.0,  # its training-time augmentation
+        coordinate_head_init=0.01, core_coordinate_init_range=0.95, core_coordinate_init_candidates=1000,
+        core_coordinate_init_seed=0,  # the cores' coordinates
+        patch_embedding_norm=False, layer_norm_eps=1e-6, hidden_dropout_prob=0.0, attention_dropout=0.0,
+        drop_path_rate=0.0, qkv_bias=True, output_projection_size=None, initializer_range=0.02,
+        out_features=None, out_indices=None, apply_layernorm=True, reshape_hidden_states=True,  # the backbone
         **kwargs,
     ):
         self.hidden_size = hidden_size
@@ -133,14 +111,9 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
         self.num_cores = num_cores
         self.default_num_cores = default_num_cores
         self.default_max_gflops = default_max_gflops
-        if training_budgets is None:
-            # The reference schedule, scaled to the bank: eight even steps, later (larger) budgets drawn more often.
-            step = max(1, num_cores // 8)
-            training_budgets = sorted(set(range(step, num_cores + 1, step)) | {num_cores})
-        if training_budget_weights is None:
-            training_budget_weights = [i // 2 + 1 for i in range(len(training_budgets))]
-        self.training_budgets = list(training_budgets)
-        self.training_budget_weights = list(training_budget_weights)
+        self.training_budgets, self.training_budget_weights = training_schedule(
+            num_cores, training_budgets, training_budget_weights
+        )
         self.rope_theta = rope_theta
         self.rope_zero_fraction = rope_zero_fraction
         self.rope_zero_from = rope_zero_from
@@ -160,18 +133,35 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
         self.initializer_range = initializer_range
         self.apply_layernorm = apply_layernorm
         self.reshape_hidden_states = reshape_hidden_states
-        if self._auto_class is not None:  # registered for the Auto classes: saving copies the hub files these name
-            kwargs = hub_code_fields(kwargs)
-        self._validate()  # before the stage names, whose errors would hide a bad num_hidden_layers
-        self.stage_names = ["stem"] + [f"stage{i}" for i in range(1, num_hidden_layers + 1)]
-        self.set_output_features_output_indices(out_indices=out_indices, out_features=out_features)
+        kwargs = self.checked_with_stages(kwargs, out_features, out_indices)
         super().__init__(**kwargs)
         chunk = self.chunk_size_feed_forward
         if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 0:
             raise ValueError(f"chunk_size_feed_forward must be an int >= 0 (tokens per MLP chunk, 0: no chunks), got "
                              f"{chunk!r}.")
 
-    def _validate(self):
+    def checked_with_stages(self, kwargs: dict, out_features, out_indices) -> dict:
+        """The end of `__init__` before transformers' own: the fields checked (`validate_fields`), the backbone's
+        stages set, and the `kwargs` for `PreTrainedConfig.__init__`, with the hub code fields when the class is
+        registered for the Auto classes (saving then copies the hub files these name)."""
+        if self._auto_class is not None:
+            kwargs = hub_code_fields(kwargs)
+        self.validate_fields()  # before the stage names, whose errors would hide a bad num_hidden_layers
+        self.stage_names = ["stem"] + [f"stage{i}" for i in range(1, self.num_hidden_layers + 1)]
+        self.set_output_features_output_indices(out_indices=out_indices, out_features=out_features)
+        return kwargs
+
+    def validate(self):
+        """transformers' checks of a config (`PreTrainedConfig.validate`, which `save_pretrained` runs), then this
+        model's (`validate_fields`), so that a field changed after construction is checked again on saving."""
+        parent = getattr(super(), "validate", None)  # a transformers 5 release before strict configs has none
+        if parent is not None:
+            parent()
+        self.validate_fields()
+
+    def validate_fields(self):
+        """A ValueError naming the first field out of range. Run on construction, by the model on `__init__` (as
+        `from_pretrained(..., field=value)` sets fields after the config was built) and on saving (`validate`)."""
         check_fields(
             self,
             positive_ints=("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "patch_size",
@@ -238,6 +228,17 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
         if name not in VECA_PRESETS:
             raise ValueError(f"Unknown VECA preset {name!r}; choose one of {sorted(VECA_PRESETS)}.")
         return cls(**{**VECA_PRESETS[name], **kwargs})
+
+
+def training_schedule(num_cores: int, budgets, weights) -> tuple[list, list]:
+    """The nested-dropout budgets and their weights, as given or the reference schedule scaled to the bank: eight
+    even steps, later (larger) budgets drawn more often."""
+    if budgets is None:
+        step = max(1, num_cores // 8)
+        budgets = sorted(set(range(step, num_cores + 1, step)) | {num_cores})
+    if weights is None:
+        weights = [i // 2 + 1 for i in range(len(budgets))]
+    return list(budgets), list(weights)
 
 
 def check_fields(config, positive_ints=(), positive_numbers=(), probabilities=()) -> None:

@@ -484,7 +484,7 @@ class VecaEncoder(VecaPreTrainedModel):
 class VecaModel(VecaPreTrainedModel):
     def __init__(self, config: VecaConfig):
         super().__init__(config)
-        config._validate()  # again: from_pretrained(..., field=value) sets fields after the config was checked
+        config.validate_fields()  # again: from_pretrained(..., field=value) sets fields after the config was checked
         self.patch_embeddings = VecaPatchEmbeddings(config)
         self.core_bank = VecaCoreBank(config)
         self.encoder = VecaEncoder(config)
