@@ -64,21 +64,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parse(parser, argv, SCRIPT)
 
 
-def main(argv=None) -> None:
-    args = parse_args(argv)
-    # heavy imports after parsing, so that --help answers at once
-    from corevision_hf import LookWhereConfig, lookwhere_from_teacher
-    from corevision_hf.cli import reading_weights
-    from corevision_hf.images import check_pixels_fit
+def check_before_start(args) -> None:
+    """Raises ValueError for what is wrong before the run starts: the optimiser, the frozen steps, unknown overrides."""
+    from corevision_hf import LookWhereConfig
 
-    from .loop import distill, start, training_data
-    from .losses import lookwhere_loss
     from .optim import check_optimizer
-    from .schedule import draw_int
-    from .teacher import TEACHER_DTYPES, load_teacher, run_teacher, teacher_targets_and_map
-    from .teacher_cache import teacher_cache
-    from .teacher_mean import TeacherMean
-    from .validation import HeldOutAgreement
 
     check_optimizer("lookwhere", args.optimizer)
     if args.freeze_extractor_steps >= args.max_steps:
@@ -87,25 +77,10 @@ def main(argv=None) -> None:
                          "lower it, or raise --max-steps.")
     if unknown := sorted(set(parse_config_overrides(args.config_overrides)) - set(LookWhereConfig().to_dict())):
         raise ValueError(f"--config-overrides sets {', '.join(unknown)}, which LookWhereConfig does not have.")
-    accelerator = start(args, SCRIPT)
-    check_positive(args, "image_size", "selector_depth", "selector_image_size")
-    overrides = parse_config_overrides(args.config_overrides)
-    if fixed := sorted(set(overrides) & set(TEACHER_FIELDS)):
-        raise ValueError(f"--config-overrides sets {', '.join(fixed)}, which the teacher fixes (the student is a copy of "
-                         "it); use --selector-depth / --selector-image-size / --image-size for the selector and size.")
-    check_pixels_fit(args.image_size, args.image_size, args.batch_size, f"--image-size {args.image_size}",
-                     accelerator.device)  # an impossible size is one line here, not the out-of-memory killer later
-    if args.teacher_microbatch is not None and not 1 <= args.teacher_microbatch <= args.batch_size:
-        raise ValueError(f"--teacher-microbatch must lie in 1..--batch-size {args.batch_size}, got "
-                         f"{args.teacher_microbatch}.")
 
-    with reading_weights(args.teacher):
-        teacher = load_teacher(args.teacher).to(accelerator.device)
-    student = lookwhere_from_teacher(
-        teacher, selector_depth=args.selector_depth, selector_image_size=args.selector_image_size, **overrides
-    )
-    teacher.to(TEACHER_DTYPES[args.teacher_dtype])  # after the student copied its float32 weights
-    patch = student.config.patch_size
+
+def grid_and_slots(args, patch: int) -> tuple[tuple[int, int], int]:
+    """(the patch grid at --image-size, M: the most patches the extractor keeps), checked against --k-min/--k-max."""
     if args.image_size % patch:
         raise ValueError(f"--image-size {args.image_size} is not a multiple of the teacher's patch size {patch}.")
     grid = (args.image_size // patch, args.image_size // patch)
@@ -114,21 +89,29 @@ def main(argv=None) -> None:
     slots = args.k_max if args.k_slots is None else args.k_slots
     if not args.k_min <= slots:
         raise ValueError(f"--k-slots {slots} is below --k-min {args.k_min}: every k would run {slots} patches.")
-    dataset, stats = training_data(accelerator, args, args.image_size)
-    cache = teacher_cache(args, dataset)
-    teacher_mean = TeacherMean(accelerator.device)  # the centre of the centred measures: validation, export
+    return grid, slots
 
-    validate = None
-    if args.eval_every:
-        budgets = [int(k) for k in args.eval_budgets.split(",")] if args.eval_budgets else [args.k_min, slots]
-        held_out = HeldOutAgreement(args.eval_data, "k", budgets, [args.image_size], args.batch_size, args.eval_images,
-                                    accelerator, args.augment)
 
-        def validate(student):
-            return held_out(student, teacher, teacher_mean.validation_centre(accelerator))
+def validator(args, accelerator, teacher, teacher_mean, slots: int):
+    """validate(student), the held-out agreement at --eval-budgets (k); None without --eval-every."""
+    from .validation import HeldOutAgreement
 
-    def draws(step: int) -> dict:
-        return {"k": patches_kept(draw_int(args.k_min, args.k_max, args.seed, step), slots)}
+    if not args.eval_every:
+        return None
+    budgets = [int(k) for k in args.eval_budgets.split(",")] if args.eval_budgets else [args.k_min, slots]
+    held_out = HeldOutAgreement(args.eval_data, "k", budgets, [args.image_size], args.batch_size, args.eval_images,
+                                accelerator, args.augment)
+
+    def validate(student):
+        return held_out(student, teacher, teacher_mean.validation_centre(accelerator))
+
+    return validate
+
+
+def lookwhere_loss_fn(args, teacher, grid: tuple[int, int], cache, teacher_mean):
+    """loss_fn(student, batch, step_draws) for training.loop.distill: the what-where loss against the teacher."""
+    from .losses import lookwhere_loss
+    from .teacher import run_teacher, teacher_targets_and_map
 
     def loss_fn(student, batch, step_draws):
         pixel_values = batch["pixel_values"]
@@ -146,6 +129,52 @@ def main(argv=None) -> None:
             teacher_cls, teacher_patches, teacher_map, map_weight=args.map_weight,
         )
 
+    return loss_fn
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    # heavy imports after parsing, so that --help answers at once
+    from corevision_hf import lookwhere_from_teacher
+    from corevision_hf.cli import reading_weights
+    from corevision_hf.images import check_pixels_fit
+
+    from .loop import distill, start, training_data
+    from .schedule import draw_int
+    from .teacher import TEACHER_DTYPES, load_teacher
+    from .teacher_cache import teacher_cache
+    from .teacher_mean import TeacherMean
+
+    check_before_start(args)
+    accelerator = start(args, SCRIPT)
+    check_positive(args, "image_size", "selector_depth", "selector_image_size")
+    overrides = parse_config_overrides(args.config_overrides)
+    if fixed := sorted(set(overrides) & set(TEACHER_FIELDS)):
+        raise ValueError(f"--config-overrides sets {', '.join(fixed)}, which the teacher fixes (the student is a copy "
+                         "of it); use --selector-depth / --selector-image-size / --image-size for the selector and "
+                         "size.")
+    check_pixels_fit(args.image_size, args.image_size, args.batch_size, f"--image-size {args.image_size}",
+                     accelerator.device)  # an impossible size is one line here, not the out-of-memory killer later
+    if args.teacher_microbatch is not None and not 1 <= args.teacher_microbatch <= args.batch_size:
+        raise ValueError(f"--teacher-microbatch must lie in 1..--batch-size {args.batch_size}, got "
+                         f"{args.teacher_microbatch}.")
+
+    with reading_weights(args.teacher):
+        teacher = load_teacher(args.teacher).to(accelerator.device)
+    student = lookwhere_from_teacher(
+        teacher, selector_depth=args.selector_depth, selector_image_size=args.selector_image_size, **overrides
+    )
+    teacher.to(TEACHER_DTYPES[args.teacher_dtype])  # after the student copied its float32 weights
+    grid, slots = grid_and_slots(args, student.config.patch_size)
+    dataset, stats = training_data(accelerator, args, args.image_size)
+    cache = teacher_cache(args, dataset)
+    teacher_mean = TeacherMean(accelerator.device)  # the centre of the centred measures: validation, export
+    validate = validator(args, accelerator, teacher, teacher_mean, slots)
+
+    def draws(step: int) -> dict:
+        return {"k": patches_kept(draw_int(args.k_min, args.k_max, args.seed, step), slots)}
+
+    loss_fn = lookwhere_loss_fn(args, teacher, grid, cache, teacher_mean)
     distill(accelerator, args, SCRIPT, student, teacher, dataset, stats, draws, loss_fn, validate, teacher_mean)
 
 

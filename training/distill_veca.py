@@ -103,44 +103,38 @@ def per_resolution(text: str | None, name: str, sizes: list[int], default: int |
     return {size: values.get(size, default) for size in sizes}
 
 
-def main(argv=None) -> None:
-    args = parse_args(argv)
-    # heavy imports after parsing, so that --help answers at once
-    from corevision_hf import VecaConfig, VecaModel, veca_from_teacher
-    from corevision_hf.cli import reading_weights
+def resolution_batches(args, phases: list, device) -> tuple[list[int], dict, dict]:
+    """(the trained sizes, the batch size per size, the teacher micro-batch per size), each size checked to fit."""
     from corevision_hf.images import check_pixels_fit
 
-    from .loop import distill, start, training_data
-    from .losses import veca_loss
-    from .schedule import draw
-    from .teacher import (TEACHER_DTYPES, copy_patch_embedding, load_init, load_teacher, run_teacher, teacher_input,
-                          teacher_patch_size, teacher_targets)
-    from .teacher_cache import teacher_cache
-    from .teacher_mean import TeacherMean
-    from .validation import HeldOutAgreement
-
-    accelerator = start(args, SCRIPT)
-    check_positive(args, "image_size")
-    phases = parse_resolutions(args)
     sizes = sorted({size for _, phase_sizes, _ in phases for size in phase_sizes})
     batch_sizes = per_resolution(args.batch_sizes, "batch-sizes", sizes, args.batch_size)
     for size in sizes:  # an impossible size is one line here, not the out-of-memory killer later
-        check_pixels_fit(size, size, batch_sizes[size], f"Resolution {size}", accelerator.device)
+        check_pixels_fit(size, size, batch_sizes[size], f"Resolution {size}", device)
     microbatches = per_resolution(args.teacher_microbatch, "teacher-microbatch", sizes, None)
     too_large = [size for size in sizes if microbatches[size] and microbatches[size] > batch_sizes[size]]
     if too_large:
         raise ValueError(f"--teacher-microbatch is larger than the batch at {too_large} px: at most the batch size.")
-    overrides = parse_config_overrides(args.config_overrides)
+    return sizes, batch_sizes, microbatches
+
+
+def check_starts(args, sizes: list[int]) -> None:
+    """Raises ValueError for two starting points at once, or a teacher cache with more than one resolution."""
     if args.init_from_teacher and args.init_from:
         raise ValueError("--init-from-teacher starts from the teacher's weights, --init-from from a VECA's: "
                          "choose one.")
     if args.teacher_cache and len(sizes) > 1:
-        raise ValueError("--teacher-cache needs one resolution (its targets are per image and size): drop --resolutions.")
+        raise ValueError("--teacher-cache needs one resolution (its targets are per image and size): drop "
+                         "--resolutions.")
 
-    # Data, teacher and student are all checked before the first step.
-    with reading_weights(args.teacher):
-        teacher = load_teacher(args.teacher, TEACHER_DTYPES[args.teacher_dtype]).to(accelerator.device)
-    teacher_patch = teacher_patch_size(teacher)
+
+def build_student(args, accelerator, teacher, overrides: dict, sizes: list[int]) -> tuple:
+    """(student, its config): from the teacher, from --init-from or new from --preset; sizes checked by its patch."""
+    from corevision_hf import VecaConfig, VecaModel, veca_from_teacher
+    from corevision_hf.cli import reading_weights
+
+    from .teacher import copy_patch_embedding, load_init
+
     if args.init_from_teacher:
         student = veca_from_teacher(teacher, **overrides).float()  # float32 weights whatever --teacher-dtype
         config = student.config
@@ -160,29 +154,44 @@ def main(argv=None) -> None:
             raise ValueError(f"Resolution {size} is not a multiple of the student's patch size {config.patch_size}.")
     if args.patch_embed_from_teacher and not (args.init_from or args.init_from_teacher):
         accelerator.print(copy_patch_embedding(teacher, student.patch_embeddings.projection))
+    return student, config
+
+
+def resolution_data(accelerator, args, sizes: list[int], batch_sizes: dict) -> tuple[dict, list]:
+    """({size: (this process's training images, batch size)}, each size's data stats)."""
+    from .loop import training_data
+
     streams = {}
     for size in sizes:
         streams[size] = training_data(accelerator, args, size), batch_sizes[size]
     stats = [data_stats for (_, data_stats), _ in streams.values()]
     dataset = {size: (data, batch_size) for size, ((data, _), batch_size) in streams.items()}
-    cache = teacher_cache(args, dataset[sizes[0]][0])
-    teacher_mean = TeacherMean(accelerator.device)  # the centre of the centred measures: validation, export
-    validate = None
-    if args.eval_every:
-        budgets = [int(b) for b in args.eval_budgets.split(",")] if args.eval_budgets else [config.num_cores]
-        eval_sizes = [int(s) for s in args.eval_resolutions.split(",")] if args.eval_resolutions else sizes
-        held_out = HeldOutAgreement(args.eval_data, "num_cores", budgets, eval_sizes, args.batch_size,
-                                    args.eval_images, accelerator, args.augment)
+    return dataset, stats
 
-        def validate(student):
-            return held_out(student, teacher, teacher_mean.validation_centre(accelerator))
 
-    def draws(step: int) -> dict:
-        _, phase_sizes, weights = [phase for phase in phases if phase[0] <= step][-1]
-        return {
-            "num_cores": draw(config.training_budgets, config.training_budget_weights, args.seed, step),
-            "resolution": draw(phase_sizes, weights, args.seed + 1, step),
-        }
+def validator(args, accelerator, teacher, teacher_mean, config, sizes: list[int]):
+    """validate(student), the held-out agreement at --eval-budgets and --eval-resolutions; None without --eval-every."""
+    from .validation import HeldOutAgreement
+
+    if not args.eval_every:
+        return None
+    budgets = [int(b) for b in args.eval_budgets.split(",")] if args.eval_budgets else [config.num_cores]
+    eval_sizes = [int(s) for s in args.eval_resolutions.split(",")] if args.eval_resolutions else sizes
+    held_out = HeldOutAgreement(args.eval_data, "num_cores", budgets, eval_sizes, args.batch_size,
+                                args.eval_images, accelerator, args.augment)
+
+    def validate(student):
+        return held_out(student, teacher, teacher_mean.validation_centre(accelerator))
+
+    return validate
+
+
+def veca_loss_fn(args, teacher, config, microbatches: dict, cache, teacher_mean):
+    """loss_fn(student, batch, step_draws) for training.loop.distill: the VECA loss against the teacher's targets."""
+    from .losses import veca_loss
+    from .teacher import run_teacher, teacher_input, teacher_patch_size, teacher_targets
+
+    teacher_patch = teacher_patch_size(teacher)
 
     def loss_fn(student, batch, step_draws):
         size, num_cores = step_draws["resolution"], step_draws["num_cores"]
@@ -204,6 +213,44 @@ def main(argv=None) -> None:
             args.dense_weight, args.mse_weight,
         )
 
+    return loss_fn
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    # heavy imports after parsing, so that --help answers at once
+    from corevision_hf.cli import reading_weights
+
+    from .loop import distill, start
+    from .schedule import draw
+    from .teacher import TEACHER_DTYPES, load_teacher
+    from .teacher_cache import teacher_cache
+    from .teacher_mean import TeacherMean
+
+    accelerator = start(args, SCRIPT)
+    check_positive(args, "image_size")
+    phases = parse_resolutions(args)
+    sizes, batch_sizes, microbatches = resolution_batches(args, phases, accelerator.device)
+    overrides = parse_config_overrides(args.config_overrides)
+    check_starts(args, sizes)
+
+    # Data, teacher and student are all checked before the first step.
+    with reading_weights(args.teacher):
+        teacher = load_teacher(args.teacher, TEACHER_DTYPES[args.teacher_dtype]).to(accelerator.device)
+    student, config = build_student(args, accelerator, teacher, overrides, sizes)
+    dataset, stats = resolution_data(accelerator, args, sizes, batch_sizes)
+    cache = teacher_cache(args, dataset[sizes[0]][0])
+    teacher_mean = TeacherMean(accelerator.device)  # the centre of the centred measures: validation, export
+    validate = validator(args, accelerator, teacher, teacher_mean, config, sizes)
+
+    def draws(step: int) -> dict:
+        _, phase_sizes, weights = [phase for phase in phases if phase[0] <= step][-1]
+        return {
+            "num_cores": draw(config.training_budgets, config.training_budget_weights, args.seed, step),
+            "resolution": draw(phase_sizes, weights, args.seed + 1, step),
+        }
+
+    loss_fn = veca_loss_fn(args, teacher, config, microbatches, cache, teacher_mean)
     distill(accelerator, args, SCRIPT, student, teacher, dataset, stats, draws, loss_fn, validate, teacher_mean)
 
 

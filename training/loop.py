@@ -469,6 +469,41 @@ def processes_answer(accelerator: Accelerator, name: str, timeout: int) -> bool:
     return True
 
 
+def check_streams_fill_a_batch(args, streams: dict) -> None:
+    """Raises ValueError when a stream of a sized dataset holds fewer images per process than one of its batches."""
+    for data, batch_size in streams.values():
+        if not isinstance(data, torch.utils.data.IterableDataset) and len(data) < batch_size:
+            raise ValueError(
+                f"{args.data} holds {len(data)} images per process, fewer than one batch of {batch_size}: lower "
+                "--batch-size or add images."
+            )
+
+
+def prepare_student(accelerator: Accelerator, args, student) -> tuple:
+    """(student, optimizer, extractor warmup or None), the student and its optimizer prepared by `accelerator`."""
+    if args.gradient_checkpointing:
+        student.activation_checkpointing_enable({"use_reentrant": False})
+    optimizer = build_optimizer(student, args.optimizer, args.lr, args.weight_decay)
+    warmup = ExtractorWarmup.from_args(args, single_process=accelerator.distributed_type == DistributedType.NO)
+    if warmup is not None:
+        optimizer = split_extractor_groups(optimizer, student)
+    accelerator.print(describe(optimizer))
+    student, optimizer = accelerator.prepare(student, optimizer)  # the teacher is not prepared: not in checkpoints
+    return student, optimizer, warmup
+
+
+def set_learning_rate(args, optimizer, warmup, step: int) -> float:
+    """Sets step `step`'s learning rate, `lr * warmup_cosine(step)` (through the extractor warmup if any), returned."""
+    lr = args.lr * warmup_cosine(step, args.warmup_steps, args.max_steps, args.min_lr / args.lr,
+                                 args.warmup_start_lr / args.lr)
+    if warmup is not None:
+        warmup.apply(optimizer, step, lr)
+    else:
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+    return lr
+
+
 def distill(
     accelerator: Accelerator, args, script: str, student, teacher, dataset, stats, draws, loss_fn, validate=None,
     teacher_mean=None,
@@ -493,20 +528,8 @@ def distill(
       stays frozen for that many steps, then its learning rate ramps up from 0.
     """
     streams = dataset if isinstance(dataset, dict) else {"all": (dataset, args.batch_size)}
-    for data, batch_size in streams.values():
-        if not isinstance(data, torch.utils.data.IterableDataset) and len(data) < batch_size:
-            raise ValueError(
-                f"{args.data} holds {len(data)} images per process, fewer than one batch of {batch_size}: lower "
-                "--batch-size or add images."
-            )
-    if args.gradient_checkpointing:
-        student.activation_checkpointing_enable({"use_reentrant": False})
-    optimizer = build_optimizer(student, args.optimizer, args.lr, args.weight_decay)
-    warmup = ExtractorWarmup.from_args(args, single_process=accelerator.distributed_type == DistributedType.NO)
-    if warmup is not None:
-        optimizer = split_extractor_groups(optimizer, student)
-    accelerator.print(describe(optimizer))
-    student, optimizer = accelerator.prepare(student, optimizer)  # the teacher is not prepared: not in checkpoints
+    check_streams_fill_a_batch(args, streams)
+    student, optimizer, warmup = prepare_student(accelerator, args, student)
     start_positions = {str(key): (0, 0) for key in streams}
     step, positions = (load_checkpoint(accelerator, args.output_dir, teacher_mean) if args.resume
                        else (0, start_positions))
@@ -518,13 +541,7 @@ def distill(
     try:
         while step < args.max_steps:
             step_draws = draws(step)
-            lr = args.lr * warmup_cosine(step, args.warmup_steps, args.max_steps, args.min_lr / args.lr,
-                                         args.warmup_start_lr / args.lr)
-            if warmup is not None:
-                warmup.apply(optimizer, step, lr)
-            else:
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
+            lr = set_learning_rate(args, optimizer, warmup, step)
             logging = logs_at(args, step + 1, validate)
             values = train_step(accelerator, args, student, optimizer, batches, loss_fn, log, step, step_draws, logging,
                                 warmup)
