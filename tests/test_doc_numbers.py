@@ -1,0 +1,784 @@
+"""Every measured number the docs quote is its committed JSON's, rounded as the docs show it (issue #60).
+
+Each check is (doc file, text, values): `text` is the doc's wording with one `{}` per number, and each value names a
+committed JSON, the key path to the number in it, and the digits the doc shows. The test reads the JSON, rounds half
+away from zero (on the JSON's own decimal text) and asserts the doc holds the text with those numbers, whitespace and
+line breaks aside. A rerun that changes a JSON fails here until the doc quotes the new numbers.
+
+A key path is a sequence of dict keys and list indices; a dict in it picks, from a list, the one item whose fields
+match it (`{"model": "DINOv3-B", "resolution": 1024}`). Numbers that are not stored but follow from stored ones (a
+ratio of two latencies) are `Derived`, computed from the JSON's values. docs/tasks.md has its own test
+(tests/test_tasks_doc.py); its numbers are not repeated here.
+"""
+
+import json
+import re
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+from functools import cache
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = "benchmarks/results/"
+FINETUNE = "experiments/finetune_rotation/results/"
+
+
+@cache
+def load(json_file: str):
+    # floats as Decimal: the JSON's own decimal text is what gets rounded, not its nearest binary float
+    return json.loads((ROOT / json_file).read_text(), parse_float=Decimal)
+
+
+@cache
+def page(doc: str) -> str:
+    return re.sub(r"\s+", " ", (ROOT / doc).read_text())
+
+
+def lookup(json_file: str, path: tuple):
+    node = load(json_file)
+    for key in path:
+        if isinstance(key, dict):
+            matches = [item for item in node if all(item.get(field) == want for field, want in key.items())]
+            assert len(matches) == 1, f"{json_file}: {key} matches {len(matches)} items"
+            node = matches[0]
+        else:
+            node = node[key]
+    return node
+
+
+def rounded(value, digits: int, sign: bool = False, percent: bool = False) -> str:
+    """`value` rounded half away from zero to `digits` decimals (negative: tens, hundreds), as the docs write it."""
+    value = Decimal(value) * (100 if percent else 1)
+    text = str(value.quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))
+    if digits < 0:
+        text = str(int(Decimal(text)))
+    return f"+{text}" if sign and not text.startswith("-") else text
+
+
+@dataclass(frozen=True)
+class Value:
+    json_file: str
+    path: tuple
+    digits: int
+    sign: bool = False
+    percent: bool = False
+
+    def text(self) -> str:
+        return rounded(lookup(self.json_file, self.path), self.digits, self.sign, self.percent)
+
+    def __str__(self):
+        return f"{self.json_file}:{'/'.join(map(str, self.path))}"
+
+
+@dataclass(frozen=True)
+class Derived:
+    what: str
+    compute: Callable[[], Decimal]
+    digits: int
+    sign: bool = False
+    percent: bool = False
+
+    def text(self) -> str:
+        value = self.compute()
+        if isinstance(value, str):   # a verdict the JSON stores as text
+            return value
+        return rounded(value, self.digits, self.sign, self.percent)
+
+    def __str__(self):
+        return self.what
+
+
+def V(json_file, *path, digits=3, sign=False, percent=False):
+    return Value(json_file, path, digits, sign, percent)
+
+
+def interval(json_file, *path, digits=3, sign=False):
+    """mean [low, high] of a statistic."""
+    return [V(json_file, *path, key, digits=digits, sign=sign) for key in ("mean", "low", "high")]
+
+
+def plus_minus(json_file, *path, digits=3):
+    """+mean ± half_width of a difference."""
+    return [V(json_file, *path, "mean", digits=digits, sign=True), V(json_file, *path, "half_width", digits=digits)]
+
+
+def ratio(json_file, numerator: tuple, denominator: tuple, digits: int, percent=False, minus_one=False):
+    def compute():
+        value = lookup(json_file, numerator) / lookup(json_file, denominator)
+        return value - 1 if minus_one else value
+
+    return Derived(f"{json_file}: {numerator} / {denominator}", compute, digits, percent=percent)
+
+
+# ---------------------------------------------------------------------------------------------------- speed
+VECA = RESULTS + "veca_cpu.json"
+LW = RESULTS + "lookwhere_cpu.json"
+MEM = RESULTS + "memory_cpu.json"
+
+
+def veca_row(model, resolution, key="latency_s", digits=3, **kw):
+    return V(VECA, "rows", {"model": model, "resolution": resolution}, key, digits=digits, **kw)
+
+
+def lw_row(model, resolution, key="latency_s", digits=3, **kw):
+    return V(LW, "rows", {"model": model, "resolution": resolution}, key, digits=digits, **kw)
+
+
+def lw_latency(model, resolution):
+    return ("rows", {"model": model, "resolution": resolution}, "latency_s")
+
+
+def veca_latency(model, resolution):
+    return ("rows", {"model": model, "resolution": resolution}, "latency_s")
+
+
+DINOV2, DINOV2_OPT = "DINOv2-B/14 full image", "DINOv2-B/14, optimize_for_cpu (reference)"
+LWB, LWB_OPT = "LookWhere-B k_ratio=0.1", "LookWhere-B k_ratio=0.1, optimize_for_cpu"
+VECA64, VECA64_OPT, VECA16_OPT = "VECA-B C=64", "VECA-B C=64, optimize_for_cpu", "VECA-B C=16, optimize_for_cpu"
+
+
+def mem(model, path, key, digits=0, **kw):
+    return V(MEM, "rows", {"model": model, "path": path}, key, digits=digits, **kw)
+
+
+def mem_kept_by_opt_in(model, digits=-1):
+    def compute():
+        return (lookup(MEM, ("rows", {"model": model, "path": "optimize_for_cpu"}, "after_forward_mib"))
+                - lookup(MEM, ("rows", {"model": model, "path": "default"}, "after_forward_mib")))
+
+    return Derived(f"{MEM}: {model} after_forward_mib, opt-in minus default", compute, digits)
+
+
+def gflops_needed_over(target_ratio, teacher_row, student_row, reference, json_file, resolution):
+    """How much faster per second the student must compute for `target_ratio` against the teacher: its FLOPs over the
+    teacher's time / target, over `reference` (a row's achieved GFLOP/s, or the matmul rate)."""
+
+    def compute():
+        teacher = lookup(json_file, ("rows", {"model": teacher_row, "resolution": resolution}, "latency_s"))
+        gflops = lookup(json_file, ("rows", {"model": student_row, "resolution": resolution}, "gflops"))
+        return gflops / (teacher / target_ratio) / reference()
+
+    return compute
+
+
+SPEED_TABLE_README = [
+    ("README.md", "| VECA-B/16 at 64 cores vs DINOv3-B/16 | default | 1024 px | {} s | {} s | {}x |",
+     [veca_row("DINOv3-B", 1024, digits=2), veca_row(VECA64, 1024, digits=2),
+      veca_row(VECA64, 1024, "dinov3_over_this", 2)]),
+    ("README.md", "| | default | 2048 px | {} s | {} s | {}x |",
+     [veca_row("DINOv3-B", 2048, digits=1), veca_row(VECA64, 2048, digits=1),
+      veca_row(VECA64, 2048, "dinov3_over_this", 2)]),
+    ("README.md", "| LookWhere-B/14 at k_ratio 0.1 vs DINOv2-B/14 | default | 518 px | {} s | {} s | {}x |",
+     [lw_row(DINOV2, 518, digits=2), lw_row(LWB, 518), lw_row(LWB, 518, "speedup_vs_dinov2", 1)]),
+    ("README.md", "| | default | 1036 px | {} s | {} s | {}x |",
+     [lw_row(DINOV2, 1036, digits=1), lw_row(LWB, 1036), lw_row(LWB, 1036, "speedup_vs_dinov2", 1)]),
+    ("README.md", "| | opt-in | 518 px | {} s | {} s | {}x |",
+     [lw_row(DINOV2_OPT, 518, digits=2), lw_row(LWB_OPT, 518),
+      ratio(LW, lw_latency(DINOV2_OPT, 518), lw_latency(LWB_OPT, 518), 1)]),
+    ("README.md", "| | opt-in | 1036 px | {} s | {} s | {}x |",
+     [lw_row(DINOV2_OPT, 1036, digits=1), lw_row(LWB_OPT, 1036),
+      ratio(LW, lw_latency(DINOV2_OPT, 1036), lw_latency(LWB_OPT, 1036), 1)]),
+    ("README.md", "(log-log slope {} between 1024 and 2048 px, against DINOv3's {})",
+     [V(VECA, "slopes", VECA64, digits=2), V(VECA, "slopes", "DINOv3-B", digits=2)]),
+]
+
+SPEED_PAGE = [
+    ("docs/speed.md", "| 1024 px | 4096 | {} s | {} s | {}x |",
+     [veca_row("DINOv3-B", 1024), veca_row(VECA64, 1024), veca_row(VECA64, 1024, "dinov3_over_this", 2)]),
+    ("docs/speed.md", "| 2048 px | 16384 | {} s | {} s | {}x |",
+     [veca_row("DINOv3-B", 2048), veca_row(VECA64, 2048), veca_row(VECA64, 2048, "dinov3_over_this", 2)]),
+    ("docs/speed.md", "| 1024 px | {} s | {} s | {}x / {}x |",
+     [veca_row(VECA64_OPT, 1024), veca_row(VECA16_OPT, 1024), veca_row(VECA64_OPT, 1024, "dinov3_over_this", 2),
+      veca_row(VECA16_OPT, 1024, "dinov3_over_this", 2)]),
+    ("docs/speed.md", "| 2048 px | {} s | {} s | {}x / {}x |",
+     [veca_row(VECA64_OPT, 2048), veca_row(VECA16_OPT, 2048), veca_row(VECA64_OPT, 2048, "dinov3_over_this", 2),
+      veca_row(VECA16_OPT, 2048, "dinov3_over_this", 2)]),
+    ("docs/speed.md", "log-log slope {} (default) and {} (opt-in) between 1024 and 2048 px, against {} for DINOv3",
+     [V(VECA, "slopes", VECA64, digits=2), V(VECA, "slopes", VECA64_OPT, digits=2),
+      V(VECA, "slopes", "DINOv3-B", digits=2)]),
+    ("docs/speed.md", "the analytic FLOP ratios are {}x at 1024 px ({} against {} GFLOP) and {}x at 2048 px",
+     [ratio(VECA, ("rows", {"model": "DINOv3-B", "resolution": 1024}, "gflops"),
+            ("rows", {"model": VECA64, "resolution": 1024}, "gflops"), 2),
+      veca_row(VECA64, 1024, "gflops", 0), veca_row("DINOv3-B", 1024, "gflops", 0),
+      ratio(VECA, ("rows", {"model": "DINOv3-B", "resolution": 2048}, "gflops"),
+            ("rows", {"model": VECA64, "resolution": 2048}, "gflops"), 2)]),
+    ("docs/speed.md", "the default VECA-B runs at {}% / {}% of a 4096³ `torch.mm` in the same run ({} GFLOP/s), "
+                      "DINOv3-B at {}% / {}%, the opt-in VECA-B at {} / {} GFLOP/s, {}% / {}%",
+     [veca_row(VECA64, 1024, "fraction_of_matmul_peak", 0, percent=True),
+      veca_row(VECA64, 2048, "fraction_of_matmul_peak", 0, percent=True),
+      V(VECA, "matmul_gflops_per_s", digits=0),
+      veca_row("DINOv3-B", 1024, "fraction_of_matmul_peak", 0, percent=True),
+      veca_row("DINOv3-B", 2048, "fraction_of_matmul_peak", 0, percent=True),
+      veca_row(VECA64_OPT, 1024, "achieved_gflops_per_s", 0), veca_row(VECA64_OPT, 2048, "achieved_gflops_per_s", 0),
+      veca_row(VECA64_OPT, 1024, "fraction_of_matmul_peak", 0, percent=True),
+      veca_row(VECA64_OPT, 2048, "fraction_of_matmul_peak", 0, percent=True)]),
+    ("docs/speed.md", "So 2.5x at 1024 px would need VECA to compute {}% more per second than DINOv3 does, about {}% of "
+                      "the matmul rate",
+     [Derived("veca_cpu.json: VECA-B C=64 GFLOP / (DINOv3-B's latency / 2.5) over DINOv3-B's GFLOP/s, minus 1",
+              lambda: gflops_needed_over(Decimal("2.5"), "DINOv3-B", VECA64,
+                                         lambda: lookup(VECA, ("rows", {"model": "DINOv3-B", "resolution": 1024},
+                                                               "achieved_gflops_per_s")), VECA, 1024)() - 1,
+              0, percent=True),
+      Derived("veca_cpu.json: the same over the matmul rate",
+              lambda: gflops_needed_over(Decimal("2.5"), "DINOv3-B", VECA64,
+                                         lambda: lookup(VECA, ("matmul_gflops_per_s",)), VECA, 1024)(),
+              -1, percent=True)]),
+    ("docs/speed.md", "(C=16 is {}% faster than C=64)",
+     [Derived("veca_cpu.json: 1 - opt-in C=16 / C=64 latency at 1024 px",
+              lambda: 1 - lookup(VECA, veca_latency(VECA16_OPT, 1024)) / lookup(VECA, veca_latency(VECA64_OPT, 1024)),
+              0, percent=True)]),
+    ("docs/speed.md", "| 518 px | 1369 ({}) | default | {} s | {} s | {}x |",
+     [lw_row(LWB, 518, "k", 0), lw_row(DINOV2, 518), lw_row(LWB, 518), lw_row(LWB, 518, "speedup_vs_dinov2", 1)]),
+    ("docs/speed.md", "| 518 px | 1369 ({}) | opt-in | {} s | {} s | {}x |",
+     [lw_row(LWB_OPT, 518, "k", 0), lw_row(DINOV2_OPT, 518), lw_row(LWB_OPT, 518),
+      ratio(LW, lw_latency(DINOV2_OPT, 518), lw_latency(LWB_OPT, 518), 1)]),
+    ("docs/speed.md", "| 1036 px | 5476 ({}) | default | {} s | {} s | {}x |",
+     [lw_row(LWB, 1036, "k", 0), lw_row(DINOV2, 1036), lw_row(LWB, 1036),
+      lw_row(LWB, 1036, "speedup_vs_dinov2", 1)]),
+    ("docs/speed.md", "| 1036 px | 5476 ({}) | opt-in | {} s | {} s | {}x |",
+     [lw_row(LWB_OPT, 1036, "k", 0), lw_row(DINOV2_OPT, 1036), lw_row(LWB_OPT, 1036),
+      ratio(LW, lw_latency(DINOV2_OPT, 1036), lw_latency(LWB_OPT, 1036), 1)]),
+    ("docs/speed.md", "(`fill_dense=False`): {} s at 518 px, {} s at 1036 px",
+     [lw_row(LWB_OPT + ", no fill", 518), lw_row(LWB_OPT + ", no fill", 1036)]),
+    ("docs/speed.md", "the opt-in LookWhere-B is {}x / {}x",
+     [lw_row(LWB_OPT, 518, "speedup_vs_dinov2", 1), lw_row(LWB_OPT, 1036, "speedup_vs_dinov2", 1)]),
+    ("docs/speed.md", "The analytic FLOP ratio at 518 px is {}x ({} against {} GFLOP;",
+     [ratio(LW, ("rows", {"model": DINOV2, "resolution": 518}, "gflops"),
+            ("rows", {"model": LWB, "resolution": 518}, "gflops"), 1),
+      lw_row(DINOV2, 518, "gflops", 0), lw_row(LWB, 518, "gflops", 0)]),
+    ("docs/speed.md", "at 1036 px {}x ({} against {})",
+     [ratio(LW, ("rows", {"model": DINOV2, "resolution": 1036}, "gflops"),
+            ("rows", {"model": LWB, "resolution": 1036}, "gflops"), 1),
+      lw_row(DINOV2, 1036, "gflops", 0), lw_row(LWB, 1036, "gflops", 0)]),
+    ("docs/speed.md", "({} GFLOP/s at 518 px, with 141 tokens against 1379; the stock DINOv2-B: {})",
+     [ratio(LW, ("rows", {"model": LWB_OPT, "resolution": 518}, "gflops"), lw_latency(LWB_OPT, 518), 0),
+      ratio(LW, ("rows", {"model": DINOV2, "resolution": 518}, "gflops"), lw_latency(DINOV2, 518), 0)]),
+    ("docs/speed.md", "so 12x at 518 px would need it to compute {}% more per second than the stock DINOv2-B does",
+     [Derived("lookwhere_cpu.json: opt-in LookWhere-B GFLOP / (DINOv2-B's latency / 12) over DINOv2-B's GFLOP/s - 1",
+              lambda: gflops_needed_over(12, DINOV2, LWB_OPT,
+                                         lambda: lookup(LW, ("rows", {"model": DINOV2, "resolution": 518}, "gflops"))
+                                         / lookup(LW, lw_latency(DINOV2, 518)), LW, 518)() - 1, 0, percent=True)]),
+    ("docs/speed.md", "({} s -> {} s)", [lw_row(LWB, 518), lw_row(LWB_OPT, 518)]),
+    ("docs/speed.md", "resident memory after importing torch, transformers and corevision_hf ({} MiB)",
+     [mem("VECA-B", "default", "baseline_mib")]),
+    *[("docs/speed.md", f"| {label}, default | {{}} MiB | {{}} MiB (+{{}}, {{}}x{tail}) | {{}} MiB | {{}} MiB |",
+       [mem(model, "default", "parameters_mib"), mem(model, "default", "after_load_mib"),
+        mem(model, "default", "load_over_baseline_mib"),
+        mem(model, "default", "load_over_baseline_per_parameter_byte", 2),
+        mem(model, "default", "peak_mib"), mem(model, "default", "after_forward_mib")])
+      for label, model, tail in [("VECA-B (C=16)", "VECA-B", " the parameters"), ("DINOv3-B", "DINOv3-B", ""),
+                                 ("LookWhere-B (k_ratio 0.1)", "LookWhere-B", ""), ("DINOv2-B", "DINOv2-B", "")]],
+    *[("docs/speed.md", f"| {label}, opt-in | {{}} MiB | {{}} MiB (+{{}}) | {{}} MiB | {{}} MiB |",
+       [mem(model, "optimize_for_cpu", "parameters_mib"), mem(model, "optimize_for_cpu", "after_load_mib"),
+        mem(model, "optimize_for_cpu", "load_over_baseline_mib"),
+        mem(model, "optimize_for_cpu", "peak_mib"), mem(model, "optimize_for_cpu", "after_forward_mib")])
+      for label, model in [("VECA-B (C=16)", "VECA-B"), ("DINOv3-B", "DINOv3-B"),
+                           ("LookWhere-B (k_ratio 0.1)", "LookWhere-B"), ("DINOv2-B", "DINOv2-B")]],
+    ("docs/speed.md", "after the forward, about {} MiB more than the default for VECA-B, {} MiB for LookWhere-B (its "
+                      "selector and extractor), {} MiB for DINOv3-B and {} MiB for DINOv2-B",
+     [mem_kept_by_opt_in("VECA-B"), mem_kept_by_opt_in("LookWhere-B"), mem_kept_by_opt_in("DINOv3-B"),
+      mem_kept_by_opt_in("DINOv2-B")]),
+]
+SPEED_PAGE = [check for check in SPEED_PAGE if check[2]]   # (a bare text with no number is no check)
+
+# -------------------------------------------------------------------------------------------------- quality
+Q = RESULTS + "distill_quality.json"
+
+
+def learning(entry, digits=3):
+    return plus_minus(Q, "learning", entry, digits=digits)
+
+
+def student(resolution, name, setting):
+    return ("results", str(resolution), "students", {"student": name, "setting": setting})
+
+
+def cells(json_file, base: tuple, metrics=("cls", "patch", "cls_centred", "patch_centred", "patch_r2")):
+    return [value for metric in metrics for value in interval(json_file, *base, metric)]
+
+
+CELLS5 = "| {} [{}, {}] | {} [{}, {}] | {} [{}, {}] | {} [{}, {}] | {} [{}, {}] |"
+CELLS3 = "| {} [{}, {}] | {} [{}, {}] | {} [{}, {}] |"
+
+QUALITY_README = [
+    ("README.md", "LookWhere-S at k_ratio 0.1 {} ± {} ({} ± {} at 448 px), and VECA {} ± {}",
+     [*learning("lookwhere_centred_patch_k01", 2), *learning("lookwhere_centred_patch_k01@448", 2),
+      *learning("veca_centred_patch", 2)]),
+    ("README.md", "the committed run took {} minutes on a shared machine",
+     [Derived("distill_quality.json: total_time_s / 60", lambda: lookup(Q, ("total_time_s",)) / 60, 0)]),
+    ("README.md", "a constant predictor already scores {} on patches",
+     [V(Q, "results", "112", "baselines", "constant", "patch", "mean", digits=2)]),
+    ("README.md", "no better than random patches on photos ({} ± {})", learning("lookwhere_selector_minus_random", 2)),
+]
+
+LEARNING_ROWS = ["veca_centred_patch", "veca_teacher_centred_patch", "veca_teacher_trained_minus_untrained",
+                 "lookwhere_centred_patch_k01", "lookwhere_selector_minus_random",
+                 "lookwhere_k1_trained_minus_untrained"]
+
+
+QUALITY_PAGE = [
+    ("docs/quality.md", "Centred patch cosine with the teacher is {} ± {} on 21 held-out photos at the training size, "
+                        "where the mean token scores 0, and {} ± {} at 448 px",
+     [*learning("lookwhere_centred_patch_k01", 2), *learning("lookwhere_centred_patch_k01@448", 2)]),
+    ("docs/quality.md", "Training does not damage it: {} ± {} over its start",
+     learning("lookwhere_k1_trained_minus_untrained", 2)),
+    ("docs/quality.md", "**VECA-Ti.** {} ± {}: above 0, but short of its bar", learning("veca_centred_patch", 2)),
+    ("docs/quality.md", "{} ± {} at the training size: no better than VECA-Ti from scratch ({})",
+     [*learning("veca_teacher_centred_patch", 2), V(Q, "learning", "veca_centred_patch", "mean", digits=2, sign=True)]),
+    ("docs/quality.md", "its two seeds differ ({} degrees of freedom). It meets the bar at 224 px ({} ± {}). Training "
+                        "moved it {} ± {} above its start",
+     [V(Q, "learning", "veca_teacher_centred_patch", "df", digits=1),
+      *learning("veca_teacher_centred_patch@224", 2), *learning("veca_teacher_trained_minus_untrained", 2)]),
+    ("docs/quality.md", "at any resolution ({} ± {} at the training size)", learning("lookwhere_selector_minus_random",
+                                                                                       2)),
+    ("docs/quality.md", "VECA elastic's is missed by a small margin ({} against a bar of {})",
+     [V(Q, "learning", "veca_centred_patch", "mean", digits=3),
+      Derived("distill_quality.json: learning/veca_centred_patch: 2 x half_width",
+              lambda: 2 * lookup(Q, ("learning", "veca_centred_patch", "half_width")), 3)]),
+    ("docs/quality.md", "The k_ratio 1 entry has only {} degrees of freedom",
+     [V(Q, "learning", "lookwhere_k1_trained_minus_untrained", "df", digits=1)]),
+    ("docs/quality.md", "raw patch cosine {}, below the constant's {}, yet {} [{}, {}] centred",
+     [V(Q, "results", "112", "baselines", "init", "VECA from teacher/cores=32", "patch", "mean", digits=2),
+      V(Q, "results", "112", "baselines", "constant", "patch", "mean", digits=2),
+      *interval(Q, "results", "112", "baselines", "init", "VECA from teacher/cores=32", "patch_centred", digits=2,
+                sign=True)]),
+    ("docs/quality.md", "After 300 steps it is at {} ± {}: above 0", learning("veca_teacher_centred_patch", 2)),
+    ("docs/quality.md", "| constant (the mean token) | 0 | {} [{}, {}] | {} [{}, {}] | 0 | 0 | 0 |",
+     cells(Q, ("results", "112", "baselines", "constant"), ("cls", "patch"))),
+    *[("docs/quality.md", f"| teacher at {size} px | {{}} " + CELLS5,
+       [V(Q, "results", "112", "baselines", "teacher_equal_flops", str(size), "gflops", digits=2),
+        *cells(Q, ("results", "112", "baselines", "teacher_equal_flops", str(size)))]) for size in (42, 56)],
+    *[("docs/quality.md", f"| {label} | {{}} " + CELLS5,
+       [V(Q, "results", "112", "baselines", "init", key, "gflops", digits=2),
+        *cells(Q, ("results", "112", "baselines", "init", key))])
+      for label, key in [("VECA from teacher, untrained (C = 32)", "VECA from teacher/cores=32"),
+                         ("VECA, untrained (C = 32)", "VECA/cores=32"),
+                         ("LookWhere-S from teacher, untrained, k_ratio 1", "LookWhere-S from teacher/k_ratio=1")]],
+    *[("docs/quality.md", f"| {label} | {{}} " + CELLS5,
+       [V(Q, *student(112, name, setting), "gflops", digits=2), *cells(Q, student(112, name, setting))])
+      for label, name, setting in [
+          ("VECA elastic, C = 1", "VECA elastic", "cores=1"), ("VECA elastic, C = 32", "VECA elastic", "cores=32"),
+          ("VECA fixed-4, C = 4", "VECA fixed-4", "cores=4"), ("VECA fixed-32, C = 32", "VECA fixed-32", "cores=32"),
+          ("VECA from teacher, C = 1", "VECA from teacher", "cores=1"),
+          ("VECA from teacher, C = 32", "VECA from teacher", "cores=32"), ("dense ViT", "dense ViT", "all"),
+          ("LookWhere-S random init, k_ratio 1", "LookWhere-S random init", "k_ratio=1"),
+          ("LookWhere-S from teacher, k_ratio 0.1", "LookWhere-S from teacher", "k_ratio=0.1"),
+          ("LookWhere-S from teacher, k_ratio 1", "LookWhere-S from teacher", "k_ratio=1")]],
+    ("docs/quality.md", "Untrained at k_ratio 1, it runs the teacher's weights on every patch, yet scores {} raw and {} "
+                        "centred",
+     [V(Q, "results", "112", "baselines", "init", "LookWhere-S from teacher/k_ratio=1", "patch", "mean", digits=2),
+      V(Q, "results", "112", "baselines", "init", "LookWhere-S from teacher/k_ratio=1", "patch_centred", "mean",
+        digits=2)]),
+    ("docs/quality.md", "Training lifts it to {} centred",
+     [V(Q, *student(112, "LookWhere-S from teacher", "k_ratio=1"), "patch_centred", "mean", digits=2)]),
+    ("docs/quality.md", "at best {} [{}, {}] for the random-init students, and {} for LookWhere-S from the teacher at "
+                        "k_ratio 1",
+     [*interval(Q, *student(112, "VECA elastic", "cores=2"), "patch_r2", digits=2),
+      V(Q, *student(112, "LookWhere-S from teacher", "k_ratio=1"), "patch_r2", "mean", digits=2)]),
+    ("docs/quality.md", "({} [{}, {}] at 2)",
+     interval(Q, *student(112, "VECA fixed-4", "cores=2"), "cls_centred", digits=2)),
+]
+
+
+def selection(resolution, *path, digits=3, sign=False):
+    return V(Q, "selection", SELECTION(resolution), *path, digits=digits, sign=sign)
+
+
+def SELECTION(resolution):
+    return {"resolution": resolution, "metric": "patch_centred", "model": "LookWhere-S from teacher"}
+
+
+for resolution, label in [(112, "112 px (6 of 64)"), (224, "224 px (25 of 256)"), (448, "448 px (102 of 1024)")]:
+    QUALITY_PAGE.append((
+        "docs/quality.md", f"| {label} | " + " | ".join(["{} [{}, {}]"] * 4) + " | {} ± {} |",
+        [selection(resolution, choice, key) for choice in ("selector", "random", "centre", "oracle")
+         for key in ("mean", "low", "high")]
+        + [selection(resolution, "selector_minus", "random", "mean", sign=True),
+           selection(resolution, "selector_minus", "random", "half_width")]))
+QUALITY_PAGE += [
+    ("docs/quality.md", "At 448 px it leads the oracle by {} ± {} and the centre by {} ± {}",
+     [Derived("distill_quality.json: selection 448 patch_centred: selector_minus/oracle/mean",
+              lambda: lookup(Q, ("selection", SELECTION(448), "selector_minus",
+                                 "oracle", "mean")), 3, sign=True),
+      selection(448, "selector_minus", "oracle", "half_width"),
+      Derived("distill_quality.json: selection 448 patch_centred: selector_minus/centre/mean",
+              lambda: lookup(Q, ("selection", SELECTION(448), "selector_minus",
+                                 "centre", "mean")), 3, sign=True),
+      selection(448, "selector_minus", "centre", "half_width")]),
+    ("docs/quality.md", "| teacher at 140 px, upsampled | {} " + CELLS3,
+     [V(Q, "results", "448", "baselines", "teacher_equal_flops", "140", "gflops", digits=2),
+      *cells(Q, ("results", "448", "baselines", "teacher_equal_flops", "140"), ("cls", "patch", "patch_centred"))]),
+    ("docs/quality.md", "| LookWhere-S from teacher, k_ratio 0.1 | {} " + CELLS3,
+     [V(Q, *student(448, "LookWhere-S from teacher", "k_ratio=0.1"), "gflops", digits=2),
+      *cells(Q, student(448, "LookWhere-S from teacher", "k_ratio=0.1"), ("cls", "patch", "patch_centred"))]),
+    ("docs/quality.md", "| LookWhere-S from teacher, untrained, k_ratio 0.1 | {} " + CELLS3,
+     [V(Q, "results", "448", "baselines", "init", "LookWhere-S from teacher/k_ratio=0.1", "gflops", digits=2),
+      *cells(Q, ("results", "448", "baselines", "init", "LookWhere-S from teacher/k_ratio=0.1"),
+             ("cls", "patch", "patch_centred"))]),
+    ("docs/quality.md", "| VECA elastic, C = 32 | {} " + CELLS3,
+     [V(Q, *student(448, "VECA elastic", "cores=32"), "gflops", digits=2),
+      *cells(Q, student(448, "VECA elastic", "cores=32"), ("cls", "patch", "patch_centred"))]),
+    ("docs/quality.md", "| VECA from teacher, C = 32 | {} " + CELLS3,
+     [V(Q, *student(448, "VECA from teacher", "cores=32"), "gflops", digits=1),
+      *cells(Q, student(448, "VECA from teacher", "cores=32"), ("cls", "patch", "patch_centred"))]),
+    ("docs/quality.md", "LookWhere-S reaches a ratio of {} [{}, {}] on CLS",
+     interval(Q, *student(448, "LookWhere-S from teacher", "k_ratio=0.1"), "ratios", "teacher_equal_flops", "cls")),
+    ("docs/quality.md", "and {} [{}, {}] on patches (missed)",
+     interval(Q, *student(448, "LookWhere-S from teacher", "k_ratio=0.1"), "ratios", "teacher_equal_flops",
+              "patch")),
+    ("docs/quality.md", "Its centred patch cosine is {} ± {} behind the teacher's",
+     plus_minus(Q, *student(448, "LookWhere-S from teacher", "k_ratio=0.1"), "differences", "teacher_equal_flops",
+                "patch_centred")),
+    ("docs/quality.md", "Training moved it {} ± {} above its untrained start",
+     plus_minus(Q, *student(448, "LookWhere-S from teacher", "k_ratio=0.1"), "differences", "init",
+                "patch_centred")),
+]
+
+TEACHER_FREE_ROWS = [("teacher (ceiling)", "teacher", "all"), ("raw pixels (floor)", "raw pixels", "-"),
+                     ("VECA elastic, C = 32", "VECA elastic", "cores=32"), ("dense ViT", "dense ViT", "all"),
+                     ("VECA from teacher, untrained, C = 32", "VECA from teacher (untrained)", "cores=32"),
+                     ("VECA from teacher, C = 32", "VECA from teacher", "cores=32"),
+                     ("LookWhere-S from teacher, untrained, k_ratio 1", "LookWhere-S from teacher (untrained)",
+                      "k_ratio=1"),
+                     ("LookWhere-S from teacher, k_ratio 1", "LookWhere-S from teacher", "k_ratio=1"),
+                     ("LookWhere-S from teacher, k_ratio 0.1", "LookWhere-S from teacher", "k_ratio=0.1")]
+QUALITY_PAGE += [
+    ("docs/quality.md", f"| {label} " + CELLS3,
+     cells(Q, ("teacher_free", "rows", {"model": model, "setting": setting}), ("top1", "map", "correspondence")))
+    for label, model, setting in TEACHER_FREE_ROWS]
+QUALITY_PAGE += [
+    ("docs/quality.md", "(worst: {} [{}, {}], CLS at 448 px, C = 8)",
+     interval(Q, "elasticity", {"resolution": 448, "metric": "cls", "cores": 8}, "ratio")),
+    ("docs/quality.md", "fixed-32 at 32 cores is no better than fixed-4 at 4, at {} [{}, {}] (patch, 112 px)",
+     interval(Q, "elasticity", {"resolution": 112, "metric": "patch", "cores": "fixed-32@32 / fixed-4@4"}, "ratio")),
+    ("docs/quality.md", "LookWhere-S random init at k_ratio 0.1 on patches at 112 px ({} [{}, {}]) and VECA elastic at 4 "
+                        "cores on CLS at 224 px ({} [{}, {}])",
+     [*interval(Q, "comparisons", {"resolution": 112, "metric": "patch", "student": "LookWhere-S random init",
+                                   "setting": "k_ratio=0.1"}, "ratio"),
+      *interval(Q, "comparisons", {"resolution": 224, "metric": "cls", "student": "VECA elastic",
+                                   "setting": "cores=4"}, "ratio")]),
+    ("docs/quality.md", "raw patch at 448 px ({} ± {})",
+     plus_minus(Q, *student(448, "LookWhere-S from teacher", "k_ratio=0.1"), "differences", "constant", "patch")),
+    ("docs/quality.md", "CLS missed at 112 px ({}) and met at 224 and 448 px ({}, {}). Patch is missed at every size "
+                        "({}, {}, {})",
+     [V(Q, *student(resolution, "LookWhere-S from teacher", "k_ratio=0.1"), "ratios", "teacher_equal_flops", metric,
+        "mean") for metric in ("cls", "patch") for resolution in (112, 224, 448)]),
+    ("docs/quality.md", "centred patch: met for LookWhere-S at every size; missed for VECA at every size ({} ± {}, "
+                        "{} ± {}, {} ± {})",
+     [*learning("veca_centred_patch"), *learning("veca_centred_patch@224"), *learning("veca_centred_patch@448")]),
+    ("docs/quality.md", "shared for most of its {} minutes (`total_time_s`)",
+     [Derived("distill_quality.json: total_time_s / 60", lambda: lookup(Q, ("total_time_s",)) / 60, 0)]),
+    ("docs/quality.md", "the committed run took {} minutes (benchmark {}, the JSON's `total_time_s`; cards 3)",
+     [Derived("distill_quality.json: total_time_s / 60 (+ 3 minutes of cards)",
+              lambda: lookup(Q, ("total_time_s",)) / 60 + 3, 0),
+      Derived("distill_quality.json: total_time_s / 60", lambda: lookup(Q, ("total_time_s",)) / 60, 1)]),
+    ("docs/quality.md", "validation score {}, {}, {} and {} at 3e-5, 1e-4, 3e-4 and 1e-3",
+     [V(RESULTS + "lr_sweep_veca_teacher.json", "rows", {"student": "VECA from teacher", "lr": Decimal(lr)}, "score",
+        digits=3) for lr in ("3e-05", "0.0001", "0.0003", "0.001")]),
+]
+TRAINING = "training"
+
+
+def training_times(students, seed, digits=0, low=True):
+    pick = min if low else max
+    return Derived(f"{Q}: {'min' if low else 'max'} train_time_s of {students}, seed {seed}",
+                   lambda: pick(load(Q)[TRAINING][f"{name}/seed{seed}"]["train_time_s"] for name in students), digits)
+
+
+TI_SIZED = ["VECA elastic", "VECA fixed-4", "VECA fixed-32", "dense ViT"]
+LOOKWHERE_S = ["LookWhere-S random init", "LookWhere-S from teacher"]
+QUALITY_PAGE += [
+    ("docs/quality.md", "far behind the teacher at 154 px (centred patch {})",
+     [V(Q, "results", "448", "baselines", "teacher_equal_flops", "154", "patch_centred", "mean")]),
+    ("docs/quality.md", "at {} against {} GFLOPs",
+     [V(Q, *student(112, "VECA from teacher", "cores=32"), "gflops", digits=1),
+      V(Q, *student(112, "VECA elastic", "cores=32"), "gflops", digits=2)]),
+    ("docs/quality.md", "(the teacher at 112 px is itself: {} ± {} centred patch)",
+     plus_minus(Q, *student(112, "VECA from teacher", "cores=32"), "differences", "teacher_equal_flops",
+                "patch_centred", digits=2)),
+    ("docs/quality.md", "LookWhere-S from the teacher reaches {}-{}",
+     [V(Q, *student(112, "LookWhere-S from teacher", setting), "cls_centred", "mean", digits=2)
+      for setting in ("k_ratio=0.1", "k_ratio=1")]),
+    ("docs/quality.md", "VECA elastic at 32 cores is {} ± {} above it on patches",
+     plus_minus(Q, *student(112, "VECA elastic", "cores=32"), "differences", "constant", "patch")),
+    ("docs/quality.md", "indistinguishable from random ({} ± {} at 224 px)",
+     [V(Q, "selection", {**SELECTION(224), "model": "LookWhere-S from teacher (untrained)"}, "selector_minus",
+        "random", key, sign=key == "mean") for key in ("mean", "half_width")]),
+    ("docs/quality.md", "Picked steps ranged from {} to {}",
+     [Derived(f"{Q}: {name} of training/*/best_step",
+              lambda pick=pick: pick(entry["best_step"] for entry in load(Q)[TRAINING].values()), 0)
+      for name, pick in (("min", min), ("max", max))]),
+    ("docs/quality.md", "training took {}-{} s for the ViT-Ti-sized students, {}-{} s for the LookWhere-S ones and {} s "
+                        "for VECA from the teacher on seed 1",
+     [training_times(TI_SIZED, 1), training_times(TI_SIZED, 1, low=False), training_times(LOOKWHERE_S, 1),
+      training_times(LOOKWHERE_S, 1, low=False), V(Q, TRAINING, "VECA from teacher/seed1", "train_time_s", digits=0)]),
+]
+QUALITY_PAGE = [check for check in QUALITY_PAGE if check[2]]
+
+# ---------------------------------------------------------------------------------------------- adaptive
+A = RESULTS + "adaptive_budget.json"
+MEASURES = ["cls_cosine", "patch_cosine", "cls_centred_cosine", "patch_centred_cosine", "patch_r2"]
+
+
+def adaptive_row(index):
+    point = ("points", index)
+    values = [V(A, *point, "k_ratio", digits=len(str(load(A)["points"][index]["k_ratio"]).split(".")[1])),
+              V(A, *point, "k_fixed", digits=0), V(A, *point, "gflops_fixed", digits=2),
+              V(A, *point, "k_mass", digits=3),
+              *[V(A, *point, "gflops_adaptive_heldout", key, digits=2) for key in ("mean", "std", "min", "max")]]
+    for measure in MEASURES:
+        values += [V(A, *point, "measures", measure, "adaptive_minus_fixed", key, digits=4, sign=True)
+                   for key in ("mean", "low", "high")]
+        values.append(Derived(f"{A}: points[{index}]/measures/{measure}/verdict",
+                              lambda measure=measure: lookup(A, (*point, "measures", measure, "verdict")), 0))
+    return values
+
+
+def adaptive_k_range(index):
+    return [Derived(f"{A}: points[{index}]/k_adaptive_heldout min",
+                    lambda: min(load(A)["points"][index]["k_adaptive_heldout"]), 0),
+            Derived(f"{A}: points[{index}]/k_adaptive_heldout max",
+                    lambda: max(load(A)["points"][index]["k_adaptive_heldout"]), 0),
+            V(A, "points", index, "k_fixed", digits=0)]
+
+
+ADAPTIVE = [
+    ("docs/adaptive_budget.md", "| {} ({}) | {} | {} | {} ({}; {} to {}) | " + " | ".join(["{} [{}, {}] {}"] * 5)
+     + " |", adaptive_row(index)) for index in range(3)
+] + [
+    ("docs/adaptive_budget.md", "{}-{} patches where the fixed budget keeps {}, {}-{} against {}, {}-{} against {}",
+     [*adaptive_k_range(0), *adaptive_k_range(1), *adaptive_k_range(2)]),
+    ("docs/adaptive_budget.md", "({} against {} GFLOPs, {} against {}, {} against {})",
+     [value for index in range(3) for value in (V(A, "points", index, "gflops_adaptive_heldout", "mean", digits=2),
+                                                V(A, "points", index, "gflops_fixed", digits=2))]),
+    ("docs/quality.md", "{}-{} of the 256 patches where the fixed budget keeps {}", adaptive_k_range(0)),
+    ("docs/quality.md", "adaptive − fixed centred patch cosine is {} ± {}, {} ± {} and {} ± {}",
+     [value for index in range(3)
+      for value in plus_minus(A, "points", index, "measures", "patch_centred_cosine", "adaptive_minus_fixed")]),
+]
+
+ADAPTIVE += [
+    ("docs/quality.md", "adaptive − fixed raw patch cosine is {} ± {}, {} ± {} and {} ± {}",
+     [value for index in range(3)
+      for value in plus_minus(A, "points", index, "measures", "patch_cosine", "adaptive_minus_fixed")]),
+    ("docs/adaptive_budget.md", "no interval is wider than ±{}",
+     [Derived(f"{A}: the largest adaptive_minus_fixed half_width", lambda: max(
+         point["measures"][measure]["adaptive_minus_fixed"]["half_width"]
+         for point in load(A)["points"] for measure in MEASURES), 2)]),
+    ("docs/adaptive_budget.md", "its mean cost lands within {}% of the fixed one",
+     [Derived(f"{A}: the largest |gflops_adaptive_heldout mean / gflops_fixed - 1|", lambda: max(
+         abs(point["gflops_adaptive_heldout"]["mean"] / point["gflops_fixed"] - 1) for point in load(A)["points"]),
+         0, percent=True)]),
+]
+
+# --------------------------------------------------------------------------------------------- fine-tuning
+G = FINETUNE + "finetune_rotation_gcompris.json"
+
+
+def gcompris_row(seed):
+    pair = ("pairs", f"final_seed{seed}")
+    return [V(G, *pair, "fine_tuned", "heldout_accuracy"),
+            V(G, *pair, "hindsight_probes", "0.01", "fine_tuned_minus_probe_heldout", "difference", sign=True),
+            *[V(G, *pair, "hindsight_probes", "0.01", "fine_tuned_minus_probe_heldout", "interval_95", side,
+                sign=True) for side in (0, 1)],
+            V(G, *pair, "hindsight_probes", "1", "fine_tuned_minus_probe_heldout", "difference", sign=True),
+            *[V(G, *pair, "hindsight_probes", "1", "fine_tuned_minus_probe_heldout", "interval_95", side, sign=True)
+              for side in (0, 1)]]
+
+
+def one_class(seed, side):
+    return lambda: sum(group[side]["one_class"] for group in load(G)["pairs"][f"final_seed{seed}"]["per_group"].values())
+
+
+def accuracy_range(json_file, pairs, side, digits=2, low=True):
+    pick = min if low else max
+    return Derived(f"{json_file}: {'min' if low else 'max'} of {side} heldout_accuracy over {pairs}",
+                   lambda: pick(load(json_file)["pairs"][pair][side]["heldout_accuracy"] for pair in pairs), digits)
+
+
+SEEDS = [f"final_seed{seed}" for seed in range(4)]
+VAL_FINAL = FINETUNE + "finetune_rotation_val_data_final.json"
+VAL_PAIRS = ["final_seed0_hypothesis", "final_seed1_hypothesis", "final_seed2", "final_seed3"]
+TRAINER = FINETUNE + "trainer_snippet_rotation.json"
+TRAINER_G = FINETUNE + "trainer_snippet_gcompris.json"
+
+FINE_TUNING = [
+    ("docs/fine-tuning.md", "| `final/` - probe (penalty 0.01; held-out {}) | - probe, penalty 1 (held-out {}) |",
+     [V(G, "pairs", "final_seed0", "hindsight_probes", "0.01", "heldout_accuracy"),
+      V(G, "pairs", "final_seed0", "hindsight_probes", "1", "heldout_accuracy")]),
+    *[("docs/fine-tuning.md", f"| {seed} | {{}} | {{}} [{{}}, {{}}] | {{}} [{{}}, {{}}] |", gcompris_row(seed))
+      for seed in range(4)],
+    ("docs/fine-tuning.md", "The probe gives one class both ways up for {} of the 121 photos, the fine-tuned models for "
+                            "{}-{}",
+     [Derived(f"{G}: per_group probe one_class, seed 0", one_class(0, "probe"), 0),
+      Derived(f"{G}: fewest per_group fine_tuned one_class over seeds",
+              lambda: min(one_class(seed, "fine_tuned")() for seed in range(4)), 0),
+      Derived(f"{G}: most per_group fine_tuned one_class over seeds",
+              lambda: max(one_class(seed, "fine_tuned")() for seed in range(4)), 0)]),
+    ("docs/fine-tuning.md", "*below* the probe here, {} [{}, {}]",
+     [V(FINETUNE + "finetune_rotation_gcompris_best.json", "pairs", "best_seed3", "fine_tuned_minus_probe_heldout",
+        *key, sign=True) for key in (("difference",), ("interval_95", 0), ("interval_95", 1))]),
+    ("docs/fine-tuning.md", "the same runs lead by {}-{}",
+     [Derived(f"{VAL_FINAL}: min difference", lambda: min(
+         load(VAL_FINAL)["pairs"][pair]["fine_tuned_minus_probe_heldout"]["difference"] for pair in VAL_PAIRS), 3),
+      Derived(f"{VAL_FINAL}: max difference", lambda: max(
+          load(VAL_FINAL)["pairs"][pair]["fine_tuned_minus_probe_heldout"]["difference"] for pair in VAL_PAIRS), 3)]),
+    ("docs/fine-tuning.md", "easier than the 21 ({}-{} against {}-{})",
+     [Derived(f"{G}: the probe's heldout_accuracy", lambda: load(G)["pairs"]["final_seed0"]["probe"]["heldout_accuracy"],
+              2),
+      accuracy_range(G, SEEDS, "fine_tuned", low=False),
+      Derived(f"{VAL_FINAL}: the probe's heldout_accuracy",
+              lambda: load(VAL_FINAL)["pairs"]["final_seed2"]["probe"]["heldout_accuracy"], 2),
+      accuracy_range(VAL_FINAL, VAL_PAIRS, "fine_tuned", low=False)]),
+    ("docs/fine-tuning.md", "fine-tuning is {} [{}, {}] over its own head on the 21 held-out photos",
+     [V(TRAINER, "finetuned_minus_head", *key, sign=True)
+      for key in (("difference",), ("interval_95", 0), ("interval_95", 1))]),
+    ("docs/fine-tuning.md", "**{} [{}, {}]**: it learns",
+     [V(TRAINER_G, "finetuned_minus_head", *key, sign=True)
+      for key in (("difference",), ("interval_95", 0), ("interval_95", 1))]),
+]
+
+# ------------------------------------------------------------------------------------------------- tasks
+S = RESULTS + "sparse_recognition.json"
+
+
+def goal(name):
+    return ("goals", {"goal": name}, "value")
+
+
+PROBE = ("variants", "single", "probe")
+TASKS_README = [
+    ("README.md", "so that the dense teacher reads it ({} on 200 test canvases) and the teacher shrunk to LookWhere's "
+                  "cost does not ({})",
+     [V(S, *PROBE, "teacher dense", "accuracy", "mean", digits=2),
+      V(S, *PROBE, "teacher at equal FLOPs", "accuracy", "mean", digits=2)]),
+    ("README.md", "keeps {}x as many of the digit's cells as random patches at k_ratio 0.1 and reads {} [{}, {}] better "
+                  "than on random cells, at {}x less latency than the dense teacher ({} against {} ms)",
+     [V(S, *goal("coverage_selector_over_random"), "ratio", digits=1),
+      *interval(S, *goal("accuracy_selector_minus_random"), digits=2, sign=True),
+      ratio(S, ("latency_ms", "teacher dense", "latency_ms"),
+            ("latency_ms", "LookWhere-S k_ratio 0.1 selector", "latency_ms"), 1),
+      V(S, "latency_ms", "LookWhere-S k_ratio 0.1 selector", "latency_ms", digits=0),
+      V(S, "latency_ms", "teacher dense", "latency_ms", digits=0)]),
+    ("README.md", "it scores {}, {} below the dense teacher",
+     [V(S, *PROBE, "LookWhere-S k_ratio 0.1 selector", "readers", "attentive", "accuracy", "mean", digits=2),
+      Derived(f"{S}: -lookwhere_vs_dense_teacher", lambda: -lookup(S, (*goal("lookwhere_vs_dense_teacher"), "mean")),
+              2)]),
+    ("README.md", "its extractor reads even the digit's own cells at {}",
+     [V(S, *PROBE, "LookWhere-S k_ratio 0.1 digits", "readers", "attentive", "accuracy", "mean", digits=2)]),
+]
+
+# ------------------------------------------------------------------------------------------------ parity
+P = RESULTS + "parity.json"
+
+
+def scientific(json_file, *path):
+    """1.5e-6: one decimal of the mantissa, rounded half away from zero."""
+    def compute():
+        value = lookup(json_file, path)
+        exponent = value.adjusted()
+        mantissa = Decimal(rounded(value.scaleb(-exponent), 1))
+        if abs(mantissa) >= 10:
+            mantissa, exponent = Decimal(rounded(mantissa / 10, 1)), exponent + 1
+        return f"{mantissa}e{exponent}"
+
+    return Derived(f"{json_file}:{'/'.join(path)} (scientific)", compute, 0)
+
+
+TIE_SETTINGS = ["tie cells 37x37/k50", "tie cells 37x37/k136", "tie cells 37x37/k273", "tie cells 74x74/k547",
+                "tie cells 74x74/k1095"]
+
+
+def tie_cells(setting):
+    return ("lookwhere/fill at full size", setting)
+
+
+def tie_range(pick):
+    return lambda: pick(tie_share_of(setting) for setting in TIE_SETTINGS)
+
+
+def tie_share_of(setting):
+    text = lookup(P, tie_cells(setting))
+    return Decimal(re.findall(r"\(([\d.]+)%\)", text)[0])
+
+
+def all_settings(which):
+    def compute():
+        text = lookup(P, ("lookwhere/fill at full size", "tie cells, all settings"))
+        return Decimal(re.findall(r"\(([\d.]+)%\)", text)[which])
+
+    return compute
+
+
+PARITY = [
+    *[("docs/parity.md", f"| {{}} / {{}} / {{}} / {{}} |", [scientific(P, f"veca/{variant}", key)
+                                                          for key in ("cores", "patches", "pooled", "core_coordinates")])
+      for variant in ("tiny", "tiny_variant")],
+    *[("docs/parity.md", "| selector map / CLS / dense grid; kept sets | {} / {} / {}; all identical |",
+       [scientific(P, f"lookwhere/{variant}", key) for key in ("selector_map", "cls", "dense")])
+      for variant in ("dinov2", "franca")],
+    ("docs/parity.md", "| {} / {}; {} % of cells ({}-{} % per setting) |",
+     [scientific(P, "lookwhere/fill at full size", "dense where the 5 nearest are unique"),
+      scientific(P, "lookwhere/fill at full size", "dense vs a stable sort"),
+      Derived(f"{P}: tie cells, all settings (share)", all_settings(0), 0),
+      Derived(f"{P}: the fewest tie cells of a setting", tie_range(min), 0),
+      Derived(f"{P}: the most tie cells of a setting", tie_range(max), 0)]),
+    ("docs/parity.md", "equidistant at {}-{} % of the cells of 518 px and 1036 px grids",
+     [Derived(f"{P}: the fewest tie cells of a setting", tie_range(min), 0),
+      Derived(f"{P}: the most tie cells of a setting", tie_range(max), 0)]),
+    ("docs/parity.md", "It therefore fills {} % of the cells of those grids differently from its own result with a "
+                       "stable sort, by up to {} on unit-variance tokens",
+     [Derived(f"{P}: tie cells, all settings (differ)", all_settings(1), 0),
+      V(P, "lookwhere/fill at full size", "dense at tie cells", digits=1)]),
+    ("docs/limitations.md", "The two differ only at those cells ({} % of the cells of the 518 px and 1036 px grids "
+                            "measured, `benchmarks/results/parity.json`",
+     [Derived(f"{P}: tie cells, all settings (differ)", all_settings(1), 0)]),
+]
+
+CHECKS = (SPEED_TABLE_README + QUALITY_README + TASKS_README + SPEED_PAGE + QUALITY_PAGE + ADAPTIVE + FINE_TUNING
+          + PARITY)
+
+
+def expected(template: str, values) -> str:
+    return re.sub(r"\s+", " ", template).format(*(value.text() for value in values))
+
+
+def check_id(check):
+    doc, template, _ = check
+    return f"{doc}: {template[:60]}"
+
+
+def test_rounding_is_half_away_from_zero_on_the_json_text():
+    assert rounded(Decimal("0.205"), 2) == "0.21"          # the float 0.205 is 0.20499..., the JSON's text is not
+    assert rounded(Decimal("-0.395"), 2) == "-0.40"
+    assert rounded(Decimal("0.014999994929879903"), 2, sign=True) == "+0.01"
+    assert rounded(Decimal("-0.00015900496925626482"), 3, sign=True) == "-0.000"
+    assert rounded(Decimal("331.7109375"), -1) == "330"
+    assert rounded(Decimal("0.8905431506227349"), 0, percent=True) == "89"
+
+
+@pytest.mark.parametrize("entry", LEARNING_ROWS)
+def test_the_learning_table_states_each_entry_as_the_json_does(entry):
+    """docs/quality.md's learning table: each entry's row gives, at 112 / 224 / 448 px, the verdict and +mean ± the
+    half-width of `learning` in the JSON."""
+    rows = [line for line in (ROOT / "docs" / "quality.md").read_text().splitlines() if line.startswith(f"| `{entry}`:")]
+    assert len(rows) == 1, entry
+    cells = []
+    for suffix in ("", "@224", "@448"):
+        stat = load(Q)["learning"][entry + suffix]
+        verdict = "met" if stat["met"] else "missed"
+        cells.append(f"{f'**{verdict}**' if not suffix else verdict}: "
+                     f"{rounded(stat['mean'], 3, sign=True)} ± {rounded(stat['half_width'], 3)}")
+    assert rows[0].endswith("| " + " | ".join(cells) + " |"), (rows[0], cells)
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=check_id)
+def test_the_doc_quotes_its_json(check):
+    doc, template, values = check
+    assert template.count("{}") == len(values), "one value per {}"
+    want = expected(template, values)
+    assert want in page(doc), (
+        f"{doc} should say {want!r}, from:\n" + "\n".join(f"  {value}: {value.text()}" for value in values))
