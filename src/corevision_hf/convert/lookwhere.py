@@ -223,14 +223,7 @@ def _infer_config(ours: dict, parts: dict, num_attention_heads: int | None) -> L
         raise ValueError(f"selector.head.w1.weight has {map_hidden} output features, not a multiple of the "
                          f"hidden size {hidden_size}.")
     registers = ours.get("selector.register_tokens")
-    fc1_rows = ours["extractor.layers.0.mlp.fc1.weight"].shape[0]
-    fc2 = ours.get("extractor.layers.0.mlp.fc2.weight")
-    fc2_columns = fc2.shape[1] if fc2 is not None and fc2.ndim == 2 else fc1_rows
-    if fc1_rows not in (fc2_columns, 2 * fc2_columns):
-        raise ValueError(
-            f"This is not a supported LookWhere checkpoint: its MLP maps {hidden_size} -> {fc1_rows} -> "
-            f"{fc2_columns} -> {hidden_size}, neither a plain MLP (equal widths) nor a packed SwiGLU (fc1 twice fc2)."
-        )
+    fc1_rows, fc2_columns = _mlp_widths(ours, hidden_size)
     config = LookWhereConfig(
         hidden_size=hidden_size,
         num_hidden_layers=_depth(parts["extractor"][1]),
@@ -256,7 +249,26 @@ def _infer_config(ours: dict, parts: dict, num_attention_heads: int | None) -> L
         selector_map_antialias=False,
         interpolate_antialias=False,
     )
-    cells = ours["selector.map_head.2.weight"].shape[0]
+    _check_map_cells(ours["selector.map_head.2.weight"].shape[0], config)
+    return config
+
+
+def _mlp_widths(ours: dict, hidden_size: int) -> tuple[int, int]:
+    """(fc1's output rows, fc2's input columns) of the first block: equal for a plain MLP, fc1 twice fc2 for a packed
+    SwiGLU; a ValueError for any other MLP."""
+    fc1_rows = ours["extractor.layers.0.mlp.fc1.weight"].shape[0]
+    fc2 = ours.get("extractor.layers.0.mlp.fc2.weight")
+    fc2_columns = fc2.shape[1] if fc2 is not None and fc2.ndim == 2 else fc1_rows
+    if fc1_rows not in (fc2_columns, 2 * fc2_columns):
+        raise ValueError(
+            f"This is not a supported LookWhere checkpoint: its MLP maps {hidden_size} -> {fc1_rows} -> "
+            f"{fc2_columns} -> {hidden_size}, neither a plain MLP (equal widths) nor a packed SwiGLU (fc1 twice fc2)."
+        )
+    return fc1_rows, fc2_columns
+
+
+def _check_map_cells(cells: int, config: LookWhereConfig) -> None:
+    """A ValueError unless the map head's `cells` outputs per selector patch are the config's map_upsampling**2."""
     m = config.map_upsampling
     if cells != m * m:
         raise ValueError(
@@ -264,7 +276,6 @@ def _infer_config(ours: dict, parts: dict, num_attention_heads: int | None) -> L
             f"{config.selector_grid_size} selector grid and a {config.grid_size}x{config.grid_size} extractor grid "
             f"need map_upsampling**2 = ceil({config.grid_size}/{config.selector_grid_size})**2 = {m * m}."
         )
-    return config
 
 
 def convert(
