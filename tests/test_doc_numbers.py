@@ -685,7 +685,7 @@ def scientific(json_file, *path):
             mantissa, exponent = Decimal(rounded(mantissa / 10, 1)), exponent + 1
         return f"{mantissa}e{exponent}"
 
-    return Derived(f"{json_file}:{'/'.join(path)} (scientific)", compute, 0)
+    return Derived(f"{json_file}:{'/'.join(map(str, path))} (scientific)", compute, 0)
 
 
 TIE_SETTINGS = ["tie cells 37x37/k50", "tie cells 37x37/k136", "tie cells 37x37/k273", "tie cells 74x74/k547",
@@ -738,8 +738,91 @@ PARITY = [
      [Derived(f"{P}: tie cells, all settings (differ)", all_settings(1), 0)]),
 ]
 
+# ------------------------------------------------------------------ throughput, ONNX, extraction, mixed sizes
+T = RESULTS + "distill_throughput.json"
+ONNX = RESULTS + "onnx_cpu.json"
+X = RESULTS + "extract_cpu.json"
+M = RESULTS + "mixed_sizes_cpu.json"
+
+
+def throughput_row(label, model, processes):
+    row = ("rows", {"model": model, "processes": processes})
+    return ("docs/training.md", f"| {label} | {processes} | {{}} | {{}} | {{}}x | {{}} | {{}}% | {{}}% | {{}} MiB |",
+            [V(T, *row, "s_per_step", digits=2), V(T, *row, "floor_s_per_step", digits=2),
+             V(T, *row, "times_floor", digits=2), V(T, *row, "images_per_s", digits=2),
+             V(T, *row, "teacher_share", digits=0, percent=True), V(T, *row, "data_share", digits=0, percent=True),
+             V(T, *row, "peak_memory_mib_process0", digits=0)])
+
+
+def onnx_row(label, model, resolution, digits):
+    row = ("rows", {"model": model, "resolution": resolution})
+    return ("docs/onnx.md", f"| {label} | {resolution.split('x')[0]} px | {{}} s | {{}} s | {{}} s | {{}}x | {{}}x | {{}} |",
+            [V(ONNX, *row, key, digits=digits) for key in ("pytorch_s", "onnxruntime_s", "elastic_s")]
+            + [V(ONNX, *row, "pytorch_over_onnxruntime", digits=2), V(ONNX, *row, "elastic_over_fixed", digits=2),
+               scientific(ONNX, *row, "max_abs_diff_at_small_size")])
+
+
+def extract_row(label, model, vs_v3, vs_v2):
+    row = ("rows", model)
+    values = [V(X, *row, "resolution", digits=0), V(X, *row, "images_per_second", digits=3)]
+    values += [V(X, *row, f"speedup_vs_{teacher}", digits=digits) for teacher, digits in (vs_v3, vs_v2) if digits]
+    cells = " | ".join("{}x" if digits else "1" for _, digits in (vs_v3, vs_v2))
+    return ("docs/features.md", f"| {label} | {{}} | {{}} | {cells} |", values)
+
+
+MIXED = [("rows", {"model": "VECA-S/16, 16 cores"}), ("rows", {"model": "LookWhere-S/14, k_ratio 0.1"})]
+OTHERS = [
+    throughput_row("VECA-S/14, 224 px", "VECA-S 224 px", 1), throughput_row("VECA-S/14, 224 px", "VECA-S 224 px", 2),
+    throughput_row("LookWhere-S, 518 px", "LookWhere-S 518 px", 1),
+    throughput_row("LookWhere-S, 518 px", "LookWhere-S 518 px", 2),
+    throughput_row("LookWhere-S, 518 px, `--teacher-cache 1`", "LookWhere-S 518 px, teacher cache", 1),
+    ("docs/training.md", "measured first in the same run ({} GFLOP/s, a 4096 x 4096 `torch.mm`",
+     [V(T, "matmul_gflops", digits=0)]),
+    ("docs/training.md", "Every step runs within {}x of its floor",
+     [Derived(f"{T}: the largest times_floor", lambda: max(row["times_floor"] for row in load(T)["rows"]), 1)]),
+    ("docs/training.md", "a step takes {} s against {} s, {}x faster in the same run",
+     [V(T, "rows", {"model": "LookWhere-S 518 px, teacher cache", "processes": 1}, "s_per_step", digits=2),
+      V(T, "rows", {"model": "LookWhere-S 518 px", "processes": 1}, "s_per_step", digits=2),
+      ratio(T, ("rows", {"model": "LookWhere-S 518 px", "processes": 1}, "s_per_step"),
+            ("rows", {"model": "LookWhere-S 518 px, teacher cache", "processes": 1}, "s_per_step"), 1)]),
+    ("docs/training.md", "`--help` answers in {} s",
+     [Derived(f"{T}: the slower help_seconds", lambda: max(load(T)["help_seconds"].values()), 1)]),
+    ("docs/training.md", "(LookWhere-S at k_ratio 0.1 {} ± {} and VECA-Ti {} ± {} centred patch cosine",
+     [*learning("lookwhere_centred_patch_k01", 2), *learning("veca_centred_patch", 2)]),
+    onnx_row("VECA-B, C=64", "veca {'num_cores': 64}", "512x512", 2),
+    onnx_row("VECA-B, C=64", "veca {'num_cores': 64}", "1024x1024", 1),
+    onnx_row("VECA-B, C=16", "veca {'num_cores': 16}", "512x512", 2),
+    onnx_row("VECA-B, C=16", "veca {'num_cores': 16}", "1024x1024", 1),
+    onnx_row("LookWhere-B, k_ratio 0.1", "lookwhere {'k_ratio': 0.1}", "518x518", 2),
+    onnx_row("LookWhere-B, k_ratio 0.1", "lookwhere {'k_ratio': 0.1}", "1036x1036", 2),
+    onnx_row("LookWhere-B, k_ratio 0.5", "lookwhere {'k_ratio': 0.5}", "518x518", 2),
+    onnx_row("LookWhere-B, k_ratio 0.5", "lookwhere {'k_ratio': 0.5}", "1036x1036", 1),
+    ("docs/onnx.md", "The elastic graph costs what the fixed graph of its budget costs: {}x to {}x in every row",
+     [Derived(f"{ONNX}: {name} elastic_over_fixed", lambda pick=pick: pick(row["elastic_over_fixed"]
+                                                                            for row in load(ONNX)["rows"]), 2)
+      for name, pick in (("min", min), ("max", max))]),
+    extract_row("VECA-B/16, 16 cores", "VECA-B/16, 16 cores", ("DINOv3-B/16", 2), ("DINOv2-B/14", 2)),
+    extract_row("LookWhere-B/14, k_ratio 0.1", "LookWhere-B/14, k_ratio 0.1", ("DINOv3-B/16", 1), ("DINOv2-B/14", 1)),
+    extract_row("DINOv3-B/16", "DINOv3-B/16", ("DINOv3-B/16", 0), ("DINOv2-B/14", 2)),
+    extract_row("DINOv2-B/14", "DINOv2-B/14", ("DINOv3-B/16", 2), ("DINOv2-B/14", 0)),
+    ("docs/usage.md", "VECA-S/16 at 16 cores {} s as one padded batch against {} s one photo at a time ({}x: VECA's "
+                      "cost follows the patches, padding included); LookWhere-S/14 at k_ratio 0.1 {} s against {} s "
+                      "({}x:",
+     [value for row in MIXED for value in (
+         Derived(f"{M}: padded_batch latency_ms / 1000",
+                 lambda row=row: lookup(M, (*row, "padded_batch", "latency_ms")) / 1000, 2),
+         Derived(f"{M}: one_by_one latency_ms / 1000",
+                 lambda row=row: lookup(M, (*row, "one_by_one", "latency_ms")) / 1000, 2),
+         V(M, *row, "padded_over_one_by_one", digits=2))]),
+    ("docs/usage.md", "about {}% of the padded batch is padding",
+     [V(M, *MIXED[0], "padding_fraction", digits=0, percent=True)]),
+    ("docs/usage.md", "{} for VECA ({} of the features' largest magnitude, 4.6) and {} for LookWhere ({})",
+     [scientific(M, *MIXED[0], "max_abs_difference"), scientific(M, *MIXED[0], "relative_difference"),
+      scientific(M, *MIXED[1], "max_abs_difference"), scientific(M, *MIXED[1], "relative_difference")]),
+]
+
 CHECKS = (SPEED_TABLE_README + QUALITY_README + TASKS_README + SPEED_PAGE + QUALITY_PAGE + ADAPTIVE + FINE_TUNING
-          + PARITY)
+          + PARITY + OTHERS)
 
 
 def expected(template: str, values) -> str:
