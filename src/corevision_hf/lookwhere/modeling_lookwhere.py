@@ -495,7 +495,10 @@ LEGACY_KEYS = [
 # Copied from corevision_hf.veca.modeling_veca.LoadOnly
 class LoadOnly:
     """A key conversion that saving does not undo (transformers reverses conversions on save): new checkpoints are
-    written with today's names."""
+    written with today's names. transformers has no public way for a model to make its conversions load-only
+    (`save_pretrained(save_original_format=False)` is each caller's choice), so this overrides
+    `WeightTransform.reverse_transform`, which `core_model_loading.revert_weight_conversion` calls on save;
+    tests/test_transformers_internals.py fails when either changes."""
 
     def reverse_transform(self) -> WeightRenaming:
         return WeightRenaming(self.target_patterns[0], self.target_patterns[0])  # renames nothing
@@ -511,11 +514,14 @@ class LegacySplit(LoadOnly, WeightConverter):
     pass
 
 
+# transformers' public registry of checkpoint conversions: a custom-code model gets the conversions registered under
+# its model_type by name (and no built-in model's of that name). Overwritten, not added to: the package's module and a
+# hub copy of it may both be imported (tests/test_transformers_internals.py checks the registry's behaviour).
 register_checkpoint_conversion_mapping(
     "lookwhere",
     [LegacySplit(old, new, operations=[Chunk(dim=0)]) if isinstance(new, list) else LegacyRenaming(old, new)
      for old, new in LEGACY_KEYS],
-    overwrite=True,  # the package's module and a hub copy of it may both be imported
+    overwrite=True,
 )
 
 
@@ -759,6 +765,8 @@ class LookWhereTaskModel(LookWherePreTrainedModel):
         self.train(self.training)
 
     def train(self, mode: bool = True):
+        # No public hook runs after from_pretrained has replaced the parameters (which resets requires_grad) but
+        # its closing model.eval(), which lands here; tests/test_transformers_internals.py fails if it stops doing so.
         super().train(mode)
         if self.config.freeze_selector:
             self.lookwhere.selector.requires_grad_(False).eval()

@@ -370,7 +370,10 @@ LEGACY_KEYS = [
 
 class LoadOnly:
     """A key conversion that saving does not undo (transformers reverses conversions on save): new checkpoints are
-    written with today's names."""
+    written with today's names. transformers has no public way for a model to make its conversions load-only
+    (`save_pretrained(save_original_format=False)` is each caller's choice), so this overrides
+    `WeightTransform.reverse_transform`, which `core_model_loading.revert_weight_conversion` calls on save;
+    tests/test_transformers_internals.py fails when either changes."""
 
     def reverse_transform(self) -> WeightRenaming:
         return WeightRenaming(self.target_patterns[0], self.target_patterns[0])  # renames nothing
@@ -384,11 +387,14 @@ class LegacySplit(LoadOnly, WeightConverter):
     pass
 
 
+# transformers' public registry of checkpoint conversions: a custom-code model gets the conversions registered under
+# its model_type by name (and no built-in model's of that name). Overwritten, not added to: the package's module and a
+# hub copy of it may both be imported (tests/test_transformers_internals.py checks the registry's behaviour).
 register_checkpoint_conversion_mapping(
     "veca",
     [LegacySplit(old, new, operations=[Chunk(dim=0)]) if isinstance(new, list) else LegacyRenaming(old, new)
      for old, new in LEGACY_KEYS],
-    overwrite=True,  # the package's module and a hub copy of it may both be imported
+    overwrite=True,
 )
 
 
