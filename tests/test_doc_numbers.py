@@ -1,7 +1,7 @@
 """Every measured number the docs quote is its committed JSON's, rounded as the docs show it (issue #60).
 
-Each check is (doc file, text, values): `text` is the doc's wording with one `{}` per number, and each value names a
-committed JSON, the key path to the number in it, and the digits the doc shows. The test reads the JSON, rounds half
+Each check in CHECKS is (doc file, text, values): `text` is the doc's wording with one `{}` per number, and each value
+names a committed JSON, the key path to the number in it, and the digits the doc shows (`V(json, *path, digits=)`). The test reads the JSON, rounds half
 away from zero (on the JSON's own decimal text) and asserts the doc holds the text with those numbers, whitespace and
 line breaks aside. A rerun that changes a JSON fails here until the doc quotes the new numbers.
 
@@ -105,12 +105,9 @@ def plus_minus(json_file, *path, digits=3):
     return [V(json_file, *path, "mean", digits=digits, sign=True), V(json_file, *path, "half_width", digits=digits)]
 
 
-def ratio(json_file, numerator: tuple, denominator: tuple, digits: int, percent=False, minus_one=False):
-    def compute():
-        value = lookup(json_file, numerator) / lookup(json_file, denominator)
-        return value - 1 if minus_one else value
-
-    return Derived(f"{json_file}: {numerator} / {denominator}", compute, digits, percent=percent)
+def ratio(json_file, numerator: tuple, denominator: tuple, digits: int):
+    return Derived(f"{json_file}: {numerator} / {denominator}",
+                   lambda: lookup(json_file, numerator) / lookup(json_file, denominator), digits)
 
 
 # ---------------------------------------------------------------------------------------------------- speed
@@ -215,8 +212,8 @@ SPEED_PAGE = [
       veca_row(VECA64_OPT, 1024, "achieved_gflops_per_s", 0), veca_row(VECA64_OPT, 2048, "achieved_gflops_per_s", 0),
       veca_row(VECA64_OPT, 1024, "fraction_of_matmul_peak", 0, percent=True),
       veca_row(VECA64_OPT, 2048, "fraction_of_matmul_peak", 0, percent=True)]),
-    ("docs/speed.md", "So 2.5x at 1024 px would need VECA to compute {}% more per second than DINOv3 does, about {}% of "
-                      "the matmul rate",
+    ("docs/speed.md", "So 2.5x at 1024 px would need VECA to compute {}% more per second than DINOv3 does, about {}% "
+                      "of the matmul rate",
      [Derived("veca_cpu.json: VECA-B C=64 GFLOP / (DINOv3-B's latency / 2.5) over DINOv3-B's GFLOP/s, minus 1",
               lambda: gflops_needed_over(Decimal("2.5"), "DINOv3-B", VECA64,
                                          lambda: lookup(VECA, ("rows", {"model": "DINOv3-B", "resolution": 1024},
@@ -367,8 +364,8 @@ QUALITY_PAGE = [
           ("LookWhere-S random init, k_ratio 1", "LookWhere-S random init", "k_ratio=1"),
           ("LookWhere-S from teacher, k_ratio 0.1", "LookWhere-S from teacher", "k_ratio=0.1"),
           ("LookWhere-S from teacher, k_ratio 1", "LookWhere-S from teacher", "k_ratio=1")]],
-    ("docs/quality.md", "Untrained at k_ratio 1, it runs the teacher's weights on every patch, yet scores {} raw and {} "
-                        "centred",
+    ("docs/quality.md", "Untrained at k_ratio 1, it runs the teacher's weights on every patch, yet scores {} raw and "
+                        "{} centred",
      [V(Q, "results", "112", "baselines", "init", "LookWhere-S from teacher/k_ratio=1", "patch", "mean", digits=2),
       V(Q, "results", "112", "baselines", "init", "LookWhere-S from teacher/k_ratio=1", "patch_centred", "mean",
         digits=2)]),
@@ -454,8 +451,8 @@ QUALITY_PAGE += [
      interval(Q, "elasticity", {"resolution": 448, "metric": "cls", "cores": 8}, "ratio")),
     ("docs/quality.md", "fixed-32 at 32 cores is no better than fixed-4 at 4, at {} [{}, {}] (patch, 112 px)",
      interval(Q, "elasticity", {"resolution": 112, "metric": "patch", "cores": "fixed-32@32 / fixed-4@4"}, "ratio")),
-    ("docs/quality.md", "LookWhere-S random init at k_ratio 0.1 on patches at 112 px ({} [{}, {}]) and VECA elastic at 4 "
-                        "cores on CLS at 224 px ({} [{}, {}])",
+    ("docs/quality.md", "LookWhere-S random init at k_ratio 0.1 on patches at 112 px ({} [{}, {}]) and VECA elastic at "
+                        "4 cores on CLS at 224 px ({} [{}, {}])",
      [*interval(Q, "comparisons", {"resolution": 112, "metric": "patch", "student": "LookWhere-S random init",
                                    "setting": "k_ratio=0.1"}, "ratio"),
       *interval(Q, "comparisons", {"resolution": 224, "metric": "cls", "student": "VECA elastic",
@@ -511,10 +508,14 @@ QUALITY_PAGE += [
      [Derived(f"{Q}: {name} of training/*/best_step",
               lambda pick=pick: pick(entry["best_step"] for entry in load(Q)[TRAINING].values()), 0)
       for name, pick in (("min", min), ("max", max))]),
-    ("docs/quality.md", "training took {}-{} s for the ViT-Ti-sized students, {}-{} s for the LookWhere-S ones and {} s "
-                        "for VECA from the teacher on seed 1",
+    ("docs/quality.md", "training took {}-{} s for the ViT-Ti-sized students, {}-{} s for the LookWhere-S ones and "
+                        "{} s for VECA from the teacher on seed 1",
      [training_times(TI_SIZED, 1), training_times(TI_SIZED, 1, low=False), training_times(LOOKWHERE_S, 1),
       training_times(LOOKWHERE_S, 1, low=False), V(Q, TRAINING, "VECA from teacher/seed1", "train_time_s", digits=0)]),
+    ("docs/quality.md", "seed 0's took up to {}x that",
+     [Derived(f"{Q}: the largest train_time_s seed 0 / seed 1 of a student", lambda: max(
+         entry["train_time_s"] / load(Q)[TRAINING][name.replace("seed0", "seed1")]["train_time_s"]
+         for name, entry in load(Q)[TRAINING].items() if name.endswith("/seed0") and "rerun" not in name), 0)]),
 ]
 QUALITY_PAGE = [check for check in QUALITY_PAGE if check[2]]
 
@@ -590,7 +591,11 @@ def gcompris_row(seed):
 
 
 def one_class(seed, side):
-    return lambda: sum(group[side]["one_class"] for group in load(G)["pairs"][f"final_seed{seed}"]["per_group"].values())
+    def count():
+        groups = load(G)["pairs"][f"final_seed{seed}"]["per_group"].values()
+        return sum(group[side]["one_class"] for group in groups)
+
+    return count
 
 
 def accuracy_range(json_file, pairs, side, digits=2, low=True):
@@ -611,8 +616,8 @@ FINE_TUNING = [
       V(G, "pairs", "final_seed0", "hindsight_probes", "1", "heldout_accuracy")]),
     *[("docs/fine-tuning.md", f"| {seed} | {{}} | {{}} [{{}}, {{}}] | {{}} [{{}}, {{}}] |", gcompris_row(seed))
       for seed in range(4)],
-    ("docs/fine-tuning.md", "The probe gives one class both ways up for {} of the 121 photos, the fine-tuned models for "
-                            "{}-{}",
+    ("docs/fine-tuning.md", "The probe gives one class both ways up for {} of the 121 photos, the fine-tuned models "
+                            "for {}-{}",
      [Derived(f"{G}: per_group probe one_class, seed 0", one_class(0, "probe"), 0),
       Derived(f"{G}: fewest per_group fine_tuned one_class over seeds",
               lambda: min(one_class(seed, "fine_tuned")() for seed in range(4)), 0),
@@ -627,8 +632,7 @@ FINE_TUNING = [
       Derived(f"{VAL_FINAL}: max difference", lambda: max(
           load(VAL_FINAL)["pairs"][pair]["fine_tuned_minus_probe_heldout"]["difference"] for pair in VAL_PAIRS), 3)]),
     ("docs/fine-tuning.md", "easier than the 21 ({}-{} against {}-{})",
-     [Derived(f"{G}: the probe's heldout_accuracy", lambda: load(G)["pairs"]["final_seed0"]["probe"]["heldout_accuracy"],
-              2),
+     [V(G, "pairs", "final_seed0", "probe", "heldout_accuracy", digits=2),
       accuracy_range(G, SEEDS, "fine_tuned", low=False),
       Derived(f"{VAL_FINAL}: the probe's heldout_accuracy",
               lambda: load(VAL_FINAL)["pairs"]["final_seed2"]["probe"]["heldout_accuracy"], 2),
@@ -655,8 +659,8 @@ TASKS_README = [
                   "cost does not ({})",
      [V(S, *PROBE, "teacher dense", "accuracy", "mean", digits=2),
       V(S, *PROBE, "teacher at equal FLOPs", "accuracy", "mean", digits=2)]),
-    ("README.md", "keeps {}x as many of the digit's cells as random patches at k_ratio 0.1 and reads {} [{}, {}] better "
-                  "than on random cells, at {}x less latency than the dense teacher ({} against {} ms)",
+    ("README.md", "keeps {}x as many of the digit's cells as random patches at k_ratio 0.1 and reads {} [{}, {}] "
+                  "better than on random cells, at {}x less latency than the dense teacher ({} against {} ms)",
      [V(S, *goal("coverage_selector_over_random"), "ratio", digits=1),
       *interval(S, *goal("accuracy_selector_minus_random"), digits=2, sign=True),
       ratio(S, ("latency_ms", "teacher dense", "latency_ms"),
@@ -714,8 +718,8 @@ def all_settings(which):
 
 
 PARITY = [
-    *[("docs/parity.md", f"| {{}} / {{}} / {{}} / {{}} |", [scientific(P, f"veca/{variant}", key)
-                                                          for key in ("cores", "patches", "pooled", "core_coordinates")])
+    *[("docs/parity.md", "| {} / {} / {} / {} |",
+       [scientific(P, f"veca/{variant}", key) for key in ("cores", "patches", "pooled", "core_coordinates")])
       for variant in ("tiny", "tiny_variant")],
     *[("docs/parity.md", "| selector map / CLS / dense grid; kept sets | {} / {} / {}; all identical |",
        [scientific(P, f"lookwhere/{variant}", key) for key in ("selector_map", "cls", "dense")])
@@ -756,7 +760,8 @@ def throughput_row(label, model, processes):
 
 def onnx_row(label, model, resolution, digits):
     row = ("rows", {"model": model, "resolution": resolution})
-    return ("docs/onnx.md", f"| {label} | {resolution.split('x')[0]} px | {{}} s | {{}} s | {{}} s | {{}}x | {{}}x | {{}} |",
+    size = resolution.split("x")[0]
+    return ("docs/onnx.md", f"| {label} | {size} px | {{}} s | {{}} s | {{}} s | {{}}x | {{}}x | {{}} |",
             [V(ONNX, *row, key, digits=digits) for key in ("pytorch_s", "onnxruntime_s", "elastic_s")]
             + [V(ONNX, *row, "pytorch_over_onnxruntime", digits=2), V(ONNX, *row, "elastic_over_fixed", digits=2),
                scientific(ONNX, *row, "max_abs_diff_at_small_size")])
@@ -847,7 +852,8 @@ def test_rounding_is_half_away_from_zero_on_the_json_text():
 def test_the_learning_table_states_each_entry_as_the_json_does(entry):
     """docs/quality.md's learning table: each entry's row gives, at 112 / 224 / 448 px, the verdict and +mean ± the
     half-width of `learning` in the JSON."""
-    rows = [line for line in (ROOT / "docs" / "quality.md").read_text().splitlines() if line.startswith(f"| `{entry}`:")]
+    lines = (ROOT / "docs" / "quality.md").read_text().splitlines()
+    rows = [line for line in lines if line.startswith(f"| `{entry}`:")]
     assert len(rows) == 1, entry
     cells = []
     for suffix in ("", "@224", "@448"):
