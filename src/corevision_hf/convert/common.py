@@ -128,6 +128,22 @@ def expected_state_dict(model_class, config) -> dict:
         return model_class(config).state_dict()
 
 
+def check_converted_keys(model_class, config, ours: dict, sources: dict, unused: list[str], kind: str) -> None:
+    """A ValueError (`describe_key_mismatch`) unless the converted `ours` holds exactly `model_class(config)`'s
+    weights, in their shapes; `sources` names each converted weight's source key, `unused` the source keys already
+    left over (a converted weight beyond the model, e.g. a block past the depth found, joins them)."""
+    expected = expected_state_dict(model_class, config)
+    missing = sorted(set(expected) - set(ours))
+    unused = list(unused) + [sources[name] for name in set(ours) - set(expected)]
+    mismatched = [
+        f"{sources[name]} {tuple(value.shape)} for {tuple(expected[name].shape)}"
+        for name, value in ours.items()
+        if name in expected and value.shape != expected[name].shape
+    ]
+    if unused or missing or mismatched:
+        raise ValueError(describe_key_mismatch(kind, sorted(unused), missing, mismatched))
+
+
 def describe_key_mismatch(kind: str, unexpected: list[str], missing: list[str], mismatched: list[str]) -> str:
     """One sentence naming what does not fit (the first few of each), for checkpoints that are not `kind`."""
     def few(names):

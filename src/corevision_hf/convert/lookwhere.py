@@ -26,9 +26,8 @@ from corevision_hf import LookWhereConfig, LookWhereModel
 from corevision_hf.cli import run
 from corevision_hf.convert.common import (
     check_finite,
+    check_converted_keys,
     check_out_dir,
-    describe_key_mismatch,
-    expected_state_dict,
     load_tensor_checkpoint,
     save_converted,
     strip_wrapper_prefixes,
@@ -130,20 +129,11 @@ def convert_reference_state_dict(
         ours["selector.register_tokens"] = torch.zeros(1, 0, config.hidden_size)  # a ViT without registers
         sources["selector.register_tokens"] = "selector.backbone.reg_token"
 
-    expected = expected_state_dict(LookWhereModel, config)
-    missing = sorted(set(expected) - set(ours))
-    unexpected += [sources[name] for name in set(ours) - set(expected)]  # e.g. blocks beyond the depth found
-    mismatched = [
-        f"{sources[name]} {tuple(value.shape)} for {tuple(expected[name].shape)}"
-        for name, value in ours.items()
-        if name in expected and value.shape != expected[name].shape
-    ]
-    if unexpected or missing or mismatched:
-        raise ValueError(describe_key_mismatch(
-            f"LookWhere checkpoint (hidden {config.hidden_size}, {config.num_hidden_layers} extractor blocks, "
-            f"{config.selector_depth} selector blocks, {'SwiGLU' if config.use_swiglu_ffn else 'GELU'} MLP)",
-            sorted(unexpected), missing, mismatched,
-        ))
+    check_converted_keys(
+        LookWhereModel, config, ours, sources, unexpected,
+        f"LookWhere checkpoint (hidden {config.hidden_size}, {config.num_hidden_layers} extractor blocks, "
+        f"{config.selector_depth} selector blocks, {'SwiGLU' if config.use_swiglu_ffn else 'GELU'} MLP)",
+    )
     return config, ours
 
 

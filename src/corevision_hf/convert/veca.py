@@ -23,9 +23,8 @@ from corevision_hf.cli import run
 from corevision_hf.convert.common import (
     WRAPPER_PREFIXES,
     check_finite,
+    check_converted_keys,
     check_out_dir,
-    describe_key_mismatch,
-    expected_state_dict,
     load_tensor_checkpoint,
     save_converted,
     strip_wrapper_prefixes,
@@ -192,19 +191,11 @@ def convert_reference_state_dict(
     num_layers = 1 + max((int(m.group(1)) for k in state_dict if (m := re.match(r"blocks\.(\d+)\.", k))), default=-1)
 
     config = _infer_config(ours, num_layers, settings, stated_sizes)
-    expected = expected_state_dict(VecaModel, config)
-    missing = sorted(set(expected) - set(ours))
-    unused |= {sources[name] for name in set(ours) - set(expected)}  # e.g. blocks.{l} beyond the layers found
-    mismatched = [
-        f"{sources[name]} {tuple(value.shape)} for {tuple(expected[name].shape)}"
-        for name, value in ours.items()
-        if name in expected and value.shape != expected[name].shape
-    ]
-    if unused or missing or mismatched:
-        raise ValueError(describe_key_mismatch(
-            f"VECA reference checkpoint (hidden {config.hidden_size}, {config.num_hidden_layers} layers, "
-            f"{config.num_cores} cores)", sorted(unused), missing, mismatched
-        ))
+    check_converted_keys(
+        VecaModel, config, ours, sources, sorted(unused),
+        f"VECA reference checkpoint (hidden {config.hidden_size}, {config.num_hidden_layers} layers, "
+        f"{config.num_cores} cores)",
+    )
     return config, ours
 
 
