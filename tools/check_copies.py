@@ -7,8 +7,9 @@ its definition (or its first decorator):
 
 The copy must equal the named definition (a function, a class, or `Class.method`) once each `Old->New` replacement is
 applied to it. A marker naming a module, on the first line of a file, makes the rest of the file a copy of that module
-(the image processors: `# Copied from corevision_hf.veca.image_processing_veca with Veca->LookWhere, ...`). `python tools/check_copies.py` prints one line per drifted copy and exits 1; `--fix` rewrites the copies
-from their sources.
+(the image processors: `# Copied from corevision_hf.veca.image_processing_veca with Veca->LookWhere, ...`).
+`python tools/check_copies.py` prints one line per drifted copy and exits 1; `--fix` rewrites the copies from their
+sources.
 """
 
 import argparse

@@ -2,11 +2,11 @@
 costs, and the largest k that fits a target in analytic GFLOPs (`max_gflops`).
 
 Hub-copied: imported by modeling_lookwhere.py; imports torch, transformers and the configuration. A forward's inputs
-are checked here (`check_inputs`, a marked copy of VECA's), as VECA's are in its budget file. `corevision_hf.lookwhere_flops` and
-`corevision_hf.dense_vit_flops` are this file's functions, so cost tables and the budget a target picks use one
-formula. Choosing a fixed budget is arithmetic on the image size, and k_mass's counts are computed on the device from
-the selector map: nothing here reads a tensor's values or anything of the machine (a latency target is
-`corevision_hf.budget_for_latency`'s).
+are checked here (`check_inputs`, a marked copy of VECA's), as VECA's are in its budget file.
+`corevision_hf.lookwhere_flops` and `corevision_hf.dense_vit_flops` are this file's functions, so cost tables and the
+budget a target picks use one formula. Choosing a fixed budget is arithmetic on the image size, and k_mass's counts
+are computed on the device from the selector map: nothing here reads a tensor's values or anything of the machine (a
+latency target is `corevision_hf.budget_for_latency`'s).
 """
 
 import bisect
@@ -310,7 +310,11 @@ STANDARD_FORWARD_KWARGS = frozenset(TransformersKwargs.__annotations__) | {"retu
 
 # Copied from corevision_hf.veca.budget_veca.check_inputs with Veca->LookWhere
 def check_inputs(
-    config: LookWhereConfig, pixel_values: torch.Tensor, pixel_mask: torch.Tensor | None, kwargs: dict, own: tuple[str, ...]
+    config: LookWhereConfig,
+    pixel_values: torch.Tensor,
+    pixel_mask: torch.Tensor | None,
+    kwargs: dict,
+    own: tuple[str, ...],
 ) -> None:
     """What forward needs to fail clearly, from shapes and names only (no host synchronisation): a batch of
     normalised float images with the config's channels and sides in whole patches, a pixel_mask to match, no

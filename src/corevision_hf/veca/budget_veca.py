@@ -73,7 +73,11 @@ STANDARD_FORWARD_KWARGS = frozenset(TransformersKwargs.__annotations__) | {"retu
 
 
 def check_inputs(
-    config: VecaConfig, pixel_values: torch.Tensor, pixel_mask: torch.Tensor | None, kwargs: dict, own: tuple[str, ...]
+    config: VecaConfig,
+    pixel_values: torch.Tensor,
+    pixel_mask: torch.Tensor | None,
+    kwargs: dict,
+    own: tuple[str, ...],
 ) -> None:
     """What forward needs to fail clearly, from shapes and names only (no host synchronisation): a batch of
     normalised float images with the config's channels and sides in whole patches, a pixel_mask to match, no
