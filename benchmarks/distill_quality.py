@@ -753,6 +753,34 @@ def sweep(args, teacher, source, scratch, train_dir, train_names) -> dict:
             "chosen": chosen}
 
 
+def cache_teacher_targets(args, teacher, source, scratch, train_dir, train_names, run_start) -> tuple:
+    """((constant CLS, constant patch): the centre, crops): every seed's training crops' teacher targets cached first,
+    their mean the centre of the centred measures."""
+    for seed in args.seeds:  # every crop's targets first: their mean is the centre of the centred measures
+        crops = fill_teacher_cache(teacher_cache(scratch, seed, args, source, train_names), teacher, train_dir, args,
+                                   seed)
+        print(f"    seed {seed}: the teacher's targets of {crops} distinct training crops cached "
+              f"({time.perf_counter() - run_start:.0f} s so far)", flush=True)
+    caches = [scratch / f"seed{s}" / "teacher_cache" for s in args.seeds]
+    constant_cls, constant_patch, crops = mean_teacher_tokens(caches)
+    return (constant_cls, constant_patch), crops
+
+
+def same_crops_per_seed(training: dict, seeds: list[int]) -> bool:
+    """Whether every student of a seed saw the same crops in the same order (equal data checksums), for every seed."""
+    checksums = {key: record["data_checksum"] for key, record in training.items()}
+    return all(len({round(v, 3) for k, v in checksums.items() if k.endswith(f"/seed{s}")}) == 1 for s in seeds)
+
+
+def environment() -> dict:
+    """The versions, threads and machine the run had, and the load average at its end."""
+    return {
+        "torch": torch.__version__, "corevision_hf": corevision_hf.__version__, "threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
+        "load_average_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
+    }
+
+
 def main(argv=None) -> dict:
     """The benchmark, called as a command or from Python; the caller's torch thread count is restored afterwards."""
     return restoring_threads(benchmark, argv)
@@ -778,13 +806,7 @@ def benchmark(argv=None) -> dict:
         write_json(str(args.out), result)
         return result
 
-    for seed in args.seeds:  # every crop's targets first: their mean is the centre of the centred measures
-        crops = fill_teacher_cache(teacher_cache(scratch, seed, args, source, train_names), teacher, train_dir, args,
-                                   seed)
-        print(f"    seed {seed}: the teacher's targets of {crops} distinct training crops cached "
-              f"({time.perf_counter() - run_start:.0f} s so far)", flush=True)
-    constant_cls, constant_patch, crops = mean_teacher_tokens([scratch / f"seed{s}" / "teacher_cache" for s in args.seeds])
-    centre = (constant_cls, constant_patch)
+    centre, crops = cache_teacher_targets(args, teacher, source, scratch, train_dir, train_names, run_start)
     print(f"    the teacher on the held-out photos at {args.resolutions} px", flush=True)
     heldout = PhotoSet(args.heldout_photos, teacher, args.resolutions, args.image_size, args, centre)
     print(f"2/6 students x seeds {args.seeds}, {args.steps} steps of {args.batch_size}", flush=True)
@@ -798,8 +820,7 @@ def benchmark(argv=None) -> dict:
     print("5/6 goals")
     for g in report["goals"]:
         print(f"  {'met    ' if g['met'] else 'MISSED '} {g['goal']}: {g['value']}")
-    checksums = {key: record["data_checksum"] for key, record in training.items()}
-    same_data = all(len({round(v, 3) for k, v in checksums.items() if k.endswith(f"/seed{s}")}) == 1 for s in args.seeds)
+    same_data = same_crops_per_seed(training, args.seeds)
     total = time.perf_counter() - run_start
     print(f"6/6 same crops in the same order for every student of a seed: {same_data}; total {total / 60:.1f} min")
     result = {
@@ -810,11 +831,7 @@ def benchmark(argv=None) -> dict:
         "held_out_photos": [p.name for p in heldout.paths],
         "constant_from_crops": crops,
         "intervals": stats.__doc__.strip(),
-        "environment": {
-            "torch": torch.__version__, "corevision_hf": corevision_hf.__version__, "threads": torch.get_num_threads(),
-            "cpu_count": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
-            "load_average_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
-        },
+        "environment": environment(),
         **report,
         "training": training,
         "same_data_for_all_students_of_a_seed": same_data,
@@ -885,20 +902,16 @@ def train_students(args, teacher, source, heldout, scratch, train_dir, train_nam
 # ---------------------------------------------------------------------------------------------------- results
 
 
-def results(args, teacher, heldout: PhotoSet, measured: dict, untrained: dict, constant: tuple) -> dict:
-    """Every table of the run from the per-photo measurements: per resolution the baselines and the students with
-    their ratios, the teacher-free rows, the rerun drift and the goals."""
-    seeds, rerun_seed = args.seeds, args.rerun_seed
-
-    def per_seed(key: str, label: str, resolution: int, metric: str, source: dict = measured) -> list[list[float]]:
-        return [source[key, s][label]["agreement"][resolution][metric] for s in seeds]
-
-    # the rerun drift, per resolution and metric: d^2 / 2 averaged over VECA elastic's budgets
+def rerun_drift(args, measured: dict) -> tuple[dict, list[dict]]:
+    """The rerun drift per (resolution or "teacher_free", metric): d^2 / 2 averaged over VECA elastic's budgets; and
+    its table rows."""
+    rerun_seed = args.rerun_seed
     drift, drift_rows = {}, []
     for r in args.resolutions:
         for metric in METRICS:
             pairs = [(measured["VECA elastic", rerun_seed][b]["agreement"][r][metric],
-                      measured["VECA elastic rerun", rerun_seed][b]["agreement"][r][metric]) for b, _ in budgets_of("veca")]
+                      measured["VECA elastic rerun", rerun_seed][b]["agreement"][r][metric])
+                     for b, _ in budgets_of("veca")]
             drift[r, metric] = statistics.fmean(stats.drift_variance(a, b) for a, b in pairs)
             drift_rows.append({"resolution": r, "metric": metric, "rms_difference": math.sqrt(2 * drift[r, metric]),
                                "per_budget": [statistics.fmean(a) - statistics.fmean(b) for a, b in pairs]})
@@ -909,47 +922,60 @@ def results(args, teacher, heldout: PhotoSet, measured: dict, untrained: dict, c
         drift_rows.append({"resolution": args.image_size, "metric": metric,
                            "rms_difference": math.sqrt(2 * drift["teacher_free", metric]),
                            "per_budget": [statistics.fmean(a) - statistics.fmean(b) for a, b in pairs]})
+    return drift, drift_rows
 
-    per_resolution = {}
-    for r in args.resolutions:
-        constant_values = constant_agreement(constant, heldout, r)
-        baselines = {"constant": {"gflops": 0.0, **{m: {**stats.mean_interval([constant_values[m]]),
-                                                        "per_photo": constant_values[m]} for m in METRICS}},
-                     "teacher_equal_flops": {}, "init": {}}
-        teacher_values = {}
-        for init in dict.fromkeys(STUDENTS[name][1] for name in STUDENTS):
-            name = next(n for n in STUDENTS if STUDENTS[n][1] == init)
-            for label, _ in budgets_of(name):
-                baselines["init"][f"{init}/{label}"] = {
-                    "gflops": untrained[init, seeds[0]][label]["gflops"][r],
-                    **{m: {**stats.mean_interval(per_seed(init, label, r, m, untrained)),
-                           "per_seed_per_photo": per_seed(init, label, r, m, untrained)} for m in METRICS}}
-        students = []
-        for name, (family, init, _) in STUDENTS.items():
-            for label, _ in budgets_of(name):
-                cost = measured[name, seeds[0]][label]["gflops"][r]
-                size = equal_flops_resolution(teacher, cost, int(r))
-                if size not in teacher_values:
-                    teacher_values[size] = teacher_at(teacher, heldout, size, r)
-                    baselines["teacher_equal_flops"][str(size)] = {
-                        "resolution": size, "gflops": gflops(teacher, size, {}),
-                        **{m: {**stats.mean_interval([teacher_values[size][m]]), "per_photo": teacher_values[size][m]}
-                           for m in METRICS}}
-                row = {"student": name, "setting": label, "gflops": cost, "teacher_equal_flops_resolution": size,
-                       "ratios": {"constant": {}, "teacher_equal_flops": {}, "init": {}},
-                       "differences": {"constant": {}, "teacher_equal_flops": {}, "init": {}}}
-                for m in METRICS:  # ratios of the raw measures; differences of all (the centred constant is 0)
-                    values = per_seed(name, label, r, m)
-                    row[m] = {**stats.mean_interval(values, drift[r, m]), "per_seed_per_photo": values}
-                    references = {"constant": [constant_values[m]], "teacher_equal_flops": [teacher_values[size][m]],
-                                  "init": per_seed(init, label, r, m, untrained)}
-                    for line, reference in references.items():
-                        if m in RAW:
-                            row["ratios"][line][m] = stats.paired_ratio(values, reference, drift[r, m])
-                        row["differences"][line][m] = stats.paired_difference(values, reference, drift[r, m])
-                students.append(row)
-        per_resolution[str(r)] = {"baselines": baselines, "students": students}
 
+def resolution_results(args, teacher, heldout: PhotoSet, measured: dict, untrained: dict, constant: tuple,
+                       drift: dict, r: int) -> dict:
+    """Resolution `r`'s table: the baselines (constant, the teacher at equal FLOPs, each initialisation) and every
+    student and budget with its ratios and differences to them."""
+    seeds = args.seeds
+
+    def per_seed(key: str, label: str, resolution: int, metric: str, source: dict = measured) -> list[list[float]]:
+        return [source[key, s][label]["agreement"][resolution][metric] for s in seeds]
+
+    constant_values = constant_agreement(constant, heldout, r)
+    baselines = {"constant": {"gflops": 0.0, **{m: {**stats.mean_interval([constant_values[m]]),
+                                                    "per_photo": constant_values[m]} for m in METRICS}},
+                 "teacher_equal_flops": {}, "init": {}}
+    teacher_values = {}
+    for init in dict.fromkeys(STUDENTS[name][1] for name in STUDENTS):
+        name = next(n for n in STUDENTS if STUDENTS[n][1] == init)
+        for label, _ in budgets_of(name):
+            baselines["init"][f"{init}/{label}"] = {
+                "gflops": untrained[init, seeds[0]][label]["gflops"][r],
+                **{m: {**stats.mean_interval(per_seed(init, label, r, m, untrained)),
+                       "per_seed_per_photo": per_seed(init, label, r, m, untrained)} for m in METRICS}}
+    students = []
+    for name, (family, init, _) in STUDENTS.items():
+        for label, _ in budgets_of(name):
+            cost = measured[name, seeds[0]][label]["gflops"][r]
+            size = equal_flops_resolution(teacher, cost, int(r))
+            if size not in teacher_values:
+                teacher_values[size] = teacher_at(teacher, heldout, size, r)
+                baselines["teacher_equal_flops"][str(size)] = {
+                    "resolution": size, "gflops": gflops(teacher, size, {}),
+                    **{m: {**stats.mean_interval([teacher_values[size][m]]), "per_photo": teacher_values[size][m]}
+                       for m in METRICS}}
+            row = {"student": name, "setting": label, "gflops": cost, "teacher_equal_flops_resolution": size,
+                   "ratios": {"constant": {}, "teacher_equal_flops": {}, "init": {}},
+                   "differences": {"constant": {}, "teacher_equal_flops": {}, "init": {}}}
+            for m in METRICS:  # ratios of the raw measures; differences of all (the centred constant is 0)
+                values = per_seed(name, label, r, m)
+                row[m] = {**stats.mean_interval(values, drift[r, m]), "per_seed_per_photo": values}
+                references = {"constant": [constant_values[m]], "teacher_equal_flops": [teacher_values[size][m]],
+                              "init": per_seed(init, label, r, m, untrained)}
+                for line, reference in references.items():
+                    if m in RAW:
+                        row["ratios"][line][m] = stats.paired_ratio(values, reference, drift[r, m])
+                    row["differences"][line][m] = stats.paired_difference(values, reference, drift[r, m])
+            students.append(row)
+    return {"baselines": baselines, "students": students}
+
+
+def teacher_free_table(args, teacher, heldout: PhotoSet, measured: dict, untrained: dict, drift: dict) -> list[dict]:
+    """The teacher-free rows: the teacher (ceiling), raw pixels (floor), each initialisation, each trained student."""
+    seeds = args.seeds
     teacher_free_rows = [{"model": "teacher", "setting": "all", "kind": "ceiling",
                           **{m: stats.mean_interval([v]) for m, v in heldout.teacher_free(teacher, {}).items()}},
                          {"model": "raw pixels", "setting": "-", "kind": "floor",
@@ -964,6 +990,18 @@ def results(args, teacher, heldout: PhotoSet, measured: dict, untrained: dict, c
                 "model": key if kind == "trained" else f"{key} (untrained)", "setting": label, "kind": kind,
                 **{m: stats.mean_interval(v, drift["teacher_free", m] if kind == "trained" else 0.0)
                    for m, v in values.items()}})
+    return teacher_free_rows
+
+
+def results(args, teacher, heldout: PhotoSet, measured: dict, untrained: dict, constant: tuple) -> dict:
+    """Every table of the run from the per-photo measurements: per resolution the baselines and the students with
+    their ratios, the teacher-free rows, the rerun drift and the goals."""
+    rerun_seed = args.rerun_seed
+    drift, drift_rows = rerun_drift(args, measured)
+    per_resolution = {}
+    for r in args.resolutions:
+        per_resolution[str(r)] = resolution_results(args, teacher, heldout, measured, untrained, constant, drift, r)
+    teacher_free_rows = teacher_free_table(args, teacher, heldout, measured, untrained, drift)
     report = {"results": per_resolution,
               "teacher_free": {"resolution": args.image_size, "views_per_photo": args.views,
                                "pairs_per_photo": args.pairs, "rows": teacher_free_rows},
@@ -1191,83 +1229,103 @@ STYLES = {"VECA elastic": ("tab:blue", "o"), "VECA fixed-4": ("tab:cyan", "v"), 
           "LookWhere-S random init": ("tab:red", "s"), "LookWhere-S from teacher": ("tab:orange", "P")}
 
 
+PLOT_NAMES = {"patch": "mean patch cosine", "patch_centred": "centred patch cosine"}
+PLOT_LIMITS = {"patch": (0, 1), "patch_centred": (-0.2, 1)}
+
+
+def plot_student(axis, block: dict, name: str, metric: str) -> None:
+    """Student `name`'s points against GFLOPs (its untrained start hollow), with its k_ratio or end-budget labels."""
+    colour, marker = STYLES[name]
+    points = [s for s in block["students"] if s["student"] == name]
+    if name in ("VECA fixed-4", "VECA fixed-32"):  # here at their trained budget; every C on the right
+        points = [p for p in points if p["setting"] == f"cores={name.split('-')[-1]}"]
+    axis.errorbar([p["gflops"] for p in points], [p[metric]["mean"] for p in points],
+                  yerr=[[p[metric]["mean"] - p[metric]["low"] for p in points],
+                        [p[metric]["high"] - p[metric]["mean"] for p in points]],
+                  color=colour, marker=marker, capsize=2, label=name, linestyle="-" if len(points) > 1 else "")
+    inits = [block["baselines"]["init"][f"{STUDENTS[name][1]}/{p['setting']}"] for p in points]
+    axis.scatter([p["gflops"] for p in points], [i[metric]["mean"] for i in inits], facecolors="none",
+                 edgecolors=colour, marker=marker, s=30)
+    if name.startswith("LookWhere"):  # k_ratio labels: above one LookWhere, below the other
+        offset = 7 if name.endswith("teacher") else -12
+        for p in points:
+            axis.annotate(p["setting"].split("=")[1], (p["gflops"], p[metric]["mean"]), fontsize=7,
+                          color=colour, textcoords="offset points", xytext=(6, offset), ha="left")
+    if name == "VECA elastic":  # its budgets sit close together in GFLOPs: the two ends labelled
+        for p in (points[0], points[-1]):
+            axis.annotate(f"C={p['setting'].split('=')[1]}", (p["gflops"], p[metric]["mean"]),
+                          fontsize=7, color=colour, textcoords="offset points", xytext=(-4, -12),
+                          ha="right")
+
+
+def plot_against_gflops(axis, block: dict, metric: str, r: str) -> None:
+    """One panel: `metric` against GFLOPs for every student and budget, the teacher at smaller sizes, the constant."""
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
+
+    base = block["baselines"]
+    teacher_points = sorted((t["gflops"], t[metric]["mean"], t["resolution"])
+                            for t in base["teacher_equal_flops"].values())
+    axis.plot([p[0] for p in teacher_points], [p[1] for p in teacher_points], color="black", marker="*",
+              label="the teacher itself, run at a smaller size (labels: px)")
+    for x, y, size in teacher_points:
+        axis.annotate(f"{size}", (x, y), fontsize=7, textcoords="offset points", xytext=(0, 5), ha="center")
+    axis.axhline(base["constant"][metric]["mean"], color="0.4", linestyle="--",
+                 label="constant: the mean teacher token of the training crops")
+    for name in STYLES:
+        plot_student(axis, block, name, metric)
+    axis.scatter([], [], facecolors="none", edgecolors="0.3", label="hollow: the same student untrained")
+    axis.set_xscale("log")
+    axis.xaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))
+    axis.xaxis.set_major_formatter(FormatStrFormatter("%g"))
+    axis.xaxis.set_minor_formatter(NullFormatter())
+    axis.set_ylim(*PLOT_LIMITS[metric])
+    axis.set_xlabel("GFLOPs per image (analytic)")
+    axis.set_ylabel(f"{PLOT_NAMES[metric]} to the teacher's {r} px output")
+    axis.set_title(f"{PLOT_NAMES[metric]}, {r} px (LookWhere labels: k_ratio)", fontsize=10)
+    axis.grid(alpha=0.3)
+
+
+def plot_against_cores(axis, block: dict, metric: str, r: str) -> None:
+    """One panel: `metric` against the cores used, for each VECA (elastic, fixed-4, fixed-32, from the teacher)."""
+    base = block["baselines"]
+    for name in ("VECA elastic", "VECA fixed-4", "VECA fixed-32", "VECA from teacher"):
+        colour, marker = STYLES[name]
+        points = [s for s in block["students"] if s["student"] == name]
+        cores = [int(p["setting"].split("=")[1]) for p in points]
+        axis.errorbar(cores, [p[metric]["mean"] for p in points],
+                      yerr=[[p[metric]["mean"] - p[metric]["low"] for p in points],
+                            [p[metric]["high"] - p[metric]["mean"] for p in points]],
+                      color=colour, marker=marker, capsize=2, label=name)
+    for init, colour in (("VECA", "0.6"), ("VECA from teacher", STYLES["VECA from teacher"][0])):
+        starts = [base["init"][f"{init}/cores={c}"][metric]["mean"] for c in ELASTIC_BUDGETS]
+        axis.plot(ELASTIC_BUDGETS, starts, color=colour, linestyle=":", marker="o", markerfacecolor="none",
+                  label=f"{'VECA random' if init == 'VECA' else init} untrained")
+    axis.axhline(base["constant"][metric]["mean"], color="0.4", linestyle="--", label="constant")
+    axis.set_xscale("log", base=2)
+    axis.set_xticks(ELASTIC_BUDGETS, [str(c) for c in ELASTIC_BUDGETS])
+    axis.set_ylim(*PLOT_LIMITS[metric])
+    axis.set_xlabel("cores used at inference (C)")
+    axis.set_ylabel(f"{PLOT_NAMES[metric]} to the teacher's {r} px output")
+    axis.set_title(f"VECA elasticity: {PLOT_NAMES[metric]}, {r} px", fontsize=10)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7, loc="lower right")
+
+
 def plot_quality(result: dict, path: Path) -> None:
     """quality.png, one row per resolution: raw and centred patch cosine against GFLOPs (every student and budget,
     the teacher run at smaller sizes as a curve, the constant as a line, initialisations as hollow markers), then the
     same two against VECA's cores (elastic, fixed-4, fixed-32). Bars: 95% intervals."""
     from matplotlib.figure import Figure
-    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
     resolutions = list(result["results"])
     figure = Figure(figsize=(22, 5.4 * len(resolutions) + 1.2), layout="constrained")
     axes = figure.subplots(len(resolutions), 4, squeeze=False)
-    names = {"patch": "mean patch cosine", "patch_centred": "centred patch cosine"}
-    limits = {"patch": (0, 1), "patch_centred": (-0.2, 1)}
     for row_axes, r in zip(axes, resolutions):
         block = result["results"][r]
-        base = block["baselines"]
         for axis, metric in zip(row_axes[:2], PLOT_METRICS):
-            teacher_points = sorted((t["gflops"], t[metric]["mean"], t["resolution"])
-                                    for t in base["teacher_equal_flops"].values())
-            axis.plot([p[0] for p in teacher_points], [p[1] for p in teacher_points], color="black", marker="*",
-                      label="the teacher itself, run at a smaller size (labels: px)")
-            for x, y, size in teacher_points:
-                axis.annotate(f"{size}", (x, y), fontsize=7, textcoords="offset points", xytext=(0, 5), ha="center")
-            axis.axhline(base["constant"][metric]["mean"], color="0.4", linestyle="--",
-                         label="constant: the mean teacher token of the training crops")
-            for name, (colour, marker) in STYLES.items():
-                points = [s for s in block["students"] if s["student"] == name]
-                if name in ("VECA fixed-4", "VECA fixed-32"):  # here at their trained budget; every C on the right
-                    points = [p for p in points if p["setting"] == f"cores={name.split('-')[-1]}"]
-                axis.errorbar([p["gflops"] for p in points], [p[metric]["mean"] for p in points],
-                              yerr=[[p[metric]["mean"] - p[metric]["low"] for p in points],
-                                    [p[metric]["high"] - p[metric]["mean"] for p in points]],
-                              color=colour, marker=marker, capsize=2, label=name, linestyle="-" if len(points) > 1 else "")
-                inits = [base["init"][f"{STUDENTS[name][1]}/{p['setting']}"] for p in points]
-                axis.scatter([p["gflops"] for p in points], [i[metric]["mean"] for i in inits], facecolors="none",
-                             edgecolors=colour, marker=marker, s=30)
-                if name.startswith("LookWhere"):  # k_ratio labels: above one LookWhere, below the other
-                    offset = 7 if name.endswith("teacher") else -12
-                    for p in points:
-                        axis.annotate(p["setting"].split("=")[1], (p["gflops"], p[metric]["mean"]), fontsize=7,
-                                      color=colour, textcoords="offset points", xytext=(6, offset), ha="left")
-                if name == "VECA elastic":  # its budgets sit close together in GFLOPs: the two ends labelled
-                    for p in (points[0], points[-1]):
-                        axis.annotate(f"C={p['setting'].split('=')[1]}", (p["gflops"], p[metric]["mean"]),
-                                      fontsize=7, color=colour, textcoords="offset points", xytext=(-4, -12),
-                                      ha="right")
-            axis.scatter([], [], facecolors="none", edgecolors="0.3", label="hollow: the same student untrained")
-            axis.set_xscale("log")
-            axis.xaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))
-            axis.xaxis.set_major_formatter(FormatStrFormatter("%g"))
-            axis.xaxis.set_minor_formatter(NullFormatter())
-            axis.set_ylim(*limits[metric])
-            axis.set_xlabel("GFLOPs per image (analytic)")
-            axis.set_ylabel(f"{names[metric]} to the teacher's {r} px output")
-            axis.set_title(f"{names[metric]}, {r} px (LookWhere labels: k_ratio)", fontsize=10)
-            axis.grid(alpha=0.3)
+            plot_against_gflops(axis, block, metric, r)
         for axis, metric in zip(row_axes[2:], PLOT_METRICS):
-            for name in ("VECA elastic", "VECA fixed-4", "VECA fixed-32", "VECA from teacher"):
-                colour, marker = STYLES[name]
-                points = [s for s in block["students"] if s["student"] == name]
-                cores = [int(p["setting"].split("=")[1]) for p in points]
-                axis.errorbar(cores, [p[metric]["mean"] for p in points],
-                              yerr=[[p[metric]["mean"] - p[metric]["low"] for p in points],
-                                    [p[metric]["high"] - p[metric]["mean"] for p in points]],
-                              color=colour, marker=marker, capsize=2, label=name)
-            for init, colour in (("VECA", "0.6"), ("VECA from teacher", STYLES["VECA from teacher"][0])):
-                starts = [base["init"][f"{init}/cores={c}"][metric]["mean"] for c in ELASTIC_BUDGETS]
-                axis.plot(ELASTIC_BUDGETS, starts, color=colour, linestyle=":", marker="o", markerfacecolor="none",
-                          label=f"{'VECA random' if init == 'VECA' else init} untrained")
-            axis.axhline(base["constant"][metric]["mean"], color="0.4", linestyle="--", label="constant")
-            axis.set_xscale("log", base=2)
-            axis.set_xticks(ELASTIC_BUDGETS, [str(c) for c in ELASTIC_BUDGETS])
-            axis.set_ylim(*limits[metric])
-            axis.set_xlabel("cores used at inference (C)")
-            axis.set_ylabel(f"{names[metric]} to the teacher's {r} px output")
-            axis.set_title(f"VECA elasticity: {names[metric]}, {r} px", fontsize=10)
-            axis.grid(alpha=0.3)
-            axis.legend(fontsize=7, loc="lower right")
+            plot_against_cores(axis, block, metric, r)
     handles, labels = axes[0][0].get_legend_handles_labels()
     figure.legend(handles, labels, loc="outside lower center", ncol=5, fontsize=8)
     seeds = len(result["args"]["seeds"])

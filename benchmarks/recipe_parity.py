@@ -144,6 +144,46 @@ def block_names(optimizer) -> dict[str, str]:
             for group in optimizer.param_groups if group["algorithm"] == "normuon" for name in group["names"]}
 
 
+def veca_fixture_model(folder: Path) -> tuple:
+    """(the authors' state dict, their config, our VecaModel from it in training mode) of the fixture in `folder`."""
+    state_dict, reference_config = load_reference_checkpoint(str(folder / "reference_checkpoint.pt"))
+    config, weights = convert_reference_state_dict(state_dict, reference_config=reference_config)
+    config.pos_embed_shift = config.pos_embed_rescale = None  # the fixture switched the coordinate augmentation off
+    model = VecaModel(config)
+    model.load_state_dict(weights)
+    model.train()
+    return state_dict, reference_config, model
+
+
+def zero_gradient_masks(case: dict, state_dict: dict) -> dict[str, torch.Tensor]:
+    """{authors' name: mask} of the elements whose true gradient is 0 (the case's `zero_true_gradient_elements`)."""
+    ignored = {}  # elements whose true gradient is 0 and computed one rounding noise: no output depends on them
+    for name, indices in case["zero_true_gradient_elements"]["flat_indices"].items():
+        shape = state_dict[name].shape
+        mask = torch.zeros(shape.numel(), dtype=torch.bool).index_fill_(0, torch.tensor(indices), True)
+        ignored[name] = mask.view(shape)
+    return ignored
+
+
+def check_first_gradients(model, step: dict, expected: dict, chunk: int, report: Report, replay_gradients: bool,
+                          reference_config) -> None:
+    """Step 1's gradients against the authors' (exactly zero beyond the budget); with `replay_gradients`, theirs
+    copied into the model's."""
+    grads = reference_names({n: p.grad for n, p in model.named_parameters()}, chunk)
+    for name, grad in grads.items():
+        if name in step["params_without_grad"]:  # beyond the budget: no gradient there, exactly zero here
+            report.add(f"gradient-unused step 1 {name}", grad, torch.zeros_like(grad), 1e-30)
+        else:
+            reference = expected[f"grad/{name}"]
+            report.add(f"gradient step 1 {name}", grad, reference,
+                       GRADIENT_RTOL_OF_MAX * reference.abs().max().item())
+    if replay_gradients:
+        theirs = {name: expected.get(f"grad/{name}", torch.zeros_like(grad)) for name, grad in grads.items()}
+        _, theirs = convert_reference_state_dict(theirs, reference_config=reference_config)
+        for name, param in model.named_parameters():
+            param.grad.copy_(theirs[name])
+
+
 def check_case(folder: Path, replay_gradients: bool = True, replay_orthogonalization: bool = True) -> Report:
     """Runs the two steps of the fixture in `folder`; returns the differences. Replays (each checked first): the
     step-1 gradients, whose float32 rounding AdamW's first step g / (|g| + eps) magnifies where |g| is tiny, and the
@@ -151,19 +191,11 @@ def check_case(folder: Path, replay_gradients: bool = True, replay_orthogonaliza
     change over the two steps (the fixture README's looser check, 2.5%)."""
     case = json.loads((folder / "case.json").read_text())
     inputs, expected = load_file(folder / "inputs.safetensors"), load_file(folder / "expected.safetensors")
-    state_dict, reference_config = load_reference_checkpoint(str(folder / "reference_checkpoint.pt"))
-    config, weights = convert_reference_state_dict(state_dict, reference_config=reference_config)
-    config.pos_embed_shift = config.pos_embed_rescale = None  # the fixture switched the coordinate augmentation off
-    model = VecaModel(config)
-    model.load_state_dict(weights)
-    model.train()
+    state_dict, reference_config, model = veca_fixture_model(folder)
     recipe = load_recipe("veca-pretrain")
     optimizer = build_optimizer(model, recipe["optimizer"], recipe["lr"], recipe["weight_decay"])
     chunk = case["model"]["nested_chunk_size"]
-    ignored = {}  # elements whose true gradient is 0 and computed one rounding noise: no output depends on them
-    for name, indices in case["zero_true_gradient_elements"]["flat_indices"].items():
-        shape = state_dict[name].shape
-        ignored[name] = torch.zeros(shape.numel(), dtype=torch.bool).index_fill_(0, torch.tensor(indices), True).view(shape)
+    ignored = zero_gradient_masks(case, state_dict)
     matrices = set(case["optimizer"]["normuon_names"])
     names = block_names(optimizer)
     report = Report()
@@ -187,19 +219,7 @@ def check_case(folder: Path, replay_gradients: bool = True, replay_orthogonaliza
         report.add(f"output step {s} cls", output.pooler_output.detach(), expected[f"out/step{s}/cls"], output_atol)
         report.add(f"output step {s} patches", patches.detach(), expected[f"out/step{s}/patches"], output_atol)
         if s == 1:
-            grads = reference_names({n: p.grad for n, p in model.named_parameters()}, chunk)
-            for name, grad in grads.items():
-                if name in step["params_without_grad"]:  # beyond the budget: no gradient there, exactly zero here
-                    report.add(f"gradient-unused step 1 {name}", grad, torch.zeros_like(grad), 1e-30)
-                else:
-                    reference = expected[f"grad/{name}"]
-                    report.add(f"gradient step 1 {name}", grad, reference,
-                               GRADIENT_RTOL_OF_MAX * reference.abs().max().item())
-            if replay_gradients:
-                theirs = {name: expected.get(f"grad/{name}", torch.zeros_like(grad)) for name, grad in grads.items()}
-                _, theirs = convert_reference_state_dict(theirs, reference_config=reference_config)
-                for name, param in model.named_parameters():
-                    param.grad.copy_(theirs[name])
+            check_first_gradients(model, step, expected, chunk, report, replay_gradients, reference_config)
         if replay_orthogonalization:
             optimizer.orthogonalize = replay(expected, s, report, names)
         optimizer.step()
@@ -314,6 +334,41 @@ def check_teacher(folder: Path, case: dict, inputs: dict, report: Report, map_qu
             report.add(f"teacher-target step {s} {name}", ours, inputs[f"step{s}/teacher_{name}"], TEACHER_ATOL)
 
 
+def lookwhere_fixture_model(folder: Path, heads: int, recipe: dict) -> tuple:
+    """(config, weights, our LookWhereModel in training mode): the fixture's checkpoint with the recipe's numerics."""
+    checkpoint = lookwhere_convert.load_lookwhere_checkpoint(str(folder / "reference_checkpoint.pt"))
+    config, weights = lookwhere_convert.convert_reference_state_dict(checkpoint, heads)
+    for name, value in parse_config_overrides(recipe["config_overrides"]).items():  # the recipe's student numerics
+        setattr(config, name, value)
+    model = LookWhereModel(config)
+    model.load_state_dict(weights)
+    model.train()
+    return config, weights, model
+
+
+def check_lookwhere_outputs(output, expected: dict, s: int, registers: slice, report: Report) -> None:
+    """Step `s`'s selector map, selected patches, CLS, registers and dense patches against the authors'."""
+    report.add(f"selector-map step {s}", output.selector_map.detach(), expected[f"out/step{s}/selector_map"],
+               LW_MAP_ATOL)
+    report.add(f"selected-patches step {s}", output.selected_indices, expected[f"out/step{s}/selected_indices"],
+               0.5)  # any other patch is a whole index away
+    for name, value in (("cls", output.pooler_output), ("registers", output.last_hidden_state[:, registers]),
+                        ("dense_patches", output.patch_tokens)):
+        report.add(f"output step {s} {name}", value.detach(), expected[f"out/step{s}/{name}"], LW_OUTPUT_ATOL)
+
+
+def check_lookwhere_weights(model, reference_weights: dict, ignored: dict, s: int, every_element: float,
+                            report: Report) -> None:
+    """The weights after step `s` against the authors': every element within `every_element`, and the share within
+    LW_WEIGHT_ATOL at least LW_WEIGHT_SHARE (the `ignored` elements aside)."""
+    for name, param in model.named_parameters():
+        value, reference, keep = param.detach(), reference_weights[name], ~ignored[name]
+        report.add(f"weights-after-step-{s} {name}", value, reference, every_element, ignore=ignored[name])
+        close = ((value - reference).abs() <= LW_WEIGHT_ATOL)[keep].float().mean().item()
+        report.add_value(f"weights-within-2e-7-after-step-{s} {name}", 1 - close,
+                         (1 - close) / (1 - LW_WEIGHT_SHARE), "share beyond")
+
+
 def check_lookwhere_case(folder: Path, recipe: dict | None = None) -> Report:
     """Runs the two steps of the LookWhere fixture in `folder` with `recipe` (default: `lookwhere-dinov2`); returns
     the differences."""
@@ -327,13 +382,7 @@ def check_lookwhere_case(folder: Path, recipe: dict | None = None) -> Report:
         return lookwhere_convert.convert_reference_state_dict(release_layout(flax_tensors, name_map), heads)[1]
 
     recipe = recipe or load_recipe("lookwhere-dinov2")
-    checkpoint = lookwhere_convert.load_lookwhere_checkpoint(str(folder / "reference_checkpoint.pt"))
-    config, weights = lookwhere_convert.convert_reference_state_dict(checkpoint, heads)
-    for name, value in parse_config_overrides(recipe["config_overrides"]).items():  # the recipe's student numerics
-        setattr(config, name, value)
-    model = LookWhereModel(config)
-    model.load_state_dict(weights)
-    model.train()
+    config, weights, model = lookwhere_fixture_model(folder, heads, recipe)
     report = Report()
     before = load_file(folder / "weights_before.safetensors")
     for name, value in ours(before).items():  # our reading of the flax names, checked on the weights themselves
@@ -363,13 +412,7 @@ def check_lookwhere_case(folder: Path, recipe: dict | None = None) -> Report:
             losses["reg"] = F.mse_loss(output.last_hidden_state[:, registers], teacher["registers"])
         for term, value in losses.items():
             report.add(f"loss step {s} {term}", value.detach(), expected[f"loss/step{s}/{term}"], LW_LOSS_ATOL)
-        report.add(f"selector-map step {s}", output.selector_map.detach(), expected[f"out/step{s}/selector_map"],
-                   LW_MAP_ATOL)
-        report.add(f"selected-patches step {s}", output.selected_indices, expected[f"out/step{s}/selected_indices"],
-                   0.5)  # any other patch is a whole index away
-        for name, value in (("cls", output.pooler_output), ("registers", output.last_hidden_state[:, registers]),
-                            ("dense_patches", output.patch_tokens)):
-            report.add(f"output step {s} {name}", value.detach(), expected[f"out/step{s}/{name}"], LW_OUTPUT_ATOL)
+        check_lookwhere_outputs(output, expected, s, registers, report)
         reference_grads = ours({name[len(f"grad/step{s}/"):]: value for name, value in expected.items()
                                 if name.startswith(f"grad/step{s}/")})
         for name, param in model.named_parameters():
@@ -383,12 +426,7 @@ def check_lookwhere_case(folder: Path, recipe: dict | None = None) -> Report:
         every_element = max(LW_WEIGHT_ATOL_OF_LR * lr, 2 * floor)
         reference_weights = ours({name[len(f"step{s}/"):]: value for name, value in expected.items()
                                   if name.startswith(f"step{s}/")})
-        for name, param in model.named_parameters():
-            value, reference, keep = param.detach(), reference_weights[name], ~ignored[name]
-            report.add(f"weights-after-step-{s} {name}", value, reference, every_element, ignore=ignored[name])
-            close = ((value - reference).abs() <= LW_WEIGHT_ATOL)[keep].float().mean().item()
-            report.add_value(f"weights-within-2e-7-after-step-{s} {name}", 1 - close,
-                             (1 - close) / (1 - LW_WEIGHT_SHARE), "share beyond")
+        check_lookwhere_weights(model, reference_weights, ignored, s, every_element, report)
     return report
 
 
