@@ -747,6 +747,7 @@ T = RESULTS + "distill_throughput.json"
 ONNX = RESULTS + "onnx_cpu.json"
 X = RESULTS + "extract_cpu.json"
 M = RESULTS + "mixed_sizes_cpu.json"
+W = RESULTS + "where_check/where_check.json"
 
 
 def throughput_row(label, model, processes):
@@ -781,6 +782,11 @@ OTHERS = [
     throughput_row("LookWhere-S, 518 px", "LookWhere-S 518 px", 1),
     throughput_row("LookWhere-S, 518 px", "LookWhere-S 518 px", 2),
     throughput_row("LookWhere-S, 518 px, `--teacher-cache 1`", "LookWhere-S 518 px, teacher cache", 1),
+    *[("docs/training.md", "`authors` maps rank the digits last, below the black background (covering {} of them in "
+                           "their top 10%, where random cells cover {})",
+       [Derived(f"{W}: the larger of patches / authors, coverage/{variant}/*/top 10%/mean", lambda variant=variant: max(
+           lookup(W, ("coverage", variant, target, "top 10%", "mean")) for target in ("patches", "authors")), 2),
+        V(W, "coverage", variant, "random", "top 10%", "mean", digits=2)]) for variant in ("single", "majority")],
     ("docs/training.md", "measured first in the same run ({} GFLOP/s, a 4096 x 4096 `torch.mm`",
      [V(T, "matmul_gflops", digits=0)]),
     ("docs/training.md", "Every step runs within {}x of its floor",
@@ -806,6 +812,16 @@ OTHERS = [
      [Derived(f"{ONNX}: {name} elastic_over_fixed", lambda pick=pick: pick(row["elastic_over_fixed"]
                                                                             for row in load(ONNX)["rows"]), 2)
       for name, pick in (("min", min), ("max", max))]),
+    ("docs/onnx.md", "our PyTorch path is {}-{}% faster for VECA; for LookWhere the two are within {}% at 1036 px, "
+                     "while the PyTorch path is slower at 518 px ({}x and {}x the fixed graph)",
+     [Derived(f"{ONNX}: 1 - the {name} VECA pytorch_over_onnxruntime", lambda pick=pick: 1 - pick(
+         row["pytorch_over_onnxruntime"] for row in load(ONNX)["rows"] if row["model"].startswith("veca")), 0,
+         percent=True) for name, pick in (("largest", max), ("smallest", min))]
+     + [Derived(f"{ONNX}: the largest |pytorch_over_onnxruntime - 1| of LookWhere at 1036 px", lambda: max(
+         abs(row["pytorch_over_onnxruntime"] - 1) for row in load(ONNX)["rows"]
+         if row["model"].startswith("lookwhere") and row["resolution"] == "1036x1036"), 0, percent=True)]
+     + [V(ONNX, "rows", {"model": f"lookwhere {{'k_ratio': {k}}}", "resolution": "518x518"},
+          "pytorch_over_onnxruntime", digits=2) for k in ("0.5", "0.1")]),
     extract_row("VECA-B/16, 16 cores", "VECA-B/16, 16 cores", ("DINOv3-B/16", 2), ("DINOv2-B/14", 2)),
     extract_row("LookWhere-B/14, k_ratio 0.1", "LookWhere-B/14, k_ratio 0.1", ("DINOv3-B/16", 1), ("DINOv2-B/14", 1)),
     extract_row("DINOv3-B/16", "DINOv3-B/16", ("DINOv3-B/16", 0), ("DINOv2-B/14", 2)),
