@@ -111,9 +111,9 @@ FEATURE_LINES = {
 PHOTO_STUDENT = "LookWhere-S photos"
 PHOTO_LINES = {"single": {0.05: ("selector",), 0.1: ("selector", "random"), 0.25: ("selector",)},
                "majority": {0.1: ("selector", "random")}}
-QUICK = dict(train=48, val=16, test=32, steps=20, freeze_extractor_steps=10, extractor_warmup_steps=4,
+QUICK = dict(train=48, val=16, test=32, steps=20, selector_steps=25, freeze_extractor_steps=10, extractor_warmup_steps=4,
              finetune_epochs=2, finetune_variants=["single"], out_dir=ROOT / "outputs" / "tasks_quick")
-SMOKE = dict(canvas_size=112, digit_size=14, strokes=4, train=16, val=6, test=8, steps=3, batch_size=4,
+SMOKE = dict(canvas_size=112, digit_size=14, strokes=4, train=16, val=6, test=8, steps=3, selector_steps=2, batch_size=4,
              freeze_extractor_steps=1, extractor_warmup_steps=1, selector_size=28, finetune_epochs=1, random_draws=2,
              bootstrap=50, latency_runs=1, finetune_variants=["single"])
 
@@ -198,6 +198,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--freeze-extractor-steps", type=int, default=40,
                         help="the student's first steps train the selector and map head only")
     parser.add_argument("--extractor-warmup-steps", type=int, default=10, help="then the extractor's lr ramps up")
+    parser.add_argument("--selector-steps", type=int, default=SELECTOR_STEPS,
+                        help="first, the selector alone learns the teacher's map (the map loss alone; not the "
+                             "paper's recipe, whose selector learns it only beside the extractor's losses); 0: none")
     parser.add_argument("--selector-size", type=int, default=154, help="the selector's low-resolution input in px")
     parser.add_argument("--map-queries", default="pick", choices=["pick", *MAP_QUERIES],
                         help="the where target the student learns: pick (the best on the training canvases) or one")
@@ -227,8 +230,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.freeze_extractor_steps >= args.steps:
         parser.error(f"--freeze-extractor-steps {args.freeze_extractor_steps} leaves the extractor untrained in "
                      f"--steps {args.steps}: give fewer frozen steps than steps.")
-    if args.freeze_extractor_steps < 0 or args.extractor_warmup_steps < 0:
-        parser.error("--freeze-extractor-steps and --extractor-warmup-steps must be 0 or more.")
+    if min(args.freeze_extractor_steps, args.extractor_warmup_steps, args.selector_steps) < 0:
+        parser.error("--freeze-extractor-steps, --extractor-warmup-steps and --selector-steps must be 0 or more.")
     if args.selector_size <= 0 or args.selector_size % CELL:
         parser.error(f"--selector-size {args.selector_size} is not a positive multiple of {CELL}.")
     if not math.isfinite(args.lr) or args.lr <= 0:
@@ -262,6 +265,12 @@ def apply_pilot(parser: argparse.ArgumentParser, args) -> dict:
 
 
 SELECTOR_DEPTH = 3  # the selector: the teacher's first 3 blocks, as in the paper
+# Map-only steps of the selector before the joint distillation, chosen on validation canvases of the benchmark's own
+# training canvases (experiments/selector_curve): at 154 px it keeps more of the label's cells than the teacher's own
+# map from 25 steps on; 100 steps cost about 20 s on 2 threads.
+SELECTOR_STEPS = 100
+SELECTOR_WARMUP_STEPS = 10
+MAP_WEIGHT = 0.1  # training.losses.lookwhere_loss's weight of the map KL
 
 
 def check_teacher(teacher) -> None:
@@ -368,9 +377,12 @@ def pick_target(maps: dict, label_cells: torch.Tensor, k: int) -> dict:
 # ---------------------------------------------------------------------------------------------------- the student
 
 
-def distil_student(args, teacher, train: list[Split], targets: list[dict], query: str, threads: int):
+def distil_student(args, teacher, train: list[Split], targets: list[dict], query: str, threads: int,
+                   checkpoint_every: int | None = None):
     """LookWhere-S from the teacher distilled label-free on `train` by training.loop's `distill` with the teacher's
-    cached targets of each canvas (`targets`, parallel to `train`); returns (the trained model, its untrained start)."""
+    cached targets of each canvas (`targets`, parallel to `train`), after the selector's map-only steps
+    (fit_selector_map); returns (the trained model, its untrained start). `checkpoint_every`: keep a checkpoint every
+    that many steps (a learning curve's points; default: the last step's only)."""
     grid = args.canvas_size // CELL
     cells = grid * grid
     # lookwhere_from_teacher resizes the map with antialiasing: every map-head cell learns
@@ -379,12 +391,14 @@ def distil_student(args, teacher, train: list[Split], targets: list[dict], query
     cls = torch.cat([t["cls"] for t in targets])
     patches = torch.cat([t["patches"] for t in targets])
     maps = torch.cat([t["maps"][query] for t in targets])
+    fit_selector_map(student.selector, CanvasDataset(train, DataStats()), maps, args)
     k_min, k_max = kept_for_ratio(TRAIN_K_RATIOS[0], cells), kept_for_ratio(TRAIN_K_RATIOS[1], cells)
     run_args = training_parser(__doc__, lr=args.lr, min_lr=args.lr / 100, weight_decay=0.05).parse_args([
         "--teacher", args.teacher, "--data", "sparse-recognition canvases", "--output-dir", str(args.scratch_dir),
         "--overwrite", "--batch-size", str(args.batch_size), "--max-steps", str(args.steps),
-        "--warmup-steps", str(max(1, args.steps // 10)), "--checkpoint-every", str(args.steps),
-        "--keep-checkpoints", "1", "--log-with", "none", "--seed", str(args.seed), "--num-workers", "0",
+        "--warmup-steps", str(max(1, args.steps // 10)), "--checkpoint-every", str(checkpoint_every or args.steps),
+        "--keep-checkpoints", str(args.steps // (checkpoint_every or args.steps)), "--log-with", "none",
+        "--seed", str(args.seed), "--num-workers", "0",
         "--log-every", str(max(1, args.steps // 5)),
     ])
     run_args.k_min, run_args.k_max, run_args.map_queries = k_min, k_max, query
@@ -404,6 +418,31 @@ def distil_student(args, teacher, train: list[Split], targets: list[dict], query
     torch.set_num_threads(threads)  # the loop's start may set its own
     trained = type(student).from_pretrained(str(args.scratch_dir / "final")).float().eval()
     return trained, untrained
+
+
+def fit_selector_map(selector: torch.nn.Module, dataset: "CanvasDataset", maps: torch.Tensor, args) -> None:
+    """The selector alone (its blocks, prefix tokens, position table and map head) trained for `args.selector_steps`
+    steps on the map loss alone: the distillation's KL to the teacher's map (`maps`, (N, G * G), one per canvas of
+    `dataset`) at its weight, AdamW at `args.lr` after a 10-step linear warm-up, gradients clipped to norm 1, batches
+    of `args.batch_size` canvases drawn with replacement from a generator seeded with `args.seed`."""
+    if args.selector_steps == 0:
+        return
+    grid = (args.canvas_size // CELL,) * 2
+    optimizer = torch.optim.AdamW(selector.parameters(), lr=args.lr, weight_decay=0.05)
+    generator = torch.Generator().manual_seed(args.seed)
+    selector.train()
+    for step in range(args.selector_steps):
+        for group in optimizer.param_groups:
+            group["lr"] = args.lr * min(1.0, (step + 1) / SELECTOR_WARMUP_STEPS)
+        index = torch.randint(len(dataset), (args.batch_size,), generator=generator)
+        pixels = torch.stack([dataset[int(i)]["pixel_values"] for i in index])
+        _, logits = selector(pixels, grid, None)
+        loss = MAP_WEIGHT * F.kl_div(F.log_softmax(logits.float(), dim=-1), F.log_softmax(maps[index].float(), dim=-1),
+                                     log_target=True, reduction="batchmean")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(selector.parameters(), 1.0)
+        optimizer.step()
 
 
 def load_photo_student(folder: Path, teacher):
@@ -661,6 +700,7 @@ def benchmark(argv=None) -> dict:
     student_record = {"steps": args.steps, "train_time_s": time.perf_counter() - train_started, "map_queries": query,
                       "canvases": 2 * args.train, "lr": args.lr, "batch_size": args.batch_size,
                       "freeze_extractor_steps": args.freeze_extractor_steps,
+                      "selector_steps": args.selector_steps, "selector_size": args.selector_size,
                       "selector_map_antialias": student.config.selector_map_antialias}
 
     costs, equal_size = line_costs(args, teacher, student)

@@ -122,6 +122,42 @@ def test_teacher_passes_are_cached_and_recomputed_when_unreadable(tmp_path):
     assert sr.TeacherPasses(tmp_path / "cache", teacher, 4).path(split.key, 112) != passes.path(split.key, 112)
 
 
+def test_the_map_only_phase_trains_the_selector_alone_towards_the_teachers_map(tmp_path):
+    """fit_selector_map: the map loss falls on the canvases it trains on, the extractor is bit-identical, the same
+    bits come twice, and 0 steps change nothing."""
+    save_task_teacher(tmp_path / "teacher")
+    teacher = Dinov2Model.from_pretrained(str(tmp_path / "teacher")).eval()
+    args = sr.parse_args(["--smoke", "--lr", "1e-3"])
+    split = sr.task_splits(args, "single")["train"]
+    dataset = sr.CanvasDataset([split], sr.DataStats())
+    grid = (args.canvas_size // sr.CELL,) * 2
+    # the target: one canvas's label cells for every canvas, as logits (a tiny random selector cannot learn where
+    # each canvas's digit is in a few steps, but it can learn a fixed map)
+    maps = (split.label_cells[:1].float() * 8).expand(len(split), -1)
+
+    def trained(steps: int):
+        torch.manual_seed(0)
+        student = lookwhere_from_teacher(teacher, selector_depth=3, selector_image_size=args.selector_size)
+        args.selector_steps = steps
+        sr.fit_selector_map(student.selector, dataset, maps, args)
+        return student
+
+    def map_loss(student) -> float:
+        with torch.inference_mode():
+            logits = student.selector(split.pixels(slice(None)), grid, None)[1]
+        return float(torch.nn.functional.kl_div(logits.log_softmax(-1), maps.log_softmax(-1), log_target=True,
+                                                reduction="batchmean"))
+
+    start, first, second = trained(0), trained(30), trained(30)
+    assert map_loss(first) < 0.5 * map_loss(start), (map_loss(first), map_loss(start))
+    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), second.state_dict().values()))
+    for name, value in start.state_dict().items():
+        if name.startswith("extractor."):
+            assert torch.equal(value, first.state_dict()[name]), name
+    assert any(not torch.equal(value, first.state_dict()[name]) for name, value in start.state_dict().items()
+               if name.startswith("selector."))
+
+
 def entry(mean: float, low: float, high: float) -> dict:
     return {"mean": mean, "low": low, "high": high, "half_width": (high - low) / 2}
 
@@ -270,7 +306,7 @@ def test_a_missing_or_unfit_teacher_or_a_bad_argument_is_one_line(tmp_path, caps
     assert "--photo-student" in str(done.value) and "\n" not in str(done.value)
     (tmp_path / "a_file").write_text("mine")
     for bad in (["--val", "0"], ["--canvas-size", "500"], ["--threads", "0"], ["--digit-size", "0"],
-                ["--strokes", "-1"], ["--selector-size", "0"], ["--probe-decays", "-1"], ["--attentive-decays", "nan"],
+                ["--strokes", "-1"], ["--selector-size", "0"], ["--selector-steps", "-1"], ["--probe-decays", "-1"], ["--attentive-decays", "nan"],
                 ["--freeze-extractor-steps", "99", "--steps", "3"], ["--out-dir", str(tmp_path / "a_file")]):
         with pytest.raises(SystemExit) as done:
             sr.parse_args(bad)
