@@ -48,7 +48,7 @@ def forward_fn(name: str, model, pixel_values, k_ratio: float):
     return lambda: model(pixel_values, k_ratio=k_ratio, fill_dense=not name.endswith("_no_fill"))
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--resolutions", type=int, nargs="+", default=[518, 1036])
     parser.add_argument("--k-ratio", type=float, default=0.1)
@@ -59,19 +59,19 @@ def main() -> None:
     parser.add_argument("--no-memory", action="store_true", help="skip the fresh-process peak-memory probes")
     parser.add_argument("--out", default="outputs/benchmarks/lookwhere_cpu", help="output prefix for .json and .png")
     parser.add_argument("--probe-memory", nargs=2, metavar=("MODEL", "RES"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    torch.set_num_threads(threads_to_use(None))  # OMP_NUM_THREADS, else every core
-    dtype = DTYPES[args.dtype]
+    return parser.parse_args()
 
-    if args.probe_memory:
-        name, resolution = args.probe_memory[0], int(args.probe_memory[1])
-        model = build(name.removesuffix("_no_fill"), args.attn, args.device, dtype)
-        pixel_values = torch.randn(1, 3, resolution, resolution, device=args.device, dtype=dtype)
-        print(forward_peak_memory_mib(forward_fn(name, model, pixel_values, args.k_ratio), args.device))
-        return
 
-    peak = matmul_gflops(args.device, dtype)
-    print(f"device {args.device}, {args.dtype}, {torch.get_num_threads()} threads; 4096^3 matmul: {peak:.0f} GFLOP/s")
+def probe_memory(args, dtype: torch.dtype) -> None:
+    """A fresh process's probe (--probe-memory MODEL RES): prints the peak memory of that model's forward at RES."""
+    name, resolution = args.probe_memory[0], int(args.probe_memory[1])
+    model = build(name.removesuffix("_no_fill"), args.attn, args.device, dtype)
+    pixel_values = torch.randn(1, 3, resolution, resolution, device=args.device, dtype=dtype)
+    print(forward_peak_memory_mib(forward_fn(name, model, pixel_values, args.k_ratio), args.device))
+
+
+def model_labels(args) -> dict[str, str]:
+    """{model name: row label}: on the CPU with the opt-in rows and DINOv2's reference row, elsewhere without."""
     labels = {
         "dinov2": "DINOv2-B/14 full image",
         "lookwhere_cpu": f"LookWhere-B k_ratio={args.k_ratio}, optimize_for_cpu",
@@ -82,49 +82,76 @@ def main() -> None:
     if args.device != "cpu":  # the opt-in is a CPU one
         labels = {"dinov2": labels["dinov2"], "lookwhere": labels["lookwhere"],
                   "lookwhere_no_fill": f"LookWhere-B k_ratio={args.k_ratio}, no fill"}
+    return labels
+
+
+def model_flops(name: str, model, resolution: int, k_ratio: float) -> float:
+    """The analytic FLOPs of one forward of model `name` at `resolution`."""
+    if name.startswith("dinov2"):
+        config = model.config
+        return dense_vit_flops(
+            resolution, hidden_size=768, num_hidden_layers=12, intermediate_size=3072, patch_size=14,
+            num_prefix_tokens=1 + config.num_register_tokens,
+        )
+    return lookwhere_flops(model.config, resolution, k_ratio=k_ratio)
+
+
+def resolution_rows(args, resolution: int, models: dict, labels: dict, dtype: torch.dtype) -> list[dict]:
+    """The rows of one resolution: every model timed in alternation (medians), with FLOPs, the speed-up against
+    DINOv2 and (unless --no-memory) the peak memory of a fresh process; each printed as it comes."""
+    rows = []
+    pixel_values = torch.randn(1, 3, resolution, resolution, device=args.device, dtype=dtype)
+    fns = {name: forward_fn(name, model, pixel_values, args.k_ratio) for name, model in models.items()}
+    times = alternate(fns, args.device, warmup=2, runs=args.runs)
+    dense_latency = statistics.median(times["dinov2"])
+    num_patches = (resolution // 14) ** 2
+    for name, samples in times.items():
+        latency = statistics.median(samples)
+        flops = model_flops(name, models[name], resolution, args.k_ratio)
+        row = {
+            "model": labels[name],
+            "resolution": resolution,
+            "num_patches": num_patches,
+            "k": None if name.startswith("dinov2") else kept_for_ratio(args.k_ratio, num_patches),
+            "latency_s": latency,
+            "latency_runs_s": samples,
+            "gflops": flops / 1e9,
+            "speedup_vs_dinov2": dense_latency / latency,
+        }
+        if not args.no_memory:
+            row["peak_memory_mib"] = in_fresh_process(
+                "benchmarks.lookwhere_speed", [name, str(resolution), "--device", args.device, "--dtype",
+                                               args.dtype, "--attn", args.attn, "--k-ratio", str(args.k_ratio)]
+            )
+        rows.append(row)
+        memory = f"{row['peak_memory_mib']:8.0f}" if "peak_memory_mib" in row else "       -"
+        print(
+            f"{resolution:5d}px {row['model']:58s} {latency:8.3f} s  x{row['speedup_vs_dinov2']:5.1f} vs DINOv2  "
+            f"{row['gflops']:8.1f} GFLOP {memory} MiB",
+            flush=True,
+        )
+    return rows
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(threads_to_use(None))  # OMP_NUM_THREADS, else every core
+    dtype = DTYPES[args.dtype]
+
+    if args.probe_memory:
+        probe_memory(args, dtype)
+        return
+
+    peak = matmul_gflops(args.device, dtype)
+    print(f"device {args.device}, {args.dtype}, {torch.get_num_threads()} threads; 4096^3 matmul: {peak:.0f} GFLOP/s")
+    labels = model_labels(args)
     models = {name: build(name, args.attn, args.device, dtype) for name in labels if not name.endswith("_no_fill")}
     for name in labels:
         if name.endswith("_no_fill"):
             models[name] = models[name.removesuffix("_no_fill")]
     rows = []
     for resolution in args.resolutions:
-        pixel_values = torch.randn(1, 3, resolution, resolution, device=args.device, dtype=dtype)
-        fns = {name: forward_fn(name, model, pixel_values, args.k_ratio) for name, model in models.items()}
-        times = alternate(fns, args.device, warmup=2, runs=args.runs)
-        dense_latency = statistics.median(times["dinov2"])
-        num_patches = (resolution // 14) ** 2
-        for name, samples in times.items():
-            latency = statistics.median(samples)
-            if name.startswith("dinov2"):
-                config = models[name].config
-                flops = dense_vit_flops(
-                    resolution, hidden_size=768, num_hidden_layers=12, intermediate_size=3072, patch_size=14,
-                    num_prefix_tokens=1 + config.num_register_tokens,
-                )
-            else:
-                flops = lookwhere_flops(models[name].config, resolution, k_ratio=args.k_ratio)
-            row = {
-                "model": labels[name],
-                "resolution": resolution,
-                "num_patches": num_patches,
-                "k": None if name.startswith("dinov2") else kept_for_ratio(args.k_ratio, num_patches),
-                "latency_s": latency,
-                "latency_runs_s": samples,
-                "gflops": flops / 1e9,
-                "speedup_vs_dinov2": dense_latency / latency,
-            }
-            if not args.no_memory:
-                row["peak_memory_mib"] = in_fresh_process(
-                    "benchmarks.lookwhere_speed", [name, str(resolution), "--device", args.device, "--dtype",
-                                                   args.dtype, "--attn", args.attn, "--k-ratio", str(args.k_ratio)]
-                )
-            rows.append(row)
-            memory = f"{row['peak_memory_mib']:8.0f}" if "peak_memory_mib" in row else "       -"
-            print(
-                f"{resolution:5d}px {row['model']:58s} {latency:8.3f} s  x{row['speedup_vs_dinov2']:5.1f} vs DINOv2  "
-                f"{row['gflops']:8.1f} GFLOP {memory} MiB",
-                flush=True,
-            )
+        rows.extend(resolution_rows(args, resolution, models, labels, dtype))
 
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     summary = {
