@@ -187,7 +187,7 @@ def group_keys(files: list[str], pattern: str) -> list[str]:
     return [group_key(file, pattern) or os.path.splitext(os.path.basename(file))[0] for file in files]
 
 
-def main(argv=None) -> dict:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m experiments.finetune_rotation.finetune_rotation",
                                      description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--pair", nargs=3, action="append", required=True, metavar=("NAME", "RUN_FT", "RUN_PROBE"))
@@ -206,7 +206,11 @@ def main(argv=None) -> dict:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--setup", action="append", default=[], help="a command that made the runs' inputs, recorded")
     parser.add_argument("--output", default="outputs/finetune_rotation.json")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def checked_penalties(parser: argparse.ArgumentParser, args) -> list[float] | None:
+    """The --hindsight-probes penalties (None without it), once every argument is usable; else parser.error."""
     if args.resamples < 1 or args.threads < 1:
         parser.error("--resamples and --threads must be at least 1.")
     penalties = None
@@ -226,47 +230,67 @@ def main(argv=None) -> dict:
             parser.error(f"--groups is no regular expression ({error}): got {args.groups!r}.")
     if args.heldout is not None and not os.path.isdir(args.heldout):
         parser.error(f"--heldout {args.heldout} is no folder.")
+    return penalties
+
+
+def hindsight_rows(name: str, runs: dict, refitted: dict, args, groups) -> dict:
+    """{penalty: the refitted probe's outcome with the fine-tuned minus it}, each printed as a line."""
+    rows = {}
+    for penalty, outcome in refitted.items():
+        versus = paired_bootstrap(runs["fine_tuned"]["heldout_correct"], outcome["heldout_correct"],
+                                  args.resamples, args.seed, groups)
+        rows[f"{penalty:g}"] = {**outcome, "fine_tuned_minus_probe_heldout": versus}
+        print(f"{name}: probe refitted at penalty {penalty:g}: training CV "
+              f"{outcome['training_cv_accuracy']:.4f}; (hindsight) held-out "
+              f"{outcome['heldout_accuracy']:.4f}; fine-tuned - it {versus['difference']:+.4f} "
+              f"[{versus['interval_95'][0]:+.4f}, {versus['interval_95'][1]:+.4f}]")
+    return rows
+
+
+def compare_pair(name: str, fine_tuned: str, probe: str, args, penalties, scored: dict, hindsight: dict) -> dict:
+    """One --pair's entry of the JSON: both runs' results, the paired bootstrap of fine-tuned minus probe, the
+    hindsight probes and the per-group table when asked; its lines printed. `scored` and `hindsight` keep each
+    RUN_PROBE's result and refitted probes for later pairs that share it."""
+    if probe not in scored:
+        scored[probe] = run_result(probe, args.threads, heldout=args.heldout)
+    runs = {"fine_tuned": run_result(fine_tuned, args.threads, args.fine_tuned, args.heldout),
+            "probe": scored[probe]}
+    if runs["fine_tuned"]["heldout_files"] != runs["probe"]["heldout_files"]:
+        raise ValueError(f"{fine_tuned} and {probe} were evaluated on different held-out images: give both the "
+                         "same --eval-data.")
+    groups = None if args.groups is None else group_keys(runs["probe"]["heldout_files"], args.groups)
+    bootstrap = paired_bootstrap(runs["fine_tuned"]["heldout_correct"], runs["probe"]["heldout_correct"],
+                                 args.resamples, args.seed, groups)
+    pair = {**runs, "fine_tuned_minus_probe_heldout": bootstrap}
+    for kind, outcome in runs.items():
+        mix = f" mixed with the probe (WiSE-FT {outcome['wise_ft']:g})" if outcome["wise_ft"] is not None else ""
+        print(f"{name} {kind}: {outcome['weights']}/, epoch {outcome['best_epoch']}{mix}, validation "
+              f"{outcome['validation_accuracy']:.4f}, held-out {outcome['heldout_accuracy']:.4f}")
+    print(f"{name}: fine-tuned - probe held-out {bootstrap['difference']:+.4f}, 95% interval "
+          f"[{bootstrap['interval_95'][0]:+.4f}, {bootstrap['interval_95'][1]:+.4f}]"
+          + (f" (resampling {bootstrap['groups']} groups)" if groups is not None else ""))
+    if penalties:
+        refitted = hindsight[probe] = hindsight.get(probe) or hindsight_probes(probe, penalties, args.threads,
+                                                                                args.groups, args.heldout)
+        pair["hindsight_probes"] = hindsight_rows(name, runs, refitted, args, groups)
+    if groups is not None:
+        pair["per_group"] = table = per_group(runs, groups)
+        print(f"{name}: groups given one class for all their images: " + ", ".join(
+            f"{sum(row[kind]['one_class'] for row in table.values())} of {len(table)} by the "
+            f"{kind.replace('_', '-')}" for kind in runs))
+    return pair
+
+
+def main(argv=None) -> dict:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    penalties = checked_penalties(parser, args)
     command = " ".join(["python", "-m", "experiments.finetune_rotation.finetune_rotation", *map(
         shlex.quote, sys.argv[1:] if argv is None else argv)])
     result = {"setup": args.setup, "heldout": args.heldout, "command": command, "pairs": {}}
     hindsight, scored = {}, {}  # RUN_PROBE: its refitted probes, and its result, for pairs that share it
     for name, fine_tuned, probe in args.pair:
-        if probe not in scored:
-            scored[probe] = run_result(probe, args.threads, heldout=args.heldout)
-        runs = {"fine_tuned": run_result(fine_tuned, args.threads, args.fine_tuned, args.heldout),
-                "probe": scored[probe]}
-        if runs["fine_tuned"]["heldout_files"] != runs["probe"]["heldout_files"]:
-            raise ValueError(f"{fine_tuned} and {probe} were evaluated on different held-out images: give both the "
-                             "same --eval-data.")
-        groups = None if args.groups is None else group_keys(runs["probe"]["heldout_files"], args.groups)
-        bootstrap = paired_bootstrap(runs["fine_tuned"]["heldout_correct"], runs["probe"]["heldout_correct"],
-                                     args.resamples, args.seed, groups)
-        result["pairs"][name] = {**runs, "fine_tuned_minus_probe_heldout": bootstrap}
-        for kind, outcome in runs.items():
-            mix = f" mixed with the probe (WiSE-FT {outcome['wise_ft']:g})" if outcome["wise_ft"] is not None else ""
-            print(f"{name} {kind}: {outcome['weights']}/, epoch {outcome['best_epoch']}{mix}, validation "
-                  f"{outcome['validation_accuracy']:.4f}, held-out {outcome['heldout_accuracy']:.4f}")
-        print(f"{name}: fine-tuned - probe held-out {bootstrap['difference']:+.4f}, 95% interval "
-              f"[{bootstrap['interval_95'][0]:+.4f}, {bootstrap['interval_95'][1]:+.4f}]"
-              + (f" (resampling {bootstrap['groups']} groups)" if groups is not None else ""))
-        if penalties:
-            refitted = hindsight[probe] = hindsight.get(probe) or hindsight_probes(probe, penalties, args.threads,
-                                                                                    args.groups, args.heldout)
-            result["pairs"][name]["hindsight_probes"] = {}
-            for penalty, outcome in refitted.items():
-                versus = paired_bootstrap(runs["fine_tuned"]["heldout_correct"], outcome["heldout_correct"],
-                                          args.resamples, args.seed, groups)
-                result["pairs"][name]["hindsight_probes"][f"{penalty:g}"] = {
-                    **outcome, "fine_tuned_minus_probe_heldout": versus}
-                print(f"{name}: probe refitted at penalty {penalty:g}: training CV "
-                      f"{outcome['training_cv_accuracy']:.4f}; (hindsight) held-out "
-                      f"{outcome['heldout_accuracy']:.4f}; fine-tuned - it {versus['difference']:+.4f} "
-                      f"[{versus['interval_95'][0]:+.4f}, {versus['interval_95'][1]:+.4f}]")
-        if groups is not None:
-            result["pairs"][name]["per_group"] = table = per_group(runs, groups)
-            print(f"{name}: groups given one class for all their images: " + ", ".join(
-                f"{sum(row[kind]['one_class'] for row in table.values())} of {len(table)} by the "
-                f"{kind.replace('_', '-')}" for kind in runs))
+        result["pairs"][name] = compare_pair(name, fine_tuned, probe, args, penalties, scored, hindsight)
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     with open(args.output, "w") as f:
         json.dump(result, f, indent=1)
