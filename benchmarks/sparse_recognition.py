@@ -55,6 +55,7 @@ import os
 import platform
 import sys
 import time
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a file: the training package is importable from the repository root only
@@ -201,6 +202,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--selector-steps", type=int, default=SELECTOR_STEPS,
                         help="first, the selector alone learns the teacher's map (the map loss alone; not the "
                              "paper's recipe, whose selector learns it only beside the extractor's losses); 0: none")
+    parser.add_argument("--joint-selector", action="store_true",
+                        help="after the map-only steps, train the selector on the joint loss too (the paper's joint "
+                             "distillation; default: it stays frozen, keeping the map it learnt)")
     parser.add_argument("--selector-size", type=int, default=154, help="the selector's low-resolution input in px")
     parser.add_argument("--map-queries", default="pick", choices=["pick", *MAP_QUERIES],
                         help="the where target the student learns: pick (the best on the training canvases) or one")
@@ -265,9 +269,10 @@ def apply_pilot(parser: argparse.ArgumentParser, args) -> dict:
 
 
 SELECTOR_DEPTH = 3  # the selector: the teacher's first 3 blocks, as in the paper
-# Map-only steps of the selector before the joint distillation, chosen on validation canvases of the benchmark's own
-# training canvases (experiments/selector_curve): at 154 px it keeps more of the label's cells than the teacher's own
-# map from 25 steps on; 100 steps cost about 20 s on 2 threads.
+# Map-only steps of the selector before the distillation, then the selector frozen (--joint-selector: trained on, as in
+# the paper). Chosen on validation canvases cut from the benchmark's own training canvases (experiments/selector_curve):
+# at 154 px the selector alone keeps more of the label's cells than the teacher's own map from 25 steps on (1.22x its
+# share at 100 steps); the joint distillation after it brings that back to 0.92x. 100 steps cost 20 s on 2 threads.
 SELECTOR_STEPS = 100
 SELECTOR_WARMUP_STEPS = 10
 MAP_WEIGHT = 0.1  # training.losses.lookwhere_loss's weight of the map KL
@@ -392,6 +397,8 @@ def distil_student(args, teacher, train: list[Split], targets: list[dict], query
     patches = torch.cat([t["patches"] for t in targets])
     maps = torch.cat([t["maps"][query] for t in targets])
     fit_selector_map(student.selector, CanvasDataset(train, DataStats()), maps, args)
+    frozen_selector = args.selector_steps > 0 and not args.joint_selector
+    student.selector.requires_grad_(not frozen_selector)
     k_min, k_max = kept_for_ratio(TRAIN_K_RATIOS[0], cells), kept_for_ratio(TRAIN_K_RATIOS[1], cells)
     run_args = training_parser(__doc__, lr=args.lr, min_lr=args.lr / 100, weight_decay=0.05).parse_args([
         "--teacher", args.teacher, "--data", "sparse-recognition canvases", "--output-dir", str(args.scratch_dir),
@@ -402,7 +409,8 @@ def distil_student(args, teacher, train: list[Split], targets: list[dict], query
         "--log-every", str(max(1, args.steps // 5)),
     ])
     run_args.k_min, run_args.k_max, run_args.map_queries = k_min, k_max, query
-    run_args.freeze_extractor_steps = args.freeze_extractor_steps
+    # with the selector frozen, nothing would train while the extractor is frozen too
+    run_args.freeze_extractor_steps = 0 if frozen_selector else args.freeze_extractor_steps
     run_args.extractor_warmup_steps = args.extractor_warmup_steps
     accelerator = start(run_args, "benchmarks.sparse_recognition")
 
@@ -701,6 +709,7 @@ def benchmark(argv=None) -> dict:
                       "canvases": 2 * args.train, "lr": args.lr, "batch_size": args.batch_size,
                       "freeze_extractor_steps": args.freeze_extractor_steps,
                       "selector_steps": args.selector_steps, "selector_size": args.selector_size,
+                      "joint_selector": args.joint_selector or args.selector_steps == 0,
                       "selector_map_antialias": student.config.selector_map_antialias}
 
     costs, equal_size = line_costs(args, teacher, student)
@@ -1170,6 +1179,12 @@ def task_table(report: dict) -> dict:
             "rows": rows}
 
 
+def shown(value: float, digits: int) -> str:
+    """`value` to `digits` decimals, half away from zero on its shortest decimal text (0.205 -> 0.21, as a reader
+    rounds the JSON's number; `format` would round the binary float below it to 0.20)."""
+    return str(Decimal(repr(float(value))).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))
+
+
 def results_table(report: dict) -> str:
     """The single variant's headline lines as the Markdown table docs/tasks.md opens with (a test checks the page
     against the committed JSON through this function)."""
@@ -1177,7 +1192,7 @@ def results_table(report: dict) -> str:
     query = report["where_target"]["used"]
 
     def interval_text(entry: dict) -> str:
-        return f"{entry['mean']:.2f} [{entry['low']:.2f}, {entry['high']:.2f}]"
+        return f"{shown(entry['mean'], 2)} [{shown(entry['low'], 2)}, {shown(entry['high'], 2)}]"
 
     def row(label: str, name: str, reader: str | None = None, tuned: bool = False) -> str:
         line = result["fine_tuned" if tuned else "probe"].get(name)
@@ -1186,8 +1201,8 @@ def results_table(report: dict) -> str:
         reader = "fine-tuned" if tuned else reader or line["reader"]
         accuracy = line["accuracy"] if tuned else line["readers"][reader]["accuracy"]
         ms = latency.get(name, {}).get("latency_ms") if not tuned else None
-        return (f"| {label} | {reader} | {interval_text(accuracy)} | {line['gflops']:.1f} | "
-                f"{'' if ms is None else format(ms, '.0f')} |\n")
+        return (f"| {label} | {reader} | {interval_text(accuracy)} | {shown(line['gflops'], 1)} | "
+                f"{'' if ms is None else shown(ms, 0)} |\n")
 
     lookwhere = {kind: line_name("LookWhere-S", MAIN_K_RATIO, kind) for kind in SELECTIONS}
     return (

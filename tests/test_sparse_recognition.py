@@ -158,6 +158,38 @@ def test_the_map_only_phase_trains_the_selector_alone_towards_the_teachers_map(t
                if name.startswith("selector."))
 
 
+def test_the_distilled_selector_is_the_map_only_phase_s_unless_trained_jointly(tmp_path):
+    """distil_student: after fit_selector_map the selector stays as it was (frozen) while the extractor learns; with
+    --joint-selector it trains on with the joint loss, as in the paper."""
+    save_task_teacher(tmp_path / "teacher")
+    teacher = Dinov2Model.from_pretrained(str(tmp_path / "teacher")).eval()
+
+    def distilled(*extra: str):
+        args = sr.parse_args(["--smoke", "--teacher", str(tmp_path / "teacher"), "--scratch-dir",
+                              str(tmp_path / "scratch"), *extra])
+        splits = sr.task_splits(args, "single")
+        passes = sr.TeacherPasses(tmp_path / "cache", teacher, args.batch_size)
+        targets = sr.pass_record(passes.get(splits["train"], splits["train"].key, args.canvas_size))
+        torch.manual_seed(0)  # the map head's random start
+        student, start = sr.distil_student(args, teacher, [splits["train"]], [targets], "cls", 1)
+        torch.manual_seed(0)
+        after_map = lookwhere_from_teacher(teacher, selector_depth=3, selector_image_size=args.selector_size)
+        sr.fit_selector_map(after_map.selector, sr.CanvasDataset([splits["train"]], sr.DataStats()),
+                            targets["maps"]["cls"], args)
+        return student, start, after_map
+
+    def same(first, second, prefix: str) -> bool:  # to 1e-9: the two map phases may run on other thread counts
+        ours = second.state_dict()
+        return all(torch.allclose(value, ours[name], rtol=0, atol=1e-9) for name, value in first.state_dict().items()
+                   if name.startswith(prefix))
+
+    student, start, after_map = distilled()
+    assert same(student, after_map, "selector.") and not same(student, start, "selector.")
+    assert not same(student, start, "extractor.")
+    joint, _, after_map = distilled("--joint-selector")
+    assert not same(joint, after_map, "selector.")
+
+
 def entry(mean: float, low: float, high: float) -> dict:
     return {"mean": mean, "low": low, "high": high, "half_width": (high - low) / 2}
 

@@ -1,0 +1,114 @@
+"""How LookWhere-S's extractor learns to read sparse tokens by label-free distillation on the task's canvases (#57
+item 4): a learning curve over distillation steps.
+
+benchmarks.sparse_recognition's `distil_student` (its map-only selector phase, then the joint distillation) run on the
+benchmark's training canvases less the last 80 of each variant, keeping a checkpoint every `--every` steps. At each
+checkpoint, on the single variant at k_ratio 0.1, the attentive probe (LookWhere's reader, fixed in advance; its weight
+decay chosen on the last 60 fitting canvases) is fitted on the fitting canvases' extractor tokens and measured on the 80
+validation canvases, for two selections: the selector's cells and the digits' own cells (the extractor's ceiling).
+The dense teacher at 518 px, read by the same probe on the same canvases, is the line to reach. No test canvas is drawn.
+
+    python -m experiments.extractor_curve.extractor_curve --steps 800 --every 100
+"""
+
+import argparse
+import copy
+import json
+import time
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from benchmarks.distill_quality import load_teacher_model
+from benchmarks.sparse_recognition import (SELECTOR_DEPTH, VARIANTS, attentive_probe, distil_student, lookwhere_features,
+                                           parse_args as task_args, pass_record, selection_scores, selector_maps_of,
+                                           task_splits, tokens_of)
+from benchmarks.teacher_passes import TeacherPasses
+from corevision_hf import lookwhere_from_teacher
+from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio
+from evaluation.sparse_digits import CELL
+from evaluation.where_check import bootstrap_rows, coverage, interval, top_cells
+
+INNER_VAL = 60  # of the fitting canvases, the last ones choose the probe's weight decay
+
+
+def head(split, first: int, last: int):
+    """Canvases first..last-1 of a Split."""
+    part = copy.copy(split)
+    part.images, part.labels = split.images[first:last], split.labels[first:last]
+    part.label_cells, part.digit_ink = split.label_cells[first:last], split.digit_ink[first:last]
+    return part
+
+
+def read(model, fit, val, task, rows) -> dict:
+    """The attentive probe's validation accuracy on the selector's and the digits' cells at k_ratio 0.1."""
+    k = kept_for_ratio(0.1, (task.canvas_size // CELL) ** 2)
+    out = {}
+    selector = {name: selector_maps_of(model, split, task.batch_size) for name, split in (("fit", fit), ("val", val))}
+    for kind in ("selector", "digits"):
+        tokens = {}
+        for name, split in (("fit", fit), ("val", val)):
+            chosen = top_cells(selection_scores(kind, split, selector[name][1], {}, task.seed + (name == "val")), k)
+            tokens[name] = lookwhere_features(model, split, chosen, selector[name][0], task.batch_size)[1]
+            if name == "val":
+                covered = float(coverage(chosen, split.label_cells).mean())
+        probed = attentive_probe(tokens["fit"], fit.labels, tokens["val"], INNER_VAL, task.attentive_decays, task.seed)
+        correct = (probed["predictions"] == val.labels).float()
+        out[kind] = {"accuracy": interval(correct, rows), "covered": covered, "correct": correct.int().tolist()}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=800)
+    parser.add_argument("--every", type=int, default=100)
+    parser.add_argument("--points", type=int, nargs="+", default=[100, 200, 400, 800])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", default="experiments/extractor_curve/extractor_curve.json")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    scratch = Path("outputs/extractor_curve_scratch")
+    task = task_args(["--pilot", "benchmarks/results/task_pilot.json", "--steps", str(args.steps),
+                      "--scratch-dir", str(scratch)])
+    teacher, source = load_teacher_model(task.teacher)
+    passes = TeacherPasses(task.cache_dir, teacher, task.batch_size)
+    fit_count = task.train - task.val
+    train, targets, single = [], [], None
+    for variant in VARIANTS:
+        split = task_splits(task, variant)["train"]
+        record = pass_record(passes.get(split, split.key, task.canvas_size))
+        train.append(head(split, 0, fit_count))
+        targets.append({"cls": record["cls"][:fit_count], "patches": record["patches"][:fit_count],
+                        "maps": {q: m[:fit_count] for q, m in record["maps"].items()}})
+        if variant == "single":
+            single = (head(split, 0, fit_count), head(split, fit_count, task.train), tokens_of(record))
+    fit, val, teacher_tokens = single
+    rows = bootstrap_rows(len(val), 2000, 0)
+    dense = attentive_probe(teacher_tokens[:fit_count], fit.labels, teacher_tokens[fit_count:], INNER_VAL,
+                            task.attentive_decays, task.seed)
+    dense_correct = (dense["predictions"] == val.labels).float()
+    results = {"teacher": source, "fit_canvases": fit_count, "val_canvases": len(val), "steps": args.steps,
+               "selector_steps": task.selector_steps, "lr": task.lr, "batch_size": task.batch_size,
+               "dense_teacher": {"accuracy": interval(dense_correct, rows), "correct": dense_correct.int().tolist()},
+               "points": []}
+    print(f"dense teacher, attentive probe, validation: {results['dense_teacher']['accuracy']}", flush=True)
+    untrained = lookwhere_from_teacher(teacher, selector_depth=SELECTOR_DEPTH, selector_image_size=task.selector_size)
+    results["points"].append({"steps": 0, **read(untrained.eval(), fit, val, task, rows)})
+    print(f"step 0: {results['points'][-1]['digits']['accuracy']}", flush=True)
+    started = time.perf_counter()
+    distil_student(task, teacher, train, targets, "cls", args.threads, checkpoint_every=args.every)
+    results["train_time_s"] = time.perf_counter() - started
+    for step in args.points:
+        model = copy.deepcopy(untrained)
+        model.load_state_dict(load_file(str(scratch / "checkpoints" / f"checkpoint_{step}" / "model.safetensors")))
+        point = {"steps": step, **read(model.float().eval(), fit, val, task, rows)}
+        results["points"].append(point)
+        print(f"step {step}: selector {point['selector']['accuracy']['mean']:.3f} (covers "
+              f"{point['selector']['covered']:.2f}), digits {point['digits']['accuracy']['mean']:.3f}", flush=True)
+        with open(args.out, "w") as handle:
+            json.dump(results, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()
