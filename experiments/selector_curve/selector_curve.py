@@ -44,6 +44,42 @@ def selector_gflops(config) -> float:
     return 2 * (config.selector_depth * block + head) / 1e9
 
 
+def curve_for_size(teacher, size: int, args, fit_pixels, fit_maps, grid, measure):
+    """The selector of a student with a `size` px copy trained alone on the map loss, measured (`measure(selector)`)
+    at each of `args.steps`: (the student, the curve's points)."""
+    torch.manual_seed(0)
+    student = lookwhere_from_teacher(teacher, selector_depth=SELECTOR_DEPTH, selector_image_size=size)
+    selector = student.selector.float().train()
+    optimizer = torch.optim.AdamW(selector.parameters(), lr=args.lr, weight_decay=0.05)
+    warmup = 10
+    generator = torch.Generator().manual_seed(0)
+    curve, step, train_time = [], 0, 0.0
+    for target in sorted(args.steps):
+        started = time.perf_counter()
+        while step < target:
+            index = torch.randint(len(fit_pixels), (args.batch_size,), generator=generator)
+            for group in optimizer.param_groups:
+                group["lr"] = args.lr * min(1.0, (step + 1) / warmup)
+            _, logits = selector(fit_pixels[index], grid, None)
+            loss = MAP_WEIGHT * F.kl_div(F.log_softmax(logits.float(), dim=-1),
+                                         F.log_softmax(fit_maps[index], dim=-1), log_target=True,
+                                         reduction="batchmean")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(selector.parameters(), 1.0)
+            optimizer.step()
+            step += 1
+        train_time += time.perf_counter() - started
+        selector.eval()
+        point = {"steps": step, **measure(selector), "train_time_s": train_time,
+                 "time_per_step_s": train_time / max(step, 1)}
+        selector.train()
+        curve.append(point)
+        print(f"size {size} step {step}: keeps {point['share']:.3f}, {point['ratio_to_teacher_map']:.2f} of the "
+              f"teacher map's share, {point['time_per_step_s']:.3f} s a step", flush=True)
+    return student, curve
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[154, 224, 308])
@@ -105,36 +141,8 @@ def main() -> None:
                                 **shares(maps_of(reference.selector))}
         print(f"reference {args.reference}: {results['reference']}", flush=True)
     for size in args.sizes:
-        torch.manual_seed(0)
-        student = lookwhere_from_teacher(teacher, selector_depth=SELECTOR_DEPTH, selector_image_size=size)
-        selector = student.selector.float().train()
-        optimizer = torch.optim.AdamW(selector.parameters(), lr=args.lr, weight_decay=0.05)
-        warmup = 10
-        generator = torch.Generator().manual_seed(0)
-        curve, step, train_time = [], 0, 0.0
-        for target in sorted(args.steps):
-            started = time.perf_counter()
-            while step < target:
-                index = torch.randint(len(fit_pixels), (args.batch_size,), generator=generator)
-                for group in optimizer.param_groups:
-                    group["lr"] = args.lr * min(1.0, (step + 1) / warmup)
-                _, logits = selector(fit_pixels[index], grid, None)
-                loss = MAP_WEIGHT * F.kl_div(F.log_softmax(logits.float(), dim=-1),
-                                             F.log_softmax(fit_maps[index], dim=-1), log_target=True,
-                                             reduction="batchmean")
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(selector.parameters(), 1.0)
-                optimizer.step()
-                step += 1
-            train_time += time.perf_counter() - started
-            selector.eval()
-            point = {"steps": step, **shares(maps_of(selector)), "train_time_s": train_time,
-                     "time_per_step_s": train_time / max(step, 1)}
-            selector.train()
-            curve.append(point)
-            print(f"size {size} step {step}: keeps {point['share']:.3f}, {point['ratio_to_teacher_map']:.2f} of the "
-                  f"teacher map's share, {point['time_per_step_s']:.3f} s a step", flush=True)
+        student, curve = curve_for_size(teacher, size, args, fit_pixels, fit_maps, grid,
+                                        lambda selector: shares(maps_of(selector)))
         results["curves"][str(size)] = {"selector_gflops": selector_gflops(student.config), "points": curve}
         with open(args.out, "w") as handle:
             json.dump(results, handle, indent=1)
