@@ -30,7 +30,6 @@ FIXTURES = ROOT / "tests" / "fixtures" / "parity"
 TOLERANCE = 1e-4  # as tests/test_parity.py: what counts as a differing fill cell
 
 
-# Same as tests/test_parity.py:fixture_index (checked there)
 def fixture_index(family: str) -> tuple[dict, dict]:
     path = FIXTURES / family / "reference_outputs.safetensors"
     with safe_open(path, "pt") as f:
@@ -43,7 +42,6 @@ LOOKWHERE_INDEX, LOOKWHERE_OUTPUTS = fixture_index("lookwhere")
 FILL_INDEX, FILL_OUTPUTS = fixture_index("lookwhere_fill")
 
 
-# Same as tests/test_parity.py:veca_outputs (checked there)
 def veca_outputs(model, name: str) -> dict[str, torch.Tensor]:
     """Our outputs named as the fixture's keys: {name}/{H}x{W}/K{K}/{cores,patches,pooled,core_coordinates}."""
     outputs = {}
@@ -60,7 +58,6 @@ def veca_outputs(model, name: str) -> dict[str, torch.Tensor]:
     return outputs
 
 
-# Same as tests/test_parity.py:lookwhere_outputs (checked there)
 def lookwhere_outputs(model, name: str) -> dict[str, torch.Tensor]:
     """Our outputs named as the fixture's keys; selected indices as sets (sorted), the reference's are by score."""
     outputs = {}
@@ -82,7 +79,6 @@ def lookwhere_outputs(model, name: str) -> dict[str, torch.Tensor]:
     return outputs
 
 
-# Same as tests/test_parity.py:full_size_fill (checked there)
 def full_size_fill(setting: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Our fill of a lookwhere_fill fixture setting, called as the model calls it (kept cells in row-major order, their
     score rank as the tie-break): (B, N, D), and its tie cells (B, N) bool: cells not kept whose 5th and 6th nearest

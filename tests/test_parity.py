@@ -1,39 +1,24 @@
 """Parity with the authors' code: checkpoints in their formats (tests/fixtures/parity, written by their code on random
 weights, with the outputs their code computes) convert with our CLIs and reproduce those outputs, in this package
-and through hub code in a process that cannot import it. See tests/fixtures/parity/README.md."""
+and through hub code in a process that cannot import it. See tests/fixtures/parity/README.md. The fixture reading and
+our outputs under the fixtures' keys are benchmarks/parity.py's, which reports the same comparisons."""
 
-import ast
 import json
-import re
 from pathlib import Path
 
 import pytest
 import torch
-from safetensors import safe_open
-from safetensors.torch import load_file
 
+from benchmarks.parity import (FILL_INDEX, FILL_OUTPUTS, FIXTURES, LOOKWHERE_INDEX, LOOKWHERE_OUTPUTS, VECA_INDEX,
+                               VECA_OUTPUTS, full_size_fill, lookwhere_outputs, veca_outputs)
 from corevision_hf import LookWhereModel, VecaModel
 from corevision_hf.convert import lookwhere as convert_lookwhere
 from corevision_hf.convert import veca as convert_veca
-from corevision_hf.lookwhere.modeling_lookwhere import inverse_distance_fill
 
 from conftest import load_without_package
 
 
-FIXTURES = Path(__file__).parent / "fixtures" / "parity"
 TOLERANCE = 1e-4  # max abs difference allowed; float32 on both sides, measured ~1e-6
-
-
-def fixture_index(family: str) -> tuple[dict, dict]:
-    path = FIXTURES / family / "reference_outputs.safetensors"
-    with safe_open(path, "pt") as f:
-        index = json.loads(f.metadata()["fixtures"])
-    return index, load_file(path)
-
-
-VECA_INDEX, VECA_OUTPUTS = fixture_index("veca")
-LOOKWHERE_INDEX, LOOKWHERE_OUTPUTS = fixture_index("lookwhere")
-FILL_INDEX, FILL_OUTPUTS = fixture_index("lookwhere_fill")  # the fill alone at full grid size
 
 
 @pytest.fixture(scope="module")
@@ -48,43 +33,6 @@ def converted(tmp_path_factory) -> dict[str, Path]:
         folders[name] = root / f"lookwhere-{name}"
         convert_lookwhere.main([str(FIXTURES / "lookwhere" / f"lookwhere_{name}.pt"), str(folders[name])])
     return folders
-
-
-def veca_outputs(model, name: str) -> dict[str, torch.Tensor]:
-    """Our outputs named as the fixture's keys: {name}/{H}x{W}/K{K}/{cores,patches,pooled,core_coordinates}."""
-    outputs = {}
-    for size in VECA_INDEX[name]["sizes"]:
-        pixel_values = VECA_OUTPUTS[f"{name}/{size}/pixel_values"]
-        for budget in VECA_INDEX[name]["budgets"]:
-            with torch.no_grad():
-                out = model(pixel_values, num_cores=budget)
-            key = f"{name}/{size}/K{budget}"
-            outputs[f"{key}/cores"] = out.last_hidden_state[:, :budget]
-            outputs[f"{key}/patches"] = out.last_hidden_state[:, budget:]
-            outputs[f"{key}/pooled"] = out.pooler_output
-            outputs[f"{key}/core_coordinates"] = out.core_coordinates
-    return outputs
-
-
-def lookwhere_outputs(model, name: str) -> dict[str, torch.Tensor]:
-    """Our outputs named as the fixture's keys; selected indices as sets (sorted), the reference's are by score."""
-    outputs = {}
-    for size, budgets in LOOKWHERE_INDEX[name]["sizes"].items():
-        images = LOOKWHERE_OUTPUTS[f"{name}/{size}/images_uint8"]
-        pixel_values = (images.float() / 255 - 0.5) / 0.25
-        num_prefix = 1 + model.config.num_register_tokens
-        grid = (pixel_values.shape[2] // model.config.patch_size,) * 2
-        with torch.no_grad():
-            prefix_tokens, _ = model.selector(pixel_values, grid)
-        outputs[f"{name}/{size}/prefix_tokens"] = prefix_tokens
-        for k in budgets:
-            with torch.no_grad():
-                out = model(pixel_values, k=k)
-            outputs[f"{name}/{size}/selector_map"] = out.selector_map
-            outputs[f"{name}/{size}/k{k}/selected_indices"] = out.selected_indices
-            outputs[f"{name}/{size}/k{k}/cls"] = out.pooler_output
-            outputs[f"{name}/{size}/k{k}/dense"] = out.last_hidden_state[:, num_prefix:]
-    return outputs
 
 
 def assert_matches_reference(ours: dict, reference: dict) -> None:
@@ -180,24 +128,6 @@ def test_hub_code_without_the_package_matches_reference(converted, tmp_path):
     assert_matches_reference(ours, {**VECA_OUTPUTS, **LOOKWHERE_OUTPUTS})
 
 
-def full_size_fill(setting: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Our fill of a lookwhere_fill fixture setting, called as the model calls it (kept cells in row-major order, their
-    score rank as the tie-break): (B, N, D), and its tie cells (B, N) bool: cells not kept whose 5th and 6th nearest
-    kept cells are equidistant, where the authors' unstable argsort decides which of them counts."""
-    indices, values = FILL_OUTPUTS[f"{setting}/indices"], FILL_OUTPUTS[f"{setting}/values"]  # by descending score
-    height, width = FILL_INDEX[setting]["grid"]
-    num_neighbors = LookWhereModel.config_class().num_fill_neighbors
-    row_major, rank = indices.sort(dim=-1)
-    ours = inverse_distance_fill(values.gather(1, rank[..., None].expand_as(values)), row_major, (height, width),
-                                 num_neighbors, rank)
-    cells = torch.arange(height * width)
-    rows, cols = (cells // width)[:, None], (cells % width)[:, None]
-    squared = (rows - indices[:, None] // width) ** 2 + (cols - indices[:, None] % width) ** 2  # (B, N, k)
-    nearest = squared.topk(num_neighbors + 1, dim=-1, largest=False).values  # (B, N, 6) squared distances
-    kept = torch.zeros(ours.shape[:2], dtype=torch.bool).scatter(1, indices, True)
-    return ours, (nearest[..., -2] == nearest[..., -1]) & ~kept
-
-
 @pytest.mark.parametrize("setting", sorted(FILL_INDEX))
 def test_full_size_fill_matches_reference(setting):
     """On 37x37 and 74x74 grids (518 and 1036 px) with k from 50 to 20 % of the grid, the fill computes what the
@@ -209,18 +139,3 @@ def test_full_size_fill_matches_reference(setting):
     torch.testing.assert_close(ours[~ties], expected[~ties], atol=TOLERANCE, rtol=0)
     torch.testing.assert_close(ours, FILL_OUTPUTS[f"{setting}/expected_stable"], atol=TOLERANCE, rtol=0)
 
-
-def test_the_parity_benchmark_reads_the_fixtures_as_these_tests_do():
-    """benchmarks/parity.py stands alone with copies of the fixture reading above, each marked `# Same as
-    tests/test_parity.py:<name>`: every copy equals its source here."""
-    def definitions(path: Path) -> dict[str, str]:
-        text = path.read_text()
-        return {node.name: ast.get_source_segment(text, node) for node in ast.parse(text).body
-                if isinstance(node, ast.FunctionDef)}
-
-    benchmark = Path(__file__).resolve().parents[1] / "benchmarks" / "parity.py"
-    copied = re.findall(r"^# Same as tests/test_parity.py:(\w+)", benchmark.read_text(), flags=re.M)
-    ours, theirs = definitions(Path(__file__)), definitions(benchmark)
-    assert sorted(copied) == ["fixture_index", "full_size_fill", "lookwhere_outputs", "veca_outputs"]
-    for name in copied:
-        assert theirs[name] == ours[name], f"benchmarks/parity.py:{name} drifted from tests/test_parity.py; change both"
