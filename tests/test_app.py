@@ -90,6 +90,19 @@ def wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
+def wait_until_listening(server: subprocess.Popen, port: int, timeout: float, what: str) -> None:
+    """Waits until `server` accepts connections on localhost:`port`; fails with its output if it exits first."""
+    def serving():
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+        except OSError:
+            assert server.poll() is None, server.stdout.read().decode()
+            return False
+
+    wait_for(serving, timeout, what)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium here (Debian: apt-get install chromium; .ci/run does)")
 def test_the_page_renders_pictures_and_costs_in_chromium(tmp_path):
@@ -105,16 +118,7 @@ def test_the_page_renders_pictures_and_costs_in_chromium(tmp_path):
     browser = None
     try:
         url = f"http://127.0.0.1:{port}/"
-
-        def serving():
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                return True
-            except OSError:
-                assert server.poll() is None, server.stdout.read().decode()
-                return False
-
-        wait_for(serving, 90, "the app to listen")
+        wait_until_listening(server, port, 90, "the app to listen")
         browser = DevTools(tmp_path / "chromium-profile")
         target = browser.call("Target.createTarget", url=url)["targetId"]
         session = browser.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]

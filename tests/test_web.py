@@ -12,7 +12,6 @@ import importlib.util
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,7 +26,7 @@ import pytest
 import torch
 from conftest import tiny_lookwhere_config, tiny_veca_config
 from PIL import Image
-from test_app import CHROMIUM, SCREENSHOT_DIR, DevTools, free_port, wait_for
+from test_app import CHROMIUM, SCREENSHOT_DIR, DevTools, free_port, wait_for, wait_until_listening
 
 from corevision_hf import LookWhereModel, VecaModel, save_model_folder
 from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio
@@ -84,15 +83,7 @@ def test_the_page_gives_onnxruntimes_features_and_a_lower_budget_is_not_slower(t
     )
     browser = None
     try:
-        def serving():
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                return True
-            except OSError:
-                assert server.poll() is None, server.stdout.read().decode()
-                return False
-
-        wait_for(serving, 120, "web/serve.py to export the graph and listen")
+        wait_until_listening(server, port, 120, "web/serve.py to export the graph and listen")
         browser = DevTools(tmp_path / "chromium-profile", width=900, height=700)
         target = browser.call("Target.createTarget", url=f"http://127.0.0.1:{port}/")["targetId"]
         session = browser.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
