@@ -23,6 +23,10 @@ from corevision_hf import LookWhereModel, VecaModel, save_model_folder
         ({"attention_dropout": 1.5}, r"attention_dropout must lie in \[0, 1\)"),
         ({"num_cores": 100000}, r"num_cores=100000 .* choose 1..4096"),
         ({"core_coordinate_init_range": 1.0}, r"core_coordinate_init_range must lie in \(0, 1\)"),
+        ({"mlp_type": "gelu"}, r'mlp_type must be "swiglu" \(the paper\'s\) or "plain" .*got \'gelu\''),
+        ({"mlp_type": "plain", "hidden_act": "gleu"}, "hidden_act='gleu' is not an activation of transformers' ACT2FN"),
+        ({"position_embedding_grid": 0}, r"position_embedding_grid must be None .* or an int >= 1 .*got 0"),
+        ({"position_embedding_antialias": "yes"}, "position_embedding_antialias must be True or False, got 'yes'"),
     ],
 )
 def test_veca_config_fields_are_checked(overrides, message):

@@ -1,5 +1,6 @@
 """`veca_from_teacher` and `training.distill_veca --init-from-teacher`: a VECA that starts from a DINOv2 / DINOv3
-teacher's weights (issue #47)."""
+teacher's weights (issue #47), a faithful copy (issue #58): DINOv3's rotated q . k, DINOv2's positions, the teacher's
+MLP exactly."""
 
 import json
 import textwrap
@@ -7,6 +8,7 @@ import textwrap
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
 from conftest import load_without_package, nothing_written, veca_args
 from transformers import (
     DINOv3ViTConfig,
@@ -18,9 +20,12 @@ from transformers import (
     ResNetConfig,
     ResNetModel,
 )
+from transformers.models.dinov3_vit.modeling_dinov3_vit import apply_rotary_pos_emb
 
-from corevision_hf import veca_from_teacher
-from corevision_hf.convert.vit_teacher import FAMILIES, TEACHER_NAMES
+from corevision_hf import VecaConfig, VecaModel, veca_flops, veca_from_teacher
+from corevision_hf.convert import vit_teacher
+from corevision_hf.convert.vit_teacher import FAMILIES, TEACHER_NAMES, rope_permutation
+from corevision_hf.veca.modeling_veca import apply_rotary, patch_center_coordinates
 from training import distill_veca
 
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, patch_size=8, image_size=32)
@@ -52,6 +57,7 @@ def test_every_copied_tensor_is_the_teachers(teacher):
     student = veca_from_teacher(teacher, num_cores=8)
     family = FAMILIES[type(teacher).__name__]
     teacher_modules, copied = dict(teacher.named_modules()), student.config.init_from_teacher["copied"]
+    rows = rope_permutation(16) if family == 1 else torch.arange(16)  # DINOv3's q / k rows reordered per head
     for student_name, teacher_names in TEACHER_NAMES.items():
         for i in range(2) if "{i}" in student_name else [None]:
             teacher_name = teacher_names[family].format(i=i)
@@ -63,7 +69,10 @@ def test_every_copied_tensor_is_the_teachers(teacher):
                     torch.testing.assert_close(mine(x), layer.layer_scale1(theirs(x)))
                 elif student_name.endswith("fc2"):
                     torch.testing.assert_close(mine(x), layer.layer_scale2(theirs(x)))
-                elif not student_name.endswith("fc1"):  # fc1 (half of a SwiGLU): test_the_mlp_is_the_teachers
+                elif student_name.endswith(("q_proj", "k_proj")):
+                    torch.testing.assert_close(mine(x), theirs(x).unflatten(-1, (2, 16))[..., rows].flatten(-2),
+                                               atol=0, rtol=0)
+                else:
                     assert torch.equal(mine.weight, theirs.weight), student_name
                     if theirs.bias is not None:
                         assert torch.equal(mine.bias, theirs.bias), student_name
@@ -73,32 +82,125 @@ def test_every_copied_tensor_is_the_teachers(teacher):
                              "encoder.coordinate_heads.*.proj.weight", "encoder.coordinate_heads.*.proj.bias"] + (
         ["encoder.layers.*.attention.k_proj.bias"] if family == 1 else [])  # DINOv3's keys have no bias
     assert "embeddings.cls_token" in record["left_out"] and record["model_type"] == teacher.config.model_type
+    assert ("position_embeddings.weight" in copied) == (family == 0)
+    assert "embeddings.position_embeddings" not in record["left_out"]
     assert student.config.layer_norm_eps == teacher.config.layer_norm_eps
     assert student.config.intermediate_size == 64 and student.config.patch_size == 8
+    assert student.config.mlp_type == "plain" and student.config.hidden_act == teacher.config.hidden_act
 
 
-def test_the_mlp_is_the_teachers_not_a_random_one(teacher):
-    """The SwiGLU started from the teacher's GELU MLP is close to it; a random MLP is not (the check can fail)."""
-    student = veca_from_teacher(teacher, num_cores=8)
+def test_the_mlp_is_the_teachers_exactly_and_a_random_one_is_not(teacher):
+    """The copy's plain MLP gives the teacher's MLP output (LayerScale folded in) to float32 rounding; a random MLP of
+    the same shape does not (the check can fail), nor does the SwiGLU mapping (`mlp_type="swiglu"`), which only
+    approximates GELU."""
     layer = (teacher.encoder.layer if hasattr(teacher, "encoder") else teacher.model.layer)[0]
     x = torch.randn(100, 32)
     with torch.no_grad():
         expected = layer.layer_scale2(layer.mlp(x))
-        error = (student.encoder.layers[0].mlp(x) - expected).abs().mean() / expected.abs().mean()
+        student = veca_from_teacher(teacher, num_cores=8)
+        torch.testing.assert_close(student.encoder.layers[0].mlp(x), expected)
         random_error = (type(student)(student.config).encoder.layers[0].mlp(x) - expected).abs().mean()
-    assert error < 0.05 and random_error / expected.abs().mean() > 0.5
+        swiglu = veca_from_teacher(teacher, num_cores=8, mlp_type="swiglu").encoder.layers[0].mlp(x)
+    scale = expected.abs().mean()
+    assert random_error / scale > 0.5
+    assert 1e-3 < (swiglu - expected).abs().mean() / scale < 0.05  # close, not exact: u * sigmoid(1.702 u)
 
 
-@pytest.mark.parametrize("name", ["dinov2", "dinov2_with_registers"])
-def test_full_budget_outputs_are_finite_and_start_from_the_teachers_patch_embedding(name):
-    teacher = randomised(TEACHERS[name]())
-    student = veca_from_teacher(teacher, num_cores=8).eval()
-    pixel_values = torch.randn(2, 3, 24, 40)
+def test_the_plain_mlp_costs_4_l_d_h_by_hand_and_by_torchs_counter():
+    """veca_flops counts the plain MLP as two matrix products, 4 L d h, and a SwiGLU of the same h as 6 L d h; a hand
+    count of a tiny model (32 px, patch 8: N = 16 patches, C = 8 cores, L = 24 tokens, d = 32, h = 64, 2 blocks) and
+    torch's FLOP counter on the block's MLP agree."""
+    plain = VecaConfig(**TINY, intermediate_size=64, num_cores=8, mlp_type="plain")
+    swiglu = VecaConfig(**TINY, intermediate_size=64, num_cores=8)
+    projections, attention, mlp = 8 * 24 * 32 * 32, 4 * 32 * (8 * 8 + 2 * 16 * 8), 4 * 24 * 32 * 64
+    coordinate_heads, patch_embedding = 1 * 2 * 8 * 32 * 2, 2 * 16 * 32 * 3 * 8 * 8
+    by_hand = 2 * (projections + attention + mlp) + coordinate_heads + patch_embedding
+    assert veca_flops(plain, 32, num_cores=8) == by_hand
+    assert veca_flops(swiglu, 32, num_cores=8) - veca_flops(plain, 32, num_cores=8) == 2 * 2 * 24 * 32 * 64
+    for config, per_token in ((plain, 4), (swiglu, 6)):
+        with FlopCounterMode(display=False) as counter:
+            VecaModel(config).encoder.layers[0].mlp(torch.randn(1, 24, 32))
+        assert counter.get_total_flops() == per_token * 24 * 32 * 64
+
+
+def teacher_logits(teacher, hidden_states, grid):
+    """DINOv3's attention logits between patch tokens, q . k after its RoPE, of block 0: (1, heads, N, N)."""
+    attention = teacher.model.layer[0].attention
+    cos, sin = teacher.rope_embeddings(torch.empty(1, 3, grid[0] * 8, grid[1] * 8))
+    shape = (1, -1, attention.num_heads, attention.head_dim)
+    query, key = (proj(hidden_states).view(shape).transpose(1, 2) for proj in (attention.q_proj, attention.k_proj))
+    query, key = apply_rotary_pos_emb(query, key, cos, sin)
+    return query @ key.transpose(-1, -2)
+
+
+def student_logits(student, hidden_states, grid):
+    """The same logits in the VECA copy: its q / k, rotated by VECA's RoPE at the patch centres."""
+    attention = student.encoder.layers[0].attention
+    rotations = student.encoder.rotary_embedding(patch_center_coordinates(*grid, hidden_states.device))[None]
+    shape = (1, hidden_states.shape[1], attention.num_heads, attention.head_dim)
+    query_key = torch.stack([proj(hidden_states).view(shape) for proj in (attention.q_proj, attention.k_proj)], 2)
+    query, key = (x.transpose(1, 2) for x in apply_rotary(query_key, rotations).unbind(2))
+    return query @ key.transpose(-1, -2)
+
+
+@pytest.mark.parametrize("grid", [(4, 4), (3, 5), (7, 6)])
+def test_dinov3_rotated_logits_between_patches_are_the_teachers(grid, monkeypatch):
+    """Between any two patches of the grid (the teacher's own 4 x 4, and others), the copy's q . k under VECA's RoPE is
+    DINOv3's under its own, per head (width 64, head_dim 32: 8 frequencies per axis). Without the per-head reordering
+    of the q / k rows, or with VECA's default zeroed frequencies (the lowest of the 8), they are not (the test can
+    fail)."""
+    teacher = randomised(DINOv3ViTModel(DINOv3ViTConfig(**{**TINY, "hidden_size": 64}, intermediate_size=64,
+                                                        num_register_tokens=4)))
+    teacher.config.rope_theta = teacher.rope_embeddings.base = 7.0  # a base of the teacher's own, followed
+    teacher.rope_embeddings.inv_freq = 1 / 7.0 ** torch.arange(0, 1, 4 / 32)
+    hidden_states = torch.randn(1, grid[0] * grid[1], 64)
     with torch.no_grad():
-        output = student(pixel_values, num_cores=8, output_hidden_states=True)
-        patches = teacher.embeddings.patch_embeddings(pixel_values)  # before the teacher adds its positions
-    assert output.last_hidden_state.isfinite().all() and output.last_hidden_state.shape == (2, 8 + 15, 32)
-    torch.testing.assert_close(output.hidden_states[0][:, 8:], patches, atol=0, rtol=0)
+        expected = teacher_logits(teacher, hidden_states, grid)
+        copied = student_logits(veca_from_teacher(teacher, num_cores=8), hidden_states, grid)
+        zeroed = student_logits(veca_from_teacher(teacher, num_cores=8, rope_zero_fraction=0.125), hidden_states, grid)
+        monkeypatch.setattr(vit_teacher, "rope_permutation", torch.arange)
+        unpermuted = student_logits(veca_from_teacher(teacher, num_cores=8), hidden_states, grid)
+    scale = expected.abs().mean()
+    torch.testing.assert_close(copied, expected, rtol=1e-5, atol=1e-5 * scale)  # sums of 32 float32 products
+    assert (unpermuted - expected).abs().mean() / scale > 0.3 and (zeroed - expected).abs().max() / scale > 0.01
+
+
+def test_dinov2_patch_embeddings_with_positions_are_the_teachers(teacher):
+    """The copy's embedding output (patch tokens plus its position table) is DINOv2's embedding output for the patch
+    tokens, at the teacher's own 4 x 4 grid and at resized ones (square and not, up and down); the copy without a
+    table is not (the test can fail). DINOv3 has no absolute positions, and the copy none."""
+    if not hasattr(teacher.embeddings, "position_embeddings"):
+        assert veca_from_teacher(teacher, num_cores=8).position_embeddings is None
+        return
+    student = veca_from_teacher(teacher, num_cores=8).eval()
+    without = veca_from_teacher(teacher, num_cores=8, position_embedding_grid=None).eval()
+    for size in ((32, 32), (48, 48), (24, 40), (16, 16)):
+        pixel_values = torch.randn(2, 3, *size)
+        num_patches = size[0] * size[1] // 64
+        with torch.no_grad():
+            expected = teacher.embeddings(pixel_values)[:, -num_patches:]
+            mine = student(pixel_values, output_hidden_states=True).hidden_states[0][:, 8:]
+            theirs_without = without(pixel_values, output_hidden_states=True).hidden_states[0][:, 8:]
+        torch.testing.assert_close(mine, expected, atol=0, rtol=0, msg=f"{size}")
+        assert (theirs_without - expected).abs().max() > 0.1
+
+
+def test_positions_of_an_image_in_a_padded_batch_are_its_own(teacher):
+    """In a batch padded at the bottom and right (the image processor's), each image's patch tokens get the positions
+    of its own grid, as alone: to float32 rounding (the padded path resizes by matrix products)."""
+    if not hasattr(teacher.embeddings, "position_embeddings"):
+        pytest.skip("DINOv3 has no absolute positions")
+    student = veca_from_teacher(teacher, num_cores=8).eval()
+    small, large = torch.randn(1, 3, 24, 40), torch.randn(1, 3, 48, 48)
+    batch = torch.cat([F.pad(small, (0, 8, 0, 24)), large])
+    pixel_mask = torch.zeros(2, 48, 48, dtype=torch.long)
+    pixel_mask[0, :24, :40], pixel_mask[1] = 1, 1
+    with torch.no_grad():
+        padded = student(batch, pixel_mask=pixel_mask, output_hidden_states=True).hidden_states[0][:, 8:]
+        alone = student(small, output_hidden_states=True).hidden_states[0][:, 8:]
+        large_alone = student(large, output_hidden_states=True).hidden_states[0][:, 8:]
+    torch.testing.assert_close(padded[0].unflatten(0, (6, 6))[:3, :5].flatten(0, 1), alone[0])
+    torch.testing.assert_close(padded[1], large_alone[0])
 
 
 LOADER = textwrap.dedent(

@@ -99,6 +99,7 @@ class LookWherePatchEmbeddings(nn.Module):
         return F.linear(selected.flatten(2).to(weight.dtype), weight.flatten(1), self.projection.bias)
 
 
+# Copied from corevision_hf.veca.modeling_veca.resize_position_table
 def resize_position_table(table: torch.Tensor, grid: tuple[int, int], antialias: bool) -> torch.Tensor:
     """(1, G * G, D) learned positions -> (1, Hp * Wp, D) by DINOv2's bicubic resize (align_corners=False, in
     float32), unchanged if the grid is G x G."""
@@ -110,6 +111,7 @@ def resize_position_table(table: torch.Tensor, grid: tuple[int, int], antialias:
     return resized.flatten(2).transpose(1, 2).to(table.dtype)
 
 
+# Copied from corevision_hf.veca.modeling_veca.cubic_filter
 def cubic_filter(x: torch.Tensor, a: float) -> torch.Tensor:
     """Keys' cubic convolution kernel with parameter `a` (torch: -0.75, and -0.5 when antialiasing), zero beyond 2."""
     x = x.abs()
@@ -118,6 +120,7 @@ def cubic_filter(x: torch.Tensor, a: float) -> torch.Tensor:
     return torch.where(x < 1, near, torch.where(x < 2, far, torch.zeros_like(x)))
 
 
+# Copied from corevision_hf.veca.modeling_veca.interpolation_weights
 def interpolation_weights(
     source: torch.Tensor, target: torch.Tensor, source_extent: int, target_extent: int, mode: str, antialias: bool
 ) -> torch.Tensor:
@@ -151,6 +154,7 @@ def interpolation_weights(
     return weights * (out < target)
 
 
+# Copied from corevision_hf.veca.modeling_veca.resize_in_images
 def resize_in_images(
     images: torch.Tensor, sources: torch.Tensor, targets: torch.Tensor, size: tuple[int, int], mode: str,
     antialias: bool,
@@ -236,6 +240,7 @@ class LookWhereLayerScale(nn.Module):
         return hidden_states * self.lambda1
 
 
+# Copied from corevision_hf.veca.modeling_veca.VecaMLP with Veca->LookWhere
 class LookWhereMLP(nn.Module):
     def __init__(self, config: LookWhereConfig):
         super().__init__()

@@ -34,13 +34,14 @@ def cores_to_keep(
 def veca_flops(config, height: int, width: int | None = None, num_cores: int | None = None) -> int:
     """FLOPs of one `VecaModel` forward (a multiply-add counts 2) on one image of `height` x `width` (square if width
     is None) with `num_cores` active cores (default: the whole bank). Per layer, with L = N + C tokens: projections
-    8 L d^2, attention 4 d (C^2 + 2 N C), SwiGLU MLP 6 L d h. Norms, RoPE and softmax are not counted (a few
-    percent)."""
+    8 L d^2, attention 4 d (C^2 + 2 N C), MLP 6 L d h (SwiGLU: fc1 to 2h) or 4 L d h (`mlp_type="plain"`). Norms,
+    RoPE, activations, softmax and absolute positions are not counted (a few percent)."""
     d, h = config.hidden_size, config.intermediate_size
     num_patches = patch_count(height, width, config.patch_size)
     cores = config.num_cores if num_cores is None else num_cores
     tokens = num_patches + cores
-    per_layer = 8 * tokens * d * d + 4 * d * (cores * cores + 2 * num_patches * cores) + 6 * tokens * d * h
+    mlp = (6 if config.mlp_type == "swiglu" else 4) * tokens * d * h
+    per_layer = 8 * tokens * d * d + 4 * d * (cores * cores + 2 * num_patches * cores) + mlp
     coordinate_heads = (config.num_hidden_layers - 1) * 2 * cores * d * 2
     patch_embedding = 2 * num_patches * d * config.num_channels * config.patch_size**2
     output_projection = 2 * tokens * d * (config.output_projection_size or 0)

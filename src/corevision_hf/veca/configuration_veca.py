@@ -1,6 +1,7 @@
 """VECA configuration. Hub-copied: imports only transformers and its sibling pipeline file."""
 
 from transformers import PreTrainedConfig
+from transformers.activations import ACT2FN
 from transformers.backbone_utils import BackboneConfigMixin
 
 from .pipeline_veca import VecaImageFeatureExtractionPipeline
@@ -40,10 +41,19 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
         num_hidden_layers (`int`, defaults to 12): number of transformer blocks.
         num_attention_heads (`int`, defaults to 12): attention heads; `hidden_size / heads` must be divisible by 4
             (2D axial RoPE rotates pairs, half of them along x and half along y).
-        intermediate_size (`int`, defaults to 2048): hidden size of the SwiGLU MLP (fc1 maps to twice this).
+        intermediate_size (`int`, defaults to 2048): hidden size of the MLP (a SwiGLU's fc1 maps to twice this).
+        mlp_type (`str`, defaults to `"swiglu"`): the MLP of every block: `"swiglu"` (fc1: D -> 2h, `silu(u) * v`,
+            fc2: h -> D, the paper's) or `"plain"` (fc1: D -> h, `hidden_act`, fc2: h -> D, the MLP of DINOv2 and of
+            DINOv3 ViT-S/B, 2/3 of a SwiGLU's cost at the same h).
+        hidden_act (`str`, defaults to `"gelu"`): the plain MLP's activation, a name of transformers' `ACT2FN`.
         patch_size (`int`, defaults to 16): side of the square patches.
         num_channels (`int`, defaults to 3): input channels.
         image_size (`int`, defaults to 256): training resolution; the model runs at any multiple of `patch_size`.
+        position_embedding_grid (`int`, *optional*): if set, a learned absolute position table of this many patches
+            per side is added to the patch tokens, resized bicubically to other grids as DINOv2 resizes its own (a
+            copy of a DINOv2 teacher's positions, `veca_from_teacher`); `None` (the paper's): RoPE places tokens alone.
+        position_embedding_antialias (`bool`, defaults to `False`): antialias that resize. transformers'
+            `Dinov2WithRegistersModel` does, `Dinov2Model` does not; `veca_from_teacher` follows its teacher.
         num_cores (`int`, defaults to 64): size of the core bank, the largest usable budget.
         default_num_cores (`int`, *optional*): the budget of a call that gives no `num_cores` (and of pipelines);
             1..`num_cores`, `None` for the whole bank. Set it at load time:
@@ -89,7 +99,9 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
     def __init__(
         self,
         hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=2048,  # the transformer
+        mlp_type="swiglu", hidden_act="gelu",  # its MLP
         patch_size=16, num_channels=3, image_size=256,  # the input
+        position_embedding_grid=None, position_embedding_antialias=False,  # learned absolute positions (off)
         num_cores=64, default_num_cores=None, default_max_gflops=None,  # the core bank and the default budget
         training_budgets=None, training_budget_weights=None,  # nested dropout
         rope_theta=100.0, rope_zero_fraction=0.125, rope_zero_from="low",  # 2D axial RoPE
@@ -105,9 +117,13 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
         self.num_hidden_layers = num_hidden_layers
         self.num_attention_heads = num_attention_heads
         self.intermediate_size = intermediate_size
+        self.mlp_type = mlp_type
+        self.hidden_act = hidden_act
         self.patch_size = patch_size
         self.num_channels = num_channels
         self.image_size = image_size
+        self.position_embedding_grid = position_embedding_grid
+        self.position_embedding_antialias = position_embedding_antialias
         self.num_cores = num_cores
         self.default_num_cores = default_num_cores
         self.default_max_gflops = default_max_gflops
@@ -207,6 +223,7 @@ class VecaConfig(BackboneConfigMixin, PreTrainedConfig):
                 f"({len(self.training_budget_weights)} values) must have the same length: give one weight per budget."
             )
         check_target_fields(self, "default_num_cores")
+        check_mlp_and_positions(self)
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs) -> "VecaConfig":
@@ -255,6 +272,23 @@ def check_fields(config, positive_ints=(), positive_numbers=(), probabilities=()
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
             raise ValueError(f"{name} must lie in [0, 1), got {value!r}.")
+
+
+def check_mlp_and_positions(config: VecaConfig) -> None:
+    """The MLP's kind and activation, and the optional absolute position table's side and resize."""
+    if config.mlp_type not in ("swiglu", "plain"):
+        raise ValueError(f'mlp_type must be "swiglu" (the paper\'s) or "plain" (Linear-act-Linear, DINOv2\'s), got '
+                         f"{config.mlp_type!r}.")
+    if config.hidden_act not in ACT2FN:
+        raise ValueError(f"hidden_act={config.hidden_act!r} is not an activation of transformers' ACT2FN; use e.g. "
+                         "'gelu' (exact, DINOv2's and DINOv3's) or 'gelu_pytorch_tanh' (tanh approximation).")
+    grid = config.position_embedding_grid
+    if grid is not None and (isinstance(grid, bool) or not isinstance(grid, int) or grid < 1):
+        raise ValueError(f"position_embedding_grid must be None (no absolute positions) or an int >= 1 (patches per "
+                         f"side of the table), got {grid!r}.")
+    if not isinstance(config.position_embedding_antialias, bool):
+        raise ValueError(f"position_embedding_antialias must be True or False, got "
+                         f"{config.position_embedding_antialias!r}.")
 
 
 def hub_code_fields(kwargs: dict) -> dict:

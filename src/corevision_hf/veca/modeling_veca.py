@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
+from transformers.activations import ACT2FN
 from transformers.backbone_utils import BackboneMixin, filter_output_hidden_states
 from transformers.conversion_mapping import register_checkpoint_conversion_mapping
 from transformers.core_model_loading import Chunk, WeightConverter, WeightRenaming
@@ -68,6 +69,91 @@ class VecaPatchEmbeddings(nn.Module):
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
         return self.norm(self.projection(pixel_values).flatten(2).transpose(1, 2))
+
+
+def resize_position_table(table: torch.Tensor, grid: tuple[int, int], antialias: bool) -> torch.Tensor:
+    """(1, G * G, D) learned positions -> (1, Hp * Wp, D) by DINOv2's bicubic resize (align_corners=False, in
+    float32), unchanged if the grid is G x G."""
+    side = int(table.shape[1] ** 0.5)
+    if (side, side) == tuple(grid):
+        return table
+    square = table.float().reshape(1, side, side, -1).permute(0, 3, 1, 2).contiguous()  # (1, D, G, G)
+    resized = F.interpolate(square, size=grid, mode="bicubic", align_corners=False, antialias=antialias)
+    return resized.flatten(2).transpose(1, 2).to(table.dtype)
+
+
+def cubic_filter(x: torch.Tensor, a: float) -> torch.Tensor:
+    """Keys' cubic convolution kernel with parameter `a` (torch: -0.75, and -0.5 when antialiasing), zero beyond 2."""
+    x = x.abs()
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return torch.where(x < 1, near, torch.where(x < 2, far, torch.zeros_like(x)))
+
+
+def interpolation_weights(
+    source: torch.Tensor, target: torch.Tensor, source_extent: int, target_extent: int, mode: str, antialias: bool
+) -> torch.Tensor:
+    """The weights of `F.interpolate(mode="bilinear" | "bicubic", align_corners=False, antialias=...)` along one axis,
+    per image: from each image's `source` cells to its `target` cells ((B,) tensors), as (B, target_extent,
+    source_extent) matrices, zero beyond them. Computed on the device from the sizes, in torch's float32 arithmetic
+    (its source index is one fused multiply-add), so they equal torch's to about 1e-6 (bilinear: exactly)."""
+    source, target = source.float()[:, None, None], target.float()[:, None, None]
+    scale = source / target
+    out = torch.arange(target_extent, dtype=torch.float32, device=source.device)[None, :, None]
+    cells = torch.arange(source_extent, dtype=torch.float32, device=source.device)[None, None, :]
+    if antialias:  # PIL's filters, widened by the scale when shrinking, normalised over the image's own cells
+        invscale = torch.where(scale >= 1, 1.0 / scale, torch.ones_like(scale))
+        x = (cells - scale * (out + 0.5) + 0.5) * invscale
+        weights = cubic_filter(x, -0.5) if mode == "bicubic" else (1 - x.abs()).clamp(min=0)
+        weights = weights * (cells < source)
+        total = weights.sum(dim=-1, keepdim=True)
+        weights = weights / torch.where(total > 0, total, torch.ones_like(total))
+    elif mode == "bilinear":
+        position = torch.addcmul(torch.full_like(scale, -0.5), scale, out + 0.5).clamp(min=0)
+        low = torch.minimum(position.floor(), source - 1)
+        fraction = (position - low).clamp(0, 1)
+        weights = (cells == low) * (1 - fraction) + (cells == torch.minimum(low + 1, source - 1)) * fraction
+    else:  # the four nearest cells, the image's border cells repeated
+        position = torch.addcmul(torch.full_like(scale, -0.5), scale, out + 0.5)
+        low = position.floor()
+        t = position - low
+        taps = zip((-1, 0, 1, 2), (t + 1, t, 1 - t, 2 - t))
+        weights = sum((cells == (low + tap).clamp(min=0).minimum(source - 1)) * cubic_filter(x, -0.75)
+                      for tap, x in taps)
+    return weights * (out < target)
+
+
+def resize_in_images(
+    images: torch.Tensor, sources: torch.Tensor, targets: torch.Tensor, size: tuple[int, int], mode: str,
+    antialias: bool,
+) -> torch.Tensor:
+    """`F.interpolate` of each image of a padded batch on its own: (B or 1, C, H, W) images whose top-left `sources`
+    (B, 2) cells are their content -> (B, C, *size), each image's content resized to its `targets` (B, 2) at the top
+    left, zero elsewhere, in float32. Two matrix products with per-image weights: no host-side loop over the images."""
+    rows = interpolation_weights(sources[:, 0], targets[:, 0], images.shape[-2], size[0], mode, antialias)
+    columns = interpolation_weights(sources[:, 1], targets[:, 1], images.shape[-1], size[1], mode, antialias)
+    return rows[:, None] @ images.float() @ columns[:, None].transpose(-1, -2)
+
+
+class VecaPositionEmbeddings(nn.Module):
+    """A learned absolute position table of G x G patches (a ViT teacher's, DINOv2's), added to the patch tokens and
+    resized bicubically to each grid as DINOv2 resizes its own; off unless `config.position_embedding_grid` is set."""
+
+    def __init__(self, config: VecaConfig):
+        super().__init__()
+        self.antialias = config.position_embedding_antialias
+        self.weight = nn.Parameter(torch.empty(1, config.position_embedding_grid**2, config.hidden_size))
+
+    def forward(self, grid: tuple[int, int], image_grids: torch.Tensor | None = None) -> torch.Tensor:
+        """The table on a (Hp, Wp) grid, (1, Hp * Wp, D); with `image_grids` (B, 2), each image's (rows, columns) in a
+        padded batch, (B, Hp * Wp, D): each image's table on its own grid at the top left, zero on its padding."""
+        if image_grids is None:
+            return resize_position_table(self.weight, grid, self.antialias)
+        side = int(self.weight.shape[1] ** 0.5)
+        table = self.weight.transpose(1, 2).unflatten(-1, (side, side))  # (1, D, G, G)
+        tables = resize_in_images(table, torch.full_like(image_grids, side), image_grids, grid, "bicubic",
+                                  self.antialias)
+        return tables.flatten(2).transpose(1, 2).to(self.weight.dtype)
 
 
 def farthest_point_coordinates(
@@ -274,6 +360,17 @@ class VecaSwiGLU(nn.Module):
         return self.fc2(F.silu(u) * v)
 
 
+class VecaMLP(nn.Module):
+    def __init__(self, config: VecaConfig):
+        super().__init__()
+        self.fc1 = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.activation = ACT2FN[config.hidden_act]
+        self.fc2 = nn.Linear(config.intermediate_size, config.hidden_size)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.activation(self.fc1(hidden_states)))
+
+
 class VecaDropPath(nn.Module):
     """Stochastic depth per sample; identity at eval or when the rate is 0."""
 
@@ -290,7 +387,7 @@ class VecaDropPath(nn.Module):
 
 
 class VecaLayer(GradientCheckpointingLayer):
-    """Pre-norm block shared by cores and patches: core-periphery attention, then a SwiGLU MLP."""
+    """Pre-norm block shared by cores and patches: core-periphery attention, then the MLP (SwiGLU, or plain)."""
 
     def __init__(self, config: VecaConfig, drop_path_rate: float = 0.0):
         super().__init__()
@@ -298,7 +395,7 @@ class VecaLayer(GradientCheckpointingLayer):
         self.norm1 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.attention = VecaCorePeripheryAttention(config)
         self.norm2 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.mlp = VecaSwiGLU(config)
+        self.mlp = VecaSwiGLU(config) if config.mlp_type == "swiglu" else VecaMLP(config)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.drop_path = VecaDropPath(drop_path_rate)
 
@@ -434,6 +531,8 @@ class VecaPreTrainedModel(PreTrainedModel):
             init.constant_(module.alpha, config.coordinate_head_init)
         elif isinstance(module, VecaRotaryEmbedding):
             init.copy_(module.inv_freq, rope_inverse_frequencies(config))
+        elif isinstance(module, VecaPositionEmbeddings):
+            init.trunc_normal_(module.weight, mean=0.0, std=config.initializer_range)
 
 
 @dataclass
@@ -492,6 +591,7 @@ class VecaModel(VecaPreTrainedModel):
         super().__init__(config)
         config.validate_fields()  # again: from_pretrained(..., field=value) sets fields after the config was checked
         self.patch_embeddings = VecaPatchEmbeddings(config)
+        self.position_embeddings = VecaPositionEmbeddings(config) if config.position_embedding_grid else None
         self.core_bank = VecaCoreBank(config)
         self.encoder = VecaEncoder(config)
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
@@ -550,15 +650,18 @@ class VecaModel(VecaPreTrainedModel):
     def embed(
         self, pixel_values: torch.Tensor, num_cores: int, pixel_mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """The encoder's inputs: [active cores ; patch tokens] (B, C + N, D), the cores' raw coordinates (B, C, 2), the
-        patch centres ((N, 2), or (B, N, 2) per image of a padded batch; shifted and rescaled in training) and, with a
-        `pixel_mask`, the cores' additive key mask (B, 1, 1, C + N)."""
+        """The encoder's inputs: [active cores ; patch tokens] (B, C + N, D), the patch tokens with the absolute
+        positions added when the config has a table, the cores' raw coordinates (B, C, 2), the patch centres ((N, 2), or
+        (B, N, 2) per image of a padded batch; shifted and rescaled in training) and, with a `pixel_mask`, the cores'
+        additive key mask (B, 1, 1, C + N)."""
         batch_size, _, height, width = pixel_values.shape
         grid = (height // self.config.patch_size, width // self.config.patch_size)
         patches = self.patch_embeddings(pixel_values.to(self.patch_embeddings.projection.weight.dtype))
+        grids = None if pixel_mask is None else grids_from_mask(pixel_mask, self.config.patch_size)
+        if self.position_embeddings is not None:
+            patches = patches + self.position_embeddings(grid, grids).to(patches.dtype)
         cores, core_coordinates = self.core_bank(batch_size, num_cores)
         hidden_states = torch.cat([cores.to(patches.dtype), patches], dim=1)
-        grids = None if pixel_mask is None else grids_from_mask(pixel_mask, self.config.patch_size)
         attention_mask = None
         if grids is not None:  # the cores attend to the active cores and their own image's patches
             cells = cells_in_images(grids, grid)
