@@ -83,6 +83,17 @@ def save_tiny_checkpoints(root) -> dict[str, str]:
     return {name: str(root / name) for name in ("veca", "lookwhere")}
 
 
+def save_tiny_model_folders(root) -> dict[str, str]:
+    """Random (seed 0) tiny VECA and LookWhere, each saved with its processor (`save_model_folder`) as `root/veca` and
+    `root/lookwhere`: {name: folder}."""
+    from corevision_hf import save_model_folder
+
+    torch.manual_seed(0)
+    save_model_folder(VecaModel(tiny_veca_config()), root / "veca")
+    save_model_folder(LookWhereModel(tiny_lookwhere_config()), root / "lookwhere")
+    return {name: str(root / name) for name in ("veca", "lookwhere")}
+
+
 @pytest.fixture(autouse=True)
 def process_state_restored():
     """Every test leaves torch's thread count and the SIGINT handler as it found them: a test that changed the thread

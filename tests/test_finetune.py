@@ -6,12 +6,11 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_lookwhere_config, tiny_veca_config
+from conftest import save_tiny_model_folders, tiny_lookwhere_config, tiny_veca_config
 from PIL import Image
 from safetensors.torch import load_file
 from transformers import AutoModelForImageClassification
 
-from corevision_hf import LookWhereModel, VecaModel, save_model_folder
 from corevision_hf.cli import run
 from corevision_hf.images import to_pixel_values
 from evaluation.probes import fit_linear_classifier, load_image
@@ -35,10 +34,7 @@ def write_folder(root, per_class: int, seed: int) -> str:
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("finetune")
-    torch.manual_seed(0)
-    save_model_folder(VecaModel(tiny_veca_config()), root / "veca")
-    save_model_folder(LookWhereModel(tiny_lookwhere_config()), root / "lookwhere")
-    return {"veca": str(root / "veca"), "lookwhere": str(root / "lookwhere"),
+    return {**save_tiny_model_folders(root),
             "train": write_folder(root / "train", 10, seed=0), "heldout": write_folder(root / "heldout", 3, seed=1),
             "val": write_folder(root / "val", 5, seed=2)}
 

@@ -4,7 +4,7 @@ features compared (README); pipelines batch mixed sizes the same way."""
 
 import pytest
 import torch
-from conftest import tiny_lookwhere_config, tiny_veca_config
+from conftest import save_tiny_model_folders, tiny_lookwhere_config, tiny_veca_config
 from PIL import Image
 from transformers import pipeline
 
@@ -15,7 +15,6 @@ from corevision_hf import (
     VecaForImageClassification,
     VecaImageProcessor,
     VecaModel,
-    save_model_folder,
 )
 from corevision_hf.finite import check_forward_mask
 from corevision_hf.lookwhere.modeling_lookwhere import interpolation_weights
@@ -241,11 +240,7 @@ def test_per_image_interpolation_weights_are_torchs(mode, antialias):
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    root = tmp_path_factory.mktemp("models")
-    torch.manual_seed(0)
-    save_model_folder(VecaModel(tiny_veca_config()), root / "veca")
-    save_model_folder(LookWhereModel(tiny_lookwhere_config()), root / "lookwhere")
-    return {name: str(root / name) for name in ("veca", "lookwhere")}
+    return save_tiny_model_folders(tmp_path_factory.mktemp("models"))
 
 
 @pytest.mark.parametrize("name, call", [("veca", {"num_cores": 3}), ("lookwhere", {"k_ratio": 0.5}),

@@ -6,20 +6,16 @@ import textwrap
 
 import pytest
 import torch
-from conftest import load_without_package, tiny_lookwhere_config, tiny_veca_config
+from conftest import load_without_package, save_tiny_model_folders
 from PIL import Image
 from transformers import AutoImageProcessor, AutoModel, pipeline
 
-from corevision_hf import LookWhereModel, VecaImageFeatureExtractionPipeline, VecaModel, save_model_folder
+from corevision_hf import VecaImageFeatureExtractionPipeline
 
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    root = tmp_path_factory.mktemp("models")
-    torch.manual_seed(0)
-    save_model_folder(VecaModel(tiny_veca_config()), root / "veca")
-    save_model_folder(LookWhereModel(tiny_lookwhere_config()), root / "lookwhere")
-    return {name: str(root / name) for name in ("veca", "lookwhere")}
+    return save_tiny_model_folders(tmp_path_factory.mktemp("models"))
 
 
 @pytest.fixture
