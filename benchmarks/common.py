@@ -1,6 +1,8 @@
 """What the benchmark scripts share beyond the harness in `corevision_hf.measure` (timing, alternation, memory): the
-matmul ceiling, fresh-process probes and the latency plot."""
+matmul ceiling, fresh-process probes, the latency plot and the speed benchmarks' result files."""
 
+import json
+import os
 import statistics
 import subprocess
 import sys
@@ -31,6 +33,13 @@ def matmul_gflops(device: str, dtype: torch.dtype, runs: int = 5) -> float:
     b = torch.randn(4096, 4096, device=device, dtype=dtype)
     times = [timed(lambda: torch.mm(a, b), device) for _ in range(runs + 1)]
     return 2 * 4096**3 / statistics.median(times[1:]) / 1e9
+
+
+def matmul_ceiling(device: str, dtype_name: str) -> float:
+    """matmul_gflops for `dtype_name` (a key of DTYPES), printed with the device, dtype and thread count."""
+    peak = matmul_gflops(device, DTYPES[dtype_name])
+    print(f"device {device}, {dtype_name}, {torch.get_num_threads()} threads; 4096^3 matmul: {peak:.0f} GFLOP/s")
+    return peak
 
 
 def forward_peak_memory_mib(fn, device: str) -> float:
@@ -69,3 +78,23 @@ def plot_latency(rows: list[dict], path: str, title: str, x_key: str = "num_patc
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
+
+
+def write_speed_results(args, peak: float, rows: list[dict], title: str, **extra) -> None:
+    """Writes `args.out`.json (the run's device, dtype, threads, torch version and matmul rate `peak`, then `extra`,
+    then the rows) and `args.out`.png (the rows' latency plot, titled `title` with the batch, device and dtype)."""
+    out = args.out
+    summary = {
+        "device": args.device,
+        "dtype": args.dtype,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "matmul_gflops_per_s": peak,
+        **extra,
+        "rows": rows,
+    }
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    with open(out + ".json", "w") as f:
+        json.dump(summary, f, indent=2)
+    plot_latency(rows, out + ".png", f"{title}, batch 1, {args.device} {args.dtype}")
+    print(f"wrote {out}.json and {out}.png")

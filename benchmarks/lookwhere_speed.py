@@ -13,15 +13,14 @@ stock transformers DINOv2; a reference row gives DINOv2 the same opt-in (like fo
 """
 
 import argparse
-import json
-import os
 import statistics
 import sys
 
 import torch
 from transformers import Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 
-from benchmarks.common import DTYPES, alternate, forward_peak_memory_mib, in_fresh_process, matmul_gflops, plot_latency
+from benchmarks.common import (DTYPES, alternate, forward_peak_memory_mib, in_fresh_process, matmul_ceiling,
+                               write_speed_results)
 from corevision_hf.cli import HelpFormatter
 from corevision_hf.measure import threads_to_use
 from corevision_hf import LookWhereConfig, LookWhereModel, dense_vit_flops, lookwhere_flops, optimize_for_cpu
@@ -142,8 +141,7 @@ def main() -> None:
         probe_memory(args, dtype)
         return
 
-    peak = matmul_gflops(args.device, dtype)
-    print(f"device {args.device}, {args.dtype}, {torch.get_num_threads()} threads; 4096^3 matmul: {peak:.0f} GFLOP/s")
+    peak = matmul_ceiling(args.device, args.dtype)
     labels = model_labels(args)
     models = {name: build(name, args.attn, args.device, dtype) for name in labels if not name.endswith("_no_fill")}
     for name in labels:
@@ -152,21 +150,7 @@ def main() -> None:
     rows = []
     for resolution in args.resolutions:
         rows.extend(resolution_rows(args, resolution, models, labels, dtype))
-
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    summary = {
-        "device": args.device,
-        "dtype": args.dtype,
-        "threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "matmul_gflops_per_s": peak,
-        "k_ratio": args.k_ratio,
-        "rows": rows,
-    }
-    with open(args.out + ".json", "w") as f:
-        json.dump(summary, f, indent=2)
-    plot_latency(rows, args.out + ".png", f"LookWhere-B vs DINOv2-B, batch 1, {args.device} {args.dtype}")
-    print(f"wrote {args.out}.json and {args.out}.png")
+    write_speed_results(args, peak, rows, "LookWhere-B vs DINOv2-B", k_ratio=args.k_ratio)
 
 
 if __name__ == "__main__":

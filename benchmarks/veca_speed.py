@@ -17,15 +17,14 @@ opt-in.
 """
 
 import argparse
-import json
 import math
-import os
 import statistics
 
 import torch
 from transformers import DINOv3ViTConfig, DINOv3ViTModel
 
-from benchmarks.common import DTYPES, alternate, forward_peak_memory_mib, in_fresh_process, matmul_gflops, plot_latency
+from benchmarks.common import (DTYPES, alternate, forward_peak_memory_mib, in_fresh_process, matmul_ceiling,
+                               write_speed_results)
 from corevision_hf.cli import HelpFormatter
 from corevision_hf.measure import threads_to_use
 from corevision_hf import VecaConfig, VecaModel, dense_vit_flops, optimize_for_cpu, veca_flops
@@ -192,23 +191,9 @@ def main() -> None:
         return
 
     dtype = DTYPES[args.dtype]
-    peak = matmul_gflops(args.device, dtype)
-    print(f"device {args.device}, {args.dtype}, {torch.get_num_threads()} threads; 4096^3 matmul: {peak:.0f} GFLOP/s")
+    peak = matmul_ceiling(args.device, args.dtype)
     rows = [row for attn in args.attn for row in measure(args, attn, dtype, peak)]
-    summary = {
-        "device": args.device,
-        "dtype": args.dtype,
-        "threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "matmul_gflops_per_s": peak,
-        "slopes": slopes_of(rows, args.resolutions),
-        "rows": rows,
-    }
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out + ".json", "w") as f:
-        json.dump(summary, f, indent=2)
-    plot_latency(rows, args.out + ".png", f"VECA-B vs DINOv3-B, batch 1, {args.device} {args.dtype}")
-    print(f"wrote {args.out}.json and {args.out}.png")
+    write_speed_results(args, peak, rows, "VECA-B vs DINOv3-B", slopes=slopes_of(rows, args.resolutions))
 
 
 if __name__ == "__main__":
