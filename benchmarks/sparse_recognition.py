@@ -208,6 +208,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="after the map-only steps, train the selector on the joint loss too (the paper's joint "
                              "distillation; default: it stays frozen, keeping the map it learnt)")
     parser.add_argument("--selector-size", type=int, default=154, help="the selector's low-resolution input in px")
+    parser.add_argument("--extractor-prefix", default="selector", choices=["selector", "extractor"],
+                        help="the extractor's global tokens (LookWhereConfig.extractor_prefix): the selector's, "
+                             "handed over (the paper), or its own, the teacher's CLS and registers")
     parser.add_argument("--map-queries", default="pick", choices=["pick", *MAP_QUERIES],
                         help="the where target the student learns: pick (the best on the training canvases) or one")
     parser.add_argument("--photo-student", type=Path, default=None,
@@ -231,9 +234,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "and choice in the results")
     # at least 400 training and 200 test canvases a variant: the teacher's passes are cached, the lines are not
     parser.set_defaults(train=400, val=80, test=200, finetune_epochs=3)
-    args = finish_task_arguments(parser, argv, {"quick": QUICK, "smoke": SMOKE}, counts=("steps", "random_draws"))
+    args = finish_task_arguments(parser, argv, {"quick": QUICK, "smoke": SMOKE}, counts=("random_draws",))
     args.pilot_record = None if args.pilot is None else apply_pilot(parser, args)
-    if args.freeze_extractor_steps >= args.steps:
+    if args.steps < 0 or (args.steps == 0 and (args.selector_steps == 0 or args.joint_selector)):
+        parser.error(f"--steps {args.steps}: give 1 or more distillation steps (0 only with --selector-steps 1 or "
+                     "more and the selector frozen: the extractor then stays the teacher's copy).")
+    if args.freeze_extractor_steps >= args.steps and (args.joint_selector or args.selector_steps == 0):
         parser.error(f"--freeze-extractor-steps {args.freeze_extractor_steps} leaves the extractor untrained in "
                      f"--steps {args.steps}: give fewer frozen steps than steps.")
     if min(args.freeze_extractor_steps, args.extractor_warmup_steps, args.selector_steps) < 0:
@@ -393,12 +399,15 @@ def distil_student(args, teacher, train: list[Split], targets: list[dict], query
     grid = args.canvas_size // CELL
     cells = grid * grid
     # lookwhere_from_teacher resizes the map with antialiasing: every map-head cell learns
-    student = lookwhere_from_teacher(teacher, selector_depth=SELECTOR_DEPTH, selector_image_size=args.selector_size)
+    student = lookwhere_from_teacher(teacher, selector_depth=SELECTOR_DEPTH, selector_image_size=args.selector_size,
+                                     extractor_prefix=args.extractor_prefix)
     untrained = copy.deepcopy(student).eval()
     cls = torch.cat([t["cls"] for t in targets])
     patches = torch.cat([t["patches"] for t in targets])
     maps = torch.cat([t["maps"][query] for t in targets])
     fit_selector_map(student.selector, CanvasDataset(train, DataStats()), maps, args)
+    if args.steps == 0:  # the extractor stays the teacher's copy
+        return student.float().eval(), untrained
     frozen_selector = args.selector_steps > 0 and not args.joint_selector
     student.selector.requires_grad_(not frozen_selector)
     k_min, k_max = kept_for_ratio(TRAIN_K_RATIOS[0], cells), kept_for_ratio(TRAIN_K_RATIOS[1], cells)
@@ -712,7 +721,8 @@ def benchmark(argv=None) -> dict:
                       "freeze_extractor_steps": args.freeze_extractor_steps,
                       "selector_steps": args.selector_steps, "selector_size": args.selector_size,
                       "joint_selector": args.joint_selector or args.selector_steps == 0,
-                      "selector_map_antialias": student.config.selector_map_antialias}
+                      "selector_map_antialias": student.config.selector_map_antialias,
+                      "extractor_prefix": student.config.extractor_prefix}
 
     costs, equal_size = line_costs(args, teacher, student)
     progress(f"4/6 the lines on each variant (the teacher at equal FLOPs runs at {equal_size} px)")

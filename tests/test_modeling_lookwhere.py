@@ -148,9 +148,8 @@ def test_swiglu_mlp_and_no_registers():
     assert out.last_hidden_state.shape[1] == 1 + (32 // config.patch_size) ** 2
 
 
-@pytest.mark.parametrize("teacher_class", ["with_registers", "plain"])
-@pytest.mark.parametrize("size", [32, 40])
-def test_from_teacher_reproduces_the_teacher(teacher_class, size):
+def perturbed_teacher(teacher_class: str):
+    """A tiny DINOv2 teacher, with 4 registers or without, its weights moved off their initial values."""
     torch.manual_seed(0)
     fields = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=2, mlp_ratio=2, patch_size=4, image_size=32)
     if teacher_class == "with_registers":
@@ -159,6 +158,13 @@ def test_from_teacher_reproduces_the_teacher(teacher_class, size):
         teacher = Dinov2Model(Dinov2Config(**fields)).eval()
     for param in teacher.parameters():  # layer scale and norms away from their identity init
         param.data += 0.05 * torch.randn_like(param)
+    return teacher
+
+
+@pytest.mark.parametrize("teacher_class", ["with_registers", "plain"])
+@pytest.mark.parametrize("size", [32, 40])
+def test_from_teacher_reproduces_the_teacher(teacher_class, size):
+    teacher = perturbed_teacher(teacher_class)
     model = lookwhere_from_teacher(teacher, selector_depth=2, selector_image_size=12).eval()
     assert model.config.num_register_tokens == (4 if teacher_class == "with_registers" else 0)
     pixel_values = torch.randn(2, 3, size, size)
@@ -170,6 +176,47 @@ def test_from_teacher_reproduces_the_teacher(teacher_class, size):
         indices = torch.arange(num_patches).expand(2, -1)
         actual = model.extractor(pixel_values, indices, teacher_prefix).last_hidden_state
     torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("teacher_class", ["with_registers", "plain"])
+@pytest.mark.parametrize("size", [32, 40])
+@torch.no_grad()
+def test_own_prefix_from_teacher_keeping_every_patch_is_the_teacher(teacher_class, size):
+    """extractor_prefix="extractor": the whole model, keeping every patch, gives the teacher's tokens; with the
+    selector's global tokens handed over (the default) it does not."""
+    teacher = perturbed_teacher(teacher_class)
+    pixel_values = torch.randn(2, 3, size, size)
+    expected = teacher(pixel_values).last_hidden_state
+    every = (size // 4) ** 2
+    own = lookwhere_from_teacher(teacher, selector_depth=2, selector_image_size=12, extractor_prefix="extractor").eval()
+    torch.testing.assert_close(own(pixel_values, k=every).last_hidden_state, expected, atol=1e-5, rtol=1e-4)
+    handed = lookwhere_from_teacher(teacher, selector_depth=2, selector_image_size=12).eval()
+    assert (handed(pixel_values, k=every).last_hidden_state - expected).abs().max() > 1e-2
+
+
+@torch.no_grad()
+def test_own_prefix_ignores_the_selectors_global_tokens(tmp_path):
+    """With extractor_prefix="extractor" the selector only scores: its CLS moves the map, not the kept tokens' values;
+    the own tokens are saved and loaded."""
+    torch.manual_seed(0)
+    model = LookWhereModel(tiny_lookwhere_config(extractor_prefix="extractor")).eval()
+    pixel_values = torch.randn(2, 3, 32, 32)
+    expected = model(pixel_values, k=64).last_hidden_state
+    map_before = model(pixel_values, k=64).selector_map
+    model.selector.cls_token.data += torch.randn_like(model.selector.cls_token)  # a constant would vanish in the norms
+    assert (model(pixel_values, k=64).selector_map - map_before).abs().max() > 1e-5  # the map is ~0.02 at init
+    torch.testing.assert_close(model(pixel_values, k=64).last_hidden_state, expected, atol=0, rtol=0)
+    model.extractor.cls_token.data += torch.randn_like(model.extractor.cls_token)
+    moved = model(pixel_values, k=64).last_hidden_state
+    assert (moved - expected).abs().max() > 1e-2
+    model.save_pretrained(tmp_path)
+    loaded = LookWhereModel.from_pretrained(tmp_path).eval()
+    torch.testing.assert_close(loaded(pixel_values, k=64).last_hidden_state, moved, atol=0, rtol=0)
+
+
+def test_extractor_prefix_must_be_known():
+    with pytest.raises(ValueError, match="extractor_prefix='teacher' is not one of"):
+        tiny_lookwhere_config(extractor_prefix="teacher")
 
 
 @pytest.mark.parametrize("backend", ["sdpa", pytest.param("flex_attention", marks=pytest.mark.slow)])  # flex compiles

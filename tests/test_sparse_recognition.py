@@ -173,7 +173,8 @@ def test_the_distilled_selector_is_the_map_only_phase_s_unless_trained_jointly(t
         torch.manual_seed(0)  # the map head's random start
         student, start = sr.distil_student(args, teacher, [splits["train"]], [targets], "cls", 1)
         torch.manual_seed(0)
-        after_map = lookwhere_from_teacher(teacher, selector_depth=3, selector_image_size=args.selector_size)
+        after_map = lookwhere_from_teacher(teacher, selector_depth=3, selector_image_size=args.selector_size,
+                                           extractor_prefix=args.extractor_prefix)
         sr.fit_selector_map(after_map.selector, sr.CanvasDataset([splits["train"]], sr.DataStats()),
                             targets["maps"]["cls"], args)
         return student, start, after_map
@@ -188,6 +189,9 @@ def test_the_distilled_selector_is_the_map_only_phase_s_unless_trained_jointly(t
     assert not same(student, start, "extractor.")
     joint, _, after_map = distilled("--joint-selector")
     assert not same(joint, after_map, "selector.")
+    copied, start, after_map = distilled("--steps", "0", "--extractor-prefix", "extractor")
+    assert copied.config.extractor_prefix == "extractor"
+    assert same(copied, after_map, "selector.") and same(copied, start, "extractor.")
 
 
 def entry(mean: float, low: float, high: float) -> dict:
@@ -339,7 +343,9 @@ def test_a_missing_or_unfit_teacher_or_a_bad_argument_is_one_line(tmp_path, caps
     (tmp_path / "a_file").write_text("mine")
     for bad in (["--val", "0"], ["--canvas-size", "500"], ["--threads", "0"], ["--digit-size", "0"],
                 ["--strokes", "-1"], ["--selector-size", "0"], ["--selector-steps", "-1"], ["--probe-decays", "-1"], ["--attentive-decays", "nan"],
-                ["--freeze-extractor-steps", "99", "--steps", "3"], ["--out-dir", str(tmp_path / "a_file")]):
+                ["--freeze-extractor-steps", "99", "--steps", "3", "--joint-selector"], ["--steps", "-1"],
+                ["--steps", "0", "--joint-selector"], ["--steps", "0", "--selector-steps", "0"],
+                ["--extractor-prefix", "teacher"], ["--out-dir", str(tmp_path / "a_file")]):
         with pytest.raises(SystemExit) as done:
             sr.parse_args(bad)
         assert done.value.code == 2 and capsys.readouterr().err.count("error:") == 1, bad

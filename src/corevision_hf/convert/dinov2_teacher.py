@@ -97,6 +97,9 @@ def student_state(teacher_state: dict, config: LookWhereConfig) -> dict:
     state["selector.register_tokens"] = teacher_state.get(
         "embeddings.register_tokens", torch.zeros(1, 0, config.hidden_size)
     )
+    if config.extractor_prefix == "extractor":  # the extractor's own global tokens: the teacher's
+        state["extractor.cls_token"] = state["selector.cls_token"]
+        state["extractor.register_tokens"] = state["selector.register_tokens"]
     return state
 
 

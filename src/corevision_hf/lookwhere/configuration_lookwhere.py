@@ -13,6 +13,9 @@ LOOKWHERE_PRESETS = {
     "base": dict(hidden_size=768, num_attention_heads=12, intermediate_size=3072),
 }
 
+# Where the extractor's global tokens come from (`extractor_prefix`).
+EXTRACTOR_PREFIXES = ("selector", "extractor")
+
 
 # Hub code for every head (`hub_code_fields`).
 AUTO_MAP = {
@@ -61,6 +64,11 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         selector_map_antialias (`bool`, defaults to `False`): antialias the bilinear resize of the selector map to the
             extractor's grid when it shrinks (44 -> 37 cells at 518 px), as the authors' JAX pretraining does
             (`jax.image.resize`); their released PyTorch inference code does not, nor do checkpoints converted from it.
+        extractor_prefix (`str`, defaults to "selector"): the global tokens the extractor's kept patches attend to.
+            "selector": the selector's CLS and registers, handed over (the method's design). "extractor": the
+            extractor's own learned CLS and registers (`extractor.cls_token`, `extractor.register_tokens`), as the
+            dense teacher's are, so that `lookwhere_from_teacher`'s extractor keeping every patch is the teacher
+            itself; the selector then only scores patches. Not the paper's; docs/tasks.md shows where it reads better.
         k_ratio (`float`, defaults to 0.1): default fraction of the high-resolution grid kept.
         default_k (`int`, *optional*): default number of patches kept per image, whatever its size; when set it wins
             over `k_ratio` for calls that give neither `k` nor `k_ratio`. Set either at load time:
@@ -90,6 +98,7 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         image_size=518, interpolate_antialias=False,  # the extractor's position table
         selector_depth=3, selector_image_size=154, selector_antialias=True,  # the selector
         map_head_ratio=4, map_head_act="gelu", selector_map_antialias=False,  # its map head
+        extractor_prefix="selector",  # the extractor's global tokens
         k_ratio=0.1, default_k=None, default_max_gflops=None, default_k_mass=None,  # the default budget
         num_fill_neighbors=5, freeze_selector=True, semantic_loss_ignore_index=255,  # fill, fine-tuning
         hidden_dropout_prob=0.0, attention_dropout=0.0, drop_path_rate=0.0, initializer_range=0.02,
@@ -116,6 +125,7 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         self.map_head_ratio = map_head_ratio
         self.map_head_act = map_head_act
         self.selector_map_antialias = selector_map_antialias
+        self.extractor_prefix = extractor_prefix
         self.k_ratio = k_ratio
         self.default_k = default_k
         self.default_max_gflops = default_max_gflops
@@ -175,6 +185,9 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
         for name in ("image_size", "selector_image_size"):
             if getattr(self, name) % self.patch_size:
                 raise ValueError(f"{name} ({getattr(self, name)}) must be a multiple of patch_size ({self.patch_size}).")
+        if self.extractor_prefix not in EXTRACTOR_PREFIXES:
+            raise ValueError(f"extractor_prefix={self.extractor_prefix!r} is not one of {EXTRACTOR_PREFIXES}: "
+                             "'selector' hands the selector's global tokens over, 'extractor' uses the extractor's own.")
         if self.num_register_tokens < 0:
             raise ValueError(f"num_register_tokens must be >= 0, got {self.num_register_tokens}.")
         if isinstance(self.k_ratio, bool) or not isinstance(self.k_ratio, (int, float)) or not 0 < self.k_ratio <= 1:

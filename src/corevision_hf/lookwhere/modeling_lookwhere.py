@@ -563,7 +563,10 @@ class LookWherePreTrainedModel(PreTrainedModel):
             for tensor in (module.cls_token, module.register_tokens, module.position_embeddings):
                 init.trunc_normal_(tensor, mean=0.0, std=std)
         elif isinstance(module, LookWhereExtractor):
-            init.trunc_normal_(module.position_embeddings, mean=0.0, std=std)
+            for tensor in (module.position_embeddings, getattr(module, "cls_token", None),
+                           getattr(module, "register_tokens", None)):
+                if tensor is not None:
+                    init.trunc_normal_(tensor, mean=0.0, std=std)
 
 
 class LookWhereExtractor(LookWherePreTrainedModel):
@@ -575,9 +578,16 @@ class LookWhereExtractor(LookWherePreTrainedModel):
         self.antialias = config.interpolate_antialias
         self.patch_embeddings = LookWherePatchEmbeddings(config)
         self.position_embeddings = nn.Parameter(torch.empty(1, config.grid_size**2, config.hidden_size))
+        if config.extractor_prefix == "extractor":  # its own global tokens, as the dense teacher's
+            self.cls_token = nn.Parameter(torch.empty(1, 1, config.hidden_size))  # its position embedding folded in
+            self.register_tokens = nn.Parameter(torch.empty(1, config.num_register_tokens, config.hidden_size))
         self.layers = make_layers(config, config.num_hidden_layers)
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.post_init()
+
+    def own_prefix(self, batch_size: int) -> torch.Tensor:
+        """(B, 1 + R, D) the extractor's own CLS and register tokens (`extractor_prefix="extractor"`)."""
+        return torch.cat([self.cls_token, self.register_tokens], dim=1).expand(batch_size, -1, -1)
 
     @capture_outputs(tie_last_hidden_states=False)
     def forward(
@@ -590,11 +600,14 @@ class LookWhereExtractor(LookWherePreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
         """(B, C, H, W) images, (B, k) kept patch indices, (B, P, D) prefix tokens -> last_hidden_state (B, P + k, D),
-        normalised. With
+        normalised. With `extractor_prefix="extractor"` the prefix is the extractor's own and `prefix_tokens` (the
+        selector's global tokens) is not used. With
         `image_grids` (B, 2), each image's patch grid in a padded batch, positions come from each image's own grid.
         With `image_grids` or `unused_slots`, slots an image does not use (index -1) are attended by no token."""
         p = self.patch_embeddings.patch_size
         grid = (pixel_values.shape[2] // p, pixel_values.shape[3] // p)
+        if self.config.extractor_prefix == "extractor":
+            prefix_tokens = self.own_prefix(pixel_values.shape[0])
         attention_mask = None
         if image_grids is not None or unused_slots:
             kept = indices >= 0
@@ -689,7 +702,8 @@ class LookWhereModel(LookWherePreTrainedModel):
         global_tokens, selector_map = self.selector(pixel_values, grid, image_grids)
         # Select: top-k is not differentiable; the selector learns from its map loss and through the global tokens.
         selected_indices, num_kept, unused_slots = select(selector_map)
-        # What: the extractor embeds and runs the kept patches only, after the selector's global tokens.
+        # What: the extractor embeds and runs the kept patches only, after the selector's global tokens (or, with
+        # extractor_prefix="extractor", its own).
         extracted = self.extractor(pixel_values, selected_indices, global_tokens, image_grids, unused_slots,
                                    return_dict=True, **kwargs)
         outputs = LookWhereModelOutput(
