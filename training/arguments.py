@@ -1,13 +1,25 @@
-"""The command-line arguments both distillation scripts share.
+"""The command-line arguments both distillation scripts share, and how every training script runs as a command.
 
 Deliberately light (argparse only): the scripts parse their arguments before importing torch, so `--help` answers
 at once.
 """
 
 import argparse
+import sys
 
 # --map-queries: the teacher queries whose attention is LookWhere's map target (training.teacher's)
 MAP_QUERIES = ("patches", "authors", "cls")
+
+
+def run_as_command(main) -> None:
+    """Calls a training script's `main()`; what it raises ends the process with `corevision_hf.cli.exit_status`'s
+    line and status. That module (and so torch) is imported only then, so that `--help` answers at once."""
+    try:
+        main()
+    except (Exception, KeyboardInterrupt) as error:
+        from corevision_hf.cli import exit_status
+
+        sys.exit(exit_status(error))
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):

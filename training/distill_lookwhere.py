@@ -19,9 +19,8 @@ guarded update, validation, checkpoints, resume, export) is training.loop's. The
 """
 
 import argparse
-import sys
 
-from .arguments import MAP_QUERIES, check_positive, parse, parse_config_overrides, training_parser
+from .arguments import MAP_QUERIES, check_positive, parse, parse_config_overrides, run_as_command, training_parser
 
 SCRIPT = "training.distill_lookwhere"
 # Fields the teacher fixes: the student is a copy of it (depth and size of the selector have their own flags).
@@ -179,9 +178,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except (Exception, KeyboardInterrupt) as error:  # corevision_hf.cli (and torch) only now: --help answers at once
-        from corevision_hf.cli import exit_status
-
-        sys.exit(exit_status(error))
+    run_as_command(main)

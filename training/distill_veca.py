@@ -17,9 +17,8 @@ a hub-ready folder: `AutoModel.from_pretrained(OUT/final, trust_remote_code=True
 
 import argparse
 import math
-import sys
 
-from .arguments import check_positive, parse, parse_config_overrides, training_parser
+from .arguments import check_positive, parse, parse_config_overrides, run_as_command, training_parser
 
 SCRIPT = "training.distill_veca"
 
@@ -255,9 +254,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except (Exception, KeyboardInterrupt) as error:  # corevision_hf.cli (and torch) only now: --help answers at once
-        from corevision_hf.cli import exit_status
-
-        sys.exit(exit_status(error))
+    run_as_command(main)

@@ -40,7 +40,7 @@ import os
 import re
 import sys
 
-from .arguments import HelpFormatter
+from .arguments import HelpFormatter, run_as_command
 
 SCRIPT = "training.finetune"
 # What a run writes into --output-dir (export's `.partial` folders while it writes best/ and final/): all that
@@ -1082,9 +1082,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except (Exception, KeyboardInterrupt) as error:  # corevision_hf.cli (and torch) only now: --help answers at once
-        from corevision_hf.cli import exit_status
-
-        sys.exit(exit_status(error))
+    run_as_command(main)

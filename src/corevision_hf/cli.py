@@ -2,8 +2,9 @@
 
 `run(main, argv)` calls a command's `main` and returns its exit status (`exit_status` of what it raised). Running out of
 memory is one line too (the size or batch asked for was too large for this machine), and so is a run that stopped
-before its end (`RunStopped`, a non-finite loss, Ctrl-C). The distillation scripts call `exit_status` alone, after the
-error: they import this module (and so torch) only then, so that their `--help` answers at once."""
+before its end (`RunStopped`, a non-finite loss, Ctrl-C). The training scripts call `exit_status` alone, after the
+error (`training.arguments.run_as_command`): they import this module (and so torch) only then, so that their `--help`
+answers at once."""
 
 import argparse
 import contextlib
