@@ -94,6 +94,18 @@ def save_tiny_model_folders(root) -> dict[str, str]:
     return {name: str(root / name) for name in ("veca", "lookwhere")}
 
 
+def count_calls(monkeypatch, module, name: str) -> list:
+    """Wraps `module.name` for this test so that each call appends 1 to the list returned: its length is the count."""
+    calls, original = [], getattr(module, name)
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counting)
+    return calls
+
+
 @pytest.fixture(autouse=True)
 def process_state_restored():
     """Every test leaves torch's thread count and the SIGINT handler as it found them: a test that changed the thread

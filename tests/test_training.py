@@ -17,6 +17,7 @@ import torch
 from conftest import (
     AT_TEACHER_WIDTH,
     ROOT,
+    count_calls,
     launch_two_processes,
     lookwhere_args,
     read_metrics,
@@ -191,14 +192,7 @@ def test_teacher_targets_and_map_match_eager_attention(teacher_dir):
 
 
 def test_teacher_cache_computes_each_crop_once(teacher_dir, image_dir, tmp_path, monkeypatch):
-    calls = []
-    original = teacher_module.teacher_targets
-
-    def counting(*args, **kwargs):
-        calls.append(1)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(teacher_module, "teacher_targets", counting)
+    calls = count_calls(monkeypatch, teacher_module, "teacher_targets")
     # 8 images, batch 2: 4 steps an epoch; 16 steps = 4 epochs, crops repeat every 2
     distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path, "--max-steps", "16", "--teacher-cache", "2",
                                 "--checkpoint-every", "100"))

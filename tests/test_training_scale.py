@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, kill_processes_naming, lookwhere_args, read_metrics, veca_args
+from conftest import ROOT, count_calls, kill_processes_naming, lookwhere_args, read_metrics, veca_args
 from PIL import Image
 from safetensors.torch import load_file
 from transformers import AutoModel
@@ -278,14 +278,7 @@ def test_two_machines_on_localhost_train_as_one_run(teacher_dir, image_dir, tmp_
 def test_lookwhere_serves_teacher_targets_and_map_from_the_cache(teacher_dir, image_dir, tmp_path, monkeypatch):
     """8 images, batch 2: 4 steps an epoch; 12 steps with crops repeating every epoch run the teacher in the first
     epoch only, and the cached map trains as the computed one did (map_kl finite and >= 0)."""
-    calls = []
-    original = teacher_module.teacher_targets_and_map
-
-    def counting(*args, **kwargs):
-        calls.append(1)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(teacher_module, "teacher_targets_and_map", counting)
+    calls = count_calls(monkeypatch, teacher_module, "teacher_targets_and_map")
     distill_lookwhere.main(lookwhere_args(teacher_dir, image_dir, tmp_path, "--max-steps", "12", "--teacher-cache",
                                           "1", "--num-workers", "0"))
     assert len(calls) == 4
