@@ -157,19 +157,6 @@ def test_a_lookwhere_run_keeps_its_numerics_and_runs_at_most_k_slots(teacher_dir
     assert {name: getattr(config, name) for name in numerics} == numerics
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--config-overrides", '{"hidden_size": 64}'], "sets hidden_size, which the teacher fixes"),
-    (["--config-overrides", '{"layer_norm_epsilon": 1e-5}'], "sets layer_norm_epsilon, which LookWhereConfig does not"),
-    (["--config-overrides", '{"hidden_act": "gelu_tanh"}'], "hidden_act='gelu_tanh' is not an activation"),
-    (["--config-overrides", "[1]"], "must be a JSON object"),
-    (["--k-slots", "1"], "--k-slots 1 is below --k-min 2"),
-])
-def test_bad_lookwhere_numerics_or_slots_are_one_clear_error(teacher_dir, image_dir, tmp_path, extra, message):
-    with pytest.raises(ValueError, match=message):
-        distill_lookwhere.main(lookwhere_args(teacher_dir, image_dir, tmp_path / "run", "--max-steps", "1", *extra))
-    assert nothing_written(tmp_path / "run")
-
-
 # ------------------------------------------------------------------------ who gets which optimiser
 
 
@@ -340,17 +327,25 @@ def test_a_recipe_sets_defaults_and_flags_override_them(teacher_dir, image_dir, 
         s, 250_000, 2, 5e-5 / 4e-4, 5e-5 / 4e-4) for s in range(2)])
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--recipe", "veca-fast"], "not a recipe; choose one of finetune-final, lookwhere-dinov2, veca-multires, "
-                                "veca-pretrain"),
-    (["--recipe", "lookwhere-dinov2"], "recipe of training.distill_lookwhere, not of training.distill_veca"),
-    (["--recipe", "veca-multires"], "needs --init-from"),
-    (["--teacher-microbatch", "3"], "larger than the batch"),
-    (["--resolutions", "32:1;0=16:1"], "increasing steps"),
+@pytest.mark.parametrize("script, extra, message", [
+    ("veca", ["--recipe", "veca-fast"], "not a recipe; choose one of finetune-final, lookwhere-dinov2, veca-multires, "
+                                        "veca-pretrain"),
+    ("veca", ["--recipe", "lookwhere-dinov2"], "recipe of training.distill_lookwhere, not of training.distill_veca"),
+    ("veca", ["--recipe", "veca-multires"], "needs --init-from"),
+    ("veca", ["--teacher-microbatch", "3"], "larger than the batch"),
+    ("veca", ["--resolutions", "32:1;0=16:1"], "increasing steps"),
+    ("lookwhere", ["--config-overrides", '{"hidden_size": 64}'], "sets hidden_size, which the teacher fixes"),
+    ("lookwhere", ["--config-overrides", '{"layer_norm_epsilon": 1e-5}'],
+     "sets layer_norm_epsilon, which LookWhereConfig does not"),
+    ("lookwhere", ["--config-overrides", '{"hidden_act": "gelu_tanh"}'], "hidden_act='gelu_tanh' is not an activation"),
+    ("lookwhere", ["--config-overrides", "[1]"], "must be a JSON object"),
+    ("lookwhere", ["--k-slots", "1"], "--k-slots 1 is below --k-min 2"),
 ])
-def test_bad_recipe_arguments_are_one_clear_error(teacher_dir, image_dir, tmp_path, extra, message):
+def test_bad_distillation_arguments_are_one_clear_error(teacher_dir, image_dir, tmp_path, script, extra, message):
+    scripts = {"veca": (distill_veca.main, veca_args), "lookwhere": (distill_lookwhere.main, lookwhere_args)}
+    main, arguments = scripts[script]
     with pytest.raises(ValueError, match=message):
-        distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "run", "--max-steps", "1", *extra))
+        main(arguments(teacher_dir, image_dir, tmp_path / "run", "--max-steps", "1", *extra))
     assert nothing_written(tmp_path / "run")
 
 
