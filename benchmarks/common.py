@@ -15,6 +15,8 @@ from corevision_hf.measure import alternate, peak_memory_mib, rss_kib, timed  # 
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 ROOT = Path(__file__).resolve().parents[1]
+PHOTOS = ROOT / "assets" / "photos"  # the shipped photos the extraction and batching benchmarks run on
+OUTPUTS = ROOT / "outputs" / "benchmarks"  # where a benchmark writes by default; benchmarks/results only when named
 
 
 def restoring_threads(run, argv=None):

@@ -9,7 +9,7 @@ reported apart; the model load and the final merge are not counted. The jobs run
 --rounds times, alternating; the median round is reported.
 The machine may have been shared with other jobs: the ratios, measured in the same run, carry over, not the seconds.
 
-    python benchmarks/extract_speed.py     # a few minutes on 2 idle cores (2-3x busy)
+    python -m benchmarks.extract_speed     # a few minutes on 2 idle cores (2-3x busy)
 """
 
 import argparse
@@ -23,13 +23,9 @@ from pathlib import Path
 import torch
 from transformers import DINOv3ViTConfig, DINOv3ViTModel, Dinov2Config, Dinov2Model
 
+from benchmarks.common import OUTPUTS, PHOTOS
 from corevision_hf.cli import HelpFormatter
 from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel, extract
-
-
-ROOT = Path(__file__).resolve().parents[1]
-PHOTOS = ROOT / "assets" / "photos"
-RESULTS = ROOT / "outputs" / "benchmarks"  # the committed results only when --output names them
 
 
 def models() -> dict:
@@ -49,7 +45,7 @@ def models() -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--output", default=str(RESULTS / "extract_cpu.json"))
+    parser.add_argument("--output", default=str(OUTPUTS / "extract_cpu.json"))
     args = parser.parse_args()
 
     loop_seconds = []

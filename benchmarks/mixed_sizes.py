@@ -9,8 +9,8 @@ over the largest magnitude of the features (float32 rounding, which grows with t
 relative one, tests/test_mixed_sizes.py). Models: VECA-S/16 (16 cores) and LookWhere-S/14 (k_ratio 0.1), random-init (speed does not depend on
 the weights), width 384, fp32, on the CPU.
 
-    python benchmarks/mixed_sizes.py                     # about 2 minutes on 2 idle cores (2-3x busy)
-    python benchmarks/mixed_sizes.py --shortest-edge 448 --runs 5
+    python -m benchmarks.mixed_sizes                     # about 2 minutes on 2 idle cores (2-3x busy)
+    python -m benchmarks.mixed_sizes --shortest-edge 448 --runs 5
 """
 
 import argparse
@@ -20,15 +20,11 @@ from pathlib import Path
 import torch
 from PIL import Image
 
+from benchmarks.common import OUTPUTS, PHOTOS
 from corevision_hf.cli import HelpFormatter
 from corevision_hf import LookWhereConfig, LookWhereImageProcessor, LookWhereModel, VecaConfig, VecaImageProcessor
 from corevision_hf import VecaModel
 from corevision_hf.measure import alternated_latency, latency_warnings
-
-
-ROOT = Path(__file__).resolve().parents[1]
-PHOTOS = ROOT / "assets" / "photos"
-RESULTS = ROOT / "outputs" / "benchmarks"  # the committed results only when --output names them
 
 
 def models() -> dict:
@@ -64,7 +60,7 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--shortest-edge", type=int, default=320, help="the processor's size (default: %(default)s)")
     parser.add_argument("--runs", type=int, default=7, help="timed runs of each way (default: %(default)s)")
-    parser.add_argument("--output", default=str(RESULTS / "mixed_sizes_cpu.json"),
+    parser.add_argument("--output", default=str(OUTPUTS / "mixed_sizes_cpu.json"),
                         help="the JSON written (default: %(default)s)")
     args = parser.parse_args(argv)
 
