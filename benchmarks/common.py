@@ -1,5 +1,6 @@
 """What the benchmark scripts share beyond the harness in `corevision_hf.measure` (timing, alternation, memory): the
-matmul ceiling, fresh-process probes, the latency plot and the speed benchmarks' result files."""
+dense teachers they compare against, the matmul ceiling, fresh-process probes, the latency plot and the speed
+benchmarks' result files."""
 
 import json
 import os
@@ -9,7 +10,9 @@ import sys
 from pathlib import Path
 
 import torch
+from transformers import DINOv3ViTConfig, Dinov2WithRegistersConfig
 
+from corevision_hf.cpu import optimize_for_cpu
 from corevision_hf.measure import alternate, peak_memory_mib, rss_kib, timed  # noqa: F401  (the scripts' imports)
 
 
@@ -17,6 +20,39 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 ROOT = Path(__file__).resolve().parents[1]
 PHOTOS = ROOT / "assets" / "photos"  # the shipped photos the extraction and batching benchmarks run on
 OUTPUTS = ROOT / "outputs" / "benchmarks"  # where a benchmark writes by default; benchmarks/results only when named
+
+
+def dinov3_base_config(attn: str | None = None) -> DINOv3ViTConfig:
+    """DINOv3 ViT-B/16 as released: 4 registers, plain GELU MLP of 3072, RoPE; `attn` the attention implementation
+    (None: transformers' default)."""
+    return DINOv3ViTConfig(
+        hidden_size=768,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        intermediate_size=3072,
+        patch_size=16,
+        num_register_tokens=4,
+        attn_implementation=attn,
+    )
+
+
+def dinov2_base_config(attn: str | None = None) -> Dinov2WithRegistersConfig:
+    """DINOv2 ViT-B/14 with 4 registers as released, at 518 px; `attn` the attention implementation (None:
+    transformers' default)."""
+    return Dinov2WithRegistersConfig(
+        hidden_size=768, num_hidden_layers=12, num_attention_heads=12, mlp_ratio=4, patch_size=14, image_size=518,
+        num_register_tokens=4, attn_implementation=attn,
+    )
+
+
+def speed_model(name: str, dense, student, device: str, dtype: torch.dtype) -> torch.nn.Module:
+    """A speed benchmark's model, built after seeding 0: `dense()` (the DINOv2 or DINOv3 it is compared with) for a
+    name starting with "dino", else `student()`; in eval mode on `device` in `dtype`, given the CPU opt-in
+    (`optimize_for_cpu`) where the name ends in "_cpu"."""
+    torch.manual_seed(0)
+    model = dense() if name.startswith("dino") else student()
+    model = model.to(device=device, dtype=dtype).eval()
+    return optimize_for_cpu(model) if name.endswith("_cpu") else model
 
 
 def restoring_threads(run, argv=None):

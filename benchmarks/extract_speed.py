@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import DINOv3ViTConfig, DINOv3ViTModel, Dinov2Config, Dinov2Model
+from transformers import DINOv3ViTModel, Dinov2Config, Dinov2Model
 
-from benchmarks.common import OUTPUTS, PHOTOS
+from benchmarks.common import OUTPUTS, PHOTOS, dinov3_base_config
 from corevision_hf.cli import HelpFormatter
 from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel, extract
 
@@ -34,9 +34,7 @@ def models() -> dict:
     return {
         "VECA-B/16, 16 cores": (VecaModel(VecaConfig.from_preset("base")), ["--num-cores", "16"], 1024),
         "LookWhere-B/14, k_ratio 0.1": (LookWhereModel(LookWhereConfig.from_preset("base")), ["--k-ratio", "0.1"], 1022),
-        "DINOv3-B/16": (DINOv3ViTModel(DINOv3ViTConfig(
-            hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072, patch_size=16,
-            num_register_tokens=4)), [], 1024),
+        "DINOv3-B/16": (DINOv3ViTModel(dinov3_base_config()), [], 1024),
         "DINOv2-B/14": (Dinov2Model(Dinov2Config(
             hidden_size=768, num_hidden_layers=12, num_attention_heads=12, mlp_ratio=4, patch_size=14)), [], 1022),
     }

@@ -27,9 +27,9 @@ import statistics
 import sys
 
 import torch
-from transformers import DINOv3ViTConfig, DINOv3ViTModel, Dinov2WithRegistersConfig, Dinov2WithRegistersModel
+from transformers import DINOv3ViTModel, Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 
-from benchmarks.common import alternate, forward_peak_memory_mib
+from benchmarks.common import alternate, dinov2_base_config, dinov3_base_config, forward_peak_memory_mib
 from corevision_hf.cli import HelpFormatter
 from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel
 
@@ -65,13 +65,9 @@ def build(name: str, quick: bool, attn: str) -> torch.nn.Module:
         config = LookWhereConfig(**TINY["lookwhere"]) if quick else LookWhereConfig.from_preset("base")
         model = LookWhereModel(config)
     elif name == "dinov3":
-        model = DINOv3ViTModel(DINOv3ViTConfig(
-            hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072, patch_size=16,
-            num_register_tokens=4))
+        model = DINOv3ViTModel(dinov3_base_config())
     else:
-        model = Dinov2WithRegistersModel(Dinov2WithRegistersConfig(
-            hidden_size=768, num_hidden_layers=12, num_attention_heads=12, mlp_ratio=4, patch_size=14,
-            image_size=518, num_register_tokens=4))
+        model = Dinov2WithRegistersModel(dinov2_base_config())
     model.set_attn_implementation(attn)
     return model.eval()
 

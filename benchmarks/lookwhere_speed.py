@@ -17,28 +17,20 @@ import statistics
 import sys
 
 import torch
-from transformers import Dinov2WithRegistersConfig, Dinov2WithRegistersModel
+from transformers import Dinov2WithRegistersModel
 
-from benchmarks.common import (DTYPES, alternate, forward_peak_memory_mib, in_fresh_process, matmul_ceiling,
-                               write_speed_results)
+from benchmarks.common import (DTYPES, alternate, dinov2_base_config, forward_peak_memory_mib, in_fresh_process,
+                               matmul_ceiling, speed_model, write_speed_results)
 from corevision_hf.cli import HelpFormatter
 from corevision_hf.measure import threads_to_use
-from corevision_hf import LookWhereConfig, LookWhereModel, dense_vit_flops, lookwhere_flops, optimize_for_cpu
+from corevision_hf import LookWhereConfig, LookWhereModel, dense_vit_flops, lookwhere_flops
 from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio
 
 
 def build(name: str, attn: str, device: str, dtype: torch.dtype) -> torch.nn.Module:
-    torch.manual_seed(0)
-    if name.startswith("dinov2"):
-        config = Dinov2WithRegistersConfig(
-            hidden_size=768, num_hidden_layers=12, num_attention_heads=12, mlp_ratio=4, patch_size=14,
-            image_size=518, num_register_tokens=4, attn_implementation=attn,
-        )
-        model = Dinov2WithRegistersModel(config)
-    else:
-        model = LookWhereModel(LookWhereConfig.from_preset("base", attn_implementation=attn))
-    model = model.to(device=device, dtype=dtype).eval()
-    return optimize_for_cpu(model) if name.endswith("_cpu") else model
+    return speed_model(name, lambda: Dinov2WithRegistersModel(dinov2_base_config(attn)),
+                       lambda: LookWhereModel(LookWhereConfig.from_preset("base", attn_implementation=attn)),
+                       device, dtype)
 
 
 def forward_fn(name: str, model, pixel_values, k_ratio: float):

@@ -20,9 +20,9 @@ import sys
 import tempfile
 
 import torch
-from transformers import AutoModel, DINOv3ViTConfig, DINOv3ViTModel, Dinov2WithRegistersConfig, Dinov2WithRegistersModel
+from transformers import AutoModel, DINOv3ViTModel, Dinov2WithRegistersModel
 
-from benchmarks.common import ROOT, rss_kib
+from benchmarks.common import ROOT, dinov2_base_config, dinov3_base_config, rss_kib
 from corevision_hf.cli import HelpFormatter
 from corevision_hf.measure import threads_to_use
 import corevision_hf  # noqa: F401  (registers VECA and LookWhere with the Auto classes)
@@ -31,13 +31,9 @@ from corevision_hf import LookWhereConfig, LookWhereModel, VecaConfig, VecaModel
 # name -> (builder, patch size, call keyword arguments)
 MODELS = {
     "VECA-B": (lambda: VecaModel(VecaConfig.from_preset("base")), 16, {"num_cores": 16}),
-    "DINOv3-B": (lambda: DINOv3ViTModel(DINOv3ViTConfig(
-        hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072, patch_size=16,
-        num_register_tokens=4)), 16, {}),
+    "DINOv3-B": (lambda: DINOv3ViTModel(dinov3_base_config()), 16, {}),
     "LookWhere-B": (lambda: LookWhereModel(LookWhereConfig.from_preset("base")), 14, {"k_ratio": 0.1}),
-    "DINOv2-B": (lambda: Dinov2WithRegistersModel(Dinov2WithRegistersConfig(
-        hidden_size=768, num_hidden_layers=12, num_attention_heads=12, mlp_ratio=4, patch_size=14, image_size=518,
-        num_register_tokens=4)), 14, {}),
+    "DINOv2-B": (lambda: Dinov2WithRegistersModel(dinov2_base_config()), 14, {}),
 }
 
 

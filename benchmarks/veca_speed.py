@@ -21,39 +21,21 @@ import math
 import statistics
 
 import torch
-from transformers import DINOv3ViTConfig, DINOv3ViTModel
+from transformers import DINOv3ViTModel
 
-from benchmarks.common import (DTYPES, alternate, forward_peak_memory_mib, in_fresh_process, matmul_ceiling,
-                               write_speed_results)
+from benchmarks.common import (DTYPES, alternate, dinov3_base_config, forward_peak_memory_mib, in_fresh_process,
+                               matmul_ceiling, speed_model, write_speed_results)
 from corevision_hf.cli import HelpFormatter
 from corevision_hf.measure import threads_to_use
-from corevision_hf import VecaConfig, VecaModel, dense_vit_flops, optimize_for_cpu, veca_flops
+from corevision_hf import VecaConfig, VecaModel, dense_vit_flops, veca_flops
 
 LABELS = {"dinov3": "DINOv3-B", "dinov3_cpu": "DINOv3-B, optimize_for_cpu (reference)",
           "veca_cpu": "VECA-B, optimize_for_cpu", "veca": "VECA-B"}
 
 
-def dinov3_base_config(attn: str) -> DINOv3ViTConfig:
-    """DINOv3 ViT-B/16 as released: 4 registers, plain GELU MLP of 3072, RoPE."""
-    return DINOv3ViTConfig(
-        hidden_size=768,
-        num_hidden_layers=12,
-        num_attention_heads=12,
-        intermediate_size=3072,
-        patch_size=16,
-        num_register_tokens=4,
-        attn_implementation=attn,
-    )
-
-
 def build(name: str, attn: str, device: str, dtype: torch.dtype) -> torch.nn.Module:
-    torch.manual_seed(0)
-    if name.startswith("dinov3"):
-        model = DINOv3ViTModel(dinov3_base_config(attn))
-    else:
-        model = VecaModel(VecaConfig.from_preset("base", attn_implementation=attn))
-    model = model.to(device=device, dtype=dtype).eval()
-    return optimize_for_cpu(model) if name.endswith("_cpu") else model
+    return speed_model(name, lambda: DINOv3ViTModel(dinov3_base_config(attn)),
+                       lambda: VecaModel(VecaConfig.from_preset("base", attn_implementation=attn)), device, dtype)
 
 
 def flops(name: str, config, resolution: int, num_cores: int | None) -> int:
