@@ -124,15 +124,13 @@ tasks: setup $(VENV)/.teacher
 task-pilot: setup $(VENV)/.teacher
 	$(PYTHON) -m benchmarks.task_pilot --out-dir benchmarks/results
 
-# VECA on the same task (docs/tasks.md): from the teacher and from scratch, C = 4..64, beside the dense teacher; their
-# untrained starts at C = 8 and 64 (--steps 0); then the model card of VECA from the teacher with its per-budget task
-# table. Results in benchmarks/results/ (QUICK=1: outputs/tasks_veca_quick/).
+# VECA on the same task (docs/tasks.md): from the teacher and from scratch, C = 4..64, beside the dense teacher, with
+# the learning curve of each student's distillation at C = 8 and 64 (issue #58); then the model card of VECA from the
+# teacher with its per-budget task table. Results in benchmarks/results/ (QUICK=1: outputs/tasks_veca_quick/).
 TASKS_VECA_OUT := $(if $(QUICK),outputs/tasks_veca_quick,benchmarks/results)
 TASKS_VECA_RUNS := $(if $(QUICK),outputs/tasks_veca_quick/runs,outputs/sparse_recognition_veca_scratch)
 tasks-veca: setup $(VENV)/.teacher
 	$(PYTHON) -m benchmarks.sparse_recognition_veca $(if $(QUICK),--quick) --out-dir $(TASKS_VECA_OUT)
-	$(PYTHON) -m benchmarks.sparse_recognition_veca $(if $(QUICK),--quick) --steps 0 --cores 8 64 \
-		--out-dir $(TASKS_VECA_OUT)/sparse_recognition_veca_untrained
 	$(PYTHON) -m evaluation.evaluate_budgets $(TASKS_VECA_RUNS)/VECA_from_teacher/final \
 		--budgets $(if $(QUICK),8 64,4 8 16 32 64) --resolutions 224 518 --quality-resolution 518 \
 		--latency-runs $(if $(QUICK),3,10) --teacher offline-dinov2-small --agreement-data assets/heldout --card \
