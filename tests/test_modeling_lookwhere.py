@@ -194,23 +194,26 @@ def test_own_prefix_from_teacher_keeping_every_patch_is_the_teacher(teacher_clas
     assert (handed(pixel_values, k=every).last_hidden_state - expected).abs().max() > 1e-2
 
 
+@pytest.mark.parametrize("registers", [0, 4])
 @torch.no_grad()
-def test_own_prefix_ignores_the_selectors_global_tokens(tmp_path):
+def test_own_prefix_ignores_the_selectors_global_tokens(tmp_path, registers):
     """With extractor_prefix="extractor" the selector only scores: its CLS moves the map, not the kept tokens' values;
-    the own tokens are saved and loaded."""
+    the own tokens are saved and loaded (with no registers too: no empty tensor for save_pretrained to drop)."""
     torch.manual_seed(0)
-    model = LookWhereModel(tiny_lookwhere_config(extractor_prefix="extractor")).eval()
+    model = LookWhereModel(tiny_lookwhere_config(extractor_prefix="extractor", num_register_tokens=registers)).eval()
     pixel_values = torch.randn(2, 3, 32, 32)
     expected = model(pixel_values, k=64).last_hidden_state
     map_before = model(pixel_values, k=64).selector_map
     model.selector.cls_token.data += torch.randn_like(model.selector.cls_token)  # a constant would vanish in the norms
     assert (model(pixel_values, k=64).selector_map - map_before).abs().max() > 1e-5  # the map is ~0.02 at init
     torch.testing.assert_close(model(pixel_values, k=64).last_hidden_state, expected, atol=0, rtol=0)
-    model.extractor.cls_token.data += torch.randn_like(model.extractor.cls_token)
+    model.extractor.prefix_tokens.data[:, 0] += torch.randn_like(model.extractor.prefix_tokens[:, 0])
     moved = model(pixel_values, k=64).last_hidden_state
     assert (moved - expected).abs().max() > 1e-2
     model.save_pretrained(tmp_path)
-    loaded = LookWhereModel.from_pretrained(tmp_path).eval()
+    loaded, info = LookWhereModel.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"], info
+    loaded.eval()
     torch.testing.assert_close(loaded(pixel_values, k=64).last_hidden_state, moved, atol=0, rtol=0)
 
 

@@ -98,8 +98,7 @@ def student_state(teacher_state: dict, config: LookWhereConfig) -> dict:
         "embeddings.register_tokens", torch.zeros(1, 0, config.hidden_size)
     )
     if config.extractor_prefix == "extractor":  # the extractor's own global tokens: the teacher's
-        state["extractor.cls_token"] = state["selector.cls_token"]
-        state["extractor.register_tokens"] = state["selector.register_tokens"]
+        state["extractor.prefix_tokens"] = torch.cat([state["selector.cls_token"], state["selector.register_tokens"]], 1)
     return state
 
 

@@ -66,7 +66,7 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
             (`jax.image.resize`); their released PyTorch inference code does not, nor do checkpoints converted from it.
         extractor_prefix (`str`, defaults to "selector"): the global tokens the extractor's kept patches attend to.
             "selector": the selector's CLS and registers, handed over (the method's design). "extractor": the
-            extractor's own learned CLS and registers (`extractor.cls_token`, `extractor.register_tokens`), as the
+            extractor's own learned CLS and registers (`extractor.prefix_tokens`), as the
             dense teacher's are, so that `lookwhere_from_teacher`'s extractor keeping every patch is the teacher
             itself; the selector then only scores patches. Not the paper's; docs/tasks.md shows where it reads better.
         k_ratio (`float`, defaults to 0.1): default fraction of the high-resolution grid kept.

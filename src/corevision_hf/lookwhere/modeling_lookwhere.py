@@ -563,8 +563,7 @@ class LookWherePreTrainedModel(PreTrainedModel):
             for tensor in (module.cls_token, module.register_tokens, module.position_embeddings):
                 init.trunc_normal_(tensor, mean=0.0, std=std)
         elif isinstance(module, LookWhereExtractor):
-            for tensor in (module.position_embeddings, getattr(module, "cls_token", None),
-                           getattr(module, "register_tokens", None)):
+            for tensor in (module.position_embeddings, getattr(module, "prefix_tokens", None)):
                 if tensor is not None:
                     init.trunc_normal_(tensor, mean=0.0, std=std)
 
@@ -578,16 +577,11 @@ class LookWhereExtractor(LookWherePreTrainedModel):
         self.antialias = config.interpolate_antialias
         self.patch_embeddings = LookWherePatchEmbeddings(config)
         self.position_embeddings = nn.Parameter(torch.empty(1, config.grid_size**2, config.hidden_size))
-        if config.extractor_prefix == "extractor":  # its own global tokens, as the dense teacher's
-            self.cls_token = nn.Parameter(torch.empty(1, 1, config.hidden_size))  # its position embedding folded in
-            self.register_tokens = nn.Parameter(torch.empty(1, config.num_register_tokens, config.hidden_size))
+        if config.extractor_prefix == "extractor":  # its own global tokens, CLS (its position folded in) and registers
+            self.prefix_tokens = nn.Parameter(torch.empty(1, 1 + config.num_register_tokens, config.hidden_size))
         self.layers = make_layers(config, config.num_hidden_layers)
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.post_init()
-
-    def own_prefix(self, batch_size: int) -> torch.Tensor:
-        """(B, 1 + R, D) the extractor's own CLS and register tokens (`extractor_prefix="extractor"`)."""
-        return torch.cat([self.cls_token, self.register_tokens], dim=1).expand(batch_size, -1, -1)
 
     @capture_outputs(tie_last_hidden_states=False)
     def forward(
@@ -607,7 +601,7 @@ class LookWhereExtractor(LookWherePreTrainedModel):
         p = self.patch_embeddings.patch_size
         grid = (pixel_values.shape[2] // p, pixel_values.shape[3] // p)
         if self.config.extractor_prefix == "extractor":
-            prefix_tokens = self.own_prefix(pixel_values.shape[0])
+            prefix_tokens = self.prefix_tokens.expand(pixel_values.shape[0], -1, -1)
         attention_mask = None
         if image_grids is not None or unused_slots:
             kept = indices >= 0
