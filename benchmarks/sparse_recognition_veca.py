@@ -91,6 +91,7 @@ DIGIT_SIZE, STROKES = 56, 0
 # an hour on 2 CPU threads, where 518 px cost 18 s a step (the 100-step run of #47).
 TRAIN_SIZE = 140
 CURVE_STEPS = (125, 250, 500, 1000)
+MAX_CHECKPOINTS = 20  # of each student's run, kept until measured: 8 of VECA from DINOv2-S hold about 2 GB
 CARD_TABLE = "sparse_recognition_veca_card.json"  # VECA from the teacher's task table, for its model card
 QUICK = dict(variants=["single"], train=24, val=8, test=16, curve_steps=[0, 10, 20, 40], batch_size=4,
              cores=[8, 64], finetune_epochs=1, bootstrap=500, latency_runs=1,
@@ -142,6 +143,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.curve_steps[0] < 0:
         parser.error(f"--curve-steps {args.curve_steps}: step counts are 0 (the untrained start) or more.")
     args.steps = args.curve_steps[-1]  # each student's distillation: the curve's last point
+    if args.steps and args.steps // math.gcd(*args.curve_steps) > MAX_CHECKPOINTS:
+        parser.error(f"--curve-steps {args.curve_steps}: a checkpoint every {math.gcd(*args.curve_steps)} steps (their "
+                     f"greatest common divisor) would keep {args.steps // math.gcd(*args.curve_steps)}, more than "
+                     f"{MAX_CHECKPOINTS}: choose points that share a larger divisor.")
     if args.train_size <= 0 or args.train_size % CELL or args.train_size > args.canvas_size:
         parser.error(f"--train-size {args.train_size} is not a positive multiple of {CELL} up to --canvas-size "
                      f"{args.canvas_size}.")
@@ -160,8 +165,9 @@ def line_name(model_name: str, num_cores: int) -> str:
 
 
 class PhotoSplit(Split):
-    """Training photos as the canvases' Split (no labels): centre crops at the canvas size, so that the teacher and
-    the students see them downsized to the training size as they see the canvases."""
+    """Training photos as the canvases' Split (no labels, no digit cells: for distillation only): centre crops at the
+    canvas size, so that the teacher and the students see them downsized to the training size as they see the
+    canvases."""
 
     def __init__(self, folders: list[Path], size: int):
         paths = [path for folder in folders for path in image_files(folder, "none")[0]]
@@ -202,14 +208,14 @@ def run_dir(args, name: str) -> Path:
 
 
 def distil_student(args, name: str, student, teacher, train: list[Split], targets: list[dict], threads: int):
-    """`student` distilled label-free for --steps steps on `train` at --train-size px against the teacher's cached
-    tokens there (`targets`, parallel to `train`) by training.loop's `distill` with VECA's loss and nested dropout,
-    keeping a checkpoint at every point of --curve-steps; returns the trained model (float32, eval) reloaded from its
-    export."""
+    """`student` distilled label-free for max(--curve-steps) steps on `train` at --train-size px against the
+    teacher's cached tokens there (`targets`, parallel to `train`) by training.loop's `distill` with VECA's loss and
+    nested dropout, keeping a checkpoint at every point of --curve-steps; returns the trained model (float32, eval)
+    reloaded from its export."""
     config, size = student.config, args.train_size
     cls = torch.cat([t["cls"] for t in targets])
     patches = torch.cat([t["patches"] for t in targets])
-    every = math.gcd(*[steps for steps in args.curve_steps if steps > 0])  # a checkpoint at every point
+    every = math.gcd(*args.curve_steps)  # a checkpoint at every point (gcd(0, n) = n)
     # training.distill_veca's recipe: min_lr 5e-5 at its lr 4e-4, weight decay 0.015
     run_args = training_parser(__doc__, lr=args.lr, min_lr=args.lr / 8, weight_decay=0.015).parse_args([
         "--teacher", args.teacher, "--data", "sparse-recognition canvases", "--output-dir", str(run_dir(args, name)),
@@ -325,7 +331,8 @@ def train_students(args, teacher, train: list[Split], targets: list[dict], threa
     """Both students distilled on `train` (targets: the teacher's passes at --train-size, parallel):
     ({name: untrained start}, {name: trained model}, {name: record})."""
     untrained, students, training = {}, {}, {}
-    canvases = sum(len(split) for split in train if "photos" not in split.key)
+    canvases = sum(len(split) for split in train if not isinstance(split, PhotoSplit))
+    photos = sum(len(split) for split in train) - canvases
     for step, (name, model) in enumerate(new_students(args, teacher).items(), start=2):
         untrained[name] = copy.deepcopy(model).float().eval()
         train_started = time.perf_counter()
@@ -334,11 +341,11 @@ def train_students(args, teacher, train: list[Split], targets: list[dict], threa
             students[name] = untrained[name]
         else:
             progress(f"{step}/7 {name} distilled label-free at {args.train_size} px on {canvases} training canvases "
-                     f"and {len(train[-1]) if len(train) > len(args.variants) else 0} photos, {args.steps} steps")
+                     f"and {photos} photos, {args.steps} steps")
             students[name] = distil_student(args, name, model, teacher, train, targets, threads)
         training[name] = {"steps": args.steps, "train_time_s": time.perf_counter() - train_started, "lr": args.lr,
                           "batch_size": args.batch_size, "train_size": args.train_size, "canvases": canvases,
-                          "photos": sum(len(split) for split in train) - canvases,
+                          "photos": photos,
                           "training_budgets": students[name].config.training_budgets,
                           "training_budget_weights": students[name].config.training_budget_weights,
                           "parameters": sum(p.numel() for p in students[name].parameters()),

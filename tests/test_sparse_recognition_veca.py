@@ -183,7 +183,7 @@ def test_results_go_under_outputs_unless_told():
 
 def test_bad_budgets_steps_and_sizes_are_one_line(capsys, tmp_path):
     for bad in (["--cores", "0", "8", "64"], ["--cores", "16", "32"], ["--curve-steps", "-1", "10"],
-                ["--train-size", "500"], ["--train-size", "602"], ["--train-photos", str(tmp_path / "none")],
+                ["--curve-steps", "333", "1000"], ["--train-size", "500"], ["--train-size", "602"], ["--train-photos", str(tmp_path / "none")],
                 ["--val", "0"], ["--canvas-size", "500"], ["--threads", "0"], ["--finetune-epochs", "0"],
                 ["--lr", "0"]):
         with pytest.raises(SystemExit) as done:
