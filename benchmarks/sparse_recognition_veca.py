@@ -361,15 +361,15 @@ def line_costs(args, teacher, students: dict) -> tuple[dict, dict, int]:
     gflops = {line_name(name, c): veca_flops(model.config, size, num_cores=c) / 1e9
               for name, model in students.items() for c in args.cores}
     equal_size = equal_flops_resolution(teacher, gflops[line_name(FROM_TEACHER, args.cores[-1])], size)
-    costs = {"dense": teacher_flops(teacher, size, size) / 1e9, "equal": teacher_flops(teacher, equal_size,
-                                                                                      equal_size) / 1e9}
+    costs = {"dense": teacher_flops(teacher, size, size) / 1e9,
+             "equal": teacher_flops(teacher, equal_size, equal_size) / 1e9}
     return gflops, costs, equal_size
 
 
 def measure_lines(args, teacher, students: dict, splits: dict, teacher_out: dict, passes: TeacherPasses,
                   costs: tuple, progress) -> dict:
     """Per variant, sparse_recognition's Measure with the teacher's two lines (its equal-FLOPs passes cached) and each
-    final student's at every C of --cores: {variant: Measure}."""
+    final student's at every C of --cores (`costs`: line_costs' answer): {variant: Measure}."""
     gflops, teacher_costs, equal_size = costs
     measured = {}
     for variant in args.variants:
@@ -617,8 +617,10 @@ def task_table(report: dict) -> dict:
         f"{LOW_CORES} cores with its paired interval). Features: [pooled ; mean patch token]. Elastic fine-tuned: one "
         "model trained with labels at a budget drawn per step, measured at each. This checkpoint was made from its "
         + (f"teacher (`veca_from_teacher`) and distilled label-free for {student['steps']} steps at "
-           f"{student['train_size']} px on the training canvases and {student['photos']} photos, so the agreement "
-           "table above (held-out photos) is near its training distribution only through those photos. "
+           f"{student['train_size']} px on the training canvases "
+           + (f"and {student['photos']} training photos; the agreement table above is on held-out photos. "
+              if student["photos"] else "only, so the agreement table above (photos) is off its training "
+              "distribution. ")
            if student["steps"] else "teacher (`veca_from_teacher`) and not trained (its untrained start). ")
         + f"GFLOPs analytic; ms per canvas at batch 1, {report['environment']['threads']} threads, "
         f"{report['environment']['machine']} CPU, median of {report['args']['latency_runs']} alternated runs. "
