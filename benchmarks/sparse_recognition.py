@@ -19,9 +19,12 @@
    majority variant (`python -m evaluation.where_check` asks the same question on its own canvases); the student is
    trained with it.
 4. LookWhere-S from the teacher (`lookwhere_from_teacher`: extractor = the teacher, selector = its first 3 blocks at
-   --selector-size px, a new map head), distilled label-free on the training canvases of both variants by
-   training.loop's `distill` (the what-where loss, k uniform in k_ratio 0.05..0.1, the antialiased map resize so every
-   map-head cell learns, the extractor frozen for the first --freeze-extractor-steps then warmed up). Its untrained
+   --selector-size px, a new map head), trained label-free on the training canvases of both variants: the selector
+   alone on the teacher's map (--selector-steps), then frozen. By default the extractor stays the teacher's copy with
+   the teacher's own CLS as its global token (--steps 0, --extractor-prefix extractor: the best on validation canvases,
+   experiments/extractor_curve). With --steps N it is distilled by training.loop's `distill` (the what-where loss, k
+   uniform in k_ratio 0.05..0.1, the antialiased map resize so every map-head cell learns; with --joint-selector the
+   selector trains on, its extractor frozen for the first --freeze-extractor-steps then warmed up). Its untrained
    start is a line.
 5. Lines, on the same canvases: the teacher dense at 518 px; the teacher at the largest 14 px multiple whose GFLOPs
    fit LookWhere's at k_ratio 0.1 (equal FLOPs; bicubic downsizing); LookWhere-S at k_ratio 0.05, 0.1, 0.25 keeping
@@ -53,6 +56,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import sys
 import time
 from decimal import ROUND_HALF_UP, Decimal
@@ -73,6 +77,7 @@ from corevision_hf.flops import k_mass_for_target  # noqa: E402
 from corevision_hf.images import IMAGENET_MEAN, IMAGENET_STD  # noqa: E402
 from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio  # noqa: E402
 from corevision_hf.measure import alternated_latency, threads_to_use  # noqa: E402
+from corevision_hf.saving import save_model_folder  # noqa: E402
 from corevision_hf.visualize import save_figures_atomically  # noqa: E402
 from evaluation.attentive_probe import fit_attentive_classifier, predict_tokens  # noqa: E402
 from evaluation.probes import fit_linear_classifier  # noqa: E402
@@ -80,7 +85,7 @@ from evaluation.sparse_digits import CELL, make_canvases  # noqa: E402
 from evaluation.where_check import bootstrap_rows, coverage, interval, top_cells  # noqa: E402  (shared measures)
 from publishing.model_card import TASK_TABLE_FORMAT  # noqa: E402
 from training.arguments import training_parser  # noqa: E402
-from training.checkpointing import write_json  # noqa: E402
+from training.checkpointing import clear_run, write_json  # noqa: E402
 from training.data import DataStats  # noqa: E402
 from training.loop import distill, start  # noqa: E402
 from training.losses import lookwhere_loss  # noqa: E402
@@ -112,8 +117,7 @@ FEATURE_LINES = {
 PHOTO_STUDENT = "LookWhere-S photos"
 PHOTO_LINES = {"single": {0.05: ("selector",), 0.1: ("selector", "random"), 0.25: ("selector",)},
                "majority": {0.1: ("selector", "random")}}
-QUICK = dict(train=48, val=16, test=32, steps=20, selector_steps=25, freeze_extractor_steps=10, extractor_warmup_steps=4,
-             finetune_epochs=2, finetune_variants=["single"], out_dir=ROOT / "outputs" / "tasks_quick")
+QUICK = dict(train=48, val=16, test=32, selector_steps=25, finetune_epochs=2, finetune_variants=["single"], out_dir=ROOT / "outputs" / "tasks_quick")
 SMOKE = dict(canvas_size=112, digit_size=14, strokes=4, train=16, val=6, test=8, steps=3, selector_steps=2, batch_size=4,
              freeze_extractor_steps=1, extractor_warmup_steps=1, selector_size=28, finetune_epochs=1, random_draws=2,
              bootstrap=50, latency_runs=1, finetune_variants=["single"])
@@ -152,10 +156,11 @@ def finish_task_arguments(parser: argparse.ArgumentParser, argv, presets: dict, 
     at least 1); a bad value ends in parser.error."""
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    given = given_options(parser, args.argv)
     for flag, settings in presets.items():
         if getattr(args, flag):
             for name, value in settings.items():
-                if getattr(args, name) == parser.get_default(name):
+                if name not in given:
                     setattr(args, name, value)
     for name in ("train", "test", "batch_size", "finetune_epochs", "bootstrap", "latency_runs", *counts):
         if getattr(args, name) < 1:
@@ -170,6 +175,14 @@ def finish_task_arguments(parser: argparse.ArgumentParser, argv, presets: dict, 
     if args.out_dir.exists() and not args.out_dir.is_dir():
         parser.error(f"--out-dir {args.out_dir} is a file: give a folder (made if missing).")
     return args
+
+
+def given_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    """The destinations of the options `argv` gives, even at their default value (`--steps 0`): argparse leaves a
+    destination the namespace already holds alone unless an option sets it."""
+    unset = object()
+    start = argparse.Namespace(**{name: unset for name in vars(parser.parse_args(argv))})
+    return {name for name, value in vars(parser.parse_args(argv, start)).items() if value is not unset}
 
 
 def check_canvas_arguments(parser: argparse.ArgumentParser, args) -> None:
@@ -194,9 +207,9 @@ def check_canvas_setting(parser: argparse.ArgumentParser, canvas_size: int, digi
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     add_task_arguments(parser)
-    parser.add_argument("--steps", type=int, default=400,
-                        help="distillation steps of the LookWhere-S student (400: the best of 100, 200 and 400 on "
-                             "validation canvases, experiments/extractor_curve)")
+    parser.add_argument("--steps", type=int, default=0,
+                        help="label-free distillation steps of the student's extractor (0: it stays the teacher's "
+                             "copy, the best of 0, 100, 200 and 400 on validation canvases, experiments/extractor_curve)")
     parser.add_argument("--lr", type=float, default=1e-4, help="the student's peak learning rate")
     parser.add_argument("--freeze-extractor-steps", type=int, default=40,
                         help="the student's first steps train the selector and map head only")
@@ -208,9 +221,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="after the map-only steps, train the selector on the joint loss too (the paper's joint "
                              "distillation; default: it stays frozen, keeping the map it learnt)")
     parser.add_argument("--selector-size", type=int, default=154, help="the selector's low-resolution input in px")
-    parser.add_argument("--extractor-prefix", default="selector", choices=["selector", "extractor"],
-                        help="the extractor's global tokens (LookWhereConfig.extractor_prefix): the selector's, "
-                             "handed over (the paper), or its own, the teacher's CLS and registers")
+    parser.add_argument("--extractor-prefix", default="extractor", choices=["selector", "extractor"],
+                        help="the extractor's global tokens (LookWhereConfig.extractor_prefix): its own, the teacher's "
+                             "CLS and registers (the best on validation canvases), or the selector's, handed over (the "
+                             "paper)")
     parser.add_argument("--map-queries", default="pick", choices=["pick", *MAP_QUERIES],
                         help="the where target the student learns: pick (the best on the training canvases) or one")
     parser.add_argument("--photo-student", type=Path, default=None,
@@ -406,11 +420,12 @@ def distil_student(args, teacher, train: list[Split], targets: list[dict], query
     patches = torch.cat([t["patches"] for t in targets])
     maps = torch.cat([t["maps"][query] for t in targets])
     fit_selector_map(student.selector, CanvasDataset(train, DataStats()), maps, args)
+    k_min, k_max = kept_for_ratio(TRAIN_K_RATIOS[0], cells), kept_for_ratio(TRAIN_K_RATIOS[1], cells)
     if args.steps == 0:  # the extractor stays the teacher's copy
+        save_student(args, student, {"k_min": k_min, "k_max": k_max, "map_queries": query})
         return student.float().eval(), untrained
     frozen_selector = args.selector_steps > 0 and not args.joint_selector
     student.selector.requires_grad_(not frozen_selector)
-    k_min, k_max = kept_for_ratio(TRAIN_K_RATIOS[0], cells), kept_for_ratio(TRAIN_K_RATIOS[1], cells)
     run_args = training_parser(__doc__, lr=args.lr, min_lr=args.lr / 100, weight_decay=0.05).parse_args([
         "--teacher", args.teacher, "--data", "sparse-recognition canvases", "--output-dir", str(args.scratch_dir),
         "--overwrite", "--batch-size", str(args.batch_size), "--max-steps", str(args.steps),
@@ -437,6 +452,24 @@ def distil_student(args, teacher, train: list[Split], targets: list[dict], query
     torch.set_num_threads(threads)  # the loop's start may set its own
     trained = type(student).from_pretrained(str(args.scratch_dir / "final")).float().eval()
     return trained, untrained
+
+
+def save_student(args, student, recorded: dict) -> None:
+    """--steps 0: the student saved where a distillation run exports it, --scratch-dir/final (what make tasks' model
+    card reads), with a training_recipe.json of this benchmark's arguments and `recorded`; written under a temporary
+    name and renamed when complete, after the earlier run's files are cleared (as --overwrite clears them)."""
+    clear_run(str(args.scratch_dir))
+    partial = args.scratch_dir / "final.partial"
+    if partial.exists():
+        shutil.rmtree(partial)  # left by a run that died while saving
+    save_model_folder(student, partial)
+    arguments = {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()
+                 if key not in ("argv", "pilot_record")}
+    write_json(str(partial / "training_recipe.json"), {
+        "script": "benchmarks.sparse_recognition", "method": "lookwhere", "teacher": args.teacher,
+        "data": "sparse-recognition canvases", "steps": 0, "selector_steps": args.selector_steps,
+        "command": "python -m benchmarks.sparse_recognition " + " ".join(args.argv), "args": {**arguments, **recorded}})
+    os.replace(partial, args.scratch_dir / "final")
 
 
 def fit_selector_map(selector: torch.nn.Module, dataset: "CanvasDataset", maps: torch.Tensor, args) -> None:

@@ -8,7 +8,7 @@ from conftest import save_task_teacher, tiny_veca_config
 from transformers import Dinov2Config, Dinov2Model
 
 from benchmarks import sparse_recognition as sr
-from corevision_hf import lookwhere_from_teacher
+from corevision_hf import LookWhereModel, lookwhere_from_teacher
 from publishing.model_card import read_task_table
 
 
@@ -158,6 +158,12 @@ def test_the_map_only_phase_trains_the_selector_alone_towards_the_teachers_map(t
                if name.startswith("selector."))
 
 
+def test_an_option_given_wins_over_the_preset_even_at_its_default():
+    assert sr.parse_args(["--smoke"]).steps == sr.SMOKE["steps"] != sr.parse_args([]).steps
+    assert sr.parse_args(["--smoke", "--steps", str(sr.parse_args([]).steps)]).steps == sr.parse_args([]).steps
+    assert sr.parse_args(["--smoke", "--batch-size", "8"]).batch_size == 8 != sr.SMOKE["batch_size"]
+
+
 def test_the_distilled_selector_is_the_map_only_phase_s_unless_trained_jointly(tmp_path):
     """distil_student: after fit_selector_map the selector stays as it was (frozen) while the extractor learns; with
     --joint-selector it trains on with the joint loss, as in the paper."""
@@ -192,6 +198,11 @@ def test_the_distilled_selector_is_the_map_only_phase_s_unless_trained_jointly(t
     copied, start, after_map = distilled("--steps", "0", "--extractor-prefix", "extractor")
     assert copied.config.extractor_prefix == "extractor"
     assert same(copied, after_map, "selector.") and same(copied, start, "extractor.")
+    saved = LookWhereModel.from_pretrained(str(tmp_path / "scratch" / "final")).float()  # what make tasks' card reads
+    assert same(saved, copied, "") and [p.name for p in (tmp_path / "scratch").glob("[!.]*")] == ["final"]
+    recipe = json.loads((tmp_path / "scratch" / "final" / "training_recipe.json").read_text())
+    assert (recipe["steps"], recipe["args"]["k_max"], recipe["args"]["extractor_prefix"]) == (
+        0, sr.kept_for_ratio(sr.TRAIN_K_RATIOS[1], 64), "extractor")  # the smoke canvas: 8 x 8 cells
 
 
 def entry(mean: float, low: float, high: float) -> dict:

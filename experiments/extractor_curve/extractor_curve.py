@@ -7,6 +7,8 @@ checkpoint, on the single variant at k_ratio 0.1, the attentive probe (LookWhere
 decay chosen on the last 60 fitting canvases) is fitted on the fitting canvases' extractor tokens and measured on the 80
 validation canvases, for two selections: the selector's cells and the digits' own cells (the extractor's ceiling).
 The dense teacher at 518 px, read by the same probe on the same canvases, is the line to reach. No test canvas is drawn.
+Point 0 is the teacher's copy beside the map-trained selector. `--extractor-prefix extractor`: the extractor's own
+global tokens (LookWhereConfig.extractor_prefix) instead of the selector's.
 
     python -m experiments.extractor_curve.extractor_curve --steps 800 --every 100
 """
@@ -59,18 +61,30 @@ def read(model, fit, val, task, rows) -> dict:
     return out
 
 
+def checkpoint_state(folder: Path) -> dict:
+    """A checkpoint's weights; the extractor's own global tokens, which a run of 2026-12-06 saved as `cls_token` (no
+    registers) before they were named `prefix_tokens`, under today's name."""
+    state = load_file(str(folder / "model.safetensors"))
+    if "extractor.cls_token" in state:
+        state["extractor.prefix_tokens"] = state.pop("extractor.cls_token")
+    return state
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=800)
     parser.add_argument("--every", type=int, default=100)
     parser.add_argument("--points", type=int, nargs="+", default=[100, 200, 400, 800])
+    parser.add_argument("--extractor-prefix", default="selector", choices=["selector", "extractor"])
+    parser.add_argument("--reuse", action="store_true",
+                        help="read the checkpoints of the last run in outputs/extractor_curve_scratch, do not train")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default="experiments/extractor_curve/extractor_curve.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     scratch = Path("outputs/extractor_curve_scratch")
     task = task_args(["--pilot", "benchmarks/results/task_pilot.json", "--steps", str(args.steps),
-                      "--scratch-dir", str(scratch)])
+                      "--scratch-dir", str(scratch), "--extractor-prefix", args.extractor_prefix])
     teacher, source = load_teacher_model(task.teacher)
     passes = TeacherPasses(task.cache_dir, teacher, task.batch_size)
     fit_count = task.train - task.val
@@ -93,15 +107,21 @@ def main() -> None:
                "dense_teacher": {"accuracy": interval(dense_correct, rows), "correct": dense_correct.int().tolist()},
                "points": []}
     print(f"dense teacher, attentive probe, validation: {results['dense_teacher']['accuracy']}", flush=True)
-    untrained = lookwhere_from_teacher(teacher, selector_depth=SELECTOR_DEPTH, selector_image_size=task.selector_size)
-    results["points"].append({"steps": 0, **read(untrained.eval(), fit, val, task, rows)})
-    print(f"step 0: {results['points'][-1]['digits']['accuracy']}", flush=True)
-    started = time.perf_counter()
-    distil_student(task, teacher, train, targets, "cls", args.threads, checkpoint_every=args.every)
-    results["train_time_s"] = time.perf_counter() - started
-    for step in args.points:
+    results["extractor_prefix"] = args.extractor_prefix
+    untrained = lookwhere_from_teacher(teacher, selector_depth=SELECTOR_DEPTH, selector_image_size=task.selector_size,
+                                       extractor_prefix=args.extractor_prefix)
+    if not args.reuse:
+        started = time.perf_counter()
+        distil_student(task, teacher, train, targets, "cls", args.threads, checkpoint_every=args.every)
+        results["train_time_s"] = time.perf_counter() - started
+    for step in [0, *args.points]:
         model = copy.deepcopy(untrained)
-        model.load_state_dict(load_file(str(scratch / "checkpoints" / f"checkpoint_{step}" / "model.safetensors")))
+        state = checkpoint_state(scratch / "checkpoints" / f"checkpoint_{max(args.points)}")
+        if step == 0:  # the teacher's copy beside the map-trained selector, frozen while the extractor trained
+            model.load_state_dict({name: value for name, value in state.items() if name.startswith("selector.")},
+                                  strict=False)
+        else:
+            model.load_state_dict(checkpoint_state(scratch / "checkpoints" / f"checkpoint_{step}"))
         point = {"steps": step, **read(model.float().eval(), fit, val, task, rows)}
         results["points"].append(point)
         print(f"step {step}: selector {point['selector']['accuracy']['mean']:.3f} (covers "
