@@ -9,8 +9,8 @@ the last 80 to measure; no test canvas drawn). Lines:
 - the extractor on the digits' cells, with as global tokens: the teacher's own layer-0 CLS (what its copy expects), the
   map-trained selector's (the method), and for the distilled student its own selector's;
 - the same with the selector's cells.
-The student is the committed run's (outputs/sparse_recognition_scratch/final: 100 map-only selector steps, then 400
-extractor steps with the selector frozen).
+--student was the committed run's of commit 84bc1f6 (outputs/sparse_recognition_scratch/final then: 100 map-only
+selector steps, then 400 extractor steps with the selector frozen); the next committed run replaced that folder.
 
     python -m experiments.extractor_curve.readings
 """
