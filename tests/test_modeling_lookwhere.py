@@ -74,6 +74,23 @@ def test_output_layout(model, pixel_values):
     assert sparse.hidden_states[0].shape == (2, 5 + 7, 32)
 
 
+def test_embeddings_use_the_models_weights_under_their_checkpoint_names(pixel_values):
+    """The selector's and the extractor's embeddings register no weight of their own, so the keys stay
+    `selector.cls_token`, `extractor.position_embeddings`, ..., and they read their owner's weights at each call: a
+    parameter replaced after the model was built (loading and sharding replace them) is the one they use."""
+    model = LookWhereModel(tiny_lookwhere_config(extractor_prefix="extractor")).eval()
+    assert list(model.selector.embeddings.parameters()) == list(model.extractor.embeddings.parameters()) == []
+    names = {"selector.cls_token", "selector.position_embeddings", "extractor.position_embeddings",
+             "extractor.prefix_tokens", "extractor.patch_embeddings.projection.weight"}
+    assert names <= set(model.state_dict())
+    before = model(pixel_values, k=4)
+    model.selector.position_embeddings = torch.nn.Parameter(model.selector.position_embeddings.detach() + 1)
+    model.extractor.prefix_tokens = torch.nn.Parameter(model.extractor.prefix_tokens.detach() + 1)
+    after = model(pixel_values, k=4)
+    assert not torch.equal(after.selector_map, before.selector_map)
+    assert not torch.equal(after.pooler_output, before.pooler_output)
+
+
 def test_all_patches_equal_a_plain_vit_run(model, pixel_values):
     out = model(pixel_values, k=96)
     global_tokens, _ = model.selector(pixel_values, (8, 12))

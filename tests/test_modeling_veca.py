@@ -18,6 +18,17 @@ def test_output_layout(tiny_model, images):
     assert tiny_model(images).last_hidden_state.shape[1] == 8 + num_patches  # None = the whole bank
 
 
+def test_embeddings_use_the_models_weights_under_their_checkpoint_names(tiny_model, images):
+    """VecaEmbeddings registers no weight of its own, so the keys stay `patch_embeddings.*` and `core_bank.*`, and it
+    reads the model's weights at each call: a parameter replaced after the model was built (loading and sharding
+    replace them) is the one it uses."""
+    assert list(tiny_model.embeddings.parameters()) == []
+    assert {"patch_embeddings.projection.weight", "core_bank.cores"} <= set(tiny_model.state_dict())
+    before = tiny_model(images).last_hidden_state
+    tiny_model.core_bank.cores = torch.nn.Parameter(tiny_model.core_bank.cores.detach() + 1)
+    assert not torch.equal(tiny_model(images).last_hidden_state, before)
+
+
 # flex attention compiles its kernels on the CPU (tens of seconds on a fresh machine): a system run
 BACKENDS = ["sdpa", pytest.param("flex_attention", marks=pytest.mark.slow)]
 

@@ -313,6 +313,41 @@ def make_layers(config: LookWhereConfig, depth: int) -> nn.ModuleList:
     return nn.ModuleList(LookWhereLayer(config, config.drop_path_rate * i / max(1, depth - 1)) for i in range(depth))
 
 
+class LookWhereSelectorEmbeddings(nn.Module):
+    """The selector's input tokens, as DINOv3's `DINOv3ViTEmbeddings`: a low-resolution copy of the image, its patch
+    tokens with their positions, after the CLS and register tokens.
+
+    Its weights are the selector's own (`patch_embeddings`, `cls_token`, `register_tokens`, `position_embeddings`),
+    read through `selector` at each call and not registered here, so a weight keeps the one name that checkpoints, the
+    converters and the optimiser's groups know it by (`selector.cls_token`, not `selector.embeddings.cls_token`). Read
+    at each call, not held: loading and sharding replace the parameters after this module is built."""
+
+    def __init__(self, config: LookWhereConfig, selector: nn.Module):
+        super().__init__()
+        self.config = config
+        object.__setattr__(self, "selector", selector)  # past nn.Module's registration: a reference, not a submodule
+
+    def forward(self, pixel_values: torch.Tensor, image_grids: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, C, H, W) high-res images -> (B, 1 + R + g * g, D) tokens [CLS ; registers ; low-res patches]. With
+        `image_grids` (B, 2), each image's patch grid in a padded batch, each image's own content is resized."""
+        selector, size = self.selector, self.config.selector_image_size
+        # In float32: CPU kernels for antialiased resizing take no bf16 / fp16. F.interpolate where one size serves the
+        # batch (fewer operations, and ONNX export maps it to Resize); per-image weights in a padded batch.
+        if image_grids is None:
+            low_res = F.interpolate(
+                pixel_values.float(), size=(size, size), mode="bilinear", align_corners=False,
+                antialias=self.config.selector_antialias,
+            )
+        else:
+            low_res = resize_in_images(pixel_values.float(), image_grids * self.config.patch_size,
+                                       torch.full_like(image_grids, size), (size, size), "bilinear",
+                                       self.config.selector_antialias)
+        low_res = low_res.to(pixel_values.dtype)
+        patches = selector.patch_embeddings(low_res) + selector.position_embeddings
+        prefix = torch.cat([selector.cls_token, selector.register_tokens], dim=1).expand(pixel_values.shape[0], -1, -1)
+        return torch.cat([prefix.to(patches.dtype), patches], dim=1)
+
+
 class LookWhereSelector(nn.Module):
     """The "where": a shallow ViT on a low-resolution copy, with a map head scoring every high-resolution patch.
     Returns its post-norm CLS + register tokens, handed to the extractor, and the selector map."""
@@ -325,6 +360,7 @@ class LookWhereSelector(nn.Module):
         self.cls_token = nn.Parameter(torch.empty(1, 1, d))  # its position embedding is folded in
         self.register_tokens = nn.Parameter(torch.empty(1, config.num_register_tokens, d))
         self.position_embeddings = nn.Parameter(torch.empty(1, config.selector_grid_size**2, d))
+        self.embeddings = LookWhereSelectorEmbeddings(config, self)
         self.layers = make_layers(config, config.selector_depth)
         self.norm = nn.LayerNorm(d, eps=config.layer_norm_eps)
         m, r = config.map_upsampling, config.map_head_ratio
@@ -342,27 +378,12 @@ class LookWhereSelector(nn.Module):
         patch grid in a padded batch, each image's own content is resized (the copy, the map), as if it ran alone;
         the map is 0 on padding cells."""
         batch_size = pixel_values.shape[0]
-        size = self.config.selector_image_size
-        # In float32: CPU kernels for antialiased resizing take no bf16 / fp16. F.interpolate where one size serves the
-        # batch (fewer operations, and ONNX export maps it to Resize); per-image weights in a padded batch.
-        if image_grids is None:
-            low_res = F.interpolate(
-                pixel_values.float(), size=(size, size), mode="bilinear", align_corners=False,
-                antialias=self.config.selector_antialias,
-            )
-        else:
-            low_res = resize_in_images(pixel_values.float(), image_grids * self.config.patch_size,
-                                       torch.full_like(image_grids, size), (size, size), "bilinear",
-                                       self.config.selector_antialias)
-        low_res = low_res.to(pixel_values.dtype)
-        patches = self.patch_embeddings(low_res) + self.position_embeddings
-        prefix = torch.cat([self.cls_token, self.register_tokens], dim=1).expand(batch_size, -1, -1)
-        hidden_states = torch.cat([prefix.to(patches.dtype), patches], dim=1)
+        hidden_states = self.embeddings(pixel_values, image_grids)
         for layer in self.layers:
             hidden_states = layer(hidden_states, **kwargs)
         hidden_states = self.norm(hidden_states)
 
-        num_prefix = prefix.shape[1]
+        num_prefix = 1 + self.config.num_register_tokens
         g, m = self.config.selector_grid_size, self.config.map_upsampling
         cells = self.map_head(hidden_states[:, num_prefix:])  # (B, g * g, m * m): an m x m block per patch
         fine_map = cells.view(batch_size, g, g, m, m).permute(0, 1, 3, 2, 4).reshape(batch_size, 1, g * m, g * m)
@@ -568,6 +589,58 @@ class LookWherePreTrainedModel(PreTrainedModel):
                     init.trunc_normal_(tensor, mean=0.0, std=std)
 
 
+class LookWhereExtractorEmbeddings(nn.Module):
+    """The extractor's input tokens, as DINOv3's `DINOv3ViTEmbeddings`: the kept high-resolution patches, each with its
+    position, after the prefix (the selector's global tokens, or the extractor's own), and the key mask that hides the
+    slots an image does not use.
+
+    Its weights are the extractor's own (`patch_embeddings`, `position_embeddings`, `prefix_tokens`), read through
+    `extractor` at each call, as `LookWhereSelectorEmbeddings` reads the selector's: their names stay
+    `extractor.position_embeddings`, .... The table is resized by `extractor.resize_positions`, which
+    `corevision_hf.optimize_for_cpu` replaces."""
+
+    def __init__(self, config: LookWhereConfig, extractor: nn.Module):
+        super().__init__()
+        self.config = config
+        object.__setattr__(self, "extractor", extractor)  # past nn.Module's registration: a reference, not a submodule
+
+    def forward(
+        self,
+        pixel_values: torch.Tensor,
+        indices: torch.Tensor,
+        prefix_tokens: torch.Tensor,
+        image_grids: torch.Tensor | None = None,
+        unused_slots: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(B, C, H, W) images, (B, k) kept patch indices, (B, P, D) prefix tokens -> tokens (B, P + k, D) and, with
+        `image_grids` or `unused_slots`, the additive key mask (B, 1, 1, P + k) that hides the slots an image does not
+        use (index -1); positions come from each image's own grid with `image_grids` (B, 2)."""
+        extractor, p = self.extractor, self.config.patch_size
+        grid = (pixel_values.shape[2] // p, pixel_values.shape[3] // p)
+        if self.config.extractor_prefix == "extractor":
+            prefix_tokens = extractor.prefix_tokens.expand(pixel_values.shape[0], -1, -1)
+        attention_mask = None
+        if image_grids is not None or unused_slots:
+            kept = indices >= 0
+            indices = indices.clamp(min=0)  # an unused slot embeds cell 0, and no token attends to it
+            prefix = kept.new_ones(kept.shape[0], prefix_tokens.shape[1])
+            attention_mask = additive_key_mask(torch.cat([prefix, kept], dim=1))
+        # Rows are taken with F.embedding: its backward sums each row's gradients in a fixed order on CPU and GPU,
+        # where advanced indexing's (index_put_ with accumulate) adds them in parallel, different bits every run.
+        if image_grids is None:
+            positions = F.embedding(indices, extractor.resize_positions(grid)[0])  # (B, k, D)
+        else:
+            side = int(extractor.position_embeddings.shape[1] ** 0.5)
+            table = extractor.position_embeddings.transpose(1, 2).unflatten(-1, (side, side))  # (1, D, G, G)
+            tables = resize_in_images(table, torch.full_like(image_grids, side), image_grids, grid, "bicubic",
+                                      extractor.antialias).flatten(2).transpose(1, 2)  # (B, Hp * Wp, D), float32
+            rows = indices + tables.shape[1] * torch.arange(indices.shape[0], device=indices.device)[:, None]
+            positions = F.embedding(rows, tables.flatten(0, 1)).to(table.dtype)
+        # Positions are added per patch before anything mixes tokens, so the order of kept tokens does not matter.
+        tokens = extractor.patch_embeddings.embed_selected(pixel_values, indices) + positions
+        return torch.cat([prefix_tokens.to(tokens.dtype), tokens], dim=1), attention_mask
+
+
 class LookWhereExtractor(LookWherePreTrainedModel):
     """The "what": a full-depth ViT on the kept high-resolution patches only, after the selector's global tokens. Its
     blocks' outputs and attentions are the model's `hidden_states` and `attentions`."""
@@ -579,6 +652,7 @@ class LookWhereExtractor(LookWherePreTrainedModel):
         self.position_embeddings = nn.Parameter(torch.empty(1, config.grid_size**2, config.hidden_size))
         if config.extractor_prefix == "extractor":  # its own global tokens, CLS (its position folded in) and registers
             self.prefix_tokens = nn.Parameter(torch.empty(1, 1 + config.num_register_tokens, config.hidden_size))
+        self.embeddings = LookWhereExtractorEmbeddings(config, self)
         self.layers = make_layers(config, config.num_hidden_layers)
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.post_init()
@@ -598,30 +672,7 @@ class LookWhereExtractor(LookWherePreTrainedModel):
         selector's global tokens) is not used. With
         `image_grids` (B, 2), each image's patch grid in a padded batch, positions come from each image's own grid.
         With `image_grids` or `unused_slots`, slots an image does not use (index -1) are attended by no token."""
-        p = self.patch_embeddings.patch_size
-        grid = (pixel_values.shape[2] // p, pixel_values.shape[3] // p)
-        if self.config.extractor_prefix == "extractor":
-            prefix_tokens = self.prefix_tokens.expand(pixel_values.shape[0], -1, -1)
-        attention_mask = None
-        if image_grids is not None or unused_slots:
-            kept = indices >= 0
-            indices = indices.clamp(min=0)  # an unused slot embeds cell 0, and no token attends to it
-            prefix = kept.new_ones(kept.shape[0], prefix_tokens.shape[1])
-            attention_mask = additive_key_mask(torch.cat([prefix, kept], dim=1))
-        # Rows are taken with F.embedding: its backward sums each row's gradients in a fixed order on CPU and GPU,
-        # where advanced indexing's (index_put_ with accumulate) adds them in parallel, different bits every run.
-        if image_grids is None:
-            positions = F.embedding(indices, self.resize_positions(grid)[0])  # (B, k, D)
-        else:
-            side = int(self.position_embeddings.shape[1] ** 0.5)
-            table = self.position_embeddings.transpose(1, 2).unflatten(-1, (side, side))  # (1, D, G, G)
-            tables = resize_in_images(table, torch.full_like(image_grids, side), image_grids, grid, "bicubic",
-                                      self.antialias).flatten(2).transpose(1, 2)  # (B, Hp * Wp, D), float32
-            rows = indices + tables.shape[1] * torch.arange(indices.shape[0], device=indices.device)[:, None]
-            positions = F.embedding(rows, tables.flatten(0, 1)).to(table.dtype)
-        # Positions are added per patch before anything mixes tokens, so the order of kept tokens does not matter.
-        tokens = self.patch_embeddings.embed_selected(pixel_values, indices) + positions
-        hidden_states = torch.cat([prefix_tokens.to(tokens.dtype), tokens], dim=1)
+        hidden_states, attention_mask = self.embeddings(pixel_values, indices, prefix_tokens, image_grids, unused_slots)
         for layer in self.layers:
             hidden_states = layer(hidden_states, attention_mask, **kwargs)
         return BaseModelOutput(last_hidden_state=self.norm(hidden_states))

@@ -187,6 +187,48 @@ class VecaCoreBank(nn.Module):
         return cores, coordinates
 
 
+class VecaEmbeddings(nn.Module):
+    """Pixels -> the encoder's inputs, as DINOv3's `DINOv3ViTEmbeddings`: the patch tokens (with the learned positions
+    when the config has a table) after the active cores, and what the encoder needs to place them.
+
+    Its weights are the model's own `patch_embeddings`, `position_embeddings` and `core_bank`, read through `model` at
+    each call and not registered here, so a weight keeps the one name that checkpoints, the converters and the
+    optimiser's groups know it by (`core_bank.cores`, not `embeddings.core_bank.cores`). Read at each call, not held:
+    loading and sharding replace the parameters (and PEFT may replace a module) after this module is built."""
+
+    def __init__(self, config: VecaConfig, model: nn.Module):
+        super().__init__()
+        self.config = config
+        object.__setattr__(self, "model", model)  # past nn.Module's registration: a reference, not a submodule
+
+    def forward(
+        self, pixel_values: torch.Tensor, num_cores: int, pixel_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """The encoder's inputs: [active cores ; patch tokens] (B, C + N, D), the patch tokens with the absolute
+        positions added when the config has a table, the cores' raw coordinates (B, C, 2), the patch centres ((N, 2), or
+        (B, N, 2) per image of a padded batch; shifted and rescaled in training) and, with a `pixel_mask`, the cores'
+        additive key mask (B, 1, 1, C + N)."""
+        model = self.model
+        batch_size, _, height, width = pixel_values.shape
+        grid = (height // self.config.patch_size, width // self.config.patch_size)
+        patches = model.patch_embeddings(pixel_values.to(model.patch_embeddings.projection.weight.dtype))
+        grids = None if pixel_mask is None else grids_from_mask(pixel_mask, self.config.patch_size)
+        if model.position_embeddings is not None:
+            patches = patches + model.position_embeddings(grid, grids).to(patches.dtype)
+        cores, core_coordinates = model.core_bank(batch_size, num_cores)
+        hidden_states = torch.cat([cores.to(patches.dtype), patches], dim=1)
+        attention_mask = None
+        if grids is not None:  # the cores attend to the active cores and their own image's patches
+            cells = cells_in_images(grids, grid)
+            attention_mask = additive_key_mask(torch.cat([cells.new_ones(batch_size, num_cores), cells], dim=1))
+        patch_coordinates = patch_center_coordinates(*grid, pixel_values.device, grids)
+        if self.training:
+            patch_coordinates = augment_patch_coordinates(
+                patch_coordinates, self.config.pos_embed_shift, self.config.pos_embed_rescale
+            )
+        return hidden_states, core_coordinates, patch_coordinates, attention_mask
+
+
 class VecaCoordinateHead(nn.Module):
     """Moves the cores with the image content: raw <- raw + alpha * Linear(x_cores), before every block but the first."""
 
@@ -593,6 +635,7 @@ class VecaModel(VecaPreTrainedModel):
         self.patch_embeddings = VecaPatchEmbeddings(config)
         self.position_embeddings = VecaPositionEmbeddings(config) if config.position_embedding_grid else None
         self.core_bank = VecaCoreBank(config)
+        self.embeddings = VecaEmbeddings(config, self)
         self.encoder = VecaEncoder(config)
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.output_projection = (
@@ -630,8 +673,8 @@ class VecaModel(VecaPreTrainedModel):
             image (`corevision_hf.veca_flops`) at this size fit.
         """
         num_cores = cores_to_keep(self.config, pixel_values, pixel_mask, num_cores, max_gflops, kwargs)
-        hidden_states, core_coordinates, patch_coordinates, attention_mask = self.embed(pixel_values, num_cores,
-                                                                                        pixel_mask)
+        hidden_states, core_coordinates, patch_coordinates, attention_mask = self.embeddings(pixel_values, num_cores,
+                                                                                             pixel_mask)
         encoder_outputs: VecaEncoderOutput = self.encoder(  # a dict even where the config asks for tuples
             hidden_states, num_cores, core_coordinates, patch_coordinates, attention_mask, return_dict=True, **kwargs
         )
@@ -646,32 +689,6 @@ class VecaModel(VecaPreTrainedModel):
             core_coordinates=encoder_outputs.core_coordinates,
             patch_tokens=sequence_output[:, num_cores:],
         )
-
-    def embed(
-        self, pixel_values: torch.Tensor, num_cores: int, pixel_mask: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """The encoder's inputs: [active cores ; patch tokens] (B, C + N, D), the patch tokens with the absolute
-        positions added when the config has a table, the cores' raw coordinates (B, C, 2), the patch centres ((N, 2), or
-        (B, N, 2) per image of a padded batch; shifted and rescaled in training) and, with a `pixel_mask`, the cores'
-        additive key mask (B, 1, 1, C + N)."""
-        batch_size, _, height, width = pixel_values.shape
-        grid = (height // self.config.patch_size, width // self.config.patch_size)
-        patches = self.patch_embeddings(pixel_values.to(self.patch_embeddings.projection.weight.dtype))
-        grids = None if pixel_mask is None else grids_from_mask(pixel_mask, self.config.patch_size)
-        if self.position_embeddings is not None:
-            patches = patches + self.position_embeddings(grid, grids).to(patches.dtype)
-        cores, core_coordinates = self.core_bank(batch_size, num_cores)
-        hidden_states = torch.cat([cores.to(patches.dtype), patches], dim=1)
-        attention_mask = None
-        if grids is not None:  # the cores attend to the active cores and their own image's patches
-            cells = cells_in_images(grids, grid)
-            attention_mask = additive_key_mask(torch.cat([cells.new_ones(batch_size, num_cores), cells], dim=1))
-        patch_coordinates = patch_center_coordinates(*grid, pixel_values.device, grids)
-        if self.training:
-            patch_coordinates = augment_patch_coordinates(
-                patch_coordinates, self.config.pos_embed_shift, self.config.pos_embed_rescale
-            )
-        return hidden_states, core_coordinates, patch_coordinates, attention_mask
 
     def get_intermediate_layers(
         self,
