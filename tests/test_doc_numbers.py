@@ -673,8 +673,10 @@ TASKS_README = [
     ("README.md", "{} [{}, {}] against the teacher at equal FLOPs, {} [{}, {}] against the dense teacher",
      [*interval(S, *goal("lookwhere_vs_equal_flops_teacher"), digits=2, sign=True),
       *interval(S, *goal("lookwhere_vs_dense_teacher"), digits=2, sign=True)]),
-    ("README.md", "Fine-tuned with labels it scores {}, level with",
-     [V(S, "variants", "single", "fine_tuned", "LookWhere-S k_ratio 0.1 selector", "accuracy", "mean", digits=2)]),
+    ("README.md", "Fine-tuned with labels it scores {}, {} [{}, {}] against the dense teacher's frozen probe",
+     [V(S, "variants", "single", "fine_tuned", "LookWhere-S k_ratio 0.1 selector", "accuracy", "mean", digits=2),
+      *interval(S, "variants", "single", "comparisons", "fine-tuned selector - teacher dense (best reader)", digits=2,
+                sign=True)]),
 ]
 
 # ------------------------------------------------------------------------------------------------ parity
