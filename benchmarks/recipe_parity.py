@@ -60,9 +60,9 @@ def reference_names(tensors: dict[str, torch.Tensor], chunk: int) -> dict[str, t
     coordinate heads' alphas as one `pos_alpha`, q / k / v apart."""
     out, alphas = {}, {}
     for name, value in tensors.items():
-        if name == "core_bank.cores":
+        if name == "embeddings.core_bank.cores":
             out.update({f"query_token_chunks.{i}": c for i, c in enumerate(value.split(chunk, dim=1))})
-        elif name == "core_bank.coordinates":
+        elif name == "embeddings.core_bank.coordinates":
             out.update({f"qcoord_chunks.{i}": c[None] for i, c in enumerate(value.split(chunk))})
         elif match := re.fullmatch(r"encoder\.coordinate_heads\.(\d+)\.alpha", name):
             alphas[int(match.group(1))] = value

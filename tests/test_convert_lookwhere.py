@@ -38,9 +38,9 @@ def tiny_model() -> LookWhereModel:
 
 def timm_vit(ours: dict, prefix: str, depth: int) -> dict:
     """One of our ViTs (`selector` / `extractor`) in timm's naming, without the CLS / register tokens."""
-    ref = {"pos_embed": ours[f"{prefix}.position_embeddings"]}
+    ref = {"pos_embed": ours[f"{prefix}.embeddings.position_embeddings"]}
     for k in ("weight", "bias"):
-        ref[f"patch_embed.proj.{k}"] = ours[f"{prefix}.patch_embeddings.projection.{k}"]
+        ref[f"patch_embed.proj.{k}"] = ours[f"{prefix}.embeddings.patch_embeddings.projection.{k}"]
         ref[f"norm.{k}"] = ours[f"{prefix}.norm.{k}"]
     for i in range(depth):
         b, o = f"blocks.{i}.", f"{prefix}.layers.{i}."
@@ -59,8 +59,8 @@ def to_reference(model: LookWhereModel) -> dict:
     ours, config = model.state_dict(), model.config
     d, r = config.hidden_size, config.num_register_tokens
     selector = timm_vit(ours, "selector", config.selector_depth)
-    selector["cls_token"] = ours["selector.cls_token"].clone()
-    selector["reg_token"] = ours["selector.register_tokens"].clone()
+    selector["cls_token"] = ours["selector.embeddings.cls_token"].clone()
+    selector["reg_token"] = ours["selector.embeddings.register_tokens"].clone()
     head = {f"{w}.{k}": ours[f"selector.map_head.{i}.{k}"].clone() for w, i in [("w1", 0), ("w2", 2)]
             for k in ("weight", "bias")}
     extractor = timm_vit(ours, "extractor", config.num_hidden_layers)

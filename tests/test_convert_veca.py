@@ -34,10 +34,10 @@ def tiny_model(**overrides) -> VecaModel:
 def to_reference(model: VecaModel) -> dict[str, torch.Tensor]:
     """Our weights in the authors' layout (the inverse of the converter, written independently)."""
     ours, config = model.state_dict(), model.config
-    ref = {f"patch_embed.proj.{k}": ours[f"patch_embeddings.projection.{k}"] for k in ("weight", "bias")}
-    for i, chunk in enumerate(ours["core_bank.cores"].split(8, dim=1)):
+    ref = {f"patch_embed.proj.{k}": ours[f"embeddings.patch_embeddings.projection.{k}"] for k in ("weight", "bias")}
+    for i, chunk in enumerate(ours["embeddings.core_bank.cores"].split(8, dim=1)):
         ref[f"query_token_chunks.{i}"] = chunk.clone()
-    for i, chunk in enumerate(ours["core_bank.coordinates"][None].split(8, dim=1)):
+    for i, chunk in enumerate(ours["embeddings.core_bank.coordinates"][None].split(8, dim=1)):
         ref[f"qcoord_chunks.{i}"] = chunk.clone()
     heads = range(config.num_hidden_layers - 1)
     ref["pos_alpha"] = torch.cat([ours[f"encoder.coordinate_heads.{i}.alpha"] for i in heads])

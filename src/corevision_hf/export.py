@@ -95,12 +95,12 @@ def onnx_rotary(model: nn.Module):
     rotations, and rotates with `apply_rotary_real`."""
     module = sys.modules[type(model).__module__]
     rotary = module.VecaRotaryEmbedding
-    original_apply, original_forward = module.apply_rotary, rotary.forward
-    module.apply_rotary, rotary.forward = apply_rotary_real, rotary.angles
+    original_apply, original_rotations = module.apply_rotary, rotary.rotations
+    module.apply_rotary, rotary.rotations = apply_rotary_real, rotary.angles
     try:
         yield
     finally:
-        module.apply_rotary, rotary.forward = original_apply, original_forward
+        module.apply_rotary, rotary.rotations = original_apply, original_rotations
 
 
 @contextlib.contextmanager
@@ -265,7 +265,8 @@ class LookWhereGraph(nn.Module):
             k = self.budget_check(k, within)
         global_tokens, selector_map = model.selector(pixel_values, grid)
         selected_indices = selector_map.topk(k, dim=-1).indices.sort(dim=-1).values
-        kept = model.extractor(pixel_values, selected_indices, global_tokens, return_dict=True).last_hidden_state
+        prefix_tokens = global_tokens if model.config.extractor_prefix == "selector" else None
+        kept = model.extractor(pixel_values, selected_indices, prefix_tokens, return_dict=True).last_hidden_state
         return model.dense_fill(selected_indices, selector_map, grid)(kept), kept[:, 0]
 
     def forward_mass(self, pixel_values: torch.Tensor, grid: tuple[int, int], k_mass: torch.Tensor):
@@ -280,7 +281,8 @@ class LookWhereGraph(nn.Module):
         within = (k_mass > 0) & (k_mass <= 1) & (slots <= grid[0] * grid[1])
         slots = self.budget_check(slots, within)
         selected_indices = module.select_in_images(selector_map, slots, kept, None)
-        tokens = model.extractor(pixel_values, selected_indices, global_tokens, None, True,
+        prefix_tokens = global_tokens if model.config.extractor_prefix == "selector" else None
+        tokens = model.extractor(pixel_values, selected_indices, prefix_tokens, None, True,
                                  return_dict=True).last_hidden_state
         return model.dense_fill(selected_indices, selector_map, grid)(tokens), tokens[:, 0]
 

@@ -81,24 +81,25 @@ def student_state(teacher_state: dict, config: LookWhereConfig) -> dict:
     positions = teacher_state["embeddings.position_embeddings"]
     state = {}
     for part in ("selector", "extractor"):
-        state[f"{part}.patch_embeddings.projection.weight"] = teacher_state["embeddings.patch_embeddings.projection.weight"]
-        state[f"{part}.patch_embeddings.projection.bias"] = teacher_state["embeddings.patch_embeddings.projection.bias"]
-        state[f"{part}.norm.weight"] = teacher_state["layernorm.weight"]
-        state[f"{part}.norm.bias"] = teacher_state["layernorm.bias"]
+        for name in ("weight", "bias"):
+            state[f"{part}.embeddings.patch_embeddings.projection.{name}"] = teacher_state[
+                f"embeddings.patch_embeddings.projection.{name}"]
+            state[f"{part}.norm.{name}"] = teacher_state[f"layernorm.{name}"]
     for layer in range(config.num_hidden_layers):
         state.update(teacher_block(teacher_state, f"extractor.layers.{layer}", layer))
     for layer in range(config.selector_depth):
         state.update(teacher_block(teacher_state, f"selector.layers.{layer}", layer))
     patch_positions = positions[:, 1:]
-    state["extractor.position_embeddings"] = patch_positions
+    state["extractor.embeddings.position_embeddings"] = patch_positions
     g = config.selector_grid_size
-    state["selector.position_embeddings"] = resize_position_table(patch_positions, (g, g), config.interpolate_antialias)
-    state["selector.cls_token"] = teacher_state["embeddings.cls_token"] + positions[:, :1]
-    state["selector.register_tokens"] = teacher_state.get(
-        "embeddings.register_tokens", torch.zeros(1, 0, config.hidden_size)
-    )
+    selector = {
+        "position_embeddings": resize_position_table(patch_positions, (g, g), config.interpolate_antialias),
+        "cls_token": teacher_state["embeddings.cls_token"] + positions[:, :1],
+        "register_tokens": teacher_state.get("embeddings.register_tokens", torch.zeros(1, 0, config.hidden_size)),
+    }
+    state.update({f"selector.embeddings.{name}": value for name, value in selector.items()})
     if config.extractor_prefix == "extractor":  # the extractor's own global tokens: the teacher's
-        state["extractor.prefix_tokens"] = torch.cat([state["selector.cls_token"], state["selector.register_tokens"]], 1)
+        state["extractor.embeddings.prefix_tokens"] = torch.cat([selector["cls_token"], selector["register_tokens"]], 1)
     return state
 
 

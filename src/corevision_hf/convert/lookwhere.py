@@ -99,9 +99,9 @@ def convert_reference_state_dict(
 ) -> tuple[LookWhereConfig, dict[str, torch.Tensor]]:
     """Reference checkpoint dict -> (inferred `LookWhereConfig`, `LookWhereModel` state dict).
 
-    selector backbone: cls_token -> selector.cls_token, reg_token -> selector.register_tokens,
-    pos_embed -> selector.position_embeddings, patch_embed.proj -> selector.patch_embeddings.projection,
-    blocks.{l} -> selector.layers.{l} (BLOCK_RENAMES), norm -> selector.norm;
+    selector backbone: cls_token, reg_token, pos_embed and patch_embed.proj -> selector.embeddings.cls_token,
+    .register_tokens, .position_embeddings and .patch_embeddings.projection; blocks.{l} -> selector.layers.{l}
+    (BLOCK_RENAMES), norm -> selector.norm;
     selector head: w1 -> selector.map_head.0, w2 -> selector.map_head.2;
     extractor: the same names under extractor.*, its cls_token / reg_token dropped (unused by the method).
     Raises ValueError on unknown, missing or mis-shaped weights."""
@@ -125,9 +125,9 @@ def convert_reference_state_dict(
                     ours[part_name], sources[part_name] = part, f"{where}.{key}"
 
     config = _infer_config(ours, parts, num_attention_heads)
-    if "selector.register_tokens" not in ours and config.num_register_tokens == 0:
-        ours["selector.register_tokens"] = torch.zeros(1, 0, config.hidden_size)  # a ViT without registers
-        sources["selector.register_tokens"] = "selector.backbone.reg_token"
+    if "selector.embeddings.register_tokens" not in ours and config.num_register_tokens == 0:
+        ours["selector.embeddings.register_tokens"] = torch.zeros(1, 0, config.hidden_size)  # a ViT without registers
+        sources["selector.embeddings.register_tokens"] = "selector.backbone.reg_token"
 
     check_converted_keys(
         LookWhereModel, config, ours, sources, unexpected,
@@ -146,13 +146,13 @@ def _rename(where: str, prefix: str, key: str) -> str | None:
         return None
     if where == "selector.backbone":
         if key == "cls_token":
-            return "selector.cls_token"
+            return "selector.embeddings.cls_token"
         if key == "reg_token":
-            return "selector.register_tokens"
+            return "selector.embeddings.register_tokens"
     if key == "pos_embed":
-        return f"{prefix}.position_embeddings"
+        return f"{prefix}.embeddings.position_embeddings"
     if key.startswith("patch_embed.proj."):
-        return f"{prefix}.patch_embeddings.projection." + key[len("patch_embed.proj."):]
+        return f"{prefix}.embeddings.patch_embeddings.projection." + key[len("patch_embed.proj."):]
     if key.startswith("norm."):
         return f"{prefix}.{key}"
     if match := re.match(r"blocks\.(\d+)\.", key):
@@ -189,9 +189,9 @@ def _infer_config(ours: dict, parts: dict, num_attention_heads: int | None) -> L
     """Sizes from shapes: conv weight (D, C, p, p), fc1 weight (h, D), pos_embed (1, G * G, D), reg_token (1, R, D),
     head w1 weight (r * D, D), w2 weight (m * m, r * D)."""
     needed = {
-        "extractor.patch_embeddings.projection.weight": "extractor.patch_embed.proj.weight",
-        "extractor.position_embeddings": "extractor.pos_embed",
-        "selector.position_embeddings": "selector.backbone.pos_embed",
+        "extractor.embeddings.patch_embeddings.projection.weight": "extractor.patch_embed.proj.weight",
+        "extractor.embeddings.position_embeddings": "extractor.pos_embed",
+        "selector.embeddings.position_embeddings": "selector.backbone.pos_embed",
         "extractor.layers.0.mlp.fc1.weight": "extractor.blocks.0.mlp.fc1.weight",
         "selector.map_head.0.weight": "selector.head.w1.weight",
         "selector.map_head.2.weight": "selector.head.w2.weight",
@@ -199,7 +199,7 @@ def _infer_config(ours: dict, parts: dict, num_attention_heads: int | None) -> L
     absent = [ref for name, ref in needed.items() if name not in ours]
     if absent:
         raise ValueError(f"This is not a LookWhere reference checkpoint: it has no {', '.join(absent)}.")
-    conv = ours["extractor.patch_embeddings.projection.weight"]
+    conv = ours["extractor.embeddings.patch_embeddings.projection.weight"]
     if conv.ndim != 4 or conv.shape[2] != conv.shape[3]:
         raise ValueError(f"extractor.patch_embed.proj.weight has shape {tuple(conv.shape)}; expected (D, C, p, p).")
     hidden_size, num_channels, patch_size, _ = conv.shape
@@ -212,7 +212,7 @@ def _infer_config(ours: dict, parts: dict, num_attention_heads: int | None) -> L
     if map_hidden % hidden_size:
         raise ValueError(f"selector.head.w1.weight has {map_hidden} output features, not a multiple of the "
                          f"hidden size {hidden_size}.")
-    registers = ours.get("selector.register_tokens")
+    registers = ours.get("selector.embeddings.register_tokens")
     fc1_rows, fc2_columns = _mlp_widths(ours, hidden_size)
     config = LookWhereConfig(
         hidden_size=hidden_size,
@@ -224,10 +224,10 @@ def _infer_config(ours: dict, parts: dict, num_attention_heads: int | None) -> L
         num_channels=num_channels,
         num_register_tokens=0 if registers is None or registers.ndim != 3 else registers.shape[1],
         qkv_bias="extractor.layers.0.attention.q_proj.bias" in ours,
-        image_size=_grid_side(ours["extractor.position_embeddings"], "extractor.pos_embed") * patch_size,
+        image_size=_grid_side(ours["extractor.embeddings.position_embeddings"], "extractor.pos_embed") * patch_size,
         selector_depth=_depth(parts["selector.backbone"][1]),
         selector_image_size=patch_size
-        * _grid_side(ours["selector.position_embeddings"], "selector.backbone.pos_embed"),
+        * _grid_side(ours["selector.embeddings.position_embeddings"], "selector.backbone.pos_embed"),
         map_head_ratio=map_hidden // hidden_size,
         # What the released inference code computes (timm's DINOv2 blocks and F.interpolate), which its training
         # differed from (training.distill_lookwhere's recipe sets those values): exact GELU, LayerNorm epsilon 1e-6, no

@@ -33,8 +33,8 @@ from corevision_hf.convert.common import (
 
 # One-to-one renames, reference -> ours; `{l}` is a layer index. The core bank and the alphas are merged below.
 RENAMES = [
-    ("patch_embed.proj.", "patch_embeddings.projection."),
-    ("patch_embed.norm.", "patch_embeddings.norm."),
+    ("patch_embed.proj.", "embeddings.patch_embeddings.projection."),
+    ("patch_embed.norm.", "embeddings.patch_embeddings.norm."),
     ("pos_linears.{l}.", "encoder.coordinate_heads.{l}.proj."),
     ("blocks.{l}.norm_attn.", "encoder.layers.{l}.norm1."),
     ("blocks.{l}.attn.q_proj.", "encoder.layers.{l}.attention.q_proj."),
@@ -157,8 +157,8 @@ def convert_reference_state_dict(
 ) -> tuple[VecaConfig, dict[str, torch.Tensor]]:
     """Reference state dict (and the reference config saved with it, if any) -> (`VecaConfig`, `VecaModel` state
     dict). `settings` are config fields the caller states (e.g. `rope_zero_fraction`). With M cores and L layers:
-    query_token_chunks.{i} (1, 8, D), concatenated -> core_bank.cores (1, M, D);
-    qcoord_chunks.{i} (1, 8, 2), raw pre-tanh -> core_bank.coordinates (M, 2), still raw;
+    query_token_chunks.{i} (1, 8, D), concatenated -> embeddings.core_bank.cores (1, M, D);
+    qcoord_chunks.{i} (1, 8, 2), raw pre-tanh -> embeddings.core_bank.coordinates (M, 2), still raw;
     pos_alpha (L-1,) -> encoder.coordinate_heads.{l}.alpha (1,);
     everything else is renamed (RENAMES). Raises ValueError on unknown, missing or mis-shaped weights."""
     settings, stated_sizes, _ = reference_settings(
@@ -178,11 +178,12 @@ def convert_reference_state_dict(
                 put(prefix + key[match.end():], value, key, [key])
                 break
 
-    for prefix, name in [("query_token_chunks", "core_bank.cores"), ("qcoord_chunks", "core_bank.coordinates")]:
+    bank = "embeddings.core_bank."
+    for prefix, name in [("query_token_chunks", bank + "cores"), ("qcoord_chunks", bank + "coordinates")]:
         if keys := _chunk_keys(state_dict, prefix):
             put(name, torch.cat([state_dict[k] for k in keys], dim=1), f"{prefix}.*", keys)
-    if "core_bank.coordinates" in ours:
-        ours["core_bank.coordinates"] = ours["core_bank.coordinates"].flatten(0, 1)  # (1, M, 2) -> (M, 2)
+    if bank + "coordinates" in ours:
+        ours[bank + "coordinates"] = ours[bank + "coordinates"].flatten(0, 1)  # (1, M, 2) -> (M, 2)
 
     if "pos_alpha" in state_dict:
         for layer, alpha in enumerate(state_dict["pos_alpha"].reshape(-1)):
@@ -202,13 +203,14 @@ def convert_reference_state_dict(
 def _infer_config(ours: dict, num_layers: int, settings: dict, stated_sizes: dict) -> VecaConfig:
     """Sizes from shapes: conv weight (D, C, p, p), cores (1, M, D), fc2 weight (D, h), output_proj (D', D); the
     sizes the reference config states must agree with them."""
-    needed = {"patch_embeddings.projection.weight": "patch_embed.proj.weight",
-              "core_bank.cores": "query_token_chunks.*", "encoder.layers.0.mlp.fc2.weight": "blocks.0.fc2.weight"}
+    needed = {"embeddings.patch_embeddings.projection.weight": "patch_embed.proj.weight",
+              "embeddings.core_bank.cores": "query_token_chunks.*",
+              "encoder.layers.0.mlp.fc2.weight": "blocks.0.fc2.weight"}
     absent = [ref for name, ref in needed.items() if name not in ours]
     if absent:
         raise ValueError(f"This is not a VECA reference checkpoint: it has no {', '.join(absent)}.")
-    conv = ours["patch_embeddings.projection.weight"]
-    if conv.ndim != 4 or conv.shape[2] != conv.shape[3] or ours["core_bank.cores"].ndim != 3:
+    conv = ours["embeddings.patch_embeddings.projection.weight"]
+    if conv.ndim != 4 or conv.shape[2] != conv.shape[3] or ours["embeddings.core_bank.cores"].ndim != 3:
         raise ValueError("This is not a VECA reference checkpoint: patch_embed.proj.weight or the core bank has an "
                          "unexpected number of dimensions.")
     hidden_size, num_channels, patch_size, _ = conv.shape
@@ -219,8 +221,8 @@ def _infer_config(ours: dict, num_layers: int, settings: dict, stated_sizes: dic
         intermediate_size=ours["encoder.layers.0.mlp.fc2.weight"].shape[1],
         patch_size=patch_size,
         num_channels=num_channels,
-        num_cores=ours["core_bank.cores"].shape[1],
-        patch_embedding_norm="patch_embeddings.norm.weight" in ours,
+        num_cores=ours["embeddings.core_bank.cores"].shape[1],
+        patch_embedding_norm="embeddings.patch_embeddings.norm.weight" in ours,
         output_projection_size=None if output_projection is None else output_projection.shape[0],
     )
     if stated_sizes.get("output_projection_size") == hidden_size:

@@ -16,7 +16,7 @@ FAMILIES = {"Dinov2Model": 0, "Dinov2WithRegistersModel": 0, "DINOv3ViTModel": 1
 
 # VECA module -> the teacher's (DINOv2, DINOv3) module whose weight and bias it takes; {i} is a block index.
 TEACHER_NAMES = {
-    "patch_embeddings.projection": ("embeddings.patch_embeddings.projection", "embeddings.patch_embeddings"),
+    "embeddings.patch_embeddings.projection": ("embeddings.patch_embeddings.projection", "embeddings.patch_embeddings"),
     "encoder.layers.{i}.norm1": ("encoder.layer.{i}.norm1", "model.layer.{i}.norm1"),
     "encoder.layers.{i}.attention.q_proj": ("encoder.layer.{i}.attention.q_proj", "model.layer.{i}.attention.q_proj"),
     "encoder.layers.{i}.attention.k_proj": ("encoder.layer.{i}.attention.k_proj", "model.layer.{i}.attention.k_proj"),
@@ -132,9 +132,9 @@ def teacher_positions(teacher_state: dict, config: VecaConfig, state: dict, copi
     if positions is None or not config.position_embedding_grid:
         return []
     grid = (config.position_embedding_grid,) * 2
-    state["position_embeddings.weight"] = resize_position_table(positions[:, 1:], grid,
-                                                                config.position_embedding_antialias)
-    copied.append("position_embeddings.weight")
+    state["embeddings.position_embeddings"] = resize_position_table(positions[:, 1:], grid,
+                                                                    config.position_embedding_antialias)
+    copied.append("embeddings.position_embeddings")
     return ["embeddings.position_embeddings"]
 
 

@@ -315,22 +315,21 @@ def make_layers(config: LookWhereConfig, depth: int) -> nn.ModuleList:
 
 class LookWhereSelectorEmbeddings(nn.Module):
     """The selector's input tokens, as DINOv3's `DINOv3ViTEmbeddings`: a low-resolution copy of the image, its patch
-    tokens with their positions, after the CLS and register tokens.
+    tokens with their positions, after the CLS and register tokens."""
 
-    Its weights are the selector's own (`patch_embeddings`, `cls_token`, `register_tokens`, `position_embeddings`),
-    read through `selector` at each call and not registered here, so a weight keeps the one name that checkpoints, the
-    converters and the optimiser's groups know it by (`selector.cls_token`, not `selector.embeddings.cls_token`). Read
-    at each call, not held: loading and sharding replace the parameters after this module is built."""
-
-    def __init__(self, config: LookWhereConfig, selector: nn.Module):
+    def __init__(self, config: LookWhereConfig):
         super().__init__()
         self.config = config
-        object.__setattr__(self, "selector", selector)  # past nn.Module's registration: a reference, not a submodule
+        d = config.hidden_size
+        self.patch_embeddings = LookWherePatchEmbeddings(config)
+        self.cls_token = nn.Parameter(torch.empty(1, 1, d))  # its position embedding is folded in
+        self.register_tokens = nn.Parameter(torch.empty(1, config.num_register_tokens, d))
+        self.position_embeddings = nn.Parameter(torch.empty(1, config.selector_grid_size**2, d))
 
     def forward(self, pixel_values: torch.Tensor, image_grids: torch.Tensor | None = None) -> torch.Tensor:
         """(B, C, H, W) high-res images -> (B, 1 + R + g * g, D) tokens [CLS ; registers ; low-res patches]. With
         `image_grids` (B, 2), each image's patch grid in a padded batch, each image's own content is resized."""
-        selector, size = self.selector, self.config.selector_image_size
+        size = self.config.selector_image_size
         # In float32: CPU kernels for antialiased resizing take no bf16 / fp16. F.interpolate where one size serves the
         # batch (fewer operations, and ONNX export maps it to Resize); per-image weights in a padded batch.
         if image_grids is None:
@@ -343,8 +342,8 @@ class LookWhereSelectorEmbeddings(nn.Module):
                                        torch.full_like(image_grids, size), (size, size), "bilinear",
                                        self.config.selector_antialias)
         low_res = low_res.to(pixel_values.dtype)
-        patches = selector.patch_embeddings(low_res) + selector.position_embeddings
-        prefix = torch.cat([selector.cls_token, selector.register_tokens], dim=1).expand(pixel_values.shape[0], -1, -1)
+        patches = self.patch_embeddings(low_res) + self.position_embeddings
+        prefix = torch.cat([self.cls_token, self.register_tokens], dim=1).expand(pixel_values.shape[0], -1, -1)
         return torch.cat([prefix.to(patches.dtype), patches], dim=1)
 
 
@@ -356,11 +355,7 @@ class LookWhereSelector(nn.Module):
         super().__init__()
         self.config = config
         d = config.hidden_size
-        self.patch_embeddings = LookWherePatchEmbeddings(config)
-        self.cls_token = nn.Parameter(torch.empty(1, 1, d))  # its position embedding is folded in
-        self.register_tokens = nn.Parameter(torch.empty(1, config.num_register_tokens, d))
-        self.position_embeddings = nn.Parameter(torch.empty(1, config.selector_grid_size**2, d))
-        self.embeddings = LookWhereSelectorEmbeddings(config, self)
+        self.embeddings = LookWhereSelectorEmbeddings(config)
         self.layers = make_layers(config, config.selector_depth)
         self.norm = nn.LayerNorm(d, eps=config.layer_norm_eps)
         m, r = config.map_upsampling, config.map_head_ratio
@@ -515,6 +510,13 @@ def additive_key_mask(keep: torch.Tensor) -> torch.Tensor:
 LEGACY_KEYS = [
     ("attention.qkv", ["attention.q_proj", "attention.k_proj", "attention.v_proj"]),  # fused (q; k; v) rows
     ("attention.proj", "attention.o_proj"),
+    ("selector.patch_embeddings.", "selector.embeddings.patch_embeddings."),  # the embeddings own their weights
+    ("selector.cls_token", "selector.embeddings.cls_token"),
+    ("selector.register_tokens", "selector.embeddings.register_tokens"),
+    ("selector.position_embeddings", "selector.embeddings.position_embeddings"),
+    ("extractor.patch_embeddings.", "extractor.embeddings.patch_embeddings."),
+    ("extractor.position_embeddings", "extractor.embeddings.position_embeddings"),
+    ("extractor.prefix_tokens", "extractor.embeddings.prefix_tokens"),
 ]
 
 
@@ -580,79 +582,79 @@ class LookWherePreTrainedModel(PreTrainedModel):
             init.zeros_(module.bias)
         elif isinstance(module, LookWhereLayerScale):
             init.constant_(module.lambda1, self.config.layerscale_value)
-        elif isinstance(module, LookWhereSelector):
+        elif isinstance(module, LookWhereSelectorEmbeddings):
             for tensor in (module.cls_token, module.register_tokens, module.position_embeddings):
                 init.trunc_normal_(tensor, mean=0.0, std=std)
-        elif isinstance(module, LookWhereExtractor):
-            for tensor in (module.position_embeddings, getattr(module, "prefix_tokens", None)):
+        elif isinstance(module, LookWhereExtractorEmbeddings):
+            for tensor in (module.position_embeddings, module.prefix_tokens):
                 if tensor is not None:
                     init.trunc_normal_(tensor, mean=0.0, std=std)
 
 
 class LookWhereExtractorEmbeddings(nn.Module):
     """The extractor's input tokens, as DINOv3's `DINOv3ViTEmbeddings`: the kept high-resolution patches, each with its
-    position, after the prefix (the selector's global tokens, or the extractor's own), and the key mask that hides the
-    slots an image does not use.
+    position, after the prefix (the selector's global tokens, or the extractor's own, `prefix_tokens`). The table is
+    resized by `resize_positions`, which `corevision_hf.optimize_for_cpu` replaces."""
 
-    Its weights are the extractor's own (`patch_embeddings`, `position_embeddings`, `prefix_tokens`), read through
-    `extractor` at each call, as `LookWhereSelectorEmbeddings` reads the selector's: their names stay
-    `extractor.position_embeddings`, .... The table is resized by `extractor.resize_positions`, which
-    `corevision_hf.optimize_for_cpu` replaces."""
-
-    def __init__(self, config: LookWhereConfig, extractor: nn.Module):
+    def __init__(self, config: LookWhereConfig):
         super().__init__()
         self.config = config
-        object.__setattr__(self, "extractor", extractor)  # past nn.Module's registration: a reference, not a submodule
+        self.antialias = config.interpolate_antialias
+        self.patch_embeddings = LookWherePatchEmbeddings(config)
+        self.position_embeddings = nn.Parameter(torch.empty(1, config.grid_size**2, config.hidden_size))
+        # Its own global tokens, CLS (its position folded in) and registers, unless it reads the selector's.
+        self.prefix_tokens = (nn.Parameter(torch.empty(1, 1 + config.num_register_tokens, config.hidden_size))
+                              if config.extractor_prefix == "extractor" else None)
 
     def forward(
         self,
         pixel_values: torch.Tensor,
         indices: torch.Tensor,
-        prefix_tokens: torch.Tensor,
+        prefix_tokens: torch.Tensor | None = None,
         image_grids: torch.Tensor | None = None,
-        unused_slots: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(B, C, H, W) images, (B, k) kept patch indices, (B, P, D) prefix tokens -> tokens (B, P + k, D) and, with
-        `image_grids` or `unused_slots`, the additive key mask (B, 1, 1, P + k) that hides the slots an image does not
-        use (index -1); positions come from each image's own grid with `image_grids` (B, 2)."""
-        extractor, p = self.extractor, self.config.patch_size
+    ) -> torch.Tensor:
+        """(B, C, H, W) images, (B, k) kept patch indices (-1 in a slot an image does not use, which embeds cell 0),
+        (B, P, D) prefix tokens (the selector's global tokens; None with `extractor_prefix="extractor"`, whose prefix
+        is the extractor's own) -> tokens (B, P + k, D); positions come from each image's own grid with `image_grids`
+        (B, 2)."""
+        p = self.config.patch_size
         grid = (pixel_values.shape[2] // p, pixel_values.shape[3] // p)
-        if self.config.extractor_prefix == "extractor":
-            prefix_tokens = extractor.prefix_tokens.expand(pixel_values.shape[0], -1, -1)
-        attention_mask = None
-        if image_grids is not None or unused_slots:
-            kept = indices >= 0
-            indices = indices.clamp(min=0)  # an unused slot embeds cell 0, and no token attends to it
-            prefix = kept.new_ones(kept.shape[0], prefix_tokens.shape[1])
-            attention_mask = additive_key_mask(torch.cat([prefix, kept], dim=1))
+        if (prefix_tokens is None) == (self.prefix_tokens is None):
+            raise ValueError(
+                f"extractor_prefix={self.config.extractor_prefix!r}: the extractor reads "
+                + ("the selector's global tokens; pass them as prefix_tokens." if self.prefix_tokens is None
+                   else "its own prefix tokens; pass prefix_tokens=None.")
+            )
+        if prefix_tokens is None:
+            prefix_tokens = self.prefix_tokens.expand(pixel_values.shape[0], -1, -1)
+        indices = indices.clamp(min=0)
         # Rows are taken with F.embedding: its backward sums each row's gradients in a fixed order on CPU and GPU,
         # where advanced indexing's (index_put_ with accumulate) adds them in parallel, different bits every run.
         if image_grids is None:
-            positions = F.embedding(indices, extractor.resize_positions(grid)[0])  # (B, k, D)
+            positions = F.embedding(indices, self.resize_positions(grid)[0])  # (B, k, D)
         else:
-            side = int(extractor.position_embeddings.shape[1] ** 0.5)
-            table = extractor.position_embeddings.transpose(1, 2).unflatten(-1, (side, side))  # (1, D, G, G)
+            side = int(self.position_embeddings.shape[1] ** 0.5)
+            table = self.position_embeddings.transpose(1, 2).unflatten(-1, (side, side))  # (1, D, G, G)
             tables = resize_in_images(table, torch.full_like(image_grids, side), image_grids, grid, "bicubic",
-                                      extractor.antialias).flatten(2).transpose(1, 2)  # (B, Hp * Wp, D), float32
+                                      self.antialias).flatten(2).transpose(1, 2)  # (B, Hp * Wp, D), float32
             rows = indices + tables.shape[1] * torch.arange(indices.shape[0], device=indices.device)[:, None]
             positions = F.embedding(rows, tables.flatten(0, 1)).to(table.dtype)
         # Positions are added per patch before anything mixes tokens, so the order of kept tokens does not matter.
-        tokens = extractor.patch_embeddings.embed_selected(pixel_values, indices) + positions
-        return torch.cat([prefix_tokens.to(tokens.dtype), tokens], dim=1), attention_mask
+        tokens = self.patch_embeddings.embed_selected(pixel_values, indices) + positions
+        return torch.cat([prefix_tokens.to(tokens.dtype), tokens], dim=1)
+
+    def resize_positions(self, grid: tuple[int, int]) -> torch.Tensor:
+        """The position table on a (Hp, Wp) grid: (1, Hp * Wp, D)."""
+        return resize_position_table(self.position_embeddings, grid, self.antialias)
 
 
 class LookWhereExtractor(LookWherePreTrainedModel):
-    """The "what": a full-depth ViT on the kept high-resolution patches only, after the selector's global tokens. Its
-    blocks' outputs and attentions are the model's `hidden_states` and `attentions`."""
+    """The "what": a full-depth ViT on the kept high-resolution patches only, after the selector's global tokens (or
+    its own). Its blocks' outputs and attentions are the model's `hidden_states` and `attentions`."""
 
     def __init__(self, config: LookWhereConfig):
         super().__init__(config)
-        self.antialias = config.interpolate_antialias
-        self.patch_embeddings = LookWherePatchEmbeddings(config)
-        self.position_embeddings = nn.Parameter(torch.empty(1, config.grid_size**2, config.hidden_size))
-        if config.extractor_prefix == "extractor":  # its own global tokens, CLS (its position folded in) and registers
-            self.prefix_tokens = nn.Parameter(torch.empty(1, 1 + config.num_register_tokens, config.hidden_size))
-        self.embeddings = LookWhereExtractorEmbeddings(config, self)
+        self.embeddings = LookWhereExtractorEmbeddings(config)
         self.layers = make_layers(config, config.num_hidden_layers)
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.post_init()
@@ -662,24 +664,25 @@ class LookWhereExtractor(LookWherePreTrainedModel):
         self,
         pixel_values: torch.Tensor,
         indices: torch.Tensor,
-        prefix_tokens: torch.Tensor,
+        prefix_tokens: torch.Tensor | None = None,
         image_grids: torch.Tensor | None = None,
         unused_slots: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
-        """(B, C, H, W) images, (B, k) kept patch indices, (B, P, D) prefix tokens -> last_hidden_state (B, P + k, D),
-        normalised. With `extractor_prefix="extractor"` the prefix is the extractor's own and `prefix_tokens` (the
-        selector's global tokens) is not used. With
-        `image_grids` (B, 2), each image's patch grid in a padded batch, positions come from each image's own grid.
-        With `image_grids` or `unused_slots`, slots an image does not use (index -1) are attended by no token."""
-        hidden_states, attention_mask = self.embeddings(pixel_values, indices, prefix_tokens, image_grids, unused_slots)
+        """(B, C, H, W) images, (B, k) kept patch indices, (B, P, D) prefix tokens (the selector's global tokens; None
+        with `extractor_prefix="extractor"`, whose prefix is the extractor's own) -> last_hidden_state (B, P + k, D),
+        normalised. With `image_grids` (B, 2), each image's patch grid in a padded batch, positions come from each
+        image's own grid. With `image_grids` or `unused_slots`, slots an image does not use (index -1) are attended by
+        no token."""
+        hidden_states = self.embeddings(pixel_values, indices, prefix_tokens, image_grids)
+        attention_mask = None
+        if image_grids is not None or unused_slots:  # no token attends to a slot an image does not use
+            kept = indices >= 0
+            prefix = kept.new_ones(kept.shape[0], hidden_states.shape[1] - kept.shape[1])
+            attention_mask = additive_key_mask(torch.cat([prefix, kept], dim=1))
         for layer in self.layers:
             hidden_states = layer(hidden_states, attention_mask, **kwargs)
         return BaseModelOutput(last_hidden_state=self.norm(hidden_states))
-
-    def resize_positions(self, grid: tuple[int, int]) -> torch.Tensor:
-        """The position table on a (Hp, Wp) grid: (1, Hp * Wp, D)."""
-        return resize_position_table(self.position_embeddings, grid, self.antialias)
 
 
 class LookWhereModel(LookWherePreTrainedModel):
@@ -691,7 +694,7 @@ class LookWhereModel(LookWherePreTrainedModel):
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Module:
-        return self.extractor.patch_embeddings.projection
+        return self.extractor.embeddings.patch_embeddings.projection
 
     @can_return_tuple
     def forward(
@@ -749,7 +752,8 @@ class LookWhereModel(LookWherePreTrainedModel):
         selected_indices, num_kept, unused_slots = select(selector_map)
         # What: the extractor embeds and runs the kept patches only, after the selector's global tokens (or, with
         # extractor_prefix="extractor", its own).
-        extracted = self.extractor(pixel_values, selected_indices, global_tokens, image_grids, unused_slots,
+        prefix_tokens = global_tokens if self.config.extractor_prefix == "selector" else None
+        extracted = self.extractor(pixel_values, selected_indices, prefix_tokens, image_grids, unused_slots,
                                    return_dict=True, **kwargs)
         outputs = LookWhereModelOutput(
             last_hidden_state=extracted.last_hidden_state,

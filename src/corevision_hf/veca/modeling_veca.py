@@ -135,27 +135,6 @@ def resize_in_images(
     return rows[:, None] @ images.float() @ columns[:, None].transpose(-1, -2)
 
 
-class VecaPositionEmbeddings(nn.Module):
-    """A learned absolute position table of G x G patches (a ViT teacher's, DINOv2's), added to the patch tokens and
-    resized bicubically to each grid as DINOv2 resizes its own; off unless `config.position_embedding_grid` is set."""
-
-    def __init__(self, config: VecaConfig):
-        super().__init__()
-        self.antialias = config.position_embedding_antialias
-        self.weight = nn.Parameter(torch.empty(1, config.position_embedding_grid**2, config.hidden_size))
-
-    def forward(self, grid: tuple[int, int], image_grids: torch.Tensor | None = None) -> torch.Tensor:
-        """The table on a (Hp, Wp) grid, (1, Hp * Wp, D); with `image_grids` (B, 2), each image's (rows, columns) in a
-        padded batch, (B, Hp * Wp, D): each image's table on its own grid at the top left, zero on its padding."""
-        if image_grids is None:
-            return resize_position_table(self.weight, grid, self.antialias)
-        side = int(self.weight.shape[1] ** 0.5)
-        table = self.weight.transpose(1, 2).unflatten(-1, (side, side))  # (1, D, G, G)
-        tables = resize_in_images(table, torch.full_like(image_grids, side), image_grids, grid, "bicubic",
-                                  self.antialias)
-        return tables.flatten(2).transpose(1, 2).to(self.weight.dtype)
-
-
 def farthest_point_coordinates(
     num_points: int, num_candidates: int, extent: float, seed: int
 ) -> torch.Tensor:
@@ -188,45 +167,43 @@ class VecaCoreBank(nn.Module):
 
 
 class VecaEmbeddings(nn.Module):
-    """Pixels -> the encoder's inputs, as DINOv3's `DINOv3ViTEmbeddings`: the patch tokens (with the learned positions
-    when the config has a table) after the active cores, and what the encoder needs to place them.
+    """Pixels -> the encoder's input tokens, as DINOv3's `DINOv3ViTEmbeddings`: the active cores of the bank, then the
+    patch tokens. With `config.position_embedding_grid`, a learned absolute position table of G x G patches (a ViT
+    teacher's, DINOv2's) is added to the patch tokens, resized bicubically to each grid as DINOv2 resizes its own."""
 
-    Its weights are the model's own `patch_embeddings`, `position_embeddings` and `core_bank`, read through `model` at
-    each call and not registered here, so a weight keeps the one name that checkpoints, the converters and the
-    optimiser's groups know it by (`core_bank.cores`, not `embeddings.core_bank.cores`). Read at each call, not held:
-    loading and sharding replace the parameters (and PEFT may replace a module) after this module is built."""
-
-    def __init__(self, config: VecaConfig, model: nn.Module):
+    def __init__(self, config: VecaConfig):
         super().__init__()
         self.config = config
-        object.__setattr__(self, "model", model)  # past nn.Module's registration: a reference, not a submodule
+        self.patch_embeddings = VecaPatchEmbeddings(config)
+        grid = config.position_embedding_grid
+        self.position_embeddings = nn.Parameter(torch.empty(1, grid**2, config.hidden_size)) if grid else None
+        self.core_bank = VecaCoreBank(config)
 
     def forward(
-        self, pixel_values: torch.Tensor, num_cores: int, pixel_mask: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """The encoder's inputs: [active cores ; patch tokens] (B, C + N, D), the patch tokens with the absolute
-        positions added when the config has a table, the cores' raw coordinates (B, C, 2), the patch centres ((N, 2), or
-        (B, N, 2) per image of a padded batch; shifted and rescaled in training) and, with a `pixel_mask`, the cores'
-        additive key mask (B, 1, 1, C + N)."""
-        model = self.model
+        self, pixel_values: torch.Tensor, num_cores: int, image_grids: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, C, H, W) images -> [active cores ; patch tokens] (B, C + N, D) and the cores' raw coordinates (B, C, 2),
+        float32. With `image_grids` (B, 2), each image's patch grid in a padded batch, each image's positions are
+        those of its own grid."""
         batch_size, _, height, width = pixel_values.shape
         grid = (height // self.config.patch_size, width // self.config.patch_size)
-        patches = model.patch_embeddings(pixel_values.to(model.patch_embeddings.projection.weight.dtype))
-        grids = None if pixel_mask is None else grids_from_mask(pixel_mask, self.config.patch_size)
-        if model.position_embeddings is not None:
-            patches = patches + model.position_embeddings(grid, grids).to(patches.dtype)
-        cores, core_coordinates = model.core_bank(batch_size, num_cores)
-        hidden_states = torch.cat([cores.to(patches.dtype), patches], dim=1)
-        attention_mask = None
-        if grids is not None:  # the cores attend to the active cores and their own image's patches
-            cells = cells_in_images(grids, grid)
-            attention_mask = additive_key_mask(torch.cat([cells.new_ones(batch_size, num_cores), cells], dim=1))
-        patch_coordinates = patch_center_coordinates(*grid, pixel_values.device, grids)
-        if self.training:
-            patch_coordinates = augment_patch_coordinates(
-                patch_coordinates, self.config.pos_embed_shift, self.config.pos_embed_rescale
-            )
-        return hidden_states, core_coordinates, patch_coordinates, attention_mask
+        patches = self.patch_embeddings(pixel_values.to(self.patch_embeddings.projection.weight.dtype))
+        if self.position_embeddings is not None:
+            patches = patches + self.positions(grid, image_grids).to(patches.dtype)
+        cores, core_coordinates = self.core_bank(batch_size, num_cores)
+        return torch.cat([cores.to(patches.dtype), patches], dim=1), core_coordinates
+
+    def positions(self, grid: tuple[int, int], image_grids: torch.Tensor | None = None) -> torch.Tensor:
+        """The position table on a (Hp, Wp) grid, (1, Hp * Wp, D); with `image_grids` (B, 2), each image's (rows,
+        columns) in a padded batch, (B, Hp * Wp, D): each image's table on its own grid at the top left, zero on its
+        padding."""
+        antialias = self.config.position_embedding_antialias
+        if image_grids is None:
+            return resize_position_table(self.position_embeddings, grid, antialias)
+        side = int(self.position_embeddings.shape[1] ** 0.5)
+        table = self.position_embeddings.transpose(1, 2).unflatten(-1, (side, side))  # (1, D, G, G)
+        tables = resize_in_images(table, torch.full_like(image_grids, side), image_grids, grid, "bicubic", antialias)
+        return tables.flatten(2).transpose(1, 2).to(self.position_embeddings.dtype)
 
 
 class VecaCoordinateHead(nn.Module):
@@ -259,22 +236,35 @@ def rope_inverse_frequencies(config: VecaConfig) -> torch.Tensor:
 
 class VecaRotaryEmbedding(nn.Module):
     """2D axial RoPE. Rotations are unit complex numbers, one per (even, odd) pair of a head: the first head_dim / 4
-    pairs turn with x, the next head_dim / 4 with y."""
+    pairs turn with x, the next head_dim / 4 with y. Its forward gives the patches' rotations, from their centres on
+    the grid (shifted and rescaled in training, as DINOv3's `DINOv3ViTRopePositionEmbedding` does); `rotations` turns
+    any coordinates, the cores' as they move, into rotations."""
 
     inv_freq: torch.Tensor
 
     def __init__(self, config: VecaConfig):
         super().__init__()
+        self.config = config
         self.register_buffer("inv_freq", rope_inverse_frequencies(config), persistent=False)
 
     def angles(self, coordinates: torch.Tensor) -> torch.Tensor:
         """(..., 2) coordinates in (x, y) order -> (..., head_dim / 2) float32 rotation angles."""
         return (2 * math.pi * coordinates.float()[..., None] * self.inv_freq).flatten(-2)
 
-    def forward(self, coordinates: torch.Tensor) -> torch.Tensor:
+    def rotations(self, coordinates: torch.Tensor) -> torch.Tensor:
         """(..., 2) coordinates in (x, y) order -> (..., head_dim / 2) complex64 rotations."""
         angles = self.angles(coordinates)
         return torch.polar(torch.ones_like(angles), angles)
+
+    def forward(self, grid: tuple[int, int], image_grids: torch.Tensor | None = None) -> torch.Tensor:
+        """The patches' rotations on a (Hp, Wp) grid: (1, Hp * Wp, head_dim / 2), or (B, Hp * Wp, head_dim / 2) with
+        `image_grids` (B, 2), each image's centres relative to its own grid in a padded batch."""
+        coordinates = patch_center_coordinates(*grid, self.inv_freq.device, image_grids)
+        if self.training:
+            coordinates = augment_patch_coordinates(coordinates, self.config.pos_embed_shift,
+                                                    self.config.pos_embed_rescale)
+        rotations = self.rotations(coordinates)
+        return rotations if image_grids is not None else rotations[None]
 
 
 def patch_center_coordinates(
@@ -485,6 +475,13 @@ def additive_key_mask(keep: torch.Tensor) -> torch.Tensor:
     return mask[:, None, None]
 
 
+def core_key_mask(num_cores: int, image_grids: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+    """The cores' additive key mask in a padded batch, (B, 1, 1, C + Hp * Wp): the active cores and their own image's
+    patches."""
+    cells = cells_in_images(image_grids, grid)
+    return additive_key_mask(torch.cat([cells.new_ones(cells.shape[0], num_cores), cells], dim=1))
+
+
 def chosen_blocks(n, depth: int) -> list[int]:
     """DINOv2's block choice: the last n blocks for an int n, else the listed 0-based indices (negative from the end)."""
     if isinstance(n, numbers.Integral) and not isinstance(n, bool):
@@ -504,6 +501,9 @@ LEGACY_KEYS = [
     (r"(?<!encoder\.)coordinate_heads\.", "encoder.coordinate_heads."),
     ("attention.qkv", ["attention.q_proj", "attention.k_proj", "attention.v_proj"]),  # fused (q; k; v) rows
     ("attention.proj", "attention.o_proj"),
+    (r"(?<!embeddings\.)patch_embeddings\.", "embeddings.patch_embeddings."),  # the embeddings own their weights
+    (r"(?<!embeddings\.)position_embeddings\.weight", "embeddings.position_embeddings"),
+    (r"(?<!embeddings\.)core_bank\.", "embeddings.core_bank."),
 ]
 
 
@@ -569,12 +569,12 @@ class VecaPreTrainedModel(PreTrainedModel):
                 config.core_coordinate_init_seed,
             )
             init.copy_(module.coordinates, torch.atanh(coordinates))
+        elif isinstance(module, VecaEmbeddings) and module.position_embeddings is not None:
+            init.trunc_normal_(module.position_embeddings, mean=0.0, std=config.initializer_range)
         elif isinstance(module, VecaCoordinateHead):
             init.constant_(module.alpha, config.coordinate_head_init)
         elif isinstance(module, VecaRotaryEmbedding):
             init.copy_(module.inv_freq, rope_inverse_frequencies(config))
-        elif isinstance(module, VecaPositionEmbeddings):
-            init.trunc_normal_(module.weight, mean=0.0, std=config.initializer_range)
 
 
 @dataclass
@@ -604,7 +604,8 @@ class VecaEncoder(VecaPreTrainedModel):
         hidden_states: torch.Tensor,
         num_cores: int,
         core_coordinates: torch.Tensor,
-        patch_coordinates: torch.Tensor,
+        grid: tuple[int, int],
+        image_grids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> VecaEncoderOutput:
@@ -613,18 +614,21 @@ class VecaEncoder(VecaPreTrainedModel):
             The active cores, then the patch tokens.
         core_coordinates (`torch.FloatTensor` of shape `(batch_size, num_cores, 2)`):
             The cores' raw (pre-tanh) coordinates, float32.
-        patch_coordinates (`torch.FloatTensor` of shape `(num_patches, 2)` or `(batch_size, num_patches, 2)`):
-            The patches' (x, y) centres.
+        grid (`tuple[int, int]`):
+            The patch grid (Hp, Wp) of the patch tokens.
+        image_grids (`torch.LongTensor` of shape `(batch_size, 2)`, *optional*):
+            Each image's own patch grid in a padded batch: its patches are placed on it.
         attention_mask (`torch.FloatTensor` of shape `(batch_size, 1, 1, num_cores + num_patches)`, *optional*):
             Additive: the keys the cores attend to in a padded batch.
         """
         # Patch rotations are fixed for the whole forward; only the cores move between layers.
-        patch_rotations = self.rotary_embedding(patch_coordinates).expand(hidden_states.shape[0], -1, -1)
+        patch_rotations = self.rotary_embedding(grid, image_grids).expand(hidden_states.shape[0], -1, -1)
         for index, layer in enumerate(self.layers):
             if index > 0:
                 core_coordinates = self.coordinate_heads[index - 1](core_coordinates, hidden_states[:, :num_cores])
-            rotations = torch.cat([self.rotary_embedding(torch.tanh(core_coordinates)), patch_rotations], dim=1)
-            hidden_states = layer(hidden_states, num_cores, rotations, attention_mask, **kwargs)
+            core_rotations = self.rotary_embedding.rotations(torch.tanh(core_coordinates))
+            hidden_states = layer(hidden_states, num_cores, torch.cat([core_rotations, patch_rotations], dim=1),
+                                  attention_mask, **kwargs)
         return VecaEncoderOutput(last_hidden_state=hidden_states, core_coordinates=torch.tanh(core_coordinates))
 
 
@@ -632,10 +636,7 @@ class VecaModel(VecaPreTrainedModel):
     def __init__(self, config: VecaConfig):
         super().__init__(config)
         config.validate_fields()  # again: from_pretrained(..., field=value) sets fields after the config was checked
-        self.patch_embeddings = VecaPatchEmbeddings(config)
-        self.position_embeddings = VecaPositionEmbeddings(config) if config.position_embedding_grid else None
-        self.core_bank = VecaCoreBank(config)
-        self.embeddings = VecaEmbeddings(config, self)
+        self.embeddings = VecaEmbeddings(config)
         self.encoder = VecaEncoder(config)
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.output_projection = (
@@ -646,7 +647,7 @@ class VecaModel(VecaPreTrainedModel):
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Module:
-        return self.patch_embeddings.projection
+        return self.embeddings.patch_embeddings.projection
 
     @can_return_tuple
     def forward(
@@ -673,10 +674,12 @@ class VecaModel(VecaPreTrainedModel):
             image (`corevision_hf.veca_flops`) at this size fit.
         """
         num_cores = cores_to_keep(self.config, pixel_values, pixel_mask, num_cores, max_gflops, kwargs)
-        hidden_states, core_coordinates, patch_coordinates, attention_mask = self.embeddings(pixel_values, num_cores,
-                                                                                             pixel_mask)
+        grid = (pixel_values.shape[2] // self.config.patch_size, pixel_values.shape[3] // self.config.patch_size)
+        image_grids = None if pixel_mask is None else grids_from_mask(pixel_mask, self.config.patch_size)
+        hidden_states, core_coordinates = self.embeddings(pixel_values, num_cores, image_grids)
+        attention_mask = None if image_grids is None else core_key_mask(num_cores, image_grids, grid)
         encoder_outputs: VecaEncoderOutput = self.encoder(  # a dict even where the config asks for tuples
-            hidden_states, num_cores, core_coordinates, patch_coordinates, attention_mask, return_dict=True, **kwargs
+            hidden_states, num_cores, core_coordinates, grid, image_grids, attention_mask, return_dict=True, **kwargs
         )
         sequence_output = self.norm(encoder_outputs.last_hidden_state)
         if self.output_projection is not None:
