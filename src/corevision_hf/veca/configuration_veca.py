@@ -21,12 +21,22 @@ ACTIVATIONS = (
 )
 
 
+def swiglu_intermediate_size(hidden_size: int) -> int:
+    """The SwiGLU MLP's hidden width for tokens of `hidden_size`: 8/3 of it, rounded down, so that its three matrices
+    cost what a plain MLP's two do at 4x (Shazeer 2020). The VECA reference writes the ratio `mlp_ratio=2.66667` and
+    takes `int(hidden_size * 2.66667)`, the same number below a width of 100,000."""
+    return hidden_size * 8 // 3
+
+
 # Reference sizes of the paper (all patch 16, a bank of 64 cores, SwiGLU MLP).
 VECA_PRESETS = {
-    "small": dict(hidden_size=384, num_attention_heads=6, num_hidden_layers=12, intermediate_size=int(384 * 2.66667)),
+    "small": dict(hidden_size=384, num_attention_heads=6, num_hidden_layers=12,
+                  intermediate_size=swiglu_intermediate_size(384)),
     "splus": dict(hidden_size=384, num_attention_heads=6, num_hidden_layers=12, intermediate_size=384 * 4),
-    "base": dict(hidden_size=768, num_attention_heads=12, num_hidden_layers=12, intermediate_size=2048),
-    "large": dict(hidden_size=1024, num_attention_heads=16, num_hidden_layers=24, intermediate_size=int(1024 * 2.66667)),
+    "base": dict(hidden_size=768, num_attention_heads=12, num_hidden_layers=12,
+                 intermediate_size=swiglu_intermediate_size(768)),
+    "large": dict(hidden_size=1024, num_attention_heads=16, num_hidden_layers=24,
+                  intermediate_size=swiglu_intermediate_size(1024)),
 }
 
 
@@ -339,4 +349,4 @@ def check_target_fields(config, default_budget: str) -> None:
         )
 
 
-__all__ = ["VecaConfig", "VECA_PRESETS"]
+__all__ = ["VecaConfig", "VECA_PRESETS", "swiglu_intermediate_size"]
