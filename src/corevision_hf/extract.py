@@ -46,14 +46,14 @@ from transformers.utils import logging as transformers_logging
 from .cli import HelpFormatter
 import corevision_hf  # noqa: F401  (registers VECA and LookWhere with the Auto classes)
 
-from .atomic import atomic_path, write_text_atomically
+from .atomic import atomic_path, exchange_folders, follow_umask, write_text_atomically
 from .cli import reading_weights, run
 from .cpu import optimize_for_cpu
 from .finite import check_forward_finite
 from .images import check_pixels_fit, open_image, to_pixel_values, to_rgb
 from .loading import load_checked
 from .offline import check_hub_reachable
-from .outputs import check_folder_output, exchange_folders, files_under, follow_umask, record, refuse_overlap
+from .outputs import check_folder_output, files_under, record, refuse_overlap
 from .tokens import patch_tokens
 
 
