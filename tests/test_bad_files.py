@@ -13,7 +13,7 @@ from transformers import AutoModel
 from corevision_hf import VecaModel
 from corevision_hf.cli import run
 from training import distill_veca
-from training.checkpointing import check_output_dir
+from training.checkpointing import check_new_or_resumed_run
 
 RESUME = {"script": "training.distill_veca", "args": {"resume": True, "overwrite": False, "seed": 0},
           "num_processes": 1}
@@ -32,7 +32,7 @@ def test_a_damaged_run_record_is_one_line_naming_it(tmp_path, case):
     text, problem = RUN_RECORDS[case]
     (tmp_path / "run.json").write_text(text)
     with pytest.raises(ValueError, match=rf"^--resume: {tmp_path / 'run.json'} is not a run record \(.*{problem}") as e:
-        check_output_dir(str(tmp_path), RESUME)
+        check_new_or_resumed_run(str(tmp_path), RESUME)
     assert "\n" not in str(e.value) and "start again with --overwrite" in str(e.value)
 
 

@@ -1,14 +1,21 @@
 """Issue #11, model side: every config value is checked on construction, with the field and its range named;
 NaN / infinite pixels, empty batches and images smaller than a patch are clear errors."""
 
+import json
+import os
+import subprocess
+import sys
 import textwrap
 
 import pytest
 import torch
 from conftest import load_without_package, tiny_lookwhere_config, tiny_veca_config
 from transformers import AutoModel, pipeline
+from transformers.activations import ACT2FN
 
 from corevision_hf import LookWhereModel, VecaModel, save_model_folder
+from corevision_hf.lookwhere import LookWhereImageFeatureExtractionPipeline, configuration_lookwhere
+from corevision_hf.veca import VecaImageFeatureExtractionPipeline, configuration_veca
 
 
 @pytest.mark.parametrize(
@@ -43,6 +50,7 @@ def test_veca_config_fields_are_checked(overrides, message):
         ({"layer_norm_eps": -1e-6}, "layer_norm_eps must be a finite number > 0"),
         ({"num_fill_neighbors": 0}, "num_fill_neighbors must be an int >= 1"),
         ({"drop_path_rate": -0.1}, r"drop_path_rate must lie in \[0, 1\)"),
+        ({"map_head_act": "gleu"}, "map_head_act='gleu' is not an activation of transformers' ACT2FN"),
     ],
 )
 def test_lookwhere_config_fields_are_checked(overrides, message):
@@ -114,3 +122,46 @@ def test_load_time_budget_errors_come_with_the_hub_code(tmp_path):
     errors = load_without_package(tmp_path, LOAD_TIME_BUDGETS_LOADER, str(tmp_path / "models"), torch.zeros(1))
     assert "pass default_num_cores=4 instead" in errors["veca"]
     assert "pass default_k=5 instead" in errors["lookwhere"]
+
+
+WITHOUT_TORCH = textwrap.dedent(
+    """
+    import json, sys
+    sys.modules["torch"] = None  # torch is not installed, as far as this process can tell: importing it raises
+    sys.modules["corevision_hf"] = None
+    from transformers import AutoConfig
+
+    folder = sys.argv[1]
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+    try:
+        type(config)(hidden_act="gleu")
+        error = None
+    except ValueError as raised:
+        error = str(raised)
+    print(json.dumps({"type": type(config).__name__, "error": error,
+                      "pipeline": config.custom_pipelines["image-feature-extraction"]["impl"]}))
+    """
+)
+
+
+@pytest.mark.parametrize("name", ["veca", "lookwhere"])
+def test_the_hub_configuration_loads_and_checks_its_fields_without_torch(tmp_path, name):
+    """A configuration file is data, as transformers' are: its hub copy loads where torch cannot be imported, and still
+    refuses an activation transformers does not have."""
+    build = {"veca": lambda: VecaModel(tiny_veca_config()), "lookwhere": lambda: LookWhereModel(tiny_lookwhere_config())}
+    build[name]().save_pretrained(tmp_path / name)
+    (tmp_path / "load.py").write_text(WITHOUT_TORCH)
+    result = subprocess.run([sys.executable, str(tmp_path / "load.py"), str(tmp_path / name)], capture_output=True,
+                            text=True, cwd=tmp_path, env={**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules")})
+    assert result.returncode == 0, result.stderr
+    loaded = json.loads(result.stdout.splitlines()[-1])
+    assert loaded["type"] == {"veca": "VecaConfig", "lookwhere": "LookWhereConfig"}[name]
+    assert loaded["error"].startswith("hidden_act='gleu' is not an activation of transformers' ACT2FN")
+    pipeline = {"veca": VecaImageFeatureExtractionPipeline, "lookwhere": LookWhereImageFeatureExtractionPipeline}[name]
+    assert loaded["pipeline"] == f"pipeline_{name}.{pipeline.__name__}"
+
+
+@pytest.mark.parametrize("module", [configuration_veca, configuration_lookwhere])
+def test_the_activation_names_are_transformers(module):
+    """The configuration files list ACT2FN's names (importing ACT2FN imports torch): the list is transformers' own."""
+    assert sorted(module.ACTIVATIONS) == sorted(ACT2FN)

@@ -7,12 +7,15 @@ line breaks aside. A rerun that changes a JSON fails here until the doc quotes t
 
 A key path is a sequence of dict keys and list indices; a dict in it picks, from a list, the one item whose fields
 match it (`{"model": "DINOv3-B", "resolution": 1024}`). Numbers that are not stored but follow from stored ones (a
-ratio of two latencies) are `Derived`, computed from the JSON's values. docs/tasks.md has its own test
-(tests/test_tasks_doc.py); its numbers are not repeated here.
+ratio of two latencies) are `Derived`, computed from the JSON's values. On the task pages (README's task paragraph,
+docs/tasks.md, docs/elastic-from-pretrained.md) every measured number is a check's value or is named in ELSEWHERE with
+where it comes from (`test_every_measured_number_of_the_task_pages_is_checked`); tests/test_tasks_doc.py checks that
+docs/tasks.md's opening table is the benchmark's own rendering and each goal's verdict.
 """
 
 import json
 import re
+import sys
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from functools import cache
@@ -647,36 +650,354 @@ FINE_TUNING = [
 
 # ------------------------------------------------------------------------------------------------- tasks
 S = RESULTS + "sparse_recognition.json"
+SV = RESULTS + "sparse_recognition_veca.json"
+PILOT = RESULTS + "task_pilot.json"
+W = RESULTS + "where_check/where_check.json"
 
 
 def goal(name):
     return ("goals", {"goal": name}, "value")
 
 
+def margin(name, json_file=S, digits=2, sign=True):
+    return V(json_file, "goals", {"goal": name}, "margin", digits=digits, sign=sign)
+
+
+def minutes(json_file, *path, digits=0):
+    return Derived(f"{json_file}:{'/'.join(map(str, path))} / 60", lambda: lookup(json_file, path) / 60, digits)
+
+
+def words(what, compute):
+    """A number the docs write as words or with thousands commas (a reader's name, 1,000), from `compute`."""
+    return Derived(what, lambda: str(compute()), 0)
+
+
 PROBE = ("variants", "single", "probe")
+SELECTOR = "LookWhere-S k_ratio 0.1 selector"
+
+
+def accuracy(line, reader=None, json_file=S, digits=2):
+    """mean [low, high] of a probe line, by `reader` (None: the one validation picked)."""
+    readers = ("readers", reader) if reader else ()
+    return interval(json_file, *PROBE, line, *readers, "accuracy", digits=digits)
+
+
+def mean_accuracy(line, reader=None, json_file=S, digits=2):
+    readers = ("readers", reader) if reader else ()
+    return V(json_file, *PROBE, line, *readers, "accuracy", "mean", digits=digits)
+
+
+def coverage(variant, line, digits=2):
+    return interval(S, "variants", variant, "label_cell_coverage", line, digits=digits)
+
+
+def digit_at(size_path):
+    """The digit's side in pixels once the canvas is shrunk to the size at `size_path` of the JSON."""
+    return Derived(f"{S}: task/digit_size x {'/'.join(size_path)} / task/canvas_size", lambda: lookup(
+        S, ("task", "digit_size")) * lookup(S, size_path) / lookup(S, ("task", "canvas_size")), 0)
+
+
+def reader_of(line):
+    return words(f"{S}: {line}'s reader", lambda: lookup(S, (*PROBE, line, "reader")))
+
+
+FINE_TUNED = ("variants", "single", "fine_tuned", SELECTOR)
+COMPARISONS = ("variants", "single", "comparisons")
+LOOKWHERE_TABLE = [("its selector", "selector", True), ("random cells", "random", False),
+                   ("the teacher's cls map (oracle)", "oracle_cls", False),
+                   ("the digits' own cells (ceiling)", "digits", False)]
+
 TASKS_README = [
-    ("README.md", "so that the dense teacher reads it ({} on 200 test canvases) and the teacher shrunk to LookWhere's "
+    ("README.md", "so that the dense teacher reads it ({} on {} test canvases) and the teacher shrunk to LookWhere's "
                   "cost does not ({})",
-     [V(S, *PROBE, "teacher dense", "accuracy", "mean", digits=2),
-      V(S, *PROBE, "teacher at equal FLOPs", "accuracy", "mean", digits=2)]),
+     [mean_accuracy("teacher dense"), V(S, "task", "test", digits=0), mean_accuracy("teacher at equal FLOPs")]),
     ("README.md", "keeps {}x as many of the digit's cells as random patches at k_ratio 0.1 ({} of what the "
                   "teacher's full-resolution map keeps) and scores {} at {}x fewer GFLOPs and {}x less latency than "
                   "the dense teacher ({} against {} ms)",
      [V(S, *goal("coverage_selector_over_random"), "ratio", digits=1),
       V(S, *goal("selector_coverage_vs_teacher_map"), "ratio", digits=2),
-      V(S, *PROBE, "LookWhere-S k_ratio 0.1 selector", "readers", "attentive", "accuracy", "mean", digits=2),
+      mean_accuracy(SELECTOR, "attentive"),
       ratio(S, ("gflops", "dense"), ("gflops", "0.1"), 1),
-      ratio(S, ("latency_ms", "teacher dense", "latency_ms"),
-            ("latency_ms", "LookWhere-S k_ratio 0.1 selector", "latency_ms"), 1),
-      V(S, "latency_ms", "LookWhere-S k_ratio 0.1 selector", "latency_ms", digits=0),
+      ratio(S, ("latency_ms", "teacher dense", "latency_ms"), ("latency_ms", SELECTOR, "latency_ms"), 1),
+      V(S, "latency_ms", SELECTOR, "latency_ms", digits=0),
       V(S, "latency_ms", "teacher dense", "latency_ms", digits=0)]),
-    ("README.md", "{} [{}, {}] against the teacher at equal FLOPs, {} [{}, {}] against the dense teacher",
+    ("README.md", "{} [{}, {}] against the teacher at equal FLOPs, {} [{}, {}] against the dense teacher, which misses "
+                  "the goal of {}",
      [*interval(S, *goal("lookwhere_vs_equal_flops_teacher"), digits=2, sign=True),
-      *interval(S, *goal("lookwhere_vs_dense_teacher"), digits=2, sign=True)]),
+      *interval(S, *goal("lookwhere_vs_dense_teacher"), digits=2, sign=True), margin("lookwhere_vs_dense_teacher")]),
     ("README.md", "Fine-tuned with labels it scores {}, {} [{}, {}] against the dense teacher's frozen probe",
-     [V(S, "variants", "single", "fine_tuned", "LookWhere-S k_ratio 0.1 selector", "accuracy", "mean", digits=2),
-      *interval(S, "variants", "single", "comparisons", "fine-tuned selector - teacher dense (best reader)", digits=2,
-                sign=True)]),
+     [V(S, *FINE_TUNED, "accuracy", "mean", digits=2),
+      *interval(S, *COMPARISONS, "fine-tuned selector - teacher dense (best reader)", digits=2, sign=True)]),
+]
+
+TASKS_PAGE = [
+    # the opening table
+    ("docs/tasks.md", "| teacher dense, {} px | {} | {} [{}, {}] | {} | {} |",
+     [V(S, "task", "canvas_size", digits=0), reader_of("teacher dense"), *accuracy("teacher dense"),
+      V(S, *PROBE, "teacher dense", "gflops", digits=1), V(S, "latency_ms", "teacher dense", "latency_ms", digits=0)]),
+    ("docs/tasks.md", "| teacher at equal FLOPs, {} px | {} | {} [{}, {}] | {} | {} |",
+     [V(S, "teacher_equal_flops_size", digits=0), reader_of("teacher at equal FLOPs"),
+      *accuracy("teacher at equal FLOPs"), V(S, *PROBE, "teacher at equal FLOPs", "gflops", digits=1),
+      V(S, "latency_ms", "teacher at equal FLOPs", "latency_ms", digits=0)]),
+    *[("docs/tasks.md", f"| LookWhere-S, k_ratio 0.1, {label} | attentive | {{}} [{{}}, {{}}] | {{}} |"
+       + (" {} |" if latency else ""),
+       [*accuracy(f"LookWhere-S k_ratio 0.1 {line}", "attentive"),
+        V(S, *PROBE, f"LookWhere-S k_ratio 0.1 {line}", "gflops", digits=1)]
+       + ([V(S, "latency_ms", SELECTOR, "latency_ms", digits=0)] if latency else []))
+      for label, line, latency in LOOKWHERE_TABLE],
+    ("docs/tasks.md", "| LookWhere-S, k_ratio 0.1, its selector | fine-tuned | {} [{}, {}] | {} |",
+     [*interval(S, *FINE_TUNED, "accuracy", digits=2), V(S, *FINE_TUNED, "gflops", digits=1)]),
+    ("docs/tasks.md", "| LookWhere-S, k_ratio 0.1, its untrained selector | attentive | {} [{}, {}] | {} |",
+     [*accuracy("LookWhere-S untrained k_ratio 0.1 selector", "attentive"),
+      V(S, *PROBE, "LookWhere-S untrained k_ratio 0.1 selector", "gflops", digits=1)]),
+    *[("docs/tasks.md", f"| LookWhere-S, k_ratio {k}, its selector | attentive | {{}} [{{}}, {{}}] | {{}} | {{}} |",
+       [*accuracy(f"LookWhere-S k_ratio {k} selector", "attentive"), V(S, "gflops", k, digits=1),
+        V(S, "latency_ms", f"LookWhere-S k_ratio {k} selector", "latency_ms", digits=0)]) for k in ("0.05", "0.25")],
+    ("docs/tasks.md", "| constant: always {} | | {} [{}, {}] | 0 | |",
+     [V(S, "variants", "single", "constant", "predicts", digits=0),
+      *interval(S, "variants", "single", "constant", "accuracy", digits=2)]),
+    ("docs/tasks.md", "Test accuracy on {} canvases with 95% bootstrap intervals; chance is {}.",
+     [V(S, "task", "test", digits=0), V(S, "task", "chance", digits=2)]),
+    ("docs/tasks.md", "ms per canvas: batch 1, {} threads, the median of {} alternated runs",
+     [V(S, "environment", "threads", digits=0), V(S, "args", "latency_runs", digits=0)]),
+    ("docs/tasks.md", "**LookWhere-S reads the digit at {}x fewer GFLOPs",
+     [V(S, "goals", {"goal": "lookwhere_vs_dense_teacher"}, "gflops_ratio", digits=0)]),
+    # the goals
+    ("docs/tasks.md", "the dense teacher minus the teacher at equal FLOPs, {} [{}, {}] (above {}): **met**. On these "
+                      "canvases resolution decides the label: at {} px a digit is {} px.",
+     [*interval(S, *goal("resolution_matters"), digits=2, sign=True), margin("resolution_matters"),
+      V(S, "teacher_equal_flops_size", digits=0), digit_at(("teacher_equal_flops_size",))]),
+    ("docs/tasks.md", "at k_ratio 0.1 the selector keeps {} of the label digit's cells, {}x [{}, {}] random's {} (at "
+                      "least {}x): **met**.",
+     [V(S, *PROBE, SELECTOR, "label_cell_coverage", "mean", digits=2),
+      *[V(S, *goal("coverage_selector_over_random"), key, digits=1) for key in ("ratio", "low", "high")],
+      V(S, *PROBE, "LookWhere-S k_ratio 0.1 random", "label_cell_coverage", "mean", digits=2),
+      margin("coverage_selector_over_random", digits=0, sign=False)]),
+    ("docs/tasks.md", "the teacher's own full-resolution `cls` map keeps {} of them; the selector, which sees a {} px "
+                      "copy where the digit is {} px, keeps {} [{}, {}] of that share (at least {}): **met**.",
+     [V(S, *PROBE, "LookWhere-S k_ratio 0.1 oracle_cls", "label_cell_coverage", "mean", digits=2),
+      V(S, "student", "selector_size", digits=0), digit_at(("student", "selector_size")),
+      *[V(S, *goal("selector_coverage_vs_teacher_map"), key, digits=2) for key in ("ratio", "low", "high")],
+      margin("selector_coverage_vs_teacher_map", digits=1, sign=False)]),
+    ("docs/tasks.md", "the selector's cells minus random cells, {} [{}, {}] with the attentive probe and {} [{}, {}] "
+                      "fine-tuned (above {} in both): **met**.",
+     [*interval(S, "goals", {"goal": "accuracy_selector_minus_random"}, "protocols", "probe", digits=2, sign=True),
+      *interval(S, "goals", {"goal": "accuracy_selector_minus_random"}, "protocols", "fine-tuned", digits=2,
+                sign=True),
+      margin("accuracy_selector_minus_random", digits=0, sign=False)]),
+    ("docs/tasks.md", "LookWhere-S at k_ratio 0.1 (attentive probe) minus the dense teacher, {} [{}, {}] at {}x fewer "
+                      "GFLOPs (above {}): **missed**, by {} at the interval's lower end. Fine-tuned, LookWhere scores "
+                      "{} and the difference is {} [{}, {}]",
+     [*interval(S, *goal("lookwhere_vs_dense_teacher"), digits=2, sign=True),
+      V(S, "goals", {"goal": "lookwhere_vs_dense_teacher"}, "gflops_ratio", digits=0),
+      margin("lookwhere_vs_dense_teacher"),
+      Derived(f"{S}: lookwhere_vs_dense_teacher: margin - low", lambda: lookup(
+          S, ("goals", {"goal": "lookwhere_vs_dense_teacher"}, "margin")) - lookup(
+          S, (*goal("lookwhere_vs_dense_teacher"), "low")), 2),
+      V(S, *FINE_TUNED, "accuracy", "mean", digits=2),
+      *interval(S, *COMPARISONS, "fine-tuned selector - teacher dense (best reader)", digits=2, sign=True)]),
+    ("docs/tasks.md", "LookWhere-S minus the teacher at {} px, {} [{}, {}] (above {}): **met**. Fine-tuned, both "
+                      "learn: LookWhere {}, the teacher at {} px {}.",
+     [V(S, "teacher_equal_flops_size", digits=0),
+      *interval(S, *goal("lookwhere_vs_equal_flops_teacher"), digits=2, sign=True),
+      margin("lookwhere_vs_equal_flops_teacher", digits=0, sign=False), V(S, *FINE_TUNED, "accuracy", "mean", digits=2),
+      V(S, "teacher_equal_flops_size", digits=0),
+      V(S, "variants", "single", "fine_tuned", "teacher at equal FLOPs", "accuracy", "mean", digits=2)]),
+    # after the goals
+    ("docs/tasks.md", "the teacher map's ({}, {} and {} with the attentive probe), and at k_ratio 0.05 ({} GFLOPs, {}x "
+                      "fewer) LookWhere still reads {}.",
+     [mean_accuracy(SELECTOR, "attentive"), mean_accuracy("LookWhere-S k_ratio 0.1 digits", "attentive"),
+      mean_accuracy("LookWhere-S k_ratio 0.1 oracle_cls", "attentive"), V(S, "gflops", "0.05", digits=1),
+      ratio(S, ("gflops", "dense"), ("gflops", "0.05"), 0),
+      mean_accuracy("LookWhere-S k_ratio 0.05 selector", "attentive")]),
+    ("docs/tasks.md", "nothing but the selector's map head and blocks is trained, {} steps in {} seconds.",
+     [V(S, "student", "selector_steps", digits=0), V(S, "student", "train_time_s", digits=0)]),
+    ("docs/tasks.md", "at most {} epochs, stopped after {} without a better validation accuracy) lifts LookWhere from "
+                      "its linear probe's {} to {}: validation peaked at epoch {} ({}, from {} at the start) and fell "
+                      "to {} over the next three, so the run stopped at epoch {}.",
+     [V(S, "args", "finetune_epochs", digits=0), V(S, "args", "finetune_patience", digits=0),
+      mean_accuracy(SELECTOR, "linear"), V(S, *FINE_TUNED, "accuracy", "mean", digits=2),
+      V(S, *FINE_TUNED, "epoch", digits=0),
+      Derived(f"{S}: the largest val_accuracy of the fine-tuned selector",
+              lambda: max(lookup(S, (*FINE_TUNED, "val_accuracy"))), 2),
+      V(S, *FINE_TUNED, "val_accuracy", 0, digits=2), V(S, *FINE_TUNED, "val_accuracy", -1, digits=2),
+      Derived(f"{S}: the fine-tuned selector's last epoch", lambda: len(lookup(S, (*FINE_TUNED, "val_accuracy"))) - 1,
+              0)]),
+    ("docs/tasks.md", "this benchmark ({} min, warm cache)", [minutes(S, "total_time_s")]),
+    ("docs/tasks.md", "(benchmarks/results/task_pilot.json; {} min busy)", [minutes(PILOT, "total_time_s")]),
+    ("docs/tasks.md", "took {} minutes for the benchmark with the teacher's passes already cached: {} seconds of them "
+                      "training the selector, {} minutes fine-tuning.",
+     [minutes(S, "total_time_s"), V(S, "student", "train_time_s", digits=0),
+      Derived(f"{S}: the fine-tuned lines' train_time_s / 60", lambda: sum(
+          line["train_time_s"] for line in lookup(S, ("variants", "single", "fine_tuned")).values()) / 60, 0)]),
+    ("docs/tasks.md", "(the dense teacher {} against 363 ms) while their ratio held ({}x against 8.4x)",
+     [V(S, "latency_ms", "teacher dense", "latency_ms", digits=0),
+      ratio(S, ("latency_ms", "teacher dense", "latency_ms"), ("latency_ms", SELECTOR, "latency_ms"), 1)]),
+    ("docs/tasks.md", "At {} px an epoch of it costs some {} times LookWhere's",
+     [V(S, "task", "canvas_size", digits=0), ratio(S, ("gflops", "dense"), ("gflops", "0.1"), 0)]),
+    ("docs/tasks.md", "(dense teacher {} against {})",
+     [mean_accuracy("teacher dense", "attentive"), mean_accuracy("teacher dense", "linear")]),
+    # the pilot
+    *[("docs/tasks.md", f"| {size} px | 0 | {{}} | {{}} | {{}} | {{}} | {{}} |",
+       [Derived(f"{PILOT}: {size} px, {line} {reader}: the best val_accuracy", lambda size=size, line=line,
+                reader=reader: max(lookup(PILOT, ("rows", {"digit_size": size, "strokes": 0}, line, "val_accuracy",
+                                                  reader)).values()), 3)
+        for line in ("dense", "equal_flops") for reader in ("linear", "attentive")]
+       + [V(PILOT, "rows", {"digit_size": size, "strokes": 0}, "gap", digits=3, sign=True)]) for size in (28, 35, 42)],
+    ("docs/tasks.md", "the teacher at equal FLOPs reads it at {}-{} where the dense teacher reads {}-{}",
+     [Derived(f"{PILOT}: 28 px, {line}: the {name} reader's best val_accuracy", lambda line=line, pick=pick: pick(
+         max(readings.values()) for readings in lookup(PILOT, ("rows", {"digit_size": 28, "strokes": 0}, line,
+                                                               "val_accuracy")).values()), 2)
+      for line in ("equal_flops", "dense") for name, pick in (("worse", min), ("better", max))]),
+    ("docs/tasks.md", "The pilot took {} minutes", [minutes(PILOT, "total_time_s")]),
+    ("docs/tasks.md", "the dense teacher's best validation accuracy at least {}, the teacher at equal FLOPs ({} px) at "
+                      "least {} below it",
+     [words(f"{PILOT}: choice/rule's floor", lambda: re.findall(r">= ([\d.]+)", lookup(PILOT, ("choice", "rule")))[0]),
+      V(PILOT, "equal_flops_size", digits=0),
+      words(f"{PILOT}: choice/rule's gap", lambda: re.findall(r">= ([\d.]+)", lookup(PILOT, ("choice", "rule")))[1])]),
+    ("docs/tasks.md", "little optimistic), chance {}, one canvas {}:",
+     [V(S, "task", "chance", digits=2), Derived(f"{PILOT}: 1 / validation", lambda: 1 / Decimal(lookup(
+         PILOT, ("validation",))), 4)]),
+    ("docs/tasks.md", "Intervals** are 95% bootstrap intervals over the {} test canvases, paired for differences. "
+                      "Every line keeps its per-canvas correctness (`correct`) in the JSON, so any difference can be "
+                      "re-paired. Chance is {}.", [V(S, "task", "test", digits=0), V(S, "task", "chance", digits=2)]),
+    # where the selector looks
+    *[("docs/tasks.md", f"| {label} | {{}} [{{}}, {{}}] | {{}} [{{}}, {{}}] |",
+       [*coverage("single", line), *coverage("majority", line)]) for label, line in [
+        ("trained selector (label-free, on the training canvases)", "LookWhere-S k_ratio 0.1 selector"),
+        ("its untrained start (a random map head)", "LookWhere-S untrained k_ratio 0.1 selector"),
+        ("random cells (3 draws)", "LookWhere-S k_ratio 0.1 random"),
+        ("centre cells", "LookWhere-S k_ratio 0.1 centre"),
+        ("oracle: the teacher's `cls` map", "LookWhere-S k_ratio 0.1 oracle_cls"),
+        ("oracle: the teacher's `patches` map", "LookWhere-S k_ratio 0.1 oracle_patches"),
+        ("the digits' own cells", "LookWhere-S k_ratio 0.1 digits")]],
+    ("docs/tasks.md", "At k_ratio 0.25 the selector keeps {} [{}, {}] of them, where random keeps {} [{}, {}].",
+     [*coverage("single", "LookWhere-S k_ratio 0.25 selector"),
+      *coverage("single", "LookWhere-S k_ratio 0.25 random")]),
+    ("docs/tasks.md", "({} against {}), because the map lights every digit",
+     [V(S, "variants", "majority", "label_cell_coverage", f"LookWhere-S k_ratio 0.1 {line}", "mean", digits=2)
+      for line in ("selector", "oracle_cls")]),
+    # which map the selector should learn
+    *[("docs/tasks.md", f"| {label} | {{}} [{{}}, {{}}] | {{}} [{{}}, {{}}] |",
+       [*interval(W, "coverage", "majority", target, "top 10%", digits=2),
+        *interval(W, "coverage", "single", target, "top 10%", digits=2)]) for label, target in [
+        ("`patches` (every patch token as query; the old default)", "patches"),
+        ("`authors` (the authors' token positions)", "authors"),
+        ("`cls` (the CLS token as the only query)", "cls"), ("random cells", "random")]],
+    ("docs/tasks.md", "without scribbles, it keeps {} of the digit's cells in its top 10%.",
+     [V(S, *PROBE, "LookWhere-S k_ratio 0.1 oracle_cls", "label_cell_coverage", "mean", digits=2)]),
+    # VECA on the task
+    ("docs/tasks.md", "with an output projection to the teacher's width ({}M)",
+     [Derived(f"{SV}: students/VECA-Ti from scratch/parameters / 1e6", lambda: Decimal(lookup(
+         SV, ("students", "VECA-Ti from scratch", "parameters"))) / 1000000, 1)]),
+    *[("docs/tasks.md", text, [margin(name, SV, digits, sign)]) for text, name, digits, sign in [
+        ("accuracy at C = 8 over accuracy at C = 64, at least {} (the paper's claim)", "veca_retention_c8", 2, False),
+        ("VECA from the teacher at C = 64 minus the dense teacher, above {} at fewer GFLOPs", "veca_vs_dense_teacher",
+         2, True),
+        ("VECA from the teacher minus VECA-Ti from scratch at C = 64, above {}.", "veca_from_teacher_vs_scratch", 0,
+         False),
+        ("VECA from the teacher at C = 64, the last point minus the first, above {}.", "learning_curve", 0, False)]],
+    ("docs/tasks.md", "the students at every C, the student's model card ({} + 4 min)", [minutes(SV, "total_time_s")]),
+    ("docs/tasks.md", "`benchmarks/results/sparse_recognition_veca.json` (`.log`): {} minutes on the 2-core CPU",
+     [minutes(SV, "total_time_s")]),
+    ("docs/tasks.md", "Test accuracy on {} canvases with 95% bootstrap intervals, chance {}; ms per canvas at batch 1 "
+                      "on {} threads, {} alternated runs:",
+     [V(SV, "task", "test", digits=0), V(SV, "task", "chance", digits=2), V(SV, "environment", "threads", digits=0),
+      V(SV, "args", "latency_runs", digits=0)]),
+    *[("docs/tasks.md", f"| {label} | {{}} [{{}}, {{}}] | {{}} | {{}} |",
+       [*accuracy(line, json_file=SV), V(SV, *PROBE, line, "gflops", digits=1),
+        V(SV, *PROBE, line, "ms_per_canvas", digits=0)]) for label, line in [
+        ("teacher dense, 518 px", "teacher dense"), ("teacher at equal GFLOPs to C = 64", "teacher at equal FLOPs"),
+        *[(f"VECA from teacher C = {c}", f"VECA from teacher C={c}") for c in (4, 8, 16, 32, 64)],
+        *[(f"VECA-Ti from scratch C = {c}", f"VECA-Ti from scratch C={c}") for c in (8, 64)]]],
+    *[("docs/tasks.md", f"| VECA from teacher C = {c}, fine-tuned elastically | {{}} [{{}}, {{}}] | {{}} | |",
+       [*interval(SV, "variants", "single", "fine_tuned", f"VECA from teacher C={c}", "accuracy", digits=2),
+        V(SV, "variants", "single", "fine_tuned", f"VECA from teacher C={c}", "gflops", digits=1)]) for c in (8, 64)],
+    ("docs/tasks.md", "| steps | {} | {} | {} | {} |",
+     [words(f"{SV}: curve_steps[{i}], with thousands commas", lambda i=i: f"{lookup(SV, ('curve_steps', i)):,}")
+      for i in range(4)]),
+    *[("docs/tasks.md", f"| {student} | " + " | ".join(["{} / {}"] * 4) + " |",
+       [V(SV, "learning_curve", student, point, "accuracy", cores, "mean", digits=2)
+        for point in range(4) for cores in ("8", "64")]) for student in ("VECA from teacher", "VECA-Ti from scratch")],
+    ("docs/tasks.md", "`veca_vs_dense_teacher`: {} [{}, {}]. **Missed**, by {} at the interval's lower end.",
+     [*interval(SV, *goal("veca_vs_dense_teacher"), digits=2, sign=True),
+      V(SV, "goals", {"goal": "veca_vs_dense_teacher"}, "short_by", digits=2)]),
+    ("docs/tasks.md", "`veca_retention_c8`: {} [{}, {}], the C = 64 line at chance.",
+     [V(SV, *goal("veca_retention_c8"), key, digits=2) for key in ("ratio", "low", "high")]),
+    ("docs/tasks.md", "`veca_from_teacher_vs_scratch`: {} [{}, {}]. **Missed.**",
+     interval(SV, *goal("veca_from_teacher_vs_scratch"), digits=2, sign=True)),
+    ("docs/tasks.md", "`learning_curve`: {} [{}, {}] from {} to {} steps.",
+     [*interval(SV, *goal("learning_curve"), digits=2, sign=True), V(SV, "curve_steps", 0, digits=0),
+      words(f"{SV}: curve_steps[-1], with thousands commas", lambda: f"{lookup(SV, ('curve_steps', -1)):,}")]),
+    ("docs/tasks.md", "({} minutes of this CPU for VECA from the teacher, {} for VECA-Ti)",
+     [minutes(SV, "students", student, "train_time_s") for student in ("VECA from teacher", "VECA-Ti from scratch")]),
+    ("docs/tasks.md", "Elastic fine-tuning with labels ({} epochs, validation kept epoch {})",
+     [V(SV, "args", "finetune_epochs", digits=0),
+      V(SV, "variants", "single", "fine_tuned", "VECA from teacher C=64", "epoch", digits=0)]),
+    ("docs/tasks.md", "VECA-Ti from scratch is above chance early on ({} at {} steps, C = 8)",
+     [V(SV, "learning_curve", "VECA-Ti from scratch", 0, "accuracy", "8", "mean", digits=2),
+      V(SV, "learning_curve", "VECA-Ti from scratch", 0, "steps", digits=0)]),
+    ("docs/tasks.md", "({} against {}, both frozen probes on {} canvases): a {} px digit survives the shrink to {} px.",
+     [mean_accuracy("teacher at equal FLOPs", json_file=SV), mean_accuracy("teacher dense", json_file=SV),
+      V(SV, "task", "test", digits=0), V(SV, "task", "digit_size", digits=0),
+      V(SV, "teacher_equal_flops_size", digits=0)]),
+]
+
+
+def curve_accuracies(student, cores=("8", "64")):
+    return [lookup(SV, ("learning_curve", student, point, "accuracy", c, "mean"))
+            for point in range(len(load(SV)["curve_steps"])) for c in cores]
+
+
+def final_accuracies(student):
+    return [lookup(SV, (*PROBE, f"{student} C={c}", "accuracy", "mean")) for c in load(SV)["cores"]]
+
+
+def scratch_range(key, pick):
+    return Derived(f"{SV}: the {pick.__name__} {key} of VECA-Ti from scratch's lines",
+                   lambda: pick(lookup(SV, (*PROBE, f"VECA-Ti from scratch C={c}", key)) for c in load(SV)["cores"]), 0)
+
+
+ELASTIC_PAGE = [
+    ("docs/elastic-from-pretrained.md", "`veca_retention_c8` (C = 8 over C = 64, above {})",
+     [margin("veca_retention_c8", SV, 2, False)]),
+    ("docs/elastic-from-pretrained.md", "after {} to {} label-free steps at {} px on {} canvases and {} photos, its "
+                                        "probe is at chance ({}-{} at C = 8 and 64 along the curve; {}-{} across C = "
+                                        "4..64 at the end) against the dense teacher's {}, and it is no better than "
+                                        "VECA-Ti from scratch ({} [{}, {}] at C = 64).",
+     [V(SV, "curve_steps", 0, digits=0),
+      words(f"{SV}: curve_steps[-1], with thousands commas", lambda: f"{lookup(SV, ('curve_steps', -1)):,}"),
+      *[V(SV, "students", "VECA from teacher", key, digits=0) for key in ("train_size", "canvases", "photos")],
+      Derived(f"{SV}: the lowest of the curve at C = 8 and 64", lambda: min(curve_accuracies("VECA from teacher")), 2),
+      Derived(f"{SV}: the highest of the curve at C = 8 and 64", lambda: max(curve_accuracies("VECA from teacher")), 2),
+      Derived(f"{SV}: the lowest final line", lambda: min(final_accuracies("VECA from teacher")), 2),
+      Derived(f"{SV}: the highest final line", lambda: max(final_accuracies("VECA from teacher")), 2),
+      mean_accuracy("teacher dense", json_file=SV),
+      *interval(SV, *goal("veca_from_teacher_vs_scratch"), digits=2, sign=True)]),
+    ("docs/elastic-from-pretrained.md", "85.1 GFLOPs at C = 64 and 518 px, where the copy now costs {}.",
+     [V(SV, *PROBE, "VECA from teacher C=64", "gflops", digits=1)]),
+    ("docs/elastic-from-pretrained.md", "starts below the constant predictor on raw patch cosine ({} against the "
+                                        "mean token's {}) and ends at a centred patch cosine of {} ± {} at 112 px: "
+                                        "short of its bar (twice the half-width; met at 224 px, {} ± {}), and no "
+                                        "better than VECA-Ti from scratch ({} ± {}) at {}x the GFLOPs.",
+     [V(Q, "results", "112", "baselines", "init", "VECA from teacher/cores=32", "patch", "mean", digits=2),
+      V(Q, "results", "112", "baselines", "constant", "patch", "mean", digits=2),
+      *learning("veca_teacher_centred_patch", 2), *learning("veca_teacher_centred_patch@224", 2),
+      *learning("veca_centred_patch", 2),
+      ratio(Q, (*student(112, "VECA from teacher", "cores=32"), "gflops"),
+            (*student(112, "VECA elastic", "cores=32"), "gflops"), 0)]),
+    ("docs/elastic-from-pretrained.md", "untrained, its CLS finds a photo's other views {} of the time (the teacher: "
+                                        "{}); 300 steps of matching the teacher's tokens lower that to {}.",
+     [V(Q, "teacher_free", "rows", {"model": model, "setting": setting}, "top1", "mean", digits=3)
+      for model, setting in [("VECA from teacher (untrained)", "cores=32"), ("teacher", "all"),
+                             ("VECA from teacher", "cores=32")]]),
+    ("docs/elastic-from-pretrained.md", "VECA-Ti costs {}-{} GFLOPs and {}-{} ms per canvas at 518 px",
+     [scratch_range("gflops", min), scratch_range("gflops", max), scratch_range("ms_per_canvas", min),
+      scratch_range("ms_per_canvas", max)]),
+    ("docs/elastic-from-pretrained.md", "the committed task run's curve ends at {} steps on {} canvases and {} photos.",
+     [words(f"{SV}: curve_steps[-1], with thousands commas", lambda: f"{lookup(SV, ('curve_steps', -1)):,}"),
+      V(SV, "students", "VECA from teacher", "canvases", digits=0),
+      V(SV, "students", "VECA from teacher", "photos", digits=0)]),
 ]
 
 # ------------------------------------------------------------------------------------------------ parity
@@ -751,7 +1072,6 @@ T = RESULTS + "distill_throughput.json"
 ONNX = RESULTS + "onnx_cpu.json"
 X = RESULTS + "extract_cpu.json"
 M = RESULTS + "mixed_sizes_cpu.json"
-W = RESULTS + "where_check/where_check.json"
 
 
 def throughput_row(label, model, processes):
@@ -847,7 +1167,7 @@ OTHERS = [
 ]
 
 CHECKS = (SPEED_TABLE_README + QUALITY_README + TASKS_README + SPEED_PAGE + QUALITY_PAGE + ADAPTIVE + FINE_TUNING
-          + PARITY + OTHERS)
+          + TASKS_PAGE + ELASTIC_PAGE + PARITY + OTHERS)
 
 
 def expected(template: str, values) -> str:
@@ -891,3 +1211,101 @@ def test_the_doc_quotes_its_json(check):
     want = expected(template, values)
     assert want in page(doc), (
         f"{doc} should say {want!r}, from:\n" + "\n".join(f"  {value}: {value.text()}" for value in values))
+
+
+# ------------------------------------------------------------------- no unchecked number in the task pages
+# The passages whose every measured number (a decimal, a number with x or %, a time, a cost) must be a value of CHECKS:
+# doc -> (the passage's first words, the words it ends before; None: the page's end).
+SCANNED = {
+    "README.md": [("`make tasks` tests LookWhere's claim", "For quality, use the authors' checkpoints")],
+    "docs/tasks.md": [
+        ("# Where to look, measured on a task", "## How the student was chosen"),  # the rest is the experiments'
+        ("## Which map the selector should learn", "### The canvases: larger digits"),  # the first pilot's, below
+        ("### Results", None),
+    ],
+    "docs/elastic-from-pretrained.md": [("## Measuring a copy on a task", None)],
+}
+# Numbers in those passages that no committed JSON of benchmarks/results holds: (doc, the words around them, whence).
+ELSEWHERE = [
+    ("docs/tasks.md", "4.9 min idle", "make tasks QUICK=1's timing, in commit 219ce0a"),
+    ("docs/tasks.md", "about 7 from a cold cache", "the same commit"),
+    ("docs/tasks.md", "38.7 minutes in all", "make tasks' whole time, in commit 1c1b1e9"),
+    ("docs/tasks.md", "For its first 22 minutes", "benchmarks/results/sparse_recognition.log's progress times"),
+    ("docs/tasks.md", "take 21 minutes instead of 7", "the log's times, and the run before's (1c1b1e9^)"),
+    ("docs/tasks.md", "They are 1.85x those of the run before", "the run before's JSON (1c1b1e9^)"),
+    ("docs/tasks.md", "against 363 ms", "the run before's JSON"),
+    ("docs/tasks.md", "against 8.4x", "the run before's JSON"),
+    ("docs/tasks.md", "reads 0.29-0.33 on validation", "experiments/extractor_curve"),
+    ("docs/tasks.md", "against the dense teacher's 0.49", "experiments/extractor_curve"),
+    ("docs/tasks.md", "missed the 0.5 floor", "experiments/task_calibration/LOG.md"),
+    ("docs/tasks.md", "covers under 1% of the", "a bound: 2 x 2 of 37 x 37 patches"),
+    ("docs/tasks.md", "(5.4 min idle", "make tasks-veca QUICK=1's timing, in commit 6335dbd"),
+    ("docs/tasks.md", "(66 + 4 min)", "the 4: the card's time, in commit 41c82a5"),
+    ("docs/tasks.md", "the where check (1 min)", "make tasks' timing of its steps, in commit 1c1b1e9"),
+    ("docs/tasks.md", "model card (1 min)", "the same commit"),
+    ("docs/tasks.md", "GELU MLP at 1x its cost", "the copy's design (docs/elastic-from-pretrained.md)"),
+    ("docs/elastic-from-pretrained.md", "GELU MLP at 1.5x its cost", "the earlier copy's design"),
+    ("docs/elastic-from-pretrained.md", "85.1 GFLOPs at C = 64", "the earlier copy's analytic cost (veca_flops)"),
+]
+MEASURED = re.compile(r"(?<![\w.])[+-]?(?:\d+\.\d+|\d+(?:\.\d+)?(?=x\b|%)|\d+(?:,\d{3})*(?= ?(?:ms|s|seconds|minutes|"
+                      r"min|GFLOPs)\b))(?![\w.]*\d)")
+SETTINGS = ("k_ratio ", "k_ratio=", "k_mass ", "top ")  # a budget or a map's share the run was given, not a result
+LEVEL = "95%"  # the intervals' confidence level
+
+
+def value_spans(doc: str) -> list[tuple[int, int]]:
+    """Where in page(doc) a value of CHECKS stands: (start, end) of each `{}` of each check found there."""
+    text, spans = page(doc), []
+    for check_doc, template, values in CHECKS:
+        if check_doc != doc:
+            continue
+        parts, want = re.sub(r"\s+", " ", template).split("{}"), expected(template, values)
+        texts = [value.text() for value in values]
+        start = text.find(want)
+        while start >= 0:
+            position = start
+            for part, value in zip(parts, texts):
+                spans.append((position + len(part), position + len(part) + len(value)))
+                position += len(part) + len(value)
+            start = text.find(want, start + 1)
+    return spans
+
+
+def elsewhere_spans(doc: str) -> list[tuple[int, int]]:
+    text = page(doc)
+    spans = []
+    for where, words, _ in ELSEWHERE:
+        if where == doc:
+            assert words in text, f"{doc} no longer says {words!r}: drop it from ELSEWHERE"
+            spans += [(m.start(), m.end()) for m in re.finditer(re.escape(words), text)]
+    return spans
+
+
+def unchecked_numbers(doc: str) -> list[str]:
+    """Each measured number in SCANNED's passages of `doc` that is neither a value of CHECKS nor in ELSEWHERE."""
+    text, found = page(doc), []
+    covered = value_spans(doc) + elsewhere_spans(doc)
+    for first, last in SCANNED[doc]:
+        start = text.index(first)
+        end = text.index(last, start) if last else len(text)
+        for match in MEASURED.finditer(text, start, end):
+            if text[:match.start()].endswith(SETTINGS) or text.startswith(LEVEL, match.start()):
+                continue
+            if not any(a <= match.start() and match.end() <= b for a, b in covered):
+                found.append(f"{match.group()}: ...{text[max(0, match.start() - 60):match.end() + 20]}...")
+    return found
+
+
+@pytest.mark.parametrize("doc", sorted(SCANNED))
+def test_every_measured_number_of_the_task_pages_is_checked(doc):
+    """Every result that README's task paragraph, docs/tasks.md and docs/elastic-from-pretrained.md quote is a value of
+    CHECKS (its JSON path in one table), or is named in ELSEWHERE with where it comes from."""
+    assert unchecked_numbers(doc) == []
+
+
+def test_an_unchecked_number_is_found(monkeypatch):
+    before = unchecked_numbers("docs/tasks.md")
+    text = page("docs/tasks.md") + " It scored 0.77 [0.70, 0.84] at 3.5x less cost in 12 minutes, k_ratio 0.2."
+    monkeypatch.setattr(sys.modules[__name__], "page", lambda doc: text)
+    found = unchecked_numbers("docs/tasks.md")[len(before):]
+    assert [line.split(":")[0] for line in found] == ["0.77", "0.70", "0.84", "3.5", "12"]

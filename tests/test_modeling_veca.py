@@ -140,7 +140,17 @@ def test_config_validation_and_presets():  # configs from explicit values: what 
     assert base.training_budgets == [8, 16, 24, 32, 40, 48, 56, 64]
     assert base.training_budget_weights == [1, 1, 2, 2, 3, 3, 4, 4]
     assert VecaConfig.from_preset("small").intermediate_size == 1024
+    assert VecaConfig.from_preset("large").intermediate_size == 2730
     assert VecaConfig.from_preset("large", num_cores=32).num_cores == 32
+
+
+@pytest.mark.parametrize("width", [32, 48, 64, 384, 768, 1024])
+def test_the_swiglu_width_is_the_references(width):
+    """8/3 of the token width, rounded down: what the VECA reference's int(width * mlp_ratio), mlp_ratio = 2.66667,
+    gives (85, 128, 170, 1024, 2048, 2730)."""
+    from corevision_hf.veca.configuration_veca import swiglu_intermediate_size
+
+    assert swiglu_intermediate_size(width) == int(width * 2.66667)
 
 
 def test_rope_zeroes_either_end_of_the_spectrum():

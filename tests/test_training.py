@@ -332,6 +332,25 @@ def test_a_used_output_dir_takes_only_a_resume_of_the_same_run(teacher_dir, imag
         distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "new", "--max-steps", "2", "--resume"))
 
 
+def test_overwrite_deletes_a_run_s_files_and_links_never_what_they_point_to(tmp_path):
+    """--overwrite of a distillation run (training.checkpointing.delete_run_files) deletes what a run writes, a linked
+    folder and a dangling link as links, and leaves files no run writes."""
+    from training.checkpointing import delete_run_files
+
+    run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    (run / "final").mkdir(parents=True)
+    (run / "final" / "model.safetensors").write_text("weights")
+    (run / "run.json").write_text("{}")
+    (run / "notes.txt").write_text("mine")
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("mine")
+    (run / "checkpoints").symlink_to(elsewhere)
+    (run / "logs").symlink_to(tmp_path / "gone")
+    delete_run_files(str(run))
+    assert sorted(os.listdir(run)) == ["notes.txt"]
+    assert (elsewhere / "keep.txt").read_text() == "mine"
+
+
 def test_processes_must_agree_on_arguments():
     same = {"seed": 0, "batch_size": 2}
     check_processes_agree([same, dict(same)])
@@ -485,7 +504,7 @@ def test_a_best_of_another_score_measure_is_replaced_by_the_first_new_score(tmp_
 def test_a_run_made_before_an_argument_existed_resumes_at_its_value_from_then(tmp_path):
     """run.json of an older version lacks the arguments added since: the run resumes at each one's value from before it
     existed (training.checkpointing.BEFORE_IT_EXISTED), and at no other; one with no such value is refused by name."""
-    from training.checkpointing import check_output_dir
+    from training.checkpointing import check_new_or_resumed_run
 
     def record(args: dict) -> dict:
         return {"script": "training.distill_lookwhere", "args": args, "num_processes": 1}
@@ -496,18 +515,18 @@ def test_a_run_made_before_an_argument_existed_resumes_at_its_value_from_then(tm
     added = ("config_overrides", "map_queries", "k_slots", "freeze_extractor_steps", "extractor_warmup_steps")
     old = {name: value for name, value in now.items() if name not in added}
     (tmp_path / "run.json").write_text(json.dumps(record({**old, "resume": False})))
-    check_output_dir(str(tmp_path), record(now))
+    check_new_or_resumed_run(str(tmp_path), record(now))
     for name, value, message in [("map_queries", "authors", "--map-queries was 'patches'"),
                                  ("config_overrides", '{"layer_norm_eps": 1e-05}', "--config-overrides was '{}'"),
                                  ("freeze_extractor_steps", 100, "--freeze-extractor-steps was 0")]:
         with pytest.raises(ValueError, match=re.escape(f"--resume: {message} in the run in {tmp_path}, now {value!r}")):
-            check_output_dir(str(tmp_path), record({**now, name: value}))
+            check_new_or_resumed_run(str(tmp_path), record({**now, name: value}))
     # from before --tf32 (TF32 off, torch's default then): resumes with --no-tf32 only
     (tmp_path / "run.json").write_text(json.dumps(record({n: v for n, v in old.items() if n != "tf32"})))
     with pytest.raises(ValueError, match="--tf32 was False"):
-        check_output_dir(str(tmp_path), record(now))
-    check_output_dir(str(tmp_path), record({**now, "tf32": False}))
+        check_new_or_resumed_run(str(tmp_path), record(now))
+    check_new_or_resumed_run(str(tmp_path), record({**now, "tf32": False}))
     # from before --shuffle-buffer: streams were not shuffled, which no value gives again
     (tmp_path / "run.json").write_text(json.dumps(record({n: v for n, v in old.items() if n != "shuffle_buffer"})))
     with pytest.raises(ValueError, match="^--resume: the run in .* was made before --shuffle-buffer existed"):
-        check_output_dir(str(tmp_path), record(now))
+        check_new_or_resumed_run(str(tmp_path), record(now))

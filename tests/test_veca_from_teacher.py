@@ -307,14 +307,14 @@ def test_gelu_scale_is_the_sigmoid_approximation():
 
 
 def test_a_run_from_before_the_flag_resumes_with_it_off_only(tmp_path):
-    from training.checkpointing import check_output_dir
+    from training.checkpointing import check_new_or_resumed_run
 
     now = vars(distill_veca.parse_args(["--teacher", "t", "--data", "d", "--output-dir", str(tmp_path),
                                         "--max-steps", "9", "--resume"]))
     old = {name: value for name, value in now.items() if name != "init_from_teacher"}
     (tmp_path / "run.json").write_text(json.dumps({"script": "training.distill_veca", "args": {**old, "resume": False},
                                                    "num_processes": 1}))
-    check_output_dir(str(tmp_path), {"script": "training.distill_veca", "args": now, "num_processes": 1})
+    check_new_or_resumed_run(str(tmp_path), {"script": "training.distill_veca", "args": now, "num_processes": 1})
     with pytest.raises(ValueError, match="--init-from-teacher was False"):
-        check_output_dir(str(tmp_path), {"script": "training.distill_veca", "args": {**now, "init_from_teacher": True},
+        check_new_or_resumed_run(str(tmp_path), {"script": "training.distill_veca", "args": {**now, "init_from_teacher": True},
                                          "num_processes": 1})

@@ -68,15 +68,16 @@ BEFORE_IT_EXISTED = {
 }
 
 
-def check_output_dir(output_dir: str, record: dict) -> None:
-    """Raises ValueError, before anything is written, when `output_dir` cannot take this run: a new run into a used
-    folder (without --overwrite), or a resume of a run made by the other script, with other arguments or another
-    number of processes."""
+def check_new_or_resumed_run(output_dir: str, record: dict) -> None:
+    """Raises ValueError, before anything is written, unless `output_dir` can take the run `record` describes: a new
+    run into a folder that holds none of `RUN_FILES` (with --overwrite, one that does; other files may sit beside
+    them), or a resume of the run there by the same script, with the same arguments (but `RESUMABLE`) and number of
+    processes."""
     path = os.path.join(output_dir, "run.json")
     script, args = record["script"], record["args"]
     if args.get("resume") and args.get("overwrite"):
         raise ValueError("--resume continues the run in --output-dir, --overwrite deletes it: choose one.")
-    if not args.get("resume"):  # training.finetune has no --resume
+    if not args.get("resume"):
         used = [name for name in RUN_FILES if os.path.exists(os.path.join(output_dir, name))]
         if used and not args.get("overwrite"):
             raise ValueError(
@@ -139,13 +140,20 @@ def read_run_record(path: str) -> dict:
                      "again with --overwrite.")
 
 
-def clear_run(output_dir: str) -> None:
-    """--overwrite: deletes what an earlier run wrote into `output_dir` (`RUN_FILES`, `LISTING`), nothing else."""
-    for name in (*RUN_FILES, LISTING):
-        path = os.path.join(output_dir, name)
-        if os.path.isdir(path):
+def delete_run_files(output_dir: str) -> None:
+    """--overwrite, once `check_new_or_resumed_run` allowed it: deletes what an earlier run wrote into `output_dir`
+    (`RUN_FILES`, `LISTING`), nothing else."""
+    delete_entries(output_dir, (*RUN_FILES, LISTING))
+
+
+def delete_entries(folder: str, names) -> None:
+    """Deletes each of `names` that `folder` holds (a folder with all it holds), a link as a link: never what it
+    points to."""
+    for name in names:
+        path = os.path.join(folder, name)
+        if os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path)
-        elif os.path.exists(path):
+        elif os.path.lexists(path):
             os.remove(path)
 
 

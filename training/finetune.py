@@ -769,7 +769,7 @@ def random_grayscale(pixel_values, probability: float):
     return torch.where(chosen[:, None, None, None], (grey - mean) / std, pixel_values)
 
 
-def check_output_dir(output_dir: str, overwrite: bool) -> None:
+def check_output_dir_free(output_dir: str, overwrite: bool) -> None:
     """A ValueError, before anything is deleted or written, unless `output_dir` is new, empty, or (with `overwrite`)
     holds a run of this command and nothing else: its run.json names this script, and every other entry is one of
     `RUN_NAMES`, none of them a link."""
@@ -807,35 +807,22 @@ def is_run_of_this_script(path: str) -> bool:
     return isinstance(record, dict) and record.get("script") == SCRIPT
 
 
-def clear_run(output_dir: str) -> None:
-    """--overwrite, once `check_output_dir` allowed it: deletes what the earlier run wrote (`RUN_NAMES`), nothing
-    else."""
-    import shutil
-
-    for name in RUN_NAMES:
-        path = os.path.join(output_dir, name)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path)
-        elif os.path.lexists(path):
-            os.remove(path)
-
-
 def open_output_dir(args):
     """The run's Accelerator, once --output-dir is free (new, empty, or --overwrite: its earlier run deleted) and
     locked; writes run.json, the mark of a run of this command."""
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
 
-    from .checkpointing import run_record
+    from .checkpointing import delete_entries, run_record
     from .run_lock import lock_output_dir
 
     AcceleratorState._reset_state()  # a second run in one process (the tests) starts clean
     accelerator = Accelerator()
-    check_output_dir(args.output_dir, args.overwrite)
+    check_output_dir_free(args.output_dir, args.overwrite)
     lock_output_dir(args.output_dir)
-    check_output_dir(args.output_dir, args.overwrite)  # again, now that no other run can write there
+    check_output_dir_free(args.output_dir, args.overwrite)  # again, now that no other run can write there
     if args.overwrite:
-        clear_run(args.output_dir)
+        delete_entries(args.output_dir, RUN_NAMES)  # what the earlier run wrote, which the check allowed
     write_json(os.path.join(args.output_dir, "run.json"), run_record(SCRIPT, args, 1))
     return accelerator
 

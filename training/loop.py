@@ -31,8 +31,8 @@ from corevision_hf.cli import RunStopped
 
 from .arguments import check_positive
 from .checkpointing import (
-    LISTING, best_score, check_output_dir, clear_run, export, finish, load_checkpoint, run_record, save_checkpoint,
-    write_json,
+    LISTING, best_score, check_new_or_resumed_run, delete_run_files, export, finish, load_checkpoint, run_record,
+    save_checkpoint, write_json,
 )
 from .data import BatchStream, build_dataset
 from .extractor_warmup import ExtractorWarmup, split_extractor_groups
@@ -103,11 +103,11 @@ def start(args, script: str) -> Accelerator:
     if args.tf32 and accelerator.device.type == "cuda":
         torch.set_float32_matmul_precision("high")  # TF32, as the VECA authors' configure_backend_precision
     check_processes_agree(gather_object([vars(args)]))
-    check_output_dir(args.output_dir, run_record(script, args, accelerator.num_processes))
+    check_new_or_resumed_run(args.output_dir, run_record(script, args, accelerator.num_processes))
     if accelerator.is_main_process:  # before --overwrite deletes anything: one live run per folder
         lock_output_dir(args.output_dir)
     if args.overwrite and accelerator.is_main_process:
-        clear_run(args.output_dir)
+        delete_run_files(args.output_dir)
     elif not args.resume and accelerator.is_main_process and os.path.exists(os.path.join(args.output_dir, LISTING)):
         os.remove(os.path.join(args.output_dir, LISTING))  # left by a setup that failed: the folder may have changed
     accelerator.wait_for_everyone()

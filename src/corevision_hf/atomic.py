@@ -2,15 +2,17 @@
 
 `tempfile.mkstemp` / `mkdtemp` create that name themselves (with O_EXCL and a random part), so no link planted beside
 the path is ever written through; `os.replace` then puts the result at the path in one step, replacing a link found
-there rather than following it. A reader sees the old content or the new, never half of it.
+there rather than following it. A reader sees the old content or the new, never half of it. What is written gets the
+modes the user's umask gives, as `open` and `mkdir` would (`follow_umask`), and a finished folder takes the place of
+an existing one in one step where the system allows (`exchange_folders`).
 """
 
 import contextlib
+import ctypes
+import errno
 import os
 import shutil
 import tempfile
-
-from .outputs import follow_umask
 
 
 @contextlib.contextmanager
@@ -44,3 +46,34 @@ def write_text_atomically(path: str | os.PathLike, text: str) -> None:
     """Writes `text` (UTF-8) to `path` through `atomic_path`."""
     with atomic_path(path) as temporary, open(temporary, "w", encoding="utf-8") as f:
         f.write(text)
+
+
+def follow_umask(path: str) -> None:
+    """Gives `path` the mode a plain `open` (files) or `mkdir` (folders) would under the user's umask: `mkstemp` and
+    `mkdtemp`, which the atomic writes go through, make them private (0600 / 0700)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, (0o777 if os.path.isdir(path) else 0o666) & ~umask)
+
+
+RENAME_EXCHANGE = 2  # linux/fs.h
+
+
+def exchange_folders(new: str, target: str) -> None:
+    """Puts the folder `new` at `target` and the old `target` at `new`. On Linux in one step (renameat2 with
+    RENAME_EXCHANGE), so that `target` is never missing, even when the process is killed; elsewhere (no renameat2,
+    or a file system without the flag) by renames one right after the other."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError, TypeError):  # no glibc
+        renameat2 = None
+    at_cwd = -100  # AT_FDCWD: paths relative to the working directory
+    if renameat2 is not None:
+        if renameat2(at_cwd, os.fsencode(new), at_cwd, os.fsencode(target), RENAME_EXCHANGE) == 0:
+            return
+        if ctypes.get_errno() not in (errno.EINVAL, errno.ENOSYS):  # a real failure, not a missing flag
+            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()), target)
+    parked = new + ".old"
+    os.rename(target, parked)
+    os.rename(new, target)
+    os.rename(parked, new)

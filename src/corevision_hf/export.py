@@ -33,13 +33,14 @@ import warnings
 import torch
 from torch import nn
 
+from .atomic import follow_umask
 from .cli import HelpFormatter
 from .cli import reading_weights, run
 from .cpu import resize_position_table_by_matrices
 from .lookwhere import LookWhereConfig, LookWhereModel
 from .loading import load_checked
 from .lookwhere.budget_lookwhere import RATIO_TOLERANCE
-from .outputs import check_file_output, follow_umask, refuse_overlap
+from .outputs import check_file_output, refuse_overlap
 from .veca import VecaConfig, VecaModel
 
 

@@ -46,14 +46,14 @@ from transformers.utils import logging as transformers_logging
 from .cli import HelpFormatter
 import corevision_hf  # noqa: F401  (registers VECA and LookWhere with the Auto classes)
 
-from .atomic import atomic_path, write_text_atomically
+from .atomic import atomic_path, exchange_folders, follow_umask, write_text_atomically
 from .cli import reading_weights, run
 from .cpu import optimize_for_cpu
 from .finite import check_forward_finite
 from .images import check_pixels_fit, open_image, to_pixel_values, to_rgb
 from .loading import load_checked
 from .offline import check_hub_reachable
-from .outputs import check_folder_output, exchange_folders, files_under, follow_umask, record, refuse_overlap
+from .outputs import check_folder_output, files_under, record, refuse_overlap
 from .tokens import patch_tokens
 
 
@@ -279,7 +279,37 @@ def main(argv=None) -> datasets.Dataset | None:
     output = Path(args.output)
     partial = output.with_name(output.name + ".partial")
 
-    # Checks, before any work: sizes, the model's config and budget, the data.
+    # Checks, before any work: sizes and the output, the model's config and budget, the data, the device.
+    check_sizes_and_output(args, partial)
+    config = read_config(args.model)
+    budget = check_budget(config, args)
+    if args.resolution is None:
+        args.resolution = config.image_size
+    grid = check_grid(args.resolution, patch_size(config), args.dense_stride, args.batch_size)
+    source = ImageSource(args.data, args.split, args.image_column)
+    args.device = args.device or str(state.device)
+    check_device(args.device)
+
+    settings = {
+        "model": args.model, "data": args.data, "split": args.split, "image_column": args.image_column,
+        "resolution": args.resolution, "square": args.square, "budget": budget, "dense_stride": args.dense_stride,
+        "shard_size": args.shard_size, "num_images": len(source),
+    }
+    started_here = open_partial(state, partial, settings)
+    try:
+        return extract(args, state, config, source, budget, grid, partial, output, settings)
+    except BaseException:
+        # A run that fails before its first finished shard leaves nothing; one with finished shards leaves
+        # OUT.partial/ for the next run with the same arguments to resume.
+        if state.is_main_process and started_here and not any(partial.glob("shard-?????")):
+            shutil.rmtree(partial, ignore_errors=True)
+        raise
+
+
+def check_sizes_and_output(args, partial: Path) -> None:
+    """A ValueError (or FileExistsError), before anything is read or written, for a --batch-size or --shard-size below
+    1, an --output that is no UTF-8 path, overlaps MODEL_OR_DIR, or is in use (`check_folder_output`), or an OUT.partial
+    that is no unfinished extraction (`check_unfinished`)."""
     for name in ("batch_size", "shard_size"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}.")
@@ -291,32 +321,34 @@ def main(argv=None) -> datasets.Dataset | None:
     refuse_overlap(args.output, args.model)
     check_folder_output(args.output, args.force)  # with --force, OUT must hold only files an extraction wrote
     check_unfinished(partial)
-    check_hub_reachable(args.model)
-    try:
-        config = AutoConfig.from_pretrained(args.model)
-    except (OSError, ValueError) as error:
-        raise ValueError(f"Could not read a model config from {args.model!r}: {error}") from None
-    budget = check_budget(config, args)
-    patch = patch_size(config)
-    if args.resolution is None:
-        args.resolution = config.image_size
-    if args.resolution <= 0 or args.resolution % patch:
-        raise ValueError(f"--resolution {args.resolution} is not a positive multiple of the patch size {patch}.")
-    check_pixels_fit(args.resolution, args.resolution, args.batch_size, f"--resolution {args.resolution}")
-    grid = args.resolution // patch
-    if args.dense_stride is not None and (args.dense_stride < 1 or grid % args.dense_stride):
-        divisors = [s for s in range(1, grid + 1) if grid % s == 0]
-        raise ValueError(f"--dense-stride {args.dense_stride} does not divide the {grid} x {grid} patch grid at "
-                         f"{args.resolution} px: use one of {divisors}.")
-    source = ImageSource(args.data, args.split, args.image_column)
-    args.device = args.device or str(state.device)
-    check_device(args.device)
 
-    settings = {
-        "model": args.model, "data": args.data, "split": args.split, "image_column": args.image_column,
-        "resolution": args.resolution, "square": args.square, "budget": budget, "dense_stride": args.dense_stride,
-        "shard_size": args.shard_size, "num_images": len(source),
-    }
+
+def read_config(model: str):
+    """The config of `model` (hub id or folder); a ValueError in one line when there is none to read."""
+    check_hub_reachable(model)
+    try:
+        return AutoConfig.from_pretrained(model)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"Could not read a model config from {model!r}: {error}") from None
+
+
+def check_grid(resolution: int, patch: int, dense_stride: int | None, batch_size: int) -> int:
+    """The patch grid's side at `resolution`; a ValueError when `resolution` is no positive multiple of `patch`, a
+    batch of such images would not fit in a tensor, or `dense_stride` does not divide the grid."""
+    if resolution <= 0 or resolution % patch:
+        raise ValueError(f"--resolution {resolution} is not a positive multiple of the patch size {patch}.")
+    check_pixels_fit(resolution, resolution, batch_size, f"--resolution {resolution}")
+    grid = resolution // patch
+    if dense_stride is not None and (dense_stride < 1 or grid % dense_stride):
+        divisors = [s for s in range(1, grid + 1) if grid % s == 0]
+        raise ValueError(f"--dense-stride {dense_stride} does not divide the {grid} x {grid} patch grid at "
+                         f"{resolution} px: use one of {divisors}.")
+    return grid
+
+
+def open_partial(state, partial: Path, settings: dict) -> bool:
+    """OUT.partial with `settings` written in it, once every process has checked that an unfinished extraction there
+    has the same settings (else a ValueError); whether this run created it."""
     settings_path = partial / SETTINGS_FILE
     if settings_path.exists() and json.loads(settings_path.read_text()) != settings:
         raise ValueError(f"{partial} holds an unfinished extraction with other settings: delete it, or rerun with the "
@@ -327,14 +359,7 @@ def main(argv=None) -> datasets.Dataset | None:
         partial.mkdir(parents=True, exist_ok=True)
         write_text_atomically(settings_path, json.dumps(settings, indent=2))
     state.wait_for_everyone()
-    try:
-        return extract(args, state, config, source, budget, grid, partial, output, settings)
-    except BaseException:
-        # A run that fails before its first finished shard leaves nothing; one with finished shards leaves
-        # OUT.partial/ for the next run with the same arguments to resume.
-        if state.is_main_process and started_here and not any(partial.glob("shard-?????")):
-            shutil.rmtree(partial, ignore_errors=True)
-        raise
+    return started_here
 
 
 def check_unfinished(partial: Path) -> None:

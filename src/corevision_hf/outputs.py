@@ -6,14 +6,14 @@ folder, and an ONNX graph carries the mark in its own metadata (`export.GRAPH_MA
 working folder leaves no file beside the graph. `--force` replaces a file only when its mark matches its current
 sha256, so a user's file, or one of ours that the user has since edited, is kept and the run stops naming it (a
 user's other files in an output folder stay). An output is also refused when it is, lies inside or holds one of the run's inputs.
-What is written gets the modes the user's umask gives, as `open` and `mkdir` would (`follow_umask`).
 """
 
-import ctypes
-import errno
 import hashlib
 import json
 import os
+
+from .atomic import follow_umask  # noqa: F401  (convert/common.py imports it from here until it takes it from .atomic)
+from .atomic import write_text_atomically
 
 
 MANIFEST = ".corevision_hf.json"
@@ -65,8 +65,6 @@ def not_ours(folder: str, names: list[str]) -> list[str]:
 def record(folder: str, names: list[str], keep: bool = False) -> None:
     """Writes `folder`'s manifest listing `names` (relative paths) with their sha256; with `keep`, the entries of
     other files already listed stay."""
-    from .atomic import write_text_atomically  # here, not above: atomic imports follow_umask from this module
-
     files = {name: digest for name, digest in read_manifest(folder).items() if keep and name not in names}
     files.update({name: sha256(os.path.join(folder, name)) for name in names})
     manifest = {"written_by": "corevision_hf", "files": dict(sorted(files.items()))}
@@ -131,34 +129,3 @@ def check_folder_output(folder: str, force: bool, replaced: list[str] | None = N
         shown = ", ".join(theirs[:3]) + (f" and {len(theirs) - 3} more" if len(theirs) > 3 else "")
         raise ValueError(f"{folder} holds files that corevision_hf did not write (or that changed since): {shown}; "
                          f"--force replaces only the files its {MANIFEST} lists. Move them or choose another folder.")
-
-
-def follow_umask(path: str) -> None:
-    """Gives `path` the mode a plain `open` (files) or `mkdir` (folders) would under the user's umask: `mkstemp` and
-    `mkdtemp`, which the atomic writes go through, make them private (0600 / 0700)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, (0o777 if os.path.isdir(path) else 0o666) & ~umask)
-
-
-RENAME_EXCHANGE = 2  # linux/fs.h
-
-
-def exchange_folders(new: str, target: str) -> None:
-    """Puts the folder `new` at `target` and the old `target` at `new`. On Linux in one step (renameat2 with
-    RENAME_EXCHANGE), so that `target` is never missing, even when the process is killed; elsewhere (no renameat2,
-    or a file system without the flag) by renames one right after the other."""
-    try:
-        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    except (AttributeError, OSError, TypeError):  # no glibc
-        renameat2 = None
-    at_cwd = -100  # AT_FDCWD: paths relative to the working directory
-    if renameat2 is not None:
-        if renameat2(at_cwd, os.fsencode(new), at_cwd, os.fsencode(target), RENAME_EXCHANGE) == 0:
-            return
-        if ctypes.get_errno() not in (errno.EINVAL, errno.ENOSYS):  # a real failure, not a missing flag
-            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()), target)
-    parked = new + ".old"
-    os.rename(target, parked)
-    os.rename(new, target)
-    os.rename(parked, new)

@@ -27,13 +27,14 @@ from PIL import Image
 from transformers import AutoModel  # the package's import registered VECA and LookWhere with it
 from transformers.utils import logging as transformers_logging
 
+from .atomic import follow_umask
 from .cli import HelpFormatter
 from .cli import reading_weights, run
 from .finite import check_forward_finite
 from .images import open_image, to_display, to_pixel_values
 from .loading import load_checked
 from .offline import check_hub_reachable
-from .outputs import check_file_output, follow_umask, record_file, refuse_overlap
+from .outputs import check_file_output, record_file, refuse_overlap
 from .tokens import patch_tokens
 
 try:

@@ -1,10 +1,24 @@
-"""LookWhere configuration. Hub-copied: imports only transformers and its sibling pipeline file."""
+"""LookWhere configuration. Hub-copied: imports only transformers (no torch: a configuration is data)."""
+
+from typing import TYPE_CHECKING
 
 from transformers import PreTrainedConfig
-from transformers.activations import ACT2FN
 from transformers.backbone_utils import BackboneConfigMixin
 
-from .pipeline_lookwhere import LookWhereImageFeatureExtractionPipeline
+
+if TYPE_CHECKING:  # never run (the pipeline imports torch): a relative import has save_pretrained copy its file
+    from .pipeline_lookwhere import LookWhereImageFeatureExtractionPipeline  # noqa: F401
+
+# The budget-aware pipeline that `hub_code_fields` names in `custom_pipelines`.
+PIPELINE = "pipeline_lookwhere.LookWhereImageFeatureExtractionPipeline"
+
+# The names of transformers' activations (`transformers.activations.ACT2FN`, transformers 5.25), written out because
+# importing ACT2FN imports torch; tests/test_config_validation.py holds them equal to ACT2FN's keys.
+ACTIVATIONS = (
+    "gelu", "gelu_10", "gelu_fast", "gelu_new", "gelu_python", "gelu_pytorch_tanh", "gelu_python_tanh", "gelu_accurate",
+    "hardswish", "laplace", "leaky_relu", "linear", "mish", "quick_gelu", "relu", "relu2", "relu6", "sigmoid", "silu",
+    "sqrtsoftplus", "swish", "tanh", "prelu", "xielu",
+)
 
 
 # ViT-S/14 and ViT-B/14 widths of DINOv2 with registers, the teachers of the paper.
@@ -174,10 +188,7 @@ class LookWhereConfig(BackboneConfigMixin, PreTrainedConfig):
             positive_numbers=("layer_norm_eps",),
             probabilities=("hidden_dropout_prob", "attention_dropout", "drop_path_rate"),
         )
-        for name in ("hidden_act", "map_head_act"):
-            if getattr(self, name) not in ACT2FN:
-                raise ValueError(f"{name}={getattr(self, name)!r} is not an activation of transformers' ACT2FN; use e.g. "
-                                 "'gelu' (exact) or 'gelu_pytorch_tanh' (tanh approximation).")
+        check_activations(self, "hidden_act", "map_head_act")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads ({self.num_attention_heads})."
@@ -259,14 +270,22 @@ def check_fields(config, positive_ints=(), positive_numbers=(), probabilities=()
             raise ValueError(f"{name} must lie in [0, 1), got {value!r}.")
 
 
-# Copied from corevision_hf.veca.configuration_veca.hub_code_fields with Veca->LookWhere, veca->lookwhere
+# Copied from corevision_hf.veca.configuration_veca.check_activations
+def check_activations(config, *names: str) -> None:
+    """A ValueError naming the first of the fields `names` that is not an activation of transformers' `ACT2FN`."""
+    for name in names:
+        if getattr(config, name) not in ACTIVATIONS:
+            raise ValueError(f"{name}={getattr(config, name)!r} is not an activation of transformers' ACT2FN; use e.g. "
+                             "'gelu' (exact, DINOv2's and DINOv3's) or 'gelu_pytorch_tanh' (tanh approximation).")
+
+
+# Copied from corevision_hf.veca.configuration_veca.hub_code_fields
 def hub_code_fields(kwargs: dict) -> dict:
     """`kwargs` with `auto_map` naming the hub code of every head (`AUTO_MAP`) and `custom_pipelines` the budget-aware
-    pipeline (importing it here has `save_pretrained` copy its file), so that a saved checkpoint loads with each Auto
-    class and with `pipeline("image-feature-extraction", model=..., trust_remote_code=True)`: transformers' save maps
-    the saved class only. What `kwargs` hold wins. Built anew per call: `pipeline()` rewrites the entry it reads."""
-    impl = f"pipeline_lookwhere.{LookWhereImageFeatureExtractionPipeline.__name__}"
-    pipeline = {"impl": impl, "pt": ["AutoModel"], "type": "image"}
+    pipeline (`PIPELINE`), so that a saved checkpoint loads with each Auto class and with
+    `pipeline("image-feature-extraction", model=..., trust_remote_code=True)`: transformers' save maps the saved class
+    only. What `kwargs` hold wins. Built anew per call: `pipeline()` rewrites the entry it reads."""
+    pipeline = {"impl": PIPELINE, "pt": ["AutoModel"], "type": "image"}
     return {
         **kwargs,
         "auto_map": {**AUTO_MAP, **(kwargs.get("auto_map") or {})},

@@ -1,18 +1,42 @@
-"""VECA configuration. Hub-copied: imports only transformers and its sibling pipeline file."""
+"""VECA configuration. Hub-copied: imports only transformers (no torch: a configuration is data)."""
+
+from typing import TYPE_CHECKING
 
 from transformers import PreTrainedConfig
-from transformers.activations import ACT2FN
 from transformers.backbone_utils import BackboneConfigMixin
 
-from .pipeline_veca import VecaImageFeatureExtractionPipeline
+
+if TYPE_CHECKING:  # never run (the pipeline imports torch): a relative import has save_pretrained copy its file
+    from .pipeline_veca import VecaImageFeatureExtractionPipeline  # noqa: F401
+
+# The budget-aware pipeline that `hub_code_fields` names in `custom_pipelines`.
+PIPELINE = "pipeline_veca.VecaImageFeatureExtractionPipeline"
+
+# The names of transformers' activations (`transformers.activations.ACT2FN`, transformers 5.25), written out because
+# importing ACT2FN imports torch; tests/test_config_validation.py holds them equal to ACT2FN's keys.
+ACTIVATIONS = (
+    "gelu", "gelu_10", "gelu_fast", "gelu_new", "gelu_python", "gelu_pytorch_tanh", "gelu_python_tanh", "gelu_accurate",
+    "hardswish", "laplace", "leaky_relu", "linear", "mish", "quick_gelu", "relu", "relu2", "relu6", "sigmoid", "silu",
+    "sqrtsoftplus", "swish", "tanh", "prelu", "xielu",
+)
+
+
+def swiglu_intermediate_size(hidden_size: int) -> int:
+    """The SwiGLU MLP's hidden width for tokens of `hidden_size`: 8/3 of it, rounded down, so that its three matrices
+    cost what a plain MLP's two do at 4x (Shazeer 2020). The VECA reference writes the ratio `mlp_ratio=2.66667` and
+    takes `int(hidden_size * 2.66667)`, the same number below a width of 100,000."""
+    return hidden_size * 8 // 3
 
 
 # Reference sizes of the paper (all patch 16, a bank of 64 cores, SwiGLU MLP).
 VECA_PRESETS = {
-    "small": dict(hidden_size=384, num_attention_heads=6, num_hidden_layers=12, intermediate_size=int(384 * 2.66667)),
+    "small": dict(hidden_size=384, num_attention_heads=6, num_hidden_layers=12,
+                  intermediate_size=swiglu_intermediate_size(384)),
     "splus": dict(hidden_size=384, num_attention_heads=6, num_hidden_layers=12, intermediate_size=384 * 4),
-    "base": dict(hidden_size=768, num_attention_heads=12, num_hidden_layers=12, intermediate_size=2048),
-    "large": dict(hidden_size=1024, num_attention_heads=16, num_hidden_layers=24, intermediate_size=int(1024 * 2.66667)),
+    "base": dict(hidden_size=768, num_attention_heads=12, num_hidden_layers=12,
+                 intermediate_size=swiglu_intermediate_size(768)),
+    "large": dict(hidden_size=1024, num_attention_heads=16, num_hidden_layers=24,
+                  intermediate_size=swiglu_intermediate_size(1024)),
 }
 
 
@@ -279,9 +303,7 @@ def check_mlp_and_positions(config: VecaConfig) -> None:
     if config.mlp_type not in ("swiglu", "plain"):
         raise ValueError(f'mlp_type must be "swiglu" (the paper\'s) or "plain" (Linear-act-Linear, DINOv2\'s), got '
                          f"{config.mlp_type!r}.")
-    if config.hidden_act not in ACT2FN:
-        raise ValueError(f"hidden_act={config.hidden_act!r} is not an activation of transformers' ACT2FN; use e.g. "
-                         "'gelu' (exact, DINOv2's and DINOv3's) or 'gelu_pytorch_tanh' (tanh approximation).")
+    check_activations(config, "hidden_act")
     grid = config.position_embedding_grid
     if grid is not None and (isinstance(grid, bool) or not isinstance(grid, int) or grid < 1):
         raise ValueError(f"position_embedding_grid must be None (no absolute positions) or an int >= 1 (patches per "
@@ -291,13 +313,20 @@ def check_mlp_and_positions(config: VecaConfig) -> None:
                          f"{config.position_embedding_antialias!r}.")
 
 
+def check_activations(config, *names: str) -> None:
+    """A ValueError naming the first of the fields `names` that is not an activation of transformers' `ACT2FN`."""
+    for name in names:
+        if getattr(config, name) not in ACTIVATIONS:
+            raise ValueError(f"{name}={getattr(config, name)!r} is not an activation of transformers' ACT2FN; use e.g. "
+                             "'gelu' (exact, DINOv2's and DINOv3's) or 'gelu_pytorch_tanh' (tanh approximation).")
+
+
 def hub_code_fields(kwargs: dict) -> dict:
     """`kwargs` with `auto_map` naming the hub code of every head (`AUTO_MAP`) and `custom_pipelines` the budget-aware
-    pipeline (importing it here has `save_pretrained` copy its file), so that a saved checkpoint loads with each Auto
-    class and with `pipeline("image-feature-extraction", model=..., trust_remote_code=True)`: transformers' save maps
-    the saved class only. What `kwargs` hold wins. Built anew per call: `pipeline()` rewrites the entry it reads."""
-    impl = f"pipeline_veca.{VecaImageFeatureExtractionPipeline.__name__}"
-    pipeline = {"impl": impl, "pt": ["AutoModel"], "type": "image"}
+    pipeline (`PIPELINE`), so that a saved checkpoint loads with each Auto class and with
+    `pipeline("image-feature-extraction", model=..., trust_remote_code=True)`: transformers' save maps the saved class
+    only. What `kwargs` hold wins. Built anew per call: `pipeline()` rewrites the entry it reads."""
+    pipeline = {"impl": PIPELINE, "pt": ["AutoModel"], "type": "image"}
     return {
         **kwargs,
         "auto_map": {**AUTO_MAP, **(kwargs.get("auto_map") or {})},
@@ -320,4 +349,4 @@ def check_target_fields(config, default_budget: str) -> None:
         )
 
 
-__all__ = ["VecaConfig", "VECA_PRESETS"]
+__all__ = ["VecaConfig", "VECA_PRESETS", "swiglu_intermediate_size"]
