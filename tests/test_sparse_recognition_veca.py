@@ -10,9 +10,10 @@ from conftest import save_task_teacher
 from transformers import Dinov2Model
 
 from benchmarks import sparse_recognition_veca as srv
-from benchmarks.sparse_recognition import probe, task_splits
 from corevision_hf import VecaModel, veca_flops
 from evaluation import evaluate_budgets
+from evaluation.canvases import task_splits
+from evaluation.readers import probe
 from publishing.model_card import read_task_table
 from training.schedule import draw
 

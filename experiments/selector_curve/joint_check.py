@@ -15,12 +15,14 @@ import json
 
 import torch
 
-from benchmarks.distill_quality import load_teacher_model
-from benchmarks.sparse_recognition import VARIANTS, distil_student, parse_args as task_args, pass_record, task_splits
-from benchmarks.teacher_passes import TeacherPasses
+from benchmarks.sparse_recognition import parse_args as task_args
 from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio
+from evaluation.canvases import VARIANTS, task_splits
+from evaluation.selections import coverage, top_cells
 from evaluation.sparse_digits import CELL
-from evaluation.where_check import coverage, top_cells
+from evaluation.task_student import distil_student
+from evaluation.teacher_passes import TeacherPasses, pass_record
+from evaluation.teachers import load_teacher_model
 
 
 def head(split, count: int):
