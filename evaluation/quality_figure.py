@@ -11,8 +11,6 @@ PLOT_METRICS = ("patch", "patch_centred")
 STYLES = {"VECA elastic": ("tab:blue", "o"), "VECA fixed-4": ("tab:cyan", "v"), "VECA fixed-32": ("tab:purple", "^"),
           "VECA from teacher": ("tab:brown", "X"), "dense ViT": ("tab:green", "D"),
           "LookWhere-S random init": ("tab:red", "s"), "LookWhere-S from teacher": ("tab:orange", "P")}
-
-
 PLOT_NAMES = {"patch": "mean patch cosine", "patch_centred": "centred patch cosine"}
 PLOT_LIMITS = {"patch": (0, 1), "patch_centred": (-0.2, 1)}
 

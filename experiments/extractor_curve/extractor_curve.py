@@ -1,7 +1,7 @@
 """How LookWhere-S's extractor learns to read sparse tokens by label-free distillation on the task's canvases (#57
 item 4): a learning curve over distillation steps.
 
-benchmarks.sparse_recognition's `distil_student` (its map-only selector phase, then the joint distillation) run on the
+evaluation.task_student's `distil_student` (its map-only selector phase, then the joint distillation) run on the
 benchmark's training canvases less the last 80 of each variant, keeping a checkpoint every `--every` steps. At each
 checkpoint, on the single variant at k_ratio 0.1, the attentive probe (LookWhere's reader, fixed in advance; its weight
 decay chosen on the last 60 fitting canvases) is fitted on the fitting canvases' extractor tokens and measured on the 80

@@ -1,10 +1,10 @@
 """Does the benchmark's joint distillation keep what the map-only selector phase learnt? (#57 item 3)
 
-benchmarks.sparse_recognition's `distil_student` run on the benchmark's training canvases less the last 80 of each
-variant, then the selector's share of the label's cells at k_ratio 0.1 measured on those 80 + 80 validation canvases
-(as selector_curve.py), for each `--selector-steps` / `--freeze-extractor-steps` setting given, the selector trained on
-in the joint distillation (`--joint-selector`; the benchmark's default now freezes it after its map-only steps, which
-keeps the map-only phase's share).
+evaluation.task_student's `distil_student` run on the benchmark's training canvases less the last 80 of each variant,
+then the selector's share of the label's cells at k_ratio 0.1 measured on those 80 + 80 validation canvases (as
+selector_curve.py), for each `--selector-steps` / `--freeze-extractor-steps` setting given, the selector trained on in
+the joint distillation (`--joint-selector`; the benchmark's default now freezes it after its map-only steps, which keeps
+the map-only phase's share).
 
     python -m experiments.selector_curve.joint_check --settings 0,40 100,40 100,0
 """
