@@ -32,28 +32,24 @@ import sys
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a file: the benchmarks package is importable from the repository root only
-    sys.exit(f"error: from the repository root run: python -m benchmarks.adaptive_budget {' '.join(sys.argv[1:])}")
+import torch
 
-import torch  # noqa: E402
-
-import corevision_hf  # noqa: E402
-from corevision_hf import LookWhereModel, gflops_spread, k_mass_for_target, lookwhere_flops, mass_gflops  # noqa: E402
-from corevision_hf.agreement import (  # noqa: E402
+import corevision_hf
+from benchmarks import quality_stats as stats
+from corevision_hf import LookWhereModel, gflops_spread, k_mass_for_target, lookwhere_flops, mass_gflops
+from corevision_hf.agreement import (
     features, per_image_agreement, teacher_input, teacher_patch_size, teacher_targets,
 )
-from corevision_hf.cli import HelpFormatter, reading_weights, run  # noqa: E402
-from corevision_hf.loading import load_checked  # noqa: E402
-from corevision_hf.lookwhere.budget_lookwhere import kept_for_mass, kept_for_ratio  # noqa: E402
-from evaluation.probes import image_files, load_image  # noqa: E402
-from training.checkpointing import write_json  # noqa: E402
-
-from . import quality_stats as stats  # noqa: E402
-from .distill_quality import TEACHER, TRAIN_PHOTOS, VAL_PHOTOS, load_teacher_model  # noqa: E402
+from corevision_hf.cli import HelpFormatter, reading_weights, run
+from corevision_hf.loading import load_checked
+from corevision_hf.lookwhere.budget_lookwhere import kept_for_mass, kept_for_ratio
+from evaluation.probes import image_files, load_image
+from evaluation.teachers import TEACHER, load_teacher_model
+from training.checkpointing import write_json
+from training.data import HELDOUT_PHOTOS, TRAIN_PHOTOS, VAL_PHOTOS
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "outputs" / "distill_quality" / "seed0" / "LookWhere-S_from_teacher" / "best"
-HELDOUT_PHOTOS = ROOT / "assets" / "heldout"
 CENTRE_FILE = "teacher_mean.safetensors"
 MEASURES = ("cls_cosine", "patch_cosine", "cls_centred_cosine", "patch_centred_cosine", "patch_r2")
 LABELS = {"cls_cosine": "CLS cos", "patch_cosine": "patch cos", "cls_centred_cosine": "CLS centred",

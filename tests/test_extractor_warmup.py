@@ -117,5 +117,5 @@ def test_a_student_without_an_extractor_is_refused(teacher_dir, image_dir, tmp_p
 
 
 def _with_freeze(args):
-    args.freeze_extractor_steps = 1  # as benchmarks/distill_quality.py sets extra attributes on its run_args
+    args.freeze_extractor_steps = 1  # as evaluation/quality_training.py sets extra attributes on its run_args
     return args

@@ -10,9 +10,10 @@ from conftest import save_task_teacher
 from transformers import Dinov2Model
 
 from benchmarks import sparse_recognition_veca as srv
-from benchmarks.sparse_recognition import probe, task_splits
 from corevision_hf import VecaModel, veca_flops
 from evaluation import evaluate_budgets
+from evaluation.canvases import task_splits
+from evaluation.readers import probe
 from publishing.model_card import read_task_table
 from training.schedule import draw
 
@@ -71,7 +72,7 @@ def test_goals_and_retention_follow_from_the_lines_in_the_json(smoke):
     assert goals["veca_vs_dense_teacher"]["value"]["mean"] == pytest.approx(float((veca - dense).mean()))
     assert goals["veca_from_teacher_vs_scratch"]["value"]["mean"] == pytest.approx(
         float((veca - correct(srv.FROM_SCRATCH, 64)).mean()))
-    for entry in goals.values():  # sparse_recognition's one rule, and how far off a missed goal is
+    for entry in goals.values():  # evaluation.goals' one rule, and how far off a missed goal is
         met = entry["value"]["low"] > entry["margin"] and entry["reference"]["low"] > CHANCE
         if entry["goal"] == "veca_vs_dense_teacher":
             cheaper = probe_rows[srv.line_name(srv.FROM_TEACHER, 64)]["gflops"] < probe_rows[srv.DENSE]["gflops"]

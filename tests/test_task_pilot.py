@@ -10,7 +10,7 @@ from conftest import save_task_teacher
 from transformers import Dinov2Model
 
 from benchmarks import task_pilot
-from benchmarks.sparse_recognition import task_splits
+from evaluation.canvases import task_splits
 from evaluation.probes import fit_linear_classifier
 
 

@@ -174,8 +174,12 @@ def set_stream_epoch(dataset: IterableDataset, transform: ImageTransform, epoch:
     transform.set_epoch(epoch)
 
 
+ASSETS = Path(__file__).resolve().parents[1] / "assets"
+# The shipped photos the benchmarks distil on, and the validation photos their choices (steps, rates, budgets) look at.
+TRAIN_PHOTOS = [ASSETS / "photos", ASSETS / "wallpaper_photos" / "train"]
+VAL_PHOTOS = ASSETS / "wallpaper_photos" / "val"
 # Photos kept for evaluation only: a training run that read them would make every held-out figure meaningless.
-HELDOUT_PHOTOS = Path(__file__).resolve().parents[1] / "assets" / "heldout"
+HELDOUT_PHOTOS = ASSETS / "heldout"
 
 
 @functools.cache

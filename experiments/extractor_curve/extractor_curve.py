@@ -1,7 +1,7 @@
 """How LookWhere-S's extractor learns to read sparse tokens by label-free distillation on the task's canvases (#57
 item 4): a learning curve over distillation steps.
 
-benchmarks.sparse_recognition's `distil_student` (its map-only selector phase, then the joint distillation) run on the
+evaluation.task_student's `distil_student` (its map-only selector phase, then the joint distillation) run on the
 benchmark's training canvases less the last 80 of each variant, keeping a checkpoint every `--every` steps. At each
 checkpoint, on the single variant at k_ratio 0.1, the attentive probe (LookWhere's reader, fixed in advance; its weight
 decay chosen on the last 60 fitting canvases) is fitted on the fitting canvases' extractor tokens and measured on the 80
@@ -22,15 +22,18 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from benchmarks.distill_quality import load_teacher_model
-from benchmarks.sparse_recognition import (SELECTOR_DEPTH, VARIANTS, attentive_probe, distil_student, lookwhere_features,
-                                           parse_args as task_args, pass_record, selection_scores, selector_maps_of,
-                                           task_splits, tokens_of)
-from benchmarks.teacher_passes import TeacherPasses
+from benchmarks.sparse_recognition import parse_args as task_args
 from corevision_hf import lookwhere_from_teacher
 from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio
+from evaluation.canvases import VARIANTS, task_splits
+from evaluation.lookwhere_features import lookwhere_features, selector_maps_of
+from evaluation.paired_stats import bootstrap_rows, interval
+from evaluation.readers import attentive_probe
+from evaluation.selections import coverage, selection_scores, top_cells
 from evaluation.sparse_digits import CELL
-from evaluation.where_check import bootstrap_rows, coverage, interval, top_cells
+from evaluation.task_student import SELECTOR_DEPTH, distil_student
+from evaluation.teacher_passes import TeacherPasses, pass_record, tokens_of
+from evaluation.teachers import load_teacher_model
 
 INNER_VAL = 60  # of the fitting canvases, the last ones choose the probe's weight decay
 

@@ -22,14 +22,18 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.distill_quality import load_teacher_model
-from benchmarks.sparse_recognition import (SELECTOR_DEPTH, attentive_probe, lookwhere_features, parse_args as task_args,
-                                           pass_record, selection_scores, selector_maps_of, task_splits, tokens_of)
-from benchmarks.teacher_passes import TeacherPasses
+from benchmarks.sparse_recognition import parse_args as task_args
 from corevision_hf import LookWhereModel, lookwhere_from_teacher
 from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio
+from evaluation.canvases import task_splits
+from evaluation.lookwhere_features import lookwhere_features, selector_maps_of
+from evaluation.paired_stats import bootstrap_rows, interval
+from evaluation.readers import attentive_probe
+from evaluation.selections import coverage, selection_scores, top_cells
 from evaluation.sparse_digits import CELL
-from evaluation.where_check import bootstrap_rows, coverage, interval, top_cells
+from evaluation.task_student import SELECTOR_DEPTH
+from evaluation.teacher_passes import TeacherPasses, pass_record, tokens_of
+from evaluation.teachers import load_teacher_model
 
 from .extractor_curve import INNER_VAL, head
 

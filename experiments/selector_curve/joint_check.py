@@ -1,10 +1,10 @@
 """Does the benchmark's joint distillation keep what the map-only selector phase learnt? (#57 item 3)
 
-benchmarks.sparse_recognition's `distil_student` run on the benchmark's training canvases less the last 80 of each
-variant, then the selector's share of the label's cells at k_ratio 0.1 measured on those 80 + 80 validation canvases
-(as selector_curve.py), for each `--selector-steps` / `--freeze-extractor-steps` setting given, the selector trained on
-in the joint distillation (`--joint-selector`; the benchmark's default now freezes it after its map-only steps, which
-keeps the map-only phase's share).
+evaluation.task_student's `distil_student` run on the benchmark's training canvases less the last 80 of each variant,
+then the selector's share of the label's cells at k_ratio 0.1 measured on those 80 + 80 validation canvases (as
+selector_curve.py), for each `--selector-steps` / `--freeze-extractor-steps` setting given, the selector trained on in
+the joint distillation (`--joint-selector`; the benchmark's default now freezes it after its map-only steps, which keeps
+the map-only phase's share).
 
     python -m experiments.selector_curve.joint_check --settings 0,40 100,40 100,0
 """
@@ -15,12 +15,14 @@ import json
 
 import torch
 
-from benchmarks.distill_quality import load_teacher_model
-from benchmarks.sparse_recognition import VARIANTS, distil_student, parse_args as task_args, pass_record, task_splits
-from benchmarks.teacher_passes import TeacherPasses
+from benchmarks.sparse_recognition import parse_args as task_args
 from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio
+from evaluation.canvases import VARIANTS, task_splits
+from evaluation.selections import coverage, top_cells
 from evaluation.sparse_digits import CELL
-from evaluation.where_check import coverage, top_cells
+from evaluation.task_student import distil_student
+from evaluation.teacher_passes import TeacherPasses, pass_record
+from evaluation.teachers import load_teacher_model
 
 
 def head(split, count: int):

@@ -20,14 +20,16 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmarks.sparse_recognition import (SELECTOR_DEPTH, VARIANTS, parse_args as task_args, pass_record,
-                                           task_splits)
-from benchmarks.distill_quality import load_teacher_model
-from benchmarks.teacher_passes import TeacherPasses
+from benchmarks.sparse_recognition import parse_args as task_args
 from corevision_hf import LookWhereModel, lookwhere_from_teacher
 from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio
+from evaluation.canvases import VARIANTS, task_splits
+from evaluation.paired_stats import bootstrap_rows
+from evaluation.selections import coverage, top_cells
 from evaluation.sparse_digits import CELL
-from evaluation.where_check import bootstrap_rows, coverage, top_cells
+from evaluation.task_student import SELECTOR_DEPTH
+from evaluation.teacher_passes import TeacherPasses, pass_record
+from evaluation.teachers import load_teacher_model
 
 K_RATIO = 0.1
 MAP_WEIGHT = 0.1  # training.losses.lookwhere_loss's weight of the map KL

@@ -7,10 +7,10 @@ import types
 
 import torch
 
-from benchmarks.distill_quality import load_teacher_model
-from benchmarks.sparse_recognition import pass_record, task_splits, tokens_of
-from benchmarks.teacher_passes import TeacherPasses
 from evaluation.attentive_probe import fit_attentive_classifier, predict_tokens
+from evaluation.canvases import task_splits
+from evaluation.teacher_passes import TeacherPasses, pass_record, tokens_of
+from evaluation.teachers import load_teacher_model
 
 torch.set_num_threads(int(sys.argv[1]) if len(sys.argv) > 1 else 2)
 teacher, _ = load_teacher_model("offline-dinov2-small")

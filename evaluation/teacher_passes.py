@@ -4,7 +4,8 @@ runs, reruns and the pilot cost the teacher once.
 A pass is keyed by the teacher's weights (a SHA-256 of its config and every parameter), the canvases' arguments
 (variant, split, count, seed, background, digit size, strokes, canvas size) and the resolution the teacher ran at.
 Each pass is one safetensors file under the cache folder, written through corevision_hf.atomic (a name made for it,
-renamed when complete); a file that cannot be read is computed again (and replaced), never trusted.
+renamed when complete); a file that cannot be read is computed again (and replaced), never trusted. `pass_record`
+gives a pass as the task's lines read it: the features of the linear probe, the tokens of the attentive one, the maps.
 """
 
 import hashlib
@@ -54,6 +55,21 @@ def compute_pass(teacher, split, size: int, batch_size: int) -> dict:
         out["cls"].append(cls.float())
         out["patches"].append(patches.half())
     return {name: torch.cat(parts).contiguous() for name, parts in out.items()}
+
+
+def pass_record(tensors: dict, keep_patches: bool = True) -> dict:
+    """A teacher pass (compute_pass's tensors) as the lines read it: "features" (N, 2D) [CLS ; mean patch], "maps" by
+    query, and "cls", "patches" when `keep_patches`."""
+    record = {"features": torch.cat([tensors["cls"], tensors["patches"].float().mean(1)], dim=-1),
+              "maps": {query: tensors[f"map_{query}"] for query in MAP_QUERIES if f"map_{query}" in tensors}}
+    if keep_patches:
+        record.update(cls=tensors["cls"], patches=tensors["patches"])
+    return record
+
+
+def tokens_of(record: dict) -> torch.Tensor:
+    """(N, 1 + P, D) float16 [CLS ; patches] of a teacher pass: what the attentive probe reads."""
+    return torch.cat([record["cls"].half().unsqueeze(1), record["patches"]], dim=1)
 
 
 class TeacherPasses:

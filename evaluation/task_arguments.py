@@ -1,0 +1,125 @@
+"""The command-line options the task benchmarks share (benchmarks.sparse_recognition, sparse_recognition_veca and
+task_pilot): the teacher, the canvases, the readers, fine-tuning, the bootstrap and the timing (`add_task_arguments`),
+the --quick / --smoke presets under the options given (`finish_task_arguments`), their checks, and the pilot's choice
+of canvases (`apply_pilot`). A bad value ends in parser.error: one line, exit status 2."""
+
+import argparse
+import json
+import math
+import sys
+
+from corevision_hf.cli import error_line
+from evaluation.sparse_digits import CELL
+
+
+def add_task_arguments(parser: argparse.ArgumentParser, *, digit_size: int = 28, strokes: int = 50) -> None:
+    """The options benchmarks.sparse_recognition and sparse_recognition_veca share: the teacher, the canvases, the
+    probe, fine-tuning, the bootstrap and the timing. `finish_task_arguments` checks them."""
+    parser.add_argument("--teacher", default="offline-dinov2-small",
+                        help="offline-dinov2-small, or a DINOv2 save_pretrained folder")
+    parser.add_argument("--train", type=int, default=160, help="training canvases per variant (validation included)")
+    parser.add_argument("--val", type=int, default=40, help="of those, the last ones held out to choose settings")
+    parser.add_argument("--test", type=int, default=100, help="test canvases per variant")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="canvases, initialisation, training order, random draws, bootstrap")
+    parser.add_argument("--background", default="black", choices=["black", "photo"])
+    parser.add_argument("--digit-size", type=int, default=digit_size, help="digit height and width in px (28: MNIST's)")
+    parser.add_argument("--strokes", type=int, default=strokes, help="scribble strokes per canvas")
+    parser.add_argument("--canvas-size", type=int, default=518, help="canvas side in px, a multiple of 14")
+    parser.add_argument("--batch-size", type=int, default=8, help="canvases per step and per forward")
+    parser.add_argument("--probe-decays", type=float, nargs="+", default=[1e-4, 1e-3, 1e-2, 1e-1],
+                        help="the linear probe's weight decays, one chosen on the validation canvases")
+    parser.add_argument("--attentive-decays", type=float, nargs="+", default=[1e-3, 1e-1],
+                        help="the attentive probe's weight decays, one chosen on the validation canvases")
+    parser.add_argument("--finetune-epochs", type=int, default=2,
+                        help="fine-tuning's epochs at most (its cosine schedule spans them)")
+    parser.add_argument("--finetune-patience", type=int, default=None,
+                        help="stop fine-tuning once this many epochs in a row have not raised the best validation "
+                             "accuracy (default: run every epoch)")
+    parser.add_argument("--finetune-lr", type=float, default=1e-5, help="backbone learning rate (the head's: x 10)")
+    parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples of the test canvases")
+    parser.add_argument("--latency-runs", type=int, default=5, help="timed batch-1 runs per line (alternated)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: OMP_NUM_THREADS if set, else every core)")
+
+
+def finish_task_arguments(parser: argparse.ArgumentParser, argv, presets: dict, counts: tuple[str, ...] = ()):
+    """Parses `argv`, applies the preset of --quick / --smoke ({flag: settings}) to every option left at its default
+    (an option given on the command line wins), and checks the shared options and the whole numbers `counts` (each
+    at least 1); a bad value ends in parser.error."""
+    args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    given = given_options(parser, args.argv)
+    for flag, settings in presets.items():
+        if getattr(args, flag):
+            for name, value in settings.items():
+                if name not in given:
+                    setattr(args, name, value)
+    for name in ("train", "test", "batch_size", "finetune_epochs", "bootstrap", "latency_runs", *counts):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1.")
+    for name in ("probe_decays", "attentive_decays"):
+        if bad := [value for value in getattr(args, name) if not math.isfinite(value) or value <= 0]:
+            parser.error(f"--{name.replace('_', '-')} {bad[0]}: weight decays must be positive finite numbers.")
+    if args.finetune_patience is not None and args.finetune_patience < 1:
+        parser.error(f"--finetune-patience {args.finetune_patience} must be at least 1 (leave it out to run every "
+                     "epoch).")
+    if not math.isfinite(args.finetune_lr) or args.finetune_lr <= 0:
+        parser.error(f"--finetune-lr {args.finetune_lr} must be a positive finite number.")
+    check_canvas_arguments(parser, args)
+    check_canvas_setting(parser, args.canvas_size, args.digit_size, args.strokes)
+    if args.out_dir.exists() and not args.out_dir.is_dir():
+        parser.error(f"--out-dir {args.out_dir} is a file: give a folder (made if missing).")
+    return args
+
+
+def given_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    """The destinations of the options `argv` gives, even at their default value (`--steps 0`): argparse leaves a
+    destination the namespace already holds alone unless an option sets it."""
+    unset = object()
+    start = argparse.Namespace(**{name: unset for name in vars(parser.parse_args(argv))})
+    return {name for name, value in vars(parser.parse_args(argv, start)).items() if value is not unset}
+
+
+def check_canvas_arguments(parser: argparse.ArgumentParser, args) -> None:
+    """--canvas-size, --val against --train and --threads, as every benchmark of this task takes them
+    (benchmarks.task_pilot too); a bad value ends in parser.error."""
+    if args.canvas_size <= 0 or args.canvas_size % CELL:
+        parser.error(f"--canvas-size {args.canvas_size} is not a positive multiple of {CELL}.")
+    if not 1 <= args.val < args.train:
+        parser.error(f"--val {args.val} must lie in 1..--train - 1 ({args.train - 1}).")
+    if args.threads is not None and args.threads < 1:
+        parser.error(f"--threads {args.threads} must be at least 1.")
+
+
+def check_canvas_setting(parser: argparse.ArgumentParser, canvas_size: int, digit_size: int, strokes: int) -> None:
+    """A digit size that fits the canvas and a number of scribbles that is not negative, else parser.error."""
+    if not 1 <= digit_size <= canvas_size:
+        parser.error(f"--digit-size {digit_size} must lie in 1..--canvas-size ({canvas_size}).")
+    if strokes < 0:
+        parser.error(f"--strokes {strokes} must be 0 or more.")
+
+
+def apply_pilot(parser: argparse.ArgumentParser, args) -> dict:
+    """The --pilot JSON's choice applied to --digit-size and --strokes where the command line left them; returns what
+    the results keep of it. A file that is no pilot, a pilot without a choice or of another canvas size: one line."""
+    try:
+        pilot = json.loads(args.pilot.read_text())
+        chosen, canvas_size = pilot["choice"]["chosen"], pilot["canvas_size"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        parser.error(f"--pilot {args.pilot}: not a benchmarks.task_pilot JSON ({error_line(error)}); run "
+                     "python -m benchmarks.task_pilot first.")
+    if chosen is None:
+        parser.error(f"--pilot {args.pilot}: no setting met the pilot's rule ({pilot['choice']['rule']}); give "
+                     "--digit-size and --strokes, or pilot other settings.")
+    if canvas_size != args.canvas_size:
+        parser.error(f"--pilot {args.pilot} calibrated {canvas_size} px canvases, not --canvas-size "
+                     f"{args.canvas_size}.")
+    given = {word.split("=")[0] for word in args.argv}
+    if "--digit-size" not in given:
+        args.digit_size = chosen["digit_size"]
+    if "--strokes" not in given:
+        args.strokes = chosen["strokes"]
+    check_canvas_setting(parser, args.canvas_size, args.digit_size, args.strokes)
+    return {"file": str(args.pilot), **{key: pilot.get(key) for key in ("choice", "rows", "command", "teacher",
+                                                                        "seed", "train", "validation")}}
