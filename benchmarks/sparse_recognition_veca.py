@@ -53,6 +53,7 @@ from corevision_hf import VecaConfig, VecaModel, veca_flops, veca_from_teacher
 from corevision_hf.agreement import teacher_flops
 from corevision_hf.cli import HelpFormatter, error_line
 from corevision_hf.measure import alternated_latency, threads_to_use
+from corevision_hf.veca.configuration_veca import swiglu_intermediate_size
 from evaluation.canvases import CHANCE, VARIANTS, CanvasDataset, PhotoSplit, Split, task_splits
 from evaluation.finetune_protocol import FineTuned, predict
 from evaluation.goals import goal
@@ -178,7 +179,7 @@ def new_students(args, teacher) -> dict:
     torch.manual_seed(args.seed)
     scratch = VecaModel(VecaConfig(
         hidden_size=args.scratch_width, num_hidden_layers=args.scratch_depth, num_attention_heads=args.scratch_heads,
-        intermediate_size=int(args.scratch_width * 2.66667), patch_size=teacher.config.patch_size,
+        intermediate_size=swiglu_intermediate_size(args.scratch_width), patch_size=teacher.config.patch_size,
         output_projection_size=width if width != args.scratch_width else None, **budgets))
     return {FROM_TEACHER: from_teacher, FROM_SCRATCH: scratch}
 

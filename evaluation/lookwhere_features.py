@@ -18,10 +18,17 @@ def selector_maps_of(model, split: Split, batch_size: int) -> tuple[torch.Tensor
     return torch.cat(tokens), torch.cat(maps).float()
 
 
+def extracted(model, pixels: torch.Tensor, chosen: torch.Tensor, global_tokens: torch.Tensor) -> torch.Tensor:
+    """LookWhere's extractor output (B, 1 + R + k, D) on the `chosen` (B, k) cells, after the selector's global tokens
+    (B, 1 + R, D) where the extractor reads them (`extractor_prefix="selector"`), else after its own."""
+    prefix_tokens = global_tokens if model.config.extractor_prefix == "selector" else None
+    return model.extractor(pixels, chosen, prefix_tokens).last_hidden_state
+
+
 def extracted_features(model, pixels: torch.Tensor, chosen: torch.Tensor, global_tokens: torch.Tensor
                        ) -> torch.Tensor:
     """(B, 2D) [CLS ; mean kept patch] of LookWhere's extractor on the `chosen` (B, k) cells."""
-    return pooled(model, model.extractor(pixels, chosen, global_tokens).last_hidden_state)
+    return pooled(model, extracted(model, pixels, chosen, global_tokens))
 
 
 def pooled(model, hidden: torch.Tensor) -> torch.Tensor:
@@ -36,7 +43,7 @@ def lookwhere_features(model, split: Split, chosen: torch.Tensor, global_tokens:
     the `chosen` (N, k) cells of every canvas."""
     features, tokens = [], []
     for rows, pixels in split.batches(batch_size):
-        hidden = model.extractor(pixels, chosen[rows], global_tokens[rows]).last_hidden_state
+        hidden = extracted(model, pixels, chosen[rows], global_tokens[rows])
         features.append(pooled(model, hidden))
         tokens.append(torch.cat([hidden[:, :1], hidden[:, 1 + model.config.num_register_tokens:]], dim=1).half())
     return torch.cat(features), torch.cat(tokens)
@@ -69,7 +76,7 @@ def chosen_features(model: LookWhereModel, pixels: torch.Tensor, k: int, scores_
         global_tokens, selector_map = model.selector(pixel_values, grid, None)
         scores = scores_of(selector_map, torch.arange(first, first + len(pixel_values)))
         chosen = scores.topk(k, dim=-1).indices.sort(dim=-1).values
-        tokens = model.extractor(pixel_values, chosen, global_tokens).last_hidden_state
+        tokens = extracted(model, pixel_values, chosen, global_tokens)
         filled = model.dense_fill(chosen, scores, grid)(tokens)
         outputs.append(filled[:, 0].float())
         patches.append(filled[:, num_prefix:].float())

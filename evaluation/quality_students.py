@@ -13,6 +13,7 @@ from corevision_hf import (
 )
 from corevision_hf.agreement import teacher_flops
 from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio
+from corevision_hf.veca.configuration_veca import swiglu_intermediate_size
 from training.losses import lookwhere_loss, veca_loss
 from training.schedule import draw, draw_int
 
@@ -61,7 +62,8 @@ def new_student(name: str, teacher, args, seed: int):
         budgets = {"VECA elastic": list(ELASTIC_BUDGETS), "VECA fixed-4": [4], "VECA fixed-32": [NUM_CORES]}[name]
         config = VecaConfig.from_preset(
             "small", patch_size=14, num_cores=NUM_CORES, image_size=args.image_size, hidden_size=args.width,
-            num_hidden_layers=args.depth, num_attention_heads=args.heads, intermediate_size=int(args.width * 2.66667),
+            num_hidden_layers=args.depth, num_attention_heads=args.heads,
+            intermediate_size=swiglu_intermediate_size(args.width),
             output_projection_size=width if width != args.width else None, training_budgets=budgets,
         )
         budgets, weights = config.training_budgets, config.training_budget_weights

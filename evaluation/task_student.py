@@ -23,7 +23,7 @@ from evaluation.canvases import CanvasDataset, Split
 from evaluation.sparse_digits import CELL
 from evaluation.teachers import equal_flops_resolution
 from training.arguments import training_parser
-from training.checkpointing import clear_run, write_json
+from training.checkpointing import delete_run_files, write_json
 from training.data import DataStats
 from training.loop import distill, start
 from training.losses import lookwhere_loss
@@ -121,7 +121,7 @@ def save_student(args, student, recorded: dict) -> None:
     """--steps 0: the student saved where a distillation run exports it, --scratch-dir/final (what make tasks' model
     card reads), with a training_recipe.json of this benchmark's arguments and `recorded`; written under a temporary
     name and renamed when complete, after the earlier run's files are cleared (as --overwrite clears them)."""
-    clear_run(str(args.scratch_dir))
+    delete_run_files(str(args.scratch_dir))
     partial = args.scratch_dir / "final.partial"
     if partial.exists():
         shutil.rmtree(partial)  # left by a run that died while saving

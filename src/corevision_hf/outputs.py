@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 
-from .atomic import follow_umask  # noqa: F401  (convert/common.py imports it from here until it takes it from .atomic)
 from .atomic import write_text_atomically
 
 

@@ -7,11 +7,11 @@ import tempfile
 import torch
 from transformers import initialization as init
 
+from corevision_hf.atomic import follow_umask
 from corevision_hf.outputs import (
     MANIFEST,
     check_folder_output,
     files_under,
-    follow_umask,
     is_ours,
     read_manifest,
     record,
