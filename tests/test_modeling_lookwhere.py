@@ -220,6 +220,18 @@ def test_own_prefix_ignores_the_selectors_global_tokens(tmp_path, registers):
     torch.testing.assert_close(loaded(pixel_values, k=64).last_hidden_state, moved, atol=0, rtol=0)
 
 
+def test_own_prefix_on_a_checkpoint_without_its_tokens_is_refused(tmp_path):
+    """A folder saved with the selector's prefix has no extractor prefix tokens: loading it with
+    extractor_prefix="extractor" is refused in one message, not given random tokens; the folder loads as it was saved,
+    and an own-prefix folder loads with either."""
+    LookWhereModel(tiny_lookwhere_config()).save_pretrained(tmp_path / "selector")
+    with pytest.raises(ValueError, match="no extractor prefix tokens.*lookwhere_from_teacher"):
+        LookWhereModel.from_pretrained(tmp_path / "selector", extractor_prefix="extractor")
+    assert LookWhereModel.from_pretrained(tmp_path / "selector").config.extractor_prefix == "selector"
+    LookWhereModel(tiny_lookwhere_config(extractor_prefix="extractor")).save_pretrained(tmp_path / "own")
+    assert LookWhereModel.from_pretrained(tmp_path / "own").config.extractor_prefix == "extractor"
+
+
 def test_extractor_prefix_must_be_known():
     with pytest.raises(ValueError, match="extractor_prefix='teacher' is not one of"):
         tiny_lookwhere_config(extractor_prefix="teacher")

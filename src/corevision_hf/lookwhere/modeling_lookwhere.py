@@ -586,6 +586,16 @@ class LookWherePreTrainedModel(PreTrainedModel):
             for tensor in (module.cls_token, module.register_tokens, module.position_embeddings):
                 init.trunc_normal_(tensor, mean=0.0, std=std)
         elif isinstance(module, LookWhereExtractorEmbeddings):
+            # from_pretrained marks what it loaded: loaded positions beside missing prefix tokens are a checkpoint saved
+            # with the selector's prefix, whose extractor would read random tokens.
+            loaded = getattr(module.position_embeddings, "_is_hf_initialized", False)
+            if loaded and module.prefix_tokens is not None and not getattr(module.prefix_tokens, "_is_hf_initialized",
+                                                                            False):
+                raise ValueError(
+                    "extractor_prefix='extractor', but this checkpoint has no extractor prefix tokens (it reads the "
+                    "selector's, extractor_prefix='selector'): load it without extractor_prefix, or make an own-prefix "
+                    "model from its teacher with lookwhere_from_teacher(teacher, extractor_prefix='extractor')."
+                )
             for tensor in (module.position_embeddings, module.prefix_tokens):
                 if tensor is not None:
                     init.trunc_normal_(tensor, mean=0.0, std=std)
