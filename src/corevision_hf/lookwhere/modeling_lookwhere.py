@@ -594,7 +594,7 @@ class LookWherePreTrainedModel(PreTrainedModel):
                 raise ValueError(
                     "extractor_prefix='extractor', but this checkpoint has no extractor prefix tokens (it reads the "
                     "selector's, extractor_prefix='selector'): load it without extractor_prefix, or make an own-prefix "
-                    "model from its teacher with lookwhere_from_teacher(teacher, extractor_prefix='extractor')."
+                    "model from its teacher with corevision_hf's lookwhere_from_teacher and extractor_prefix='extractor'."
                 )
             for tensor in (module.position_embeddings, module.prefix_tokens):
                 if tensor is not None:
