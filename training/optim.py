@@ -192,10 +192,16 @@ def _kind(model: torch.nn.Module, name: str) -> type | None:
     return type(model.get_submodule(owner)) if owner else None
 
 
+def modules_of(model: torch.nn.Module, class_name: str) -> list[torch.nn.Module]:
+    """`model`'s modules of a class named `class_name` (by name, so that a hub copy's class, loaded with
+    trust_remote_code, counts as ours; or a subclass, as FSDP2 makes of each module it shards)."""
+    return [m for m in model.modules() if any(cls.__name__ == class_name for cls in type(m).__mro__)]
+
+
 def parameters_of(model: torch.nn.Module, class_name: str) -> set[int]:
-    """The ids of the parameters held by `model`'s modules of class `class_name` (by name, so that a hub copy's class,
-    loaded with trust_remote_code, counts as ours), under whatever prefix a wrapper such as PEFT's adds."""
-    return {id(p) for m in model.modules() if type(m).__name__ == class_name for p in m.parameters()}
+    """The ids of the parameters held by `model`'s modules of class `class_name` (`modules_of`), under whatever prefix
+    a wrapper such as PEFT's adds."""
+    return {id(p) for m in modules_of(model, class_name) for p in m.parameters()}
 
 
 def veca_groups(model, matrices: str, weight_decay: float) -> list[dict]:
@@ -203,7 +209,7 @@ def veca_groups(model, matrices: str, weight_decay: float) -> list[dict]:
     "adamw"), except the coordinate heads' and the last layer's MLP output; everything else to AdamW. Every parameter is
     decayed, as the authors do. Parameters are told apart by the modules that hold them, not by their names."""
     bank, heads = parameters_of(model, "VecaCoreBank"), parameters_of(model, "VecaCoordinateHead")
-    last_layer = [m for m in model.modules() if type(m).__name__ == "VecaLayer"][-1]
+    last_layer = modules_of(model, "VecaLayer")[-1]
     last_fc2 = {id(p) for p in last_layer.mlp.fc2.parameters()}
     matrix, rest, nested = [], [], []
     for name, param in model.named_parameters():
