@@ -35,6 +35,7 @@ from evaluation.task_arguments import check_canvas_arguments, check_canvas_setti
 from evaluation.task_student import SELECTOR_DEPTH, check_teacher, line_costs
 from evaluation.teacher_passes import TeacherPasses, pass_record, tokens_of
 from evaluation.teachers import load_teacher_model
+from training.arguments import parse_seed
 from training.checkpointing import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,7 +54,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     # the benchmark's own numbers (benchmarks.sparse_recognition): the readers see as many canvases as they will there
     parser.add_argument("--train", type=int, default=400, help="canvases per setting (validation included)")
     parser.add_argument("--val", type=int, default=80, help="of those, the last ones the readers are measured on")
-    parser.add_argument("--seed", type=int, default=1, help="the canvases' seed (the task's runs use 0)")
+    parser.add_argument("--seed", type=parse_seed, default=1, help="the canvases' seed (the task's runs use 0)")
     parser.add_argument("--canvas-size", type=int, default=518, help="canvas side in px, a multiple of 14")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--selector-size", type=int, default=154,

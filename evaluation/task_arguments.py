@@ -10,6 +10,7 @@ import sys
 
 from corevision_hf.cli import error_line
 from evaluation.sparse_digits import CELL
+from training.arguments import parse_seed
 
 
 def add_task_arguments(parser: argparse.ArgumentParser, *, digit_size: int = 28, strokes: int = 50) -> None:
@@ -20,7 +21,7 @@ def add_task_arguments(parser: argparse.ArgumentParser, *, digit_size: int = 28,
     parser.add_argument("--train", type=int, default=160, help="training canvases per variant (validation included)")
     parser.add_argument("--val", type=int, default=40, help="of those, the last ones held out to choose settings")
     parser.add_argument("--test", type=int, default=100, help="test canvases per variant")
-    parser.add_argument("--seed", type=int, default=0,
+    parser.add_argument("--seed", type=parse_seed, default=0,
                         help="canvases, initialisation, training order, random draws, bootstrap")
     parser.add_argument("--background", default="black", choices=["black", "photo"])
     parser.add_argument("--digit-size", type=int, default=digit_size, help="digit height and width in px (28: MNIST's)")

@@ -9,6 +9,19 @@ import sys
 
 # --map-queries: the teacher queries whose attention is LookWhere's map target (training.teacher's)
 MAP_QUERIES = ("patches", "authors", "cls")
+SEED_MAX = 2**32 - 1  # the largest seed NumPy's seeding takes (Accelerate's set_seed seeds NumPy too)
+
+
+def parse_seed(text: str) -> int:
+    """The argparse type of every command's --seed: a whole number from 0 to SEED_MAX, checked as it is parsed (torch
+    and NumPy refuse larger or negative seeds only once the run has started, in their own words)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 0 to {SEED_MAX} (2**32 - 1), got {text!r}")
+    return value
 
 
 def run_as_command(main) -> None:
@@ -93,7 +106,7 @@ def training_parser(description: str, lr: float, min_lr: float, weight_decay: fl
     parser.add_argument("--num-workers", type=int, default=None,
                         help="DataLoader worker processes per process, kept for the whole run (default: half the CPU "
                              "cores per process, at most 4)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=parse_seed, default=0)
     parser.add_argument("--stop-at-step", type=int, default=None, help=argparse.SUPPRESS)  # simulates a crash (tests)
     return parser
 

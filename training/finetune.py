@@ -40,7 +40,7 @@ import os
 import re
 import sys
 
-from .arguments import HelpFormatter, run_as_command
+from .arguments import HelpFormatter, parse_seed, run_as_command
 
 SCRIPT = "training.finetune"
 # What a run writes into --output-dir (export's `.partial` folders while it writes best/ and final/): all that
@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-workers", type=COUNT, default=0, help="DataLoader workers")
     parser.add_argument("--threads", type=POSITIVE_COUNT, default=None,
                         help="CPU threads of torch (torch.set_num_threads; default: torch's own choice)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=parse_seed, default=0)
     return parser
 
 
