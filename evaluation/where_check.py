@@ -56,6 +56,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=None,
                         help="torch's CPU threads (default: OMP_NUM_THREADS, else 1)")
     args = parser.parse_args(argv)
+    if os.path.lexists(args.out_dir) and not os.path.isdir(args.out_dir):
+        raise ValueError(f"--out-dir {args.out_dir} is a file: give a folder (made if missing).")
     if args.canvases < 1:
         raise ValueError(f"--canvases must be at least 1, got {args.canvases}.")
     if args.threads is not None and args.threads < 1:
