@@ -82,6 +82,12 @@ BAD_INPUT = {
     "training.distill_lookwhere": ["--teacher", "{tmp}/missing", "--data", "{tmp}/photos", "--output-dir", "{tmp}/out",
                                    "--max-steps", "1", "--batch-size", "0"],
     "training.finetune": ["{tmp}/missing", "--data", "{tmp}/photos", "--output-dir", "{tmp}/out", "--batch-size", "0"],
+    "benchmarks.sparse_recognition": ["--smoke", "--teacher", "{tmp}/missing", "--out-dir", "{tmp}/out",
+                                      "--scratch-dir", "{tmp}/scratch", "--cache-dir", "{tmp}/cache"],
+    "benchmarks.sparse_recognition_veca": ["--smoke", "--teacher", "{tmp}/missing", "--out-dir", "{tmp}/out",
+                                           "--scratch-dir", "{tmp}/scratch", "--cache-dir", "{tmp}/cache"],
+    "benchmarks.task_pilot": ["--smoke", "--teacher", "{tmp}/missing", "--out-dir", "{tmp}/out", "--cache-dir",
+                              "{tmp}/cache"],
     "experiments.finetune_rotation.trainer_snippet": ["--model", "{tmp}/missing", "--data", "{tmp}", "--eval-data",
                                                       "{tmp}", "--output", "{tmp}/out.json"],
 }
