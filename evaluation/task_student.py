@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from corevision_hf import lookwhere_flops, lookwhere_from_teacher
 from corevision_hf.agreement import teacher_flops
 from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio
+from corevision_hf.outputs import files_under, record
 from corevision_hf.saving import save_model_folder
 from evaluation.canvases import CanvasDataset, Split
 from evaluation.sparse_digits import CELL
@@ -131,6 +132,7 @@ def save_student(args, student, recorded: dict) -> None:
         "script": SCRIPT, "method": "lookwhere", "teacher": args.teacher,
         "data": "sparse-recognition canvases", "steps": 0, "selector_steps": args.selector_steps,
         "command": f"python -m {SCRIPT} " + " ".join(args.argv), "args": {**arguments, **recorded}})
+    record(str(partial), files_under(str(partial)))  # as training.checkpointing.export marks its folders
     os.replace(partial, args.scratch_dir / "final")
 
 
