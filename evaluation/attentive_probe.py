@@ -59,8 +59,9 @@ def check_mask(mask: torch.Tensor, shape: tuple) -> None:
                          f"{tuple(mask.shape)}.")
     if not (kept := mask.any(-1)).all():
         empty = (~kept).nonzero().flatten().tolist()
-        raise ValueError(f"mask keeps no token of set {empty[0]}{f' and {len(empty) - 1} more' if len(empty) > 1 else ''}"
-                         ": an attentive probe pools at least one token of each set; keep one, or leave the set out.")
+        more = f" and {len(empty) - 1} more" if len(empty) > 1 else ""
+        raise ValueError(f"mask keeps no token of set {empty[0]}{more}: an attentive probe pools at least one token of "
+                         "each set; keep one, or leave the set out.")
 
 
 def check_tokens(tokens: torch.Tensor, what: str = "tokens") -> None:
@@ -72,7 +73,8 @@ def check_tokens(tokens: torch.Tensor, what: str = "tokens") -> None:
     if not finite.all():
         bad = (~finite).nonzero().flatten().tolist()
         raise ValueError(f"{what} hold NaN or infinite values in {len(bad)} of {len(tokens)} sets (the first: set "
-                         f"{bad[0]}): a probe would read NaN and always answer class 0. Repair or leave out those sets.")
+                         f"{bad[0]}): a probe would read NaN and always answer class 0. Repair or leave out those "
+                         "sets.")
 
 
 def check_fit_arguments(tokens: torch.Tensor, labels: torch.Tensor, num_classes: int, **settings) -> None:

@@ -98,8 +98,8 @@ def check_folders(parser: argparse.ArgumentParser, args) -> None:
             os.close(handle)
             os.remove(probe)
         except OSError as error:
-            parser.error(f"{flag} {folder} cannot be written ({error.strerror or error} in {existing}): choose a folder "
-                         "you can write to.")
+            parser.error(f"{flag} {folder} cannot be written ({error.strerror or error} in {existing}): choose a "
+                         "folder you can write to.")
 
 
 def given_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:

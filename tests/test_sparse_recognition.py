@@ -170,8 +170,8 @@ def one_line(argv, capsys) -> str:
 
 
 def test_a_missing_or_unfit_teacher_or_a_bad_argument_is_one_line(tmp_path, capsys):
-    assert "nowhere" in one_line(["--smoke", "--teacher", str(tmp_path / "nowhere"), "--out-dir", str(tmp_path / "out")],
-                                 capsys)
+    assert "nowhere" in one_line(["--smoke", "--teacher", str(tmp_path / "nowhere"), "--out-dir",
+                                  str(tmp_path / "out")], capsys)
     Dinov2Model(Dinov2Config(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
                              patch_size=14)).save_pretrained(tmp_path / "shallow")
     from corevision_hf import VecaModel

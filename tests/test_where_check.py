@@ -74,7 +74,8 @@ def test_an_out_dir_that_is_a_file_and_a_missing_teacher_folder_say_so(tmp_path,
     """Not "[Errno 17] File exists" after the work, nor transformers' "Repo id must be in the form ..."."""
     (tmp_path / "file").write_text("mine")
     assert where_check.cli(["--teacher", "x", "--out-dir", str(tmp_path / "file")]) == 2
-    assert capsys.readouterr().err == f"error: --out-dir {tmp_path / 'file'} is a file: give a folder (made if missing).\n"
+    err = capsys.readouterr().err
+    assert err == f"error: --out-dir {tmp_path / 'file'} is a file: give a folder (made if missing).\n"
     assert (tmp_path / "file").read_text() == "mine"
     for teacher, found in ((tmp_path / "missing", "does not exist"), (tmp_path / "file", "is a file")):
         assert where_check.cli(["--teacher", str(teacher), "--out-dir", str(tmp_path / "out")]) == 2

@@ -45,7 +45,8 @@ LISTING = "image_files.json"
 # of a checkpoint in its manifest.json; the teacher cache's files by their names (training.teacher_cache's, and the
 # temporaries corevision_hf.atomic makes of them). A `.partial` folder is an export or checkpoint cut short, the run's
 # own scratch, which it deletes itself before writing that export or checkpoint again.
-TEACHER_CACHE_FILE = re.compile(r"(\d+_\d+\.safetensors|cache_info\.json)|\.(\d+_\d+\.safetensors|cache_info\.json)\.\w+\.tmp")
+TEACHER_CACHE_NAME = r"(\d+_\d+\.safetensors|cache_info\.json)"
+TEACHER_CACHE_FILE = re.compile(rf"{TEACHER_CACHE_NAME}|\.{TEACHER_CACHE_NAME}\.\w+\.tmp")
 
 
 def write_json(path: str, value) -> None:
@@ -166,9 +167,9 @@ def overwrite_problem(output_dir: str, names) -> str | None:
         return None
     shown = ", ".join(theirs[:3]) + (f" and {len(theirs) - 3} more" if len(theirs) > 3 else "")
     return (f"{output_dir} holds {shown}, which no run wrote there (or which changed since): a run deletes or replaces "
-            f"only a run's own files (--overwrite too), each listed with its sha256 (in {RUN_MANIFEST}, in each export's own and in each "
-            "checkpoint's manifest.json; a run stopped before its end leaves its logs/ unlisted). Nothing was deleted: "
-            "move them, or choose a new --output-dir.")
+            f"only a run's own files (--overwrite too), each listed with its sha256 (in {RUN_MANIFEST}, in each "
+            "export's own and in each checkpoint's manifest.json; a run stopped before its end leaves its logs/ "
+            "unlisted). Nothing was deleted: move them, or choose a new --output-dir.")
 
 
 def unmarked_run_files(output_dir: str, names) -> list[str]:
@@ -203,7 +204,9 @@ def unmarked(folder: str, manifest: dict[str, str], seal: str | None = None) -> 
         for entry in [*folders, *files]:
             path = os.path.join(root, entry)
             relative = os.path.relpath(path, folder).replace(os.sep, "/")
-            if relative != seal and (os.path.islink(path) or entry in files and not is_ours(folder, relative, manifest)):
+            if relative == seal:
+                continue
+            if os.path.islink(path) or entry in files and not is_ours(folder, relative, manifest):
                 found.append(relative)
     return sorted(found)
 
@@ -515,6 +518,6 @@ def finish(accelerator: Accelerator, output_dir: str | None = None) -> None:
     accelerator.end_training()
     logs = os.path.join(output_dir or "", "logs")
     if output_dir is not None and accelerator.is_main_process and os.path.isdir(logs) and not os.path.islink(logs):
-        record(output_dir, [f"logs/{name}" for name in files_under(logs) if not os.path.islink(os.path.join(logs, name))],
-               keep=True)
+        written = [name for name in files_under(logs) if not os.path.islink(os.path.join(logs, name))]
+        record(output_dir, [f"logs/{name}" for name in written], keep=True)
     release_output_dirs()

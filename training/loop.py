@@ -62,8 +62,8 @@ def check_processes_agree(arguments: list[dict]) -> None:
 def start(args, script: str) -> Accelerator:
     """The run's Accelerator, once its arguments are known to be usable: positive sizes and rates, the same on every
     process, and an output folder that is new (or, with --resume, holds a run of `script` with the same arguments;
-    with --overwrite, the run it held is deleted here, when all of it is the run's own: checkpointing.overwrite_problem).
-    Nothing is written yet."""
+    with --overwrite, the run it held is deleted here, when all of it is the run's own:
+    checkpointing.overwrite_problem). Nothing is written yet."""
     check_positive(args, "batch_size", "max_steps", "lr", "gradient_accumulation_steps", "checkpoint_every",
                    "keep_checkpoints", "eval_images", "collective_timeout", "log_every")
     for name in ("min_lr", "warmup_start_lr"):
