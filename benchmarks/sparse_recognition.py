@@ -56,6 +56,7 @@ import copy
 import math
 import os
 import platform
+import sys
 import time
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -66,7 +67,7 @@ import torch
 import corevision_hf
 from benchmarks.common import restoring_threads
 from corevision_hf import lookwhere_flops
-from corevision_hf.cli import HelpFormatter, error_line
+from corevision_hf.cli import HelpFormatter, run
 from corevision_hf.flops import k_mass_for_target
 from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio
 from corevision_hf.measure import alternated_latency, threads_to_use
@@ -267,11 +268,8 @@ def write_outputs(args, report: dict, measured: dict, query: str) -> None:
 
 
 def load_models(args) -> tuple:
-    """(the teacher, where it came from, the --photo-student or None); one line when either cannot serve."""
-    try:
-        teacher, source = load_teacher_model(args.teacher)
-    except (ValueError, OSError) as error:
-        raise SystemExit(error_line(error)) from None
+    """(the teacher, where it came from, the --photo-student or None); a ValueError when either cannot serve."""
+    teacher, source = load_teacher_model(args.teacher)
     check_teacher(teacher)
     photo_student = None if args.photo_student is None else load_photo_student(args.photo_student, teacher)
     return teacher, source, photo_student
@@ -749,4 +747,4 @@ def selections_figure(measured: dict, query: str):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run(main))

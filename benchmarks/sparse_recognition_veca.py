@@ -41,6 +41,7 @@ import copy
 import math
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -51,7 +52,7 @@ import corevision_hf
 from benchmarks.common import restoring_threads
 from corevision_hf import VecaConfig, VecaModel, veca_flops, veca_from_teacher
 from corevision_hf.agreement import teacher_flops
-from corevision_hf.cli import HelpFormatter, error_line
+from corevision_hf.cli import HelpFormatter, run
 from corevision_hf.measure import alternated_latency, threads_to_use
 from corevision_hf.veca.configuration_veca import swiglu_intermediate_size
 from evaluation.canvases import CHANCE, VARIANTS, CanvasDataset, PhotoSplit, Split, task_splits
@@ -150,7 +151,22 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error(f"--train-photos {missing[0]} is not a folder of photos.")
     if not math.isfinite(args.lr) or args.lr <= 0:
         parser.error(f"--lr {args.lr} must be a positive finite number.")
+    try:  # the from-scratch student's shape, checked by its config now rather than after the teacher's passes
+        scratch_config(args, patch_size=CELL)
+    except ValueError as error:
+        parser.error(f"--scratch-width {args.scratch_width}, --scratch-depth {args.scratch_depth}, --scratch-heads "
+                     f"{args.scratch_heads}: {error}")
     return args
+
+
+def scratch_config(args, patch_size: int, output_projection_size: int | None = None) -> VecaConfig:
+    """The config of VECA-Ti from scratch (--scratch-width / -depth / -heads) with a bank of max(--cores) cores, nested
+    dropout over --cores."""
+    return VecaConfig(
+        hidden_size=args.scratch_width, num_hidden_layers=args.scratch_depth, num_attention_heads=args.scratch_heads,
+        intermediate_size=swiglu_intermediate_size(args.scratch_width), patch_size=patch_size,
+        output_projection_size=output_projection_size, num_cores=args.cores[-1], training_budgets=args.cores,
+        image_size=args.canvas_size)
 
 
 def line_name(model_name: str, num_cores: int) -> str:
@@ -177,10 +193,7 @@ def new_students(args, teacher) -> dict:
     from_teacher = veca_from_teacher(teacher, **budgets).float()
     width = teacher.config.hidden_size
     torch.manual_seed(args.seed)
-    scratch = VecaModel(VecaConfig(
-        hidden_size=args.scratch_width, num_hidden_layers=args.scratch_depth, num_attention_heads=args.scratch_heads,
-        intermediate_size=swiglu_intermediate_size(args.scratch_width), patch_size=teacher.config.patch_size,
-        output_projection_size=width if width != args.scratch_width else None, **budgets))
+    scratch = VecaModel(scratch_config(args, teacher.config.patch_size, width if width != args.scratch_width else None))
     return {FROM_TEACHER: from_teacher, FROM_SCRATCH: scratch}
 
 
@@ -260,10 +273,7 @@ def benchmark(argv=None) -> dict:
     def progress(line: str) -> None:
         print(f"{line} ({time.perf_counter() - started:.0f} s so far)", flush=True)
 
-    try:
-        teacher, source = load_teacher_model(args.teacher)
-    except (ValueError, OSError) as error:
-        raise SystemExit(error_line(error)) from None
+    teacher, source = load_teacher_model(args.teacher)
     print(f"torch {torch.__version__}, {threads} threads; teacher {source}; variants {', '.join(args.variants)}, each "
           f"{args.train} training ({args.val} of them validation) and {args.test} test canvases of {args.canvas_size} "
           f"px; cores {args.cores}; curve at {args.curve_steps} steps of distillation at {args.train_size} px",
@@ -644,4 +654,4 @@ def print_tables(report: dict) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run(main))

@@ -27,14 +27,15 @@ import torch
 
 from benchmarks.common import restoring_threads
 from corevision_hf import lookwhere_from_teacher
-from corevision_hf.cli import HelpFormatter, error_line
+from corevision_hf.cli import HelpFormatter, run
 from corevision_hf.measure import threads_to_use
 from evaluation.canvases import task_splits
 from evaluation.readers import attentive_probe, probe
-from evaluation.task_arguments import check_canvas_arguments, check_canvas_setting
+from evaluation.task_arguments import check_canvas_arguments, check_canvas_setting, check_folders
 from evaluation.task_student import SELECTOR_DEPTH, check_teacher, line_costs
 from evaluation.teacher_passes import TeacherPasses, pass_record, tokens_of
 from evaluation.teachers import load_teacher_model
+from training.arguments import parse_seed
 from training.checkpointing import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,7 +54,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     # the benchmark's own numbers (benchmarks.sparse_recognition): the readers see as many canvases as they will there
     parser.add_argument("--train", type=int, default=400, help="canvases per setting (validation included)")
     parser.add_argument("--val", type=int, default=80, help="of those, the last ones the readers are measured on")
-    parser.add_argument("--seed", type=int, default=1, help="the canvases' seed (the task's runs use 0)")
+    parser.add_argument("--seed", type=parse_seed, default=1, help="the canvases' seed (the task's runs use 0)")
     parser.add_argument("--canvas-size", type=int, default=518, help="canvas side in px, a multiple of 14")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--selector-size", type=int, default=154,
@@ -81,8 +82,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     check_canvas_arguments(parser, args)
     for strokes, digit_size in args.settings:
         check_canvas_setting(parser, args.canvas_size, digit_size, strokes)
-    if args.out_dir.exists() and not args.out_dir.is_dir():
-        parser.error(f"--out-dir {args.out_dir} is a file: give a folder (made if missing).")
+    check_folders(parser, args)
     return args
 
 
@@ -104,10 +104,7 @@ def measure_setting(args, passes: TeacherPasses, strokes: int, digit_size: int, 
     """One setting's row: both readers of the teacher dense and at equal FLOPs, and the best of each."""
     canvases = types.SimpleNamespace(canvas_size=args.canvas_size, seed=args.seed, background="black",
                                      digit_size=digit_size, strokes=strokes, train=args.train, test=1)
-    try:
-        split = task_splits(canvases, "single")["train"]
-    except ValueError as error:
-        raise SystemExit(error_line(error)) from None
+    split = task_splits(canvases, "single")["train"]
     row = {"strokes": strokes, "digit_size": digit_size}
     for line, size in (("dense", args.canvas_size), ("equal_flops", equal_size)):
         scores = readers(pass_record(passes.get(split, split.key, size)), split.labels, args)
@@ -130,10 +127,7 @@ def choose(rows: list[dict], min_dense: float, min_gap: float) -> dict:
 def pilot(argv=None) -> dict:
     args = parse_args(argv)
     torch.set_num_threads(threads_to_use(args.threads))
-    try:
-        teacher, source = load_teacher_model(args.teacher)
-    except (ValueError, OSError) as error:
-        raise SystemExit(error_line(error)) from None
+    teacher, source = load_teacher_model(args.teacher)
     check_teacher(teacher)
     student = lookwhere_from_teacher(teacher, selector_depth=SELECTOR_DEPTH, selector_image_size=args.selector_size)
     _, equal_size = line_costs(args, teacher, student)
@@ -163,4 +157,4 @@ def pilot(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run(main))

@@ -6,10 +6,14 @@ of canvases (`apply_pilot`). A bad value ends in parser.error: one line, exit st
 import argparse
 import json
 import math
+import os
 import sys
+import tempfile
+from pathlib import Path
 
 from corevision_hf.cli import error_line
 from evaluation.sparse_digits import CELL
+from training.arguments import parse_seed
 
 
 def add_task_arguments(parser: argparse.ArgumentParser, *, digit_size: int = 28, strokes: int = 50) -> None:
@@ -20,7 +24,7 @@ def add_task_arguments(parser: argparse.ArgumentParser, *, digit_size: int = 28,
     parser.add_argument("--train", type=int, default=160, help="training canvases per variant (validation included)")
     parser.add_argument("--val", type=int, default=40, help="of those, the last ones held out to choose settings")
     parser.add_argument("--test", type=int, default=100, help="test canvases per variant")
-    parser.add_argument("--seed", type=int, default=0,
+    parser.add_argument("--seed", type=parse_seed, default=0,
                         help="canvases, initialisation, training order, random draws, bootstrap")
     parser.add_argument("--background", default="black", choices=["black", "photo"])
     parser.add_argument("--digit-size", type=int, default=digit_size, help="digit height and width in px (28: MNIST's)")
@@ -68,9 +72,34 @@ def finish_task_arguments(parser: argparse.ArgumentParser, argv, presets: dict, 
         parser.error(f"--finetune-lr {args.finetune_lr} must be a positive finite number.")
     check_canvas_arguments(parser, args)
     check_canvas_setting(parser, args.canvas_size, args.digit_size, args.strokes)
-    if args.out_dir.exists() and not args.out_dir.is_dir():
-        parser.error(f"--out-dir {args.out_dir} is a file: give a folder (made if missing).")
+    check_folders(parser, args)
     return args
+
+
+def check_folders(parser: argparse.ArgumentParser, args) -> None:
+    """--out-dir, --scratch-dir and --cache-dir (those the command has) are folders or can be made, and the folders a
+    run writes into (--out-dir, --scratch-dir) can be written, so that a run never finds out after all its work; else
+    parser.error."""
+    for name in ("out_dir", "scratch_dir", "cache_dir"):
+        folder = getattr(args, name, None)
+        if folder is None:
+            continue
+        flag = f"--{name.replace('_', '-')}"
+        existing = Path(os.path.abspath(folder))
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            parser.error(f"{flag} {folder}{' is' if existing == Path(os.path.abspath(folder)) else f': {existing} is'} "
+                         "a file: give a folder (made if missing).")
+        if name == "cache_dir":  # kept between runs: one whose passes are all there may be read-only
+            continue
+        try:
+            handle, probe = tempfile.mkstemp(prefix=".write-check.", dir=existing)
+            os.close(handle)
+            os.remove(probe)
+        except OSError as error:
+            parser.error(f"{flag} {folder} cannot be written ({error.strerror or error} in {existing}): choose a "
+                         "folder you can write to.")
 
 
 def given_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
@@ -115,6 +144,10 @@ def apply_pilot(parser: argparse.ArgumentParser, args) -> dict:
     if canvas_size != args.canvas_size:
         parser.error(f"--pilot {args.pilot} calibrated {canvas_size} px canvases, not --canvas-size "
                      f"{args.canvas_size}.")
+    for name in ("digit_size", "strokes"):  # a JSON's 14.5, "14" or null would fail only after the teacher's passes
+        if type(chosen.get(name)) is not int:
+            parser.error(f"--pilot {args.pilot}: its chosen {name} is {chosen.get(name)!r}, not a whole number; run "
+                         "python -m benchmarks.task_pilot again, or give --digit-size and --strokes.")
     given = {word.split("=")[0] for word in args.argv}
     if "--digit-size" not in given:
         args.digit_size = chosen["digit_size"]

@@ -16,8 +16,8 @@ import torch.nn.functional as F
 
 from corevision_hf import lookwhere_flops, lookwhere_from_teacher
 from corevision_hf.agreement import teacher_flops
-from corevision_hf.cli import error_line
 from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio
+from corevision_hf.outputs import files_under, record
 from corevision_hf.saving import save_model_folder
 from evaluation.canvases import CanvasDataset, Split
 from evaluation.sparse_digits import CELL
@@ -45,13 +45,13 @@ MAP_WEIGHT = 0.1  # training.losses.lookwhere_loss's weight of the map KL
 
 def check_teacher(teacher) -> None:
     """The task needs a DINOv2 teacher at least as deep as the selector (its maps are attention logits, its extractor
-    the whole teacher); anything else is one line."""
+    the whole teacher); anything else is a ValueError."""
     model_type = teacher.config.model_type
     if not model_type.startswith("dinov2"):
-        raise SystemExit(f"--teacher is a {model_type} model: this benchmark distils LookWhere from a DINOv2 teacher "
+        raise ValueError(f"--teacher is a {model_type} model: this benchmark distils LookWhere from a DINOv2 teacher "
                          "(offline-dinov2-small, or a Dinov2Model save_pretrained folder).")
     if teacher.config.num_hidden_layers < SELECTOR_DEPTH:
-        raise SystemExit(f"--teacher has {teacher.config.num_hidden_layers} blocks: LookWhere's selector takes its "
+        raise ValueError(f"--teacher has {teacher.config.num_hidden_layers} blocks: LookWhere's selector takes its "
                          f"first {SELECTOR_DEPTH}, so give a teacher with at least {SELECTOR_DEPTH}.")
 
 
@@ -132,6 +132,7 @@ def save_student(args, student, recorded: dict) -> None:
         "script": SCRIPT, "method": "lookwhere", "teacher": args.teacher,
         "data": "sparse-recognition canvases", "steps": 0, "selector_steps": args.selector_steps,
         "command": f"python -m {SCRIPT} " + " ".join(args.argv), "args": {**arguments, **recorded}})
+    record(str(partial), files_under(str(partial)))  # as training.checkpointing.export marks its folders
     os.replace(partial, args.scratch_dir / "final")
 
 
@@ -161,24 +162,24 @@ def fit_selector_map(selector: torch.nn.Module, dataset: CanvasDataset, maps: to
 
 
 def load_photo_student(folder: Path, teacher):
-    """The --photo-student folder as a float32 LookWhere model in eval mode; one line when it is not one of the
-    teacher's width."""
+    """The --photo-student folder as a float32 LookWhere model in eval mode; a ValueError naming it when it is not one
+    of the teacher's width."""
     from corevision_hf import LookWhereModel
 
     config = folder / "config.json"
     model_type = json.loads(config.read_text()).get("model_type") if config.is_file() else None
     if model_type != "lookwhere":
         held = "no config.json" if model_type is None else f"a {model_type} model"
-        raise SystemExit(f"--photo-student {folder} holds {held}, not a LookWhere one: give make quality's "
+        raise ValueError(f"--photo-student {folder} holds {held}, not a LookWhere one: give make quality's "
                          "outputs/distill_quality/seed0/"
                          "LookWhere-S_from_teacher/best or another LookWhere save_pretrained folder.")
     try:
         model = LookWhereModel.from_pretrained(str(folder)).float().eval()
     except (OSError, ValueError) as error:
-        raise SystemExit(f"--photo-student {folder}: {error_line(error)} (give a LookWhere save_pretrained folder, "
+        raise ValueError(f"--photo-student {folder}: {error} (give a LookWhere save_pretrained folder, "
                          "e.g. make quality's outputs/distill_quality/seed0/LookWhere-S_from_teacher/best)") from None
     if model.config.hidden_size != teacher.config.hidden_size:
-        raise SystemExit(f"--photo-student {folder} has width {model.config.hidden_size}, the teacher "
+        raise ValueError(f"--photo-student {folder} has width {model.config.hidden_size}, the teacher "
                          f"{teacher.config.hidden_size}: give a student distilled from this teacher.")
     return model
 

@@ -1,25 +1,58 @@
 """The task benchmarks' teacher passes, cached on disk: a dense teacher run once per canvas and kept, so that larger
 runs, reruns and the pilot cost the teacher once.
 
-A pass is keyed by the teacher's weights (a SHA-256 of its config and every parameter), the canvases' arguments
-(variant, split, count, seed, background, digit size, strokes, canvas size) and the resolution the teacher ran at.
-Each pass is one safetensors file under the cache folder, written through corevision_hf.atomic (a name made for it,
-renamed when complete); a file that cannot be read is computed again (and replaced), never trusted. `pass_record`
-gives a pass as the task's lines read it: the features of the linear probe, the tokens of the attentive one, the maps.
+A pass is keyed by the teacher's weights (a SHA-256 of its config and every parameter), the code that draws the
+canvases (`CANVAS_CODE`: a SHA-256 of evaluation.sparse_digits and of the pixels' normalisation, comments and
+docstrings left out, so that a change to how canvases are drawn is never served the old passes), the canvases'
+arguments (variant, split, count, seed, background, digit size, strokes, canvas size) and the resolution the teacher
+ran at. Each pass is one safetensors file under the cache folder, its teacher and canvas code in its metadata, written
+through corevision_hf.atomic (a name made for it, renamed when complete); a file that cannot be read, or that records
+another teacher or canvas code than its name says, is computed again (and replaced), never trusted. A temporary that a
+killed writer left (`.NAME.safetensors.*.tmp`, which no live writer holds locked) is removed by the next run.
+`pass_record` gives a pass as the task's lines read it: the features of the linear probe, the tokens of the attentive
+one, the maps.
 """
 
+import ast
+import fcntl
 import hashlib
+import inspect
 import json
+import sys
+import textwrap
+import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from corevision_hf.atomic import atomic_path
+from evaluation import sparse_digits
+from evaluation.canvases import Split
 from evaluation.sparse_digits import CELL
 from training.teacher import MAP_QUERIES, teacher_targets_and_maps
+
+STALE_AFTER_S = 60  # a temporary older than this, held by no writer, was left by a killed one
+
+
+def code_digest(*sources: str) -> str:
+    """SHA-256 of the Python `sources` as code: their syntax trees without docstrings (comments are not in them)."""
+    digest = hashlib.sha256()
+    for source in sources:
+        tree = ast.parse(textwrap.dedent(source))
+        for node in ast.walk(tree):
+            body = getattr(node, "body", None)
+            if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(
+                    getattr(body[0], "value", None), ast.Constant) and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+        digest.update(ast.dump(tree).encode())
+    return digest.hexdigest()
+
+
+# What draws the canvases the teacher sees: a pass made by other code is another entry of the cache.
+CANVAS_CODE = code_digest(inspect.getsource(sparse_digits), inspect.getsource(Split.pixels))
 
 
 def teacher_fingerprint(teacher) -> str:
@@ -73,14 +106,17 @@ def tokens_of(record: dict) -> torch.Tensor:
 
 
 class TeacherPasses:
-    """Cached teacher passes in `folder` for one teacher (`fingerprint`): `get(split, key, size)`."""
+    """Cached teacher passes in `folder` for one teacher (`fingerprint`): `get(split, key, size)`. Temporaries that
+    killed writers left in `folder` are removed."""
 
     def __init__(self, folder: Path, teacher, batch_size: int):
         self.folder, self.teacher, self.batch_size = Path(folder), teacher, batch_size
         self.fingerprint = teacher_fingerprint(teacher)
+        self.metadata = {"teacher": self.fingerprint, "canvas_code": CANVAS_CODE}
+        remove_stale_temporaries(self.folder)
 
     def path(self, key: dict, size: int) -> Path:
-        entry = json.dumps({"teacher": self.fingerprint, **key, "size": size}, sort_keys=True)
+        entry = json.dumps({**self.metadata, **key, "size": size}, sort_keys=True)
         return self.folder / f"{hashlib.sha256(entry.encode()).hexdigest()[:32]}.safetensors"
 
     def get(self, split, key: dict, size: int) -> dict:
@@ -93,16 +129,39 @@ class TeacherPasses:
             self.write(path, tensors)
         return tensors
 
-    @staticmethod
-    def read(path: Path) -> dict | None:
+    def read(self, path: Path) -> dict | None:
+        """The pass stored at `path`, or None: none there, unreadable, or recorded for another teacher or canvas code
+        (said in a warning: its name promised this teacher's pass)."""
         if not path.is_file() or path.is_symlink():
             return None
         try:
-            return load_file(str(path))
+            with safe_open(str(path), "pt") as f:
+                recorded = f.metadata() or {}
+            tensors = load_file(str(path))
         except (SafetensorError, OSError, ValueError):
             return None  # a partial or foreign file: computed again
+        if wrong := [name for name, value in self.metadata.items() if recorded.get(name) != value]:
+            print(f"warning: {path} records another {' and '.join(wrong).replace('_', ' ')} than this run's (copied "
+                  "or damaged?): its teacher pass is computed again and replaces it", file=sys.stderr)
+            return None
+        return tensors
 
     def write(self, path: Path, tensors: dict) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        with atomic_path(path) as temporary:
-            save_file(tensors, temporary, metadata={"teacher": self.fingerprint})
+        with atomic_path(path) as temporary, open(temporary, "rb") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)  # held while written: a later run removes only what no writer holds
+            save_file(tensors, temporary, metadata=self.metadata)
+
+
+def remove_stale_temporaries(folder: Path) -> None:
+    """Removes the temporaries of passes (`.NAME.safetensors.*.tmp`, corevision_hf.atomic's names) in `folder` that a
+    killed writer left: older than STALE_AFTER_S and locked by no live writer (TeacherPasses.write holds its lock)."""
+    for path in folder.glob(".*.safetensors.*.tmp") if folder.is_dir() else ():
+        try:
+            if path.is_symlink() or not path.is_file() or time.time() - path.stat().st_mtime < STALE_AFTER_S:
+                continue
+            with open(path, "rb") as f:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError while a writer holds it
+                path.unlink()
+        except OSError:
+            continue

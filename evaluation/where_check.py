@@ -26,7 +26,7 @@ import numpy as np
 from PIL import Image
 
 from evaluation.sparse_digits import CANVAS_SIZE, ROOT, make_canvases
-from training.arguments import MAP_QUERIES, HelpFormatter
+from training.arguments import MAP_QUERIES, HelpFormatter, parse_seed
 
 VARIANTS = ("majority", "single")
 FRACTIONS = (0.05, 0.10, 0.25)  # top k% of the cells
@@ -46,7 +46,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--teacher", required=True,
                         help="a DINOv2 teacher: hub id, save_pretrained folder, or offline-dinov2-small")
     parser.add_argument("--canvases", type=int, default=40, help="training canvases of each variant")
-    parser.add_argument("--seed", type=int, default=0, help="the canvases', random cells' and bootstrap's seed")
+    parser.add_argument("--seed", type=parse_seed, default=0, help="the canvases', random cells' and bootstrap's seed")
     parser.add_argument("--out-dir", default=os.path.join("outputs", "where_check"),
                         help="where where_check.json and where_check.png go")
     parser.add_argument("--force", action="store_true",
@@ -56,10 +56,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=None,
                         help="torch's CPU threads (default: OMP_NUM_THREADS, else 1)")
     args = parser.parse_args(argv)
+    if os.path.lexists(args.out_dir) and not os.path.isdir(args.out_dir):
+        raise ValueError(f"--out-dir {args.out_dir} is a file: give a folder (made if missing).")
     if args.canvases < 1:
         raise ValueError(f"--canvases must be at least 1, got {args.canvases}.")
-    if args.seed < 0:
-        raise ValueError(f"--seed must be a whole number >= 0, got {args.seed}.")
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be at least 1, got {args.threads}.")
     if missing := [photo for photo in args.photos if not os.path.isfile(photo)]:

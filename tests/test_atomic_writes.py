@@ -4,6 +4,7 @@ the path itself is never written through: its target keeps its content, and the 
 
 import json
 import os
+from pathlib import Path
 
 import datasets
 import pytest
@@ -42,11 +43,12 @@ def test_a_link_at_the_path_or_beside_it_is_replaced_not_followed(tmp_path):
 
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
     (tmp_path / "a.json").write_text("old")
-    for folder in (False, True):
-        with pytest.raises(KeyError), atomic_path(tmp_path / "a.json", folder=folder) as temporary:
+    (tmp_path / "b").mkdir()
+    for name, folder in (("a.json", False), ("b", True)):
+        with pytest.raises(KeyError), atomic_path(tmp_path / name, folder=folder) as temporary:
             assert os.path.dirname(temporary) == str(tmp_path)
             raise KeyError("stopped half way")
-    assert [p.name for p in tmp_path.iterdir()] == ["a.json"] and (tmp_path / "a.json").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b"] and (tmp_path / "a.json").read_text() == "old"
 
 
 def test_run_json_and_a_published_config(tmp_path):
@@ -134,3 +136,29 @@ def test_a_temporary_name_ends_in_tmp_whatever_the_extension(tmp_path):
     with atomic_path(tmp_path / "0_3.safetensors") as temporary:
         assert os.path.basename(temporary).startswith(".0_3.safetensors.") and temporary.endswith(".tmp")
         assert not list(tmp_path.glob("*.safetensors"))
+
+
+@pytest.mark.parametrize("found", ["link", "file", "folder with a file"])
+def test_a_folder_is_never_put_over_a_link_a_file_or_a_full_folder(tmp_path, found):
+    """atomic_path(folder=True) says in one line what is in the way, before the block runs, and leaves it as it was."""
+    target = planted(tmp_path)
+    path = tmp_path / "out"
+    if found == "link":
+        (tmp_path / "theirs").mkdir()
+        path.symlink_to(tmp_path / "theirs")
+    elif found == "file":
+        path.write_text("mine")
+    else:
+        path.mkdir()
+        (path / "notes.txt").write_text("mine")
+    ran = []
+    with pytest.raises(FileExistsError, match=f"out is a {found.split(' with')[0]}") as error:
+        with atomic_path(path, folder=True):
+            ran.append(True)
+    assert not ran and "\n" not in str(error.value) and "Move it or choose another path" in str(error.value)
+    assert target.read_text() == "the user's" and sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["users-file.txt", "out", *(["theirs"] if found == "link" else [])])
+    (tmp_path / "empty").mkdir()
+    with atomic_path(tmp_path / "empty", folder=True) as temporary:  # an empty folder is replaced
+        (Path(temporary) / "a.txt").write_text("new")
+    assert (tmp_path / "empty" / "a.txt").read_text() == "new"

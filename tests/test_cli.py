@@ -82,6 +82,12 @@ BAD_INPUT = {
     "training.distill_lookwhere": ["--teacher", "{tmp}/missing", "--data", "{tmp}/photos", "--output-dir", "{tmp}/out",
                                    "--max-steps", "1", "--batch-size", "0"],
     "training.finetune": ["{tmp}/missing", "--data", "{tmp}/photos", "--output-dir", "{tmp}/out", "--batch-size", "0"],
+    "benchmarks.sparse_recognition": ["--smoke", "--teacher", "{tmp}/missing", "--out-dir", "{tmp}/out",
+                                      "--scratch-dir", "{tmp}/scratch", "--cache-dir", "{tmp}/cache"],
+    "benchmarks.sparse_recognition_veca": ["--smoke", "--teacher", "{tmp}/missing", "--out-dir", "{tmp}/out",
+                                           "--scratch-dir", "{tmp}/scratch", "--cache-dir", "{tmp}/cache"],
+    "benchmarks.task_pilot": ["--smoke", "--teacher", "{tmp}/missing", "--out-dir", "{tmp}/out", "--cache-dir",
+                              "{tmp}/cache"],
     "experiments.finetune_rotation.trainer_snippet": ["--model", "{tmp}/missing", "--data", "{tmp}", "--eval-data",
                                                       "{tmp}", "--output", "{tmp}/out.json"],
 }
@@ -109,3 +115,30 @@ def test_no_command_formats_an_error_line_itself():
         if path.name != "cli.py" and '" ".join(str(' in path.read_text()
     ]
     assert copies == []
+
+
+# Every command that takes --seed, with the arguments it needs besides.
+SEEDED = {
+    "training.finetune": ["ckpt", "--data", "d", "--output-dir", "o"],
+    "training.distill_veca": ["--teacher", "t", "--data", "d", "--output-dir", "o", "--max-steps", "1"],
+    "training.distill_lookwhere": ["--teacher", "t", "--data", "d", "--output-dir", "o", "--max-steps", "1"],
+    "benchmarks.sparse_recognition": ["--smoke"],
+    "benchmarks.sparse_recognition_veca": ["--smoke"],
+    "benchmarks.task_pilot": [],
+    "evaluation.where_check": ["--teacher", "t"],
+}
+
+
+@pytest.mark.parametrize("module", sorted(SEEDED))
+def test_a_seed_out_of_range_is_refused_as_it_is_parsed(module, capsys):
+    """A seed that torch or NumPy would refuse once the run has started ("Overflow when unpacking long long") is
+    refused by the parser, naming --seed and its range; the largest one passes."""
+    import importlib
+
+    parse_args = importlib.import_module(module).parse_args
+    for bad in ("99999999999999999999", "-1", "4294967296", "1.5"):
+        with pytest.raises((ValueError, SystemExit)) as done:
+            parse_args([*SEEDED[module], "--seed", bad])
+        message = str(done.value) if done.type is ValueError else capsys.readouterr().err.strip().splitlines()[-1]
+        assert "--seed" in message and "0 to 4294967295" in message and bad in message, message
+    assert parse_args([*SEEDED[module], "--seed", "4294967295"]).seed == 2**32 - 1

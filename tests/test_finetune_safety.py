@@ -54,12 +54,47 @@ def test_overwrite_refuses_a_folder_holding_anything_a_run_does_not_write(folder
     assert finetune.main([*argv, "--overwrite"])["best_epoch"] == 0  # a run's own files alone: replaced
 
 
+def test_overwrite_keeps_what_a_user_added_inside_best_or_final(folders, tmp_path, capsys):
+    """Notes in best/ and an ONNX export under final/onnx/ are not the run's: --overwrite deleted best/ and final/
+    whole. Every file a run writes is listed with its sha256 (OUT's manifest, and each folder's), so a file listed
+    nowhere, or edited since, stops it, named, before anything is deleted."""
+    argv = arguments(folders, "veca", tmp_path / "run", "--epochs", "0", "--eval-data", folders["heldout"])
+    finetune.main(argv)
+    (tmp_path / "run" / "final" / "onnx").mkdir()
+    (tmp_path / "run" / "final" / "onnx" / "model.onnx").write_bytes(b"an export of mine")
+    (tmp_path / "run" / "best" / "notes.md").write_text("mine")
+    before = tree(tmp_path / "run")
+    error = refused([*argv, "--overwrite"], capsys)
+    assert "holds best/notes.md, final/onnx/model.onnx, which no run wrote there (or which changed since)" in error
+    assert "Nothing was deleted" in error and tree(tmp_path / "run") == before
+    os.remove(tmp_path / "run" / "best" / "notes.md")
+    with open(tmp_path / "run" / "final" / "README.md", "a") as f:
+        f.write("my notes on the card")  # a file of the run's that the user changed is theirs now
+    os.remove(tmp_path / "run" / "final" / "onnx" / "model.onnx")
+    assert "holds final/README.md, which no run wrote there (or which changed since)" in refused(
+        [*argv, "--overwrite"], capsys)
+    os.remove(tmp_path / "run" / "final" / "README.md")
+    assert finetune.main([*argv, "--overwrite"])["best_epoch"] == 0  # the run's own files alone: replaced
+    assert not (tmp_path / "run" / "final" / "onnx").exists()  # an empty folder of the user's is no file to keep
+
+
+def test_a_hand_written_run_json_is_not_a_run(folders, tmp_path, capsys):
+    """{"script": "training.finetune"} written by hand was all --overwrite needed to delete a user's best/ beside it."""
+    (tmp_path / "out" / "best").mkdir(parents=True)
+    (tmp_path / "out" / "best" / "weights.bin").write_bytes(b"mine")
+    (tmp_path / "out" / "run.json").write_text(json.dumps({"script": "training.finetune"}))
+    error = refused(arguments(folders, "veca", tmp_path / "out", "--epochs", "0", "--overwrite"), capsys)
+    assert "holds none (no run.json that a run of it wrote" in error and "nothing was deleted" in error
+    assert (tmp_path / "out" / "best" / "weights.bin").read_bytes() == b"mine"
+
+
 def test_overwrite_refuses_a_folder_no_run_of_this_command_wrote(folders, tmp_path, capsys):
     """A class folder named best/ (an --output-dir pointed at data) or a run.json of another script is not a run."""
     (tmp_path / "out" / "best").mkdir(parents=True)
     Image.new("RGB", (8, 8)).save(tmp_path / "out" / "best" / "photo.png")
     argv = arguments(folders, "veca", tmp_path / "out", "--epochs", "0", "--overwrite")
-    assert "holds none (no run.json of it, but best)" in refused(argv, capsys)
+    assert "holds none (no run.json that a run of it wrote, listed in .corevision_hf.json, but best)" in refused(
+        argv, capsys)
     (tmp_path / "out" / "run.json").write_text(json.dumps({"script": "training.distill_veca", "args": {}}))
     assert "holds none" in refused(argv, capsys)
     assert (tmp_path / "out" / "best" / "photo.png").is_file()

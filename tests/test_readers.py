@@ -1,9 +1,10 @@
 """evaluation.readers: each probe's weight decay chosen on the validation examples alone, and the attentive probe
 finding the token that carries the label where a linear probe on the mean token does not."""
 
+import pytest
 import torch
 
-from evaluation.attentive_probe import AttentivePooling
+from evaluation.attentive_probe import AttentivePooling, fit_attentive_classifier, predict_tokens
 from evaluation.probes import fit_linear_classifier
 from evaluation.readers import attentive_probe, probe
 
@@ -50,3 +51,57 @@ def test_an_attentive_probe_starts_as_the_mean_token():
     torch.testing.assert_close(probe.pool(tokens), torch.full((3, 2, 5), 0.2))
     mask = torch.tensor([[True, True, False, False, False]] * 3)
     torch.testing.assert_close(probe.pool(tokens, mask)[..., :2], torch.full((3, 2, 2), 0.5))
+
+
+def sets_and_labels(count: int = 8):
+    generator = torch.Generator().manual_seed(0)
+    return torch.randn(count, 5, 4, generator=generator), torch.arange(count) % 2
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"tokens": "nan"}, "tokens hold NaN or infinite values in 1 of 8 sets (the first: set 3)"),
+    ({"tokens": "inf"}, "tokens hold NaN or infinite values in 1 of 8 sets (the first: set 3)"),
+    ({"tokens": "none"}, "tokens must be (N, T, D) token sets with N, T and D at least 1, got shape (0, 5, 4)"),
+    ({"tokens": "no token"}, "got shape (8, 0, 4)"),
+    ({"labels": "float"}, "labels must be (N,) whole numbers"),
+    ({"labels": "out of range"}, "labels must lie in 0..num_classes - 1 = 1, got 0 to 2"),
+    ({"steps": 0}, "steps must be a whole number, 1 or more, got 0"),
+    ({"steps": -5}, "steps must be a whole number, 1 or more, got -5"),
+    ({"heads": 0}, "heads must be a whole number, 1 or more, got 0"),
+    ({"batch_size": 0}, "batch_size must be a whole number, 1 or more, got 0"),
+    ({"lr": float("nan")}, "lr must be a finite number above 0"),
+    ({"weight_decay": -1.0}, "weight_decay must be a finite number, 0 or more"),
+])
+def test_the_attentive_probe_refuses_what_it_cannot_fit_on(change, words):
+    """Each of these ran before: one NaN token gave a NaN probe answering class 0 for every set, steps 0 an untrained
+    probe, heads or batch_size 0 and no token sets a probe of nothing."""
+    tokens, labels = sets_and_labels()
+    settings = {name: value for name, value in change.items() if name not in ("tokens", "labels")}
+    if change.get("tokens") in ("nan", "inf"):
+        tokens[3, 2, 1] = float(change["tokens"])
+    elif change.get("tokens") == "none":
+        tokens, labels = tokens[:0], labels[:0]
+    elif change.get("tokens") == "no token":
+        tokens = tokens[:, :0]
+    if change.get("labels") == "float":
+        labels = labels.float()
+    elif change.get("labels") == "out of range":
+        labels = labels.clone()
+        labels[0] = 2
+    with pytest.raises(ValueError) as error:
+        fit_attentive_classifier(tokens, labels, 2, steps=settings.pop("steps", 2), **settings)
+    assert words in str(error.value) and "\n" not in str(error.value), str(error.value)
+
+
+def test_a_set_whose_mask_keeps_no_token_is_refused_and_a_nan_token_is_not_answered_class_0():
+    tokens, labels = sets_and_labels()
+    probe = fit_attentive_classifier(tokens, labels, 2, steps=3)
+    mask = torch.ones(8, 5, dtype=torch.bool)
+    mask[2] = False
+    with pytest.raises(ValueError, match="mask keeps no token of set 2: an attentive probe pools at least one token"):
+        probe(tokens, mask)
+    mask[2, 4] = True
+    assert torch.isfinite(probe(tokens, mask)).all()  # a set of one token is read
+    tokens[5, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="the first: set 5"):
+        predict_tokens(probe, tokens)

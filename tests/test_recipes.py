@@ -500,3 +500,78 @@ def test_recipe_parity_refuses_a_folder_without_case_json_in_one_line(tmp_path, 
         recipe_parity.main(["lookwhere", str(tmp_path / "README.md")])
     assert done.value.code == 2
     assert "README.md is no fixture folder (it holds no case.json)" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------ a recipe file's values, checked as flags
+
+
+FINETUNE = ["checkpoint", "--data", "d", "--output-dir", "o"]
+
+
+@pytest.fixture
+def recipe_folder(tmp_path, monkeypatch):
+    """training/recipes moved to an empty folder of the test's: write(name, text) puts a recipe there."""
+    from training import recipes
+
+    monkeypatch.setattr(recipes, "RECIPES", tmp_path)
+    return lambda name, text: (tmp_path / f"{name}.yaml").write_text(text)
+
+
+@pytest.mark.parametrize("line, message", [
+    ("epochs: -3", "sets epochs to -3: must be a whole number, 0 or more, got '-3' (--epochs's check)"),
+    ("lr: .nan", "sets lr to nan: must be a finite number above 0"),
+    ("batch_size: 1.5", "sets batch_size to 1.5: must be a whole number, 1 or more"),
+    ("batch_size: true", "sets batch_size to True: give one value, as --batch-size VALUE takes"),
+    ("evaluate: middle", "sets evaluate to 'middle': --evaluate takes one of best, final"),
+    ("hflip: 'no'", "sets hflip to 'no': --hflip is a switch, give true or false"),
+    ("seed: 99999999999999999999", "sets seed to 99999999999999999999: must be a whole number from 0 to 4294967295"),
+    ("k_ratio: [0.1, 0.5]", "sets k_ratio to [0.1, 0.5]: give one value"),
+])
+def test_a_recipe_value_goes_through_the_checks_of_its_flag(recipe_folder, line, message):
+    """argparse checks a default only when it is a string: a recipe's number or switch is checked here as its flag
+    would be, so that a run never starts (and cards "epoch -3") on a value the command line refuses."""
+    from training import finetune
+
+    recipe_folder("mine", f"script: training.finetune\n{line}\n")
+    with pytest.raises(ValueError) as error:
+        finetune.parse_args([*FINETUNE, "--recipe", "mine"])
+    assert str(error.value).startswith(f"training/recipes/mine.yaml {message}") and "\n" not in str(error.value)
+    recipe_folder("fine", "script: training.finetune\nepochs: 3\nlr: 1.0e-5\nhflip: false\nk_ratio: 0.25\n")
+    args = finetune.parse_args([*FINETUNE, "--recipe", "fine"])
+    assert (args.epochs, args.lr, args.hflip, args.k_ratio) == (3, 1e-5, False, "0.25")  # as the flags give them
+
+
+@pytest.mark.parametrize("text, found", [
+    ("- epochs: 3\n", "it holds a list"), ("", "it holds nothing"), ("epochs: 3\n", "it holds no script"),
+    ("script: [training.finetune]\n", "it holds no script"), ("3: 4\nscript: training.finetune\n", "3 is no argument"),
+    ("script: !!python/object/apply:os.getcwd []\n", "not plain YAML"), ("script: [unclosed\n", "not plain YAML"),
+])
+def test_a_recipe_file_that_is_no_recipe_is_one_line(recipe_folder, text, found, capsys):
+    from corevision_hf.cli import run
+    from training import distill_veca, finetune
+
+    recipe_folder("mine", text)
+    for main, argv in ((finetune.main, FINETUNE), (distill_veca.main, ["--teacher", "t", "--data", "d", "--output-dir",
+                                                                        "o", "--max-steps", "1"])):
+        assert run(main, [*argv, "--recipe", "mine"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1 and "is not a recipe" in err and found in err, err
+
+
+def test_every_shipped_recipe_gives_the_values_its_flags_would():
+    """The reviewed recipes pass their flags' checks and keep their values (a whole number given to a float flag,
+    max_grad_norm 0, is 0.0 as --max-grad-norm 0 gives it)."""
+    for name in ("finetune-final", "veca-pretrain", "lookwhere-dinov2"):
+        raw = load_recipe(name)
+        script = {"training.finetune": None, "training.distill_veca": distill_veca,
+                  "training.distill_lookwhere": distill_lookwhere}[raw["script"]]
+        needed = (["checkpoint", "--data", "d", "--output-dir", "o", "--eval-data", "e"] if script is None else
+                  ["--data", "d", "--output-dir", "o"])
+        if script is None:
+            from training import finetune
+
+            args = finetune.parse_args([*needed, "--recipe", name])
+        else:
+            args = script.parse_args([*needed, "--recipe", name])
+        assert {key: getattr(args, key) for key in raw if key != "script" and raw[key] is not None} == {
+            key: value for key, value in raw.items() if key != "script" and value is not None}

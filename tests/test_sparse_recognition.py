@@ -2,7 +2,9 @@
 errors (the library jobs it reads have their own tests: test_selections, test_paired_stats, test_readers,
 test_teacher_passes, test_task_student, test_finetune_protocol)."""
 
+import errno
 import json
+import tempfile
 
 import pytest
 import torch
@@ -11,6 +13,7 @@ from transformers import Dinov2Config, Dinov2Model
 
 from benchmarks import sparse_recognition as sr
 from corevision_hf import lookwhere_from_teacher
+from corevision_hf.cli import run
 from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio
 from evaluation.canvases import task_splits
 from evaluation.lookwhere_features import selector_maps_of
@@ -154,24 +157,32 @@ def check_fine_tuning_starts_from_the_probe_line(single: dict) -> None:
             assert tuned["correct"] == linear.get("correct_per_draw", [linear["correct"]])[0]
 
 
+def one_line(argv, capsys) -> str:
+    """The one line the benchmark run as a command ends in (corevision_hf.cli.run, its __main__), exit status 2
+    (before it on stderr, progress bars at most)."""
+    capsys.readouterr()
+    assert run(sr.main, argv) == 2
+    err = capsys.readouterr().err
+    assert err.endswith("\n") and err.count("error") == 1 and "Traceback" not in err, err
+    line = err.splitlines()[-1]
+    assert line.startswith("error: "), err
+    return line
+
+
 def test_a_missing_or_unfit_teacher_or_a_bad_argument_is_one_line(tmp_path, capsys):
-    with pytest.raises(SystemExit) as done:
-        sr.main(["--smoke", "--teacher", str(tmp_path / "nowhere"), "--out-dir", str(tmp_path / "out")])
-    assert str(done.value).startswith("error:") and "\n" not in str(done.value) and "nowhere" in str(done.value)
+    assert "nowhere" in one_line(["--smoke", "--teacher", str(tmp_path / "nowhere"), "--out-dir",
+                                  str(tmp_path / "out")], capsys)
     Dinov2Model(Dinov2Config(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
                              patch_size=14)).save_pretrained(tmp_path / "shallow")
     from corevision_hf import VecaModel
 
     VecaModel(tiny_veca_config()).save_pretrained(tmp_path / "veca")
     for teacher, words in (("shallow", "at least 3"), ("veca", "DINOv2 teacher")):
-        with pytest.raises(SystemExit) as done:
-            sr.main(["--smoke", "--teacher", str(tmp_path / teacher), "--out-dir", str(tmp_path / "out")])
-        assert words in str(done.value) and "\n" not in str(done.value)
+        assert words in one_line(["--smoke", "--teacher", str(tmp_path / teacher), "--out-dir", str(tmp_path / "out")],
+                                 capsys)
     save_task_teacher(tmp_path / "teacher")
-    with pytest.raises(SystemExit) as done:
-        sr.main(["--smoke", "--teacher", str(tmp_path / "teacher"), "--photo-student", str(tmp_path / "shallow"),
-                 "--out-dir", str(tmp_path / "out")])
-    assert "--photo-student" in str(done.value) and "\n" not in str(done.value)
+    assert "--photo-student" in one_line(["--smoke", "--teacher", str(tmp_path / "teacher"), "--photo-student",
+                                          str(tmp_path / "shallow"), "--out-dir", str(tmp_path / "out")], capsys)
     (tmp_path / "a_file").write_text("mine")
     for bad in (["--val", "0"], ["--canvas-size", "500"], ["--threads", "0"], ["--digit-size", "0"],
                 ["--strokes", "-1"], ["--selector-size", "0"], ["--selector-steps", "-1"], ["--probe-decays", "-1"], ["--attentive-decays", "nan"],
@@ -181,4 +192,38 @@ def test_a_missing_or_unfit_teacher_or_a_bad_argument_is_one_line(tmp_path, caps
         with pytest.raises(SystemExit) as done:
             sr.parse_args(bad)
         assert done.value.code == 2 and capsys.readouterr().err.count("error:") == 1, bad
+    assert not (tmp_path / "out").exists() and (tmp_path / "a_file").read_text() == "mine"
+
+
+@pytest.mark.parametrize("benchmark", ["sparse_recognition", "sparse_recognition_veca"])
+def test_folders_that_cannot_serve_and_a_pilot_of_no_whole_digit_size_are_refused_before_any_work(
+        benchmark, tmp_path, capsys, monkeypatch):
+    """Each of these ended in a traceback, a read-only --out-dir only after all the work: now parse_args refuses it in
+    one line, and the command's __main__ (corevision_hf.cli.run) makes any later error one line too."""
+    import importlib
+
+    parse_args = importlib.import_module(f"benchmarks.{benchmark}").parse_args
+    (tmp_path / "a_file").write_text("mine")
+
+    def refused(argv) -> str:
+        with pytest.raises(SystemExit) as done:
+            parse_args(["--smoke", *argv])
+        err = capsys.readouterr().err
+        assert done.value.code == 2 and err.count("error:") == 1 and "Traceback" not in err, err
+        return err.strip().splitlines()[-1]
+
+    for flag in ("--cache-dir", "--scratch-dir", "--out-dir"):
+        assert f"{flag} {tmp_path / 'a_file'} is a file" in refused([flag, str(tmp_path / "a_file")])
+        assert f"{tmp_path / 'a_file'} is a file" in refused([flag, str(tmp_path / "a_file" / "below")])
+    for chosen in ("14", 14.5, None, True) if benchmark == "sparse_recognition" else ():  # the VECA one takes no pilot
+        pilot = tmp_path / "pilot.json"
+        pilot.write_text(json.dumps({"choice": {"chosen": {"digit_size": chosen, "strokes": 4}}, "canvas_size": 112}))
+        assert f"its chosen digit_size is {chosen!r}, not a whole number" in refused(["--pilot", str(pilot)])
+
+    def read_only(*args, dir=None, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", dir)
+
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    assert f"--out-dir {tmp_path / 'out'} cannot be written (Read-only file system in {tmp_path})" in refused(
+        ["--out-dir", str(tmp_path / "out"), "--scratch-dir", str(tmp_path)])
     assert not (tmp_path / "out").exists() and (tmp_path / "a_file").read_text() == "mine"

@@ -260,3 +260,14 @@ def test_goals_are_decided_by_the_one_rule_on_lines_that_differ():
     lines[srv.line_name(srv.FROM_TEACHER, 64)]["gflops"] = 12.0  # within 5 points, but not cheaper: missed
     dense = srv.goals(SimpleNamespace(lines=lines), curve, rows)[1]
     assert not dense["met"] and dense["interval_above_margin"] and not dense["fewer_gflops"] and dense["short_by"] == 0
+
+
+def test_a_scratch_student_its_config_refuses_is_refused_as_parsed(capsys):
+    """--scratch-heads 3 with --scratch-width 32 failed in VecaConfig after the teacher's passes, in a traceback."""
+    with pytest.raises(SystemExit) as done:
+        srv.parse_args(["--smoke", "--scratch-width", "32", "--scratch-heads", "3"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("error:") == 1, err
+    assert "--scratch-width 32, --scratch-depth 2, --scratch-heads 3: hidden_size (32) must be divisible by " \
+           "num_attention_heads (3)" in err
+    assert srv.parse_args(["--smoke", "--scratch-width", "48", "--scratch-heads", "3"]).scratch_heads == 3

@@ -1,13 +1,21 @@
 """evaluation.teacher_passes: a pass is the teacher's own forward, cached once, recomputed when unreadable, and keyed
 by the canvases, the size and the teacher's weights."""
 
+import fcntl
+import inspect
+import os
+import time
+
 import torch
 from conftest import save_task_teacher
+from safetensors import safe_open
+from safetensors.torch import save_file
 from transformers import Dinov2Model
 
 from benchmarks import sparse_recognition as sr
-from evaluation.canvases import task_splits
-from evaluation.teacher_passes import TeacherPasses
+from evaluation import sparse_digits, teacher_passes
+from evaluation.canvases import Split, task_splits
+from evaluation.teacher_passes import TeacherPasses, code_digest
 
 
 def test_teacher_passes_are_cached_and_recomputed_when_unreadable(tmp_path):
@@ -31,3 +39,64 @@ def test_teacher_passes_are_cached_and_recomputed_when_unreadable(tmp_path):
     with torch.no_grad():
         teacher.embeddings.cls_token.add_(1)  # another teacher's weights: another entry
     assert TeacherPasses(tmp_path / "cache", teacher, 4).path(split.key, 112) != passes.path(split.key, 112)
+
+
+def test_a_change_to_the_canvas_code_is_another_entry_and_a_comment_is_not(tmp_path, monkeypatch):
+    """The canvases' drawing code is part of the key: after a change to how canvases are drawn, the old passes are not
+    served. Its digest is of the code alone (a comment or a docstring changes nothing)."""
+    source = inspect.getsource(sparse_digits)
+    pixels = inspect.getsource(Split.pixels)
+    assert teacher_passes.CANVAS_CODE == code_digest(source, pixels)
+    assert "INK_LEVEL = 64" in source and "images - mean" in pixels
+    assert code_digest(source.replace("INK_LEVEL = 64", "INK_LEVEL = 65"), pixels) != teacher_passes.CANVAS_CODE
+    assert code_digest(source, pixels.replace("images - mean", "images - 0.5 * mean")) != teacher_passes.CANVAS_CODE
+    commented = source.replace('"""A seeded', '"""Another docstring. A seeded').replace(
+        "INK_LEVEL = 64", "INK_LEVEL = 64  # another comment")
+    assert code_digest(commented, pixels) == teacher_passes.CANVAS_CODE
+    save_task_teacher(tmp_path / "teacher")
+    teacher = Dinov2Model.from_pretrained(str(tmp_path / "teacher")).eval()
+    key = {"variant": "single", "split": "test"}
+    before = TeacherPasses(tmp_path / "cache", teacher, 4).path(key, 112)
+    monkeypatch.setattr(teacher_passes, "CANVAS_CODE", "0" * 64)
+    assert TeacherPasses(tmp_path / "cache", teacher, 4).path(key, 112) != before
+
+
+def test_a_pass_recorded_for_another_teacher_is_computed_again(tmp_path, capsys):
+    save_task_teacher(tmp_path / "teacher")
+    teacher = Dinov2Model.from_pretrained(str(tmp_path / "teacher")).eval()
+    split = task_splits(sr.parse_args(["--smoke", "--test", "4"]), "single")["test"]
+    passes = TeacherPasses(tmp_path / "cache", teacher, batch_size=4)
+    first = passes.get(split, split.key, 56)
+    path = passes.path(split.key, 56)
+    with safe_open(str(path), "pt") as f:
+        assert f.metadata() == {"teacher": passes.fingerprint, "canvas_code": teacher_passes.CANVAS_CODE}
+    wrong = {name: tensor + 1 for name, tensor in first.items()}
+    save_file(wrong, str(path), metadata={"teacher": "another", "canvas_code": teacher_passes.CANVAS_CODE})
+    capsys.readouterr()
+    again = passes.get(split, split.key, 56)
+    assert torch.equal(again["cls"], first["cls"])  # the teacher's own pass, not the file's
+    assert f"warning: {path} records another teacher than this run's" in capsys.readouterr().err
+    with safe_open(str(path), "pt") as f:
+        assert f.metadata()["teacher"] == passes.fingerprint  # replaced
+    assert torch.equal(passes.get(split, split.key, 56)["cls"], first["cls"]) and not capsys.readouterr().err
+
+
+def test_a_temporary_left_by_a_killed_writer_is_removed_by_the_next_run(tmp_path):
+    """A write killed with -9 leaves its `.NAME.safetensors.*.tmp`; the next TeacherPasses removes it, but never a
+    live writer's (locked) nor one just made (it may be about to be locked), nor anything else."""
+    save_task_teacher(tmp_path / "teacher")
+    teacher = Dinov2Model.from_pretrained(str(tmp_path / "teacher")).eval()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    names = {name: cache / f".{'ab' * 16}.safetensors.{name}.tmp" for name in ("killed", "live", "fresh")}
+    for path in names.values():
+        path.write_bytes(b"half a pass")
+    (cache / "notes.tmp").write_text("mine")
+    old = time.time() - 2 * teacher_passes.STALE_AFTER_S
+    for name in ("killed", "live"):
+        os.utime(names[name], (old, old))
+    with open(names["live"], "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        TeacherPasses(cache, teacher, batch_size=4)
+    assert sorted(path.name for path in cache.iterdir()) == sorted(
+        ["notes.tmp", names["live"].name, names["fresh"].name])

@@ -6,6 +6,7 @@ import logging
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import types
@@ -30,7 +31,7 @@ from safetensors.torch import load_file
 from transformers import AutoImageProcessor, AutoModel
 
 from corevision_hf import LookWhereModel, VecaModel, lookwhere_from_teacher
-from training import distill_lookwhere, distill_veca, loop, losses, run_lock
+from training import checkpointing, distill_lookwhere, distill_veca, loop, losses, run_lock
 from training import teacher as teacher_module
 from training.loop import check_processes_agree
 from training.losses import lookwhere_loss, veca_loss
@@ -332,23 +333,123 @@ def test_a_used_output_dir_takes_only_a_resume_of_the_same_run(teacher_dir, imag
         distill_veca.main(veca_args(teacher_dir, image_dir, tmp_path / "new", "--max-steps", "2", "--resume"))
 
 
-def test_overwrite_deletes_a_run_s_files_and_links_never_what_they_point_to(tmp_path):
-    """--overwrite of a distillation run (training.checkpointing.delete_run_files) deletes what a run writes, a linked
-    folder and a dangling link as links, and leaves files no run writes."""
+def a_marked_run(run) -> None:
+    """A run folder as a run leaves it, each file marked as it marks it: run.json and metrics.jsonl in the folder's
+    manifest, final/ in its own, a checkpoint in its manifest.json, the teacher cache by its names."""
+    from corevision_hf.outputs import record
+    from training.checkpointing import RunLog, file_digests
+
+    (run / "final").mkdir(parents=True)
+    (run / "final" / "model.safetensors").write_text("weights")
+    record(str(run / "final"), ["model.safetensors"])
+    checkpointing.write_json(str(run / "run.json"), {"script": "training.distill_veca"})
+    record(str(run), ["run.json"], keep=True)
+    RunLog(str(run), "metrics.jsonl").append({"step": 1})
+    (run / "checkpoints" / "checkpoint_2").mkdir(parents=True)
+    (run / "checkpoints" / "checkpoint_2" / "model.safetensors").write_text("state")
+    checkpointing.write_json(str(run / "checkpoints" / "checkpoint_2" / "manifest.json"),
+                             file_digests(str(run / "checkpoints" / "checkpoint_2")))
+    (run / "checkpoints" / "checkpoint_4.partial").mkdir()  # a save cut short: the run's own scratch
+    (run / "teacher_cache").mkdir()
+    (run / "teacher_cache" / "0_3.safetensors").write_text("targets")
+
+
+def test_overwrite_deletes_a_run_s_own_files_and_nothing_else(tmp_path):
+    """--overwrite of a distillation run (training.checkpointing.delete_run_files) deletes what a run wrote, each file
+    known by its mark, and leaves files beside them that no run writes."""
+    from training.checkpointing import delete_run_files
+
+    run = tmp_path / "run"
+    a_marked_run(run)
+    (run / "notes.txt").write_text("mine")
+    delete_run_files(str(run))
+    assert sorted(os.listdir(run)) == [".corevision_hf.json", "notes.txt"]
+
+
+@pytest.mark.parametrize("theirs", ["final/onnx/model.onnx", "checkpoints/checkpoint_2/notes.txt",
+                                    "checkpoints/mine", "teacher_cache/notes.txt", "logs/notes.txt", "run.json",
+                                    "metrics.jsonl", "best", "checkpoints", "final/linked"])
+def test_overwrite_deletes_nothing_when_a_run_file_is_a_user_s_or_a_link(tmp_path, theirs):
+    """A file no mark lists (or one changed since: run.json, metrics.jsonl edited), or a link, at or inside what a run
+    writes: one line naming it, nothing deleted, a link's target untouched. It deleted them all before."""
     from training.checkpointing import delete_run_files
 
     run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
-    (run / "final").mkdir(parents=True)
-    (run / "final" / "model.safetensors").write_text("weights")
-    (run / "run.json").write_text("{}")
-    (run / "notes.txt").write_text("mine")
+    a_marked_run(run)
     elsewhere.mkdir()
     (elsewhere / "keep.txt").write_text("mine")
-    (run / "checkpoints").symlink_to(elsewhere)
-    (run / "logs").symlink_to(tmp_path / "gone")
-    delete_run_files(str(run))
-    assert sorted(os.listdir(run)) == ["notes.txt"]
+    path = run / theirs
+    if theirs in ("best", "checkpoints", "final/linked"):
+        if path.exists():
+            shutil.rmtree(path)
+        path.symlink_to(elsewhere)
+    elif theirs in ("run.json", "metrics.jsonl"):
+        with open(path, "a") as f:
+            f.write("\n")
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("mine")
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    with pytest.raises(ValueError) as error:
+        delete_run_files(str(run))
+    assert f"{run} holds {theirs}, which no run wrote there (or which changed since)" in str(error.value)
+    assert "Nothing was deleted" in str(error.value) and "\n" not in str(error.value)
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
     assert (elsewhere / "keep.txt").read_text() == "mine"
+
+
+def test_the_trackers_logs_are_marked_at_the_end_of_a_run(tmp_path):
+    """logs/ (the trackers' files, written until end_training) is marked by finish: a finished run's logs are
+    replaced by --overwrite, a run stopped before its end leaves them unmarked (and kept)."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    from training.checkpointing import delete_run_files, finish, unmarked_run_files
+
+    run = tmp_path / "run"
+    a_marked_run(run)
+    (run / "logs" / "distill_veca").mkdir(parents=True)
+    (run / "logs" / "distill_veca" / "events.out.tfevents.1").write_bytes(b"scalars")
+    assert unmarked_run_files(str(run), ["logs"]) == ["logs/distill_veca/events.out.tfevents.1"]
+    AcceleratorState._reset_state()
+    finish(Accelerator(), str(run))
+    assert unmarked_run_files(str(run), ["logs"]) == []
+    delete_run_files(str(run))
+    assert not (run / "logs").exists()
+
+
+def test_a_listing_left_in_the_output_folder_is_replaced_only_when_a_run_wrote_it(teacher_dir, image_dir, tmp_path):
+    """A new run removed any image_files.json it found (a failed setup's); a user's file of that name stays now."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "image_files.json").write_text('{"mine": true}')
+    with pytest.raises(ValueError, match=r"holds image_files.json, which no run wrote there"):
+        distill_veca.main(veca_args(teacher_dir, image_dir, out, "--max-steps", "1"))
+    assert (out / "image_files.json").read_text() == '{"mine": true}'
+
+
+def test_a_run_marks_what_it_writes_and_overwrite_keeps_a_user_s_file_inside_final(teacher_dir, image_dir, tmp_path,
+                                                                                   capsys):
+    """A whole run (its checkpoints, best/, final/, logs and listing) is replaced by --overwrite; a file the user put
+    under final/ stops it in one line, nothing deleted."""
+    from corevision_hf.cli import run as run_command
+
+    out = tmp_path / "out"
+    argv = veca_args(teacher_dir, image_dir, out, "--max-steps", "2", "--checkpoint-every", "1", "--eval-every", "1",
+                     "--eval-data", image_dir, "--eval-images", "2")
+    distill_veca.main(argv)
+    assert {"best", "final", "checkpoints", "image_files.json", "validation.jsonl"} <= set(os.listdir(out))
+    (out / "final" / "onnx").mkdir()
+    (out / "final" / "onnx" / "model.onnx").write_bytes(b"an export of mine")
+    before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    capsys.readouterr()
+    assert run_command(distill_veca.main, [*argv, "--overwrite"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith(f"error: {out} holds final/onnx/model.onnx, which no run wrote there"), error
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before
+    (out / "final" / "onnx" / "model.onnx").unlink()
+    distill_veca.main([*argv, "--overwrite"])
+    assert read_metrics(out)[-1]["step"] == 2 and not (out / "final" / "onnx").exists()
 
 
 def test_processes_must_agree_on_arguments():
@@ -466,9 +567,12 @@ def test_a_second_run_into_the_folder_of_a_live_run_is_refused_and_a_dead_ones_l
                                                                                             tmp_path):
     """Another process holds the folder's run lock (a run still going): --overwrite deletes nothing of its run. Once
     that process is killed (no clean-up: kill -9), the OS has released the lock and a run starts."""
+    from corevision_hf.outputs import record
+
     out = tmp_path / "out"
     (out / "final").mkdir(parents=True)
     (out / "final" / "config.json").write_text("the live run's")
+    record(str(out / "final"), ["config.json"])  # as the run's export marks it
     holder = subprocess.Popen(
         [sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
          "fcntl.lockf(fd, fcntl.LOCK_EX); os.write(fd, str(os.getpid()).encode()); print(flush=True); time.sleep(600)",

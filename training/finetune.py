@@ -31,7 +31,9 @@ evaluation runs at --eval-k-ratio / --eval-num-cores, the budget you deploy. One
 validation accuracy); OUT/best (the best validation accuracy, the probe included) and OUT/final are model folders with
 the head, id2label, the processor and a card (README.md) with the recipe and the accuracies.
 --output-dir must be new or empty; --overwrite replaces a run of this command there (its run.json says so), and
-refuses a folder holding anything such a run does not write.
+refuses a folder holding anything such a run did not write: each file a run writes is listed with its sha256 in
+OUT/.corevision_hf.json (run.json, metrics.jsonl) or in its folder's (best/, final/), and a file listed nowhere, or
+changed since, is a user's (notes, an ONNX export under final/onnx/), never deleted.
 """
 
 import argparse
@@ -40,11 +42,12 @@ import os
 import re
 import sys
 
-from .arguments import HelpFormatter, run_as_command
+from .arguments import HelpFormatter, parse_seed, run_as_command
 
 SCRIPT = "training.finetune"
 # What a run writes into --output-dir (export's `.partial` folders while it writes best/ and final/): all that
-# --overwrite deletes, and only from a folder whose run.json names this script. The run lock (.run.lock) stays.
+# --overwrite deletes, and only from a folder whose run.json names this script and where every file of them is the
+# run's own (training.checkpointing.unmarked_run_files). The run lock (.run.lock) and the manifest stay.
 RUN_NAMES = ("run.json", "metrics.jsonl", "best", "final", "best.partial", "final.partial")
 
 
@@ -88,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-workers", type=COUNT, default=0, help="DataLoader workers")
     parser.add_argument("--threads", type=POSITIVE_COUNT, default=None,
                         help="CPU threads of torch (torch.set_num_threads; default: torch's own choice)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=parse_seed, default=0)
     return parser
 
 
@@ -771,17 +774,22 @@ def random_grayscale(pixel_values, probability: float):
 
 def check_output_dir_free(output_dir: str, overwrite: bool) -> None:
     """A ValueError, before anything is deleted or written, unless `output_dir` is new, empty, or (with `overwrite`)
-    holds a run of this command and nothing else: its run.json names this script, and every other entry is one of
-    `RUN_NAMES`, none of them a link."""
+    holds a run of this command and nothing else: its run.json names this script and is one a run wrote, every other
+    entry is one of `RUN_NAMES`, none of them a link, and every file in them is the run's own
+    (training.checkpointing.overwrite_problem: listed with its content in a manifest the run wrote)."""
+    from corevision_hf.outputs import MANIFEST
+
+    from .checkpointing import overwrite_problem
     from .run_lock import LOCK_FILE
 
-    entries = sorted(set(os.listdir(output_dir)) - {LOCK_FILE}) if os.path.isdir(output_dir) else []
+    entries = sorted(set(os.listdir(output_dir)) - {LOCK_FILE, MANIFEST}) if os.path.isdir(output_dir) else []
     if not entries:
         return
-    if not is_run_of_this_script(os.path.join(output_dir, "run.json")):
+    if not is_run_of_this_script(output_dir):
         if overwrite:
             raise ValueError(f"--overwrite replaces only a run of {SCRIPT}, and {output_dir} holds none (no run.json "
-                             f"of it, but {entries[0]}): nothing was deleted; choose a new or empty --output-dir.")
+                             f"that a run of it wrote, listed in {MANIFEST}, but {entries[0]}): nothing was deleted; "
+                             "choose a new or empty --output-dir.")
         raise ValueError(f"{output_dir} already holds files of its own ({', '.join(entries)}): choose a new or empty "
                          "--output-dir.")
     foreign = [name for name in entries if name not in RUN_NAMES or os.path.islink(os.path.join(output_dir, name))]
@@ -791,13 +799,19 @@ def check_output_dir_free(output_dir: str, overwrite: bool) -> None:
     if not overwrite:
         raise ValueError(f"{output_dir} already holds a run of {SCRIPT} ({', '.join(entries)}): replace it with "
                          "--overwrite, or choose a new or empty --output-dir.")
+    if problem := overwrite_problem(output_dir, RUN_NAMES):
+        raise ValueError(problem)
 
 
-def is_run_of_this_script(path: str) -> bool:
-    """Whether `path` is a run.json (a regular file, not a link) that a run of this command wrote."""
+def is_run_of_this_script(output_dir: str) -> bool:
+    """Whether `output_dir` holds a run.json (a regular file, not a link) that a run of this command wrote: naming this
+    script, and listed with its content in the folder's manifest (a hand-written one is not)."""
     import json
 
-    if os.path.islink(path) or not os.path.isfile(path):
+    from corevision_hf.outputs import is_ours, read_manifest
+
+    path = os.path.join(output_dir, "run.json")
+    if os.path.islink(path) or not is_ours(output_dir, "run.json", read_manifest(output_dir)):
         return False
     try:
         with open(path) as f:
@@ -813,6 +827,8 @@ def open_output_dir(args):
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
 
+    from corevision_hf.outputs import record
+
     from .checkpointing import delete_entries, run_record
     from .run_lock import lock_output_dir
 
@@ -824,6 +840,7 @@ def open_output_dir(args):
     if args.overwrite:
         delete_entries(args.output_dir, RUN_NAMES)  # what the earlier run wrote, which the check allowed
     write_json(os.path.join(args.output_dir, "run.json"), run_record(SCRIPT, args, 1))
+    record(args.output_dir, ["run.json"], keep=True)  # the mark of a run of this command, for a later --overwrite
     return accelerator
 
 
@@ -881,12 +898,10 @@ def log_mix(args, mix: float, validation: dict) -> None:
 
 
 def append_metrics(args, line: dict) -> None:
-    """`line` appended to OUT/metrics.jsonl (opened without following a link)."""
-    import json
+    """`line` appended to OUT/metrics.jsonl (opened without following a link), marked as the run's."""
+    from .checkpointing import RunLog
 
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
-    with os.fdopen(os.open(os.path.join(args.output_dir, "metrics.jsonl"), flags, 0o644), "a") as f:
-        f.write(json.dumps(line) + "\n")
+    RunLog(args.output_dir, "metrics.jsonl").append(line)
 
 
 def read_folders(args) -> dict:
@@ -998,6 +1013,7 @@ def score_heldout(run: dict, heldout: list, best) -> dict:
     from transformers import AutoModelForImageClassification
 
     from corevision_hf.loading import load_checked
+    from corevision_hf.outputs import record_file
 
     args, device = run["args"], run["device"]
     evaluated = args.evaluate or "best"
@@ -1006,6 +1022,7 @@ def score_heldout(run: dict, heldout: list, best) -> dict:
     batches = loader(heldout, args.image_size, args.batch_size, args.num_workers)
     result = evaluate(scored, batches, run["eval_budget"], device)
     write_json(os.path.join(folder, "heldout.json"), {"data": args.eval_data, **result})
+    record_file(os.path.join(folder, "heldout.json"))  # in the folder's manifest, beside the export's files
     chosen = f"epoch {best[0]}" + (f", WiSE-FT {best[2]:g}" if best[2] is not None else "")
     print(f"held-out accuracy of {evaluated}/ ({chosen if evaluated == 'best' else f'epoch {args.epochs}'}) on "
           f"{args.eval_data}: {result['accuracy']:.4f} ({result['images']} images)")
@@ -1015,12 +1032,14 @@ def score_heldout(run: dict, heldout: list, best) -> dict:
 def write_cards(run: dict, argv: list[str], probe_penalty: float, best, final_result: dict, heldout: dict | None):
     """best/README.md and final/README.md; `heldout` (the score of --evaluate's folder) on that folder's card."""
     from corevision_hf.atomic import write_text_atomically
+    from corevision_hf.outputs import record_file
 
     args = run["args"]
     for name, (epoch, result, wise_ft) in (("best", best), ("final", (args.epochs, final_result, None))):
         scored = heldout if (args.evaluate or "best") == name else None
         text = card(args, argv, run["classes"], run["model_type"], epoch, result, scored, probe_penalty, wise_ft)
         write_text_atomically(os.path.join(args.output_dir, name, "README.md"), text)
+        record_file(os.path.join(args.output_dir, name, "README.md"))
 
 
 def announce(args) -> None:

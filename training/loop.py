@@ -23,16 +23,19 @@ import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState
 from accelerate.utils import (
-    DistributedType, InitProcessGroupKwargs, ProjectConfiguration, TorchDynamoPlugin, gather_object, set_seed,
+    DistributedType, InitProcessGroupKwargs, ProjectConfiguration, TorchDynamoPlugin, broadcast_object_list,
+    gather_object, set_seed,
 )
 from tqdm.auto import tqdm
 
 from corevision_hf.cli import RunStopped
 
 from .arguments import check_positive
+from corevision_hf.outputs import record
+
 from .checkpointing import (
-    LISTING, best_score, check_new_or_resumed_run, delete_run_files, export, finish, load_checkpoint, run_record,
-    save_checkpoint, write_json,
+    LISTING, RUN_FILES, RunLog, best_score, check_new_or_resumed_run, delete_entries, export, finish, load_checkpoint,
+    overwrite_problem, run_record, save_checkpoint, write_json,
 )
 from .data import BatchStream, build_dataset
 from .extractor_warmup import ExtractorWarmup, split_extractor_groups
@@ -59,7 +62,8 @@ def check_processes_agree(arguments: list[dict]) -> None:
 def start(args, script: str) -> Accelerator:
     """The run's Accelerator, once its arguments are known to be usable: positive sizes and rates, the same on every
     process, and an output folder that is new (or, with --resume, holds a run of `script` with the same arguments;
-    with --overwrite, the run it held is deleted here). Nothing is written yet."""
+    with --overwrite, the run it held is deleted here, when all of it is the run's own:
+    checkpointing.overwrite_problem). Nothing is written yet."""
     check_positive(args, "batch_size", "max_steps", "lr", "gradient_accumulation_steps", "checkpoint_every",
                    "keep_checkpoints", "eval_images", "collective_timeout", "log_every")
     for name in ("min_lr", "warmup_start_lr"):
@@ -104,12 +108,17 @@ def start(args, script: str) -> Accelerator:
         torch.set_float32_matmul_precision("high")  # TF32, as the VECA authors' configure_backend_precision
     check_processes_agree(gather_object([vars(args)]))
     check_new_or_resumed_run(args.output_dir, run_record(script, args, accelerator.num_processes))
+    # what a new run replaces: with --overwrite the earlier run's files, else a listing left by a setup that failed (the
+    # folder may have changed); the main process checks they are the run's own, and every process stops if not
+    replaced = () if args.resume else (*RUN_FILES, LISTING) if args.overwrite else (LISTING,)
+    problem = None
     if accelerator.is_main_process:  # before --overwrite deletes anything: one live run per folder
         lock_output_dir(args.output_dir)
-    if args.overwrite and accelerator.is_main_process:
-        delete_run_files(args.output_dir)
-    elif not args.resume and accelerator.is_main_process and os.path.exists(os.path.join(args.output_dir, LISTING)):
-        os.remove(os.path.join(args.output_dir, LISTING))  # left by a setup that failed: the folder may have changed
+        problem = overwrite_problem(args.output_dir, replaced)
+    if problem := broadcast_object_list([problem])[0]:
+        raise ValueError(problem)
+    if accelerator.is_main_process:
+        delete_entries(args.output_dir, replaced)
     accelerator.wait_for_everyone()
     set_seed(args.seed)
     return accelerator
@@ -140,13 +149,16 @@ def training_data(accelerator: Accelerator, args, image_size: int) -> tuple:
     main process lists an image folder first, into OUT/image_files.json; the other processes read that listing."""
     if accelerator.is_main_process:
         os.makedirs(args.output_dir, exist_ok=True)
+    listing = os.path.join(args.output_dir, LISTING)
     with accelerator.main_process_first():
-        return build_dataset(
+        data = build_dataset(
             args.data, streaming=args.streaming, image_size=image_size, seed=args.seed, augment=args.augment,
-            image_column=args.image_column, shuffle_buffer=args.shuffle_buffer,
-            listing=os.path.join(args.output_dir, LISTING), process_index=accelerator.process_index,
-            num_processes=accelerator.num_processes,
+            image_column=args.image_column, shuffle_buffer=args.shuffle_buffer, listing=listing,
+            process_index=accelerator.process_index, num_processes=accelerator.num_processes,
         )
+    if accelerator.is_main_process and os.path.isfile(listing):
+        record(args.output_dir, [LISTING], keep=True)  # the run's own, for a later --overwrite
+    return data
 
 
 class TeacherClock:
@@ -411,27 +423,28 @@ def train_step(accelerator, args, student, optimizer, batches, loss_fn, log, ste
     return values
 
 
-def open_logs(accelerator: Accelerator, args, script: str, step: int) -> str:
-    """The path of OUT/metrics.jsonl, with the run's logs started: a resumed run's lines after `step` dropped (in
-    validation.jsonl too), a new run's run.json written, the trackers started."""
-    metrics_path = os.path.join(args.output_dir, "metrics.jsonl")
-    for log in (metrics_path, os.path.join(args.output_dir, "validation.jsonl")):
+def open_logs(accelerator: Accelerator, args, script: str, step: int) -> RunLog:
+    """OUT/metrics.jsonl, with the run's logs started: a resumed run's lines after `step` dropped (in validation.jsonl
+    too), a new run's run.json written, each marked as the run's (OUT's manifest), the trackers started."""
+    for name in ("metrics.jsonl", "validation.jsonl"):
+        log = os.path.join(args.output_dir, name)
         if accelerator.is_main_process and args.resume and os.path.exists(log):
             truncate_metrics(log, step)
+            record(args.output_dir, [name], keep=True)
     if accelerator.is_main_process and not args.resume:
         os.makedirs(args.output_dir, exist_ok=True)
         write_json(os.path.join(args.output_dir, "run.json"), run_record(script, args, accelerator.num_processes))
+        record(args.output_dir, ["run.json"], keep=True)
     tracker_config = {name: value for name, value in vars(args).items() if value is not None}
     accelerator.init_trackers(script.rsplit(".", 1)[-1], config=tracker_config)
-    return metrics_path
+    return RunLog(args.output_dir, "metrics.jsonl")
 
 
-def write_line(accelerator: Accelerator, path: str, step: int, logs: dict, per_process: dict) -> None:
+def write_line(accelerator: Accelerator, metrics: RunLog, step: int, logs: dict, per_process: dict) -> None:
     """The line of logging step `step`: to the trackers, and (with every process's draws) to OUT/metrics.jsonl."""
     accelerator.log(logs, step=step)
     if accelerator.is_main_process:
-        with open(path, "a") as f:
-            f.write(json.dumps({"step": step, **logs, **per_process}) + "\n")
+        metrics.append({"step": step, **logs, **per_process})
 
 
 def validate_and_keep_best(accelerator, args, script, student, validate, stats, step: int, best, teacher_mean=None):
@@ -441,8 +454,7 @@ def validate_and_keep_best(accelerator, args, script, student, validate, stats, 
     result = {"step": step, **validate(student)}
     accelerator.print(f"validation at step {step}: score {result['score']:.4f}")
     if accelerator.is_main_process:
-        with open(os.path.join(args.output_dir, "validation.jsonl"), "a") as f:
-            f.write(json.dumps(result) + "\n")
+        RunLog(args.output_dir, "validation.jsonl").append(result)
     measure = result.get("score_measure", "cosine")
     if best is None or best[1] != measure or result["score"] > best[0]:
         best = result["score"], measure
@@ -534,7 +546,7 @@ def distill(
     step, positions = (load_checkpoint(accelerator, args.output_dir, teacher_mean) if args.resume
                        else (0, start_positions))
     best = best_score(args.output_dir) if args.resume else None
-    metrics_path = open_logs(accelerator, args, script, step)
+    metrics = open_logs(accelerator, args, script, step)
     batches = MicroBatches(accelerator, args, streams, positions, per_resolution=isinstance(dataset, dict))
     log = StepLog(accelerator, args, teacher)
     progress = tqdm(total=args.max_steps, initial=step, disable=not accelerator.is_main_process, desc="distill")
@@ -551,7 +563,7 @@ def distill(
                 continue
             logs, per_process = log.line(values, lr, step_draws)
             progress.set_postfix(loss=f"{logs['loss']:.4f}", **step_draws)
-            write_line(accelerator, metrics_path, step, logs, per_process)
+            write_line(accelerator, metrics, step, logs, per_process)
             if validate is not None and (step % args.eval_every == 0 or step == args.max_steps):
                 best = validate_and_keep_best(accelerator, args, script, student, validate, stats, step, best,
                                               teacher_mean)
@@ -574,4 +586,4 @@ def distill(
     if step == args.max_steps:
         export(accelerator, student, args.output_dir, stats, script, args, teacher_mean=teacher_mean)
     del student, optimizer  # see finish: the prepared model must go before the process group
-    finish(accelerator)
+    finish(accelerator, args.output_dir)

@@ -89,6 +89,7 @@ def load_teacher(name_or_path: str, dtype: torch.dtype = torch.float32) -> torch
 
         model, _ = load_dinov2_small_teacher()
     else:
+        check_teacher_folder(name_or_path)
         try:
             check_hub_reachable(name_or_path)
             model = AutoModel.from_pretrained(name_or_path, dtype=dtype)
@@ -101,6 +102,18 @@ def load_teacher(name_or_path: str, dtype: torch.dtype = torch.float32) -> torch
     if not hasattr(model.config, "patch_size"):
         raise ValueError(f"The teacher {name_or_path!r} is not a ViT with a patch_size; use DINOv2 / DINOv3.")
     return model
+
+
+def check_teacher_folder(name: str) -> None:
+    """A ValueError when `name` is a path of this machine (training.data.is_local) but no folder: transformers would
+    take it for a malformed hub id ("Repo id must be in the form ...")."""
+    from .data import is_local
+
+    if os.path.isdir(name) or not is_local(name):
+        return
+    found = "is a file" if os.path.lexists(name) else "does not exist"
+    raise ValueError(f"The teacher folder {name} {found}: give a save_pretrained folder, a hub id (NAME or ORG/NAME) "
+                     "or 'offline-dinov2-small'.")
 
 
 # The queries the LookWhere authors' map target averages over (`modeling.do_aggregate`: `attn_map[:, 5:1374]`, the patch

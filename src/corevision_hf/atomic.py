@@ -21,9 +21,12 @@ def atomic_path(path: str | os.PathLike, folder: bool = False):
     block to fill. Its name ends in ".tmp", never in `path`'s extension, so that no listing by extension (the teacher
     cache's "*.safetensors") picks up one that a killed process left; a writer that picks its format by the extension
     (matplotlib's savefig) is given the format. When the block ends without an error it gets the mode the user's umask
-    gives and is renamed onto `path` (a folder onto a free path or an empty folder); otherwise it is removed and the
+    gives and is renamed onto `path` (a folder onto a free path or an empty folder, never onto a link, a file or a
+    folder that holds anything: a FileExistsError saying so, before the block runs); otherwise it is removed and the
     error goes on."""
     parent, name = os.path.split(os.path.abspath(os.fspath(path)))
+    if folder:
+        check_folder_target(path)
     prefix = f".{name[:128]}."  # the name it will have, for whoever lists the folder meanwhile; within NAME_MAX
     if folder:
         temporary = tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=parent)
@@ -33,6 +36,8 @@ def atomic_path(path: str | os.PathLike, folder: bool = False):
     try:
         yield temporary
         follow_umask(temporary)
+        if folder:
+            check_folder_target(path)  # again: something may have appeared there while the block ran
         os.replace(temporary, path)
     except BaseException:
         if os.path.isdir(temporary) and not os.path.islink(temporary):
@@ -40,6 +45,22 @@ def atomic_path(path: str | os.PathLike, folder: bool = False):
         elif os.path.lexists(temporary):
             os.remove(temporary)
         raise
+
+
+def check_folder_target(path: str | os.PathLike) -> None:
+    """A FileExistsError unless a folder may be renamed onto `path`: free, or an empty folder (not a link)."""
+    if not os.path.lexists(path):
+        return
+    if os.path.islink(path):
+        found = "a link"
+    elif not os.path.isdir(path):
+        found = "a file"
+    elif os.listdir(path):
+        found = "a folder that holds files"
+    else:
+        return
+    raise FileExistsError(f"{os.fspath(path)} is {found}: a folder is written only where nothing is, or onto an empty "
+                          "folder (never through a link, never over files). Move it or choose another path.")
 
 
 def write_text_atomically(path: str | os.PathLike, text: str) -> None:

@@ -20,11 +20,16 @@ MANIFEST = ".corevision_hf.json"
 
 def sha256(path: str) -> str:
     """The sha256 of the file at `path`, as 64 hex digits (read in 1 MiB blocks)."""
+    return running_sha256(path).hexdigest()
+
+
+def running_sha256(path: str):
+    """hashlib's sha256 object fed the file at `path` (read in 1 MiB blocks), to be fed what is appended to it."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
-    return digest.hexdigest()
+    return digest
 
 
 def read_manifest(folder: str) -> dict[str, str]:
@@ -61,11 +66,12 @@ def not_ours(folder: str, names: list[str]) -> list[str]:
             if os.path.lexists(os.path.join(folder, name)) and not is_ours(folder, name, manifest)]
 
 
-def record(folder: str, names: list[str], keep: bool = False) -> None:
+def record(folder: str, names: list[str], keep: bool = False, digests: dict[str, str] | None = None) -> None:
     """Writes `folder`'s manifest listing `names` (relative paths) with their sha256; with `keep`, the entries of
-    other files already listed stay."""
+    other files already listed stay. `digests`: {name: sha256} the caller already holds (a log it appends to, its
+    digest carried along), taken instead of reading those files again."""
     files = {name: digest for name, digest in read_manifest(folder).items() if keep and name not in names}
-    files.update({name: sha256(os.path.join(folder, name)) for name in names})
+    files.update({name: (digests or {}).get(name) or sha256(os.path.join(folder, name)) for name in names})
     manifest = {"written_by": "corevision_hf", "files": dict(sorted(files.items()))}
     write_text_atomically(os.path.join(folder, MANIFEST), json.dumps(manifest, indent=1))  # never through a link
 
