@@ -14,6 +14,7 @@ Teachers: transformers' Dinov2Model, Dinov2WithRegistersModel and DINOv3ViTModel
 and `layer_scale1`; the copy folds LayerScale into its `o_proj`)."""
 
 import math
+from copy import deepcopy
 
 import torch
 import torch.nn.functional as F
@@ -145,3 +146,182 @@ def format_table(table: dict) -> str:
         lines.append(f"{block:5d}  " + "  ".join(f"{table[name][block]:16.3f}" for name in names))
     lines.append(" mean  " + "  ".join(f"{sum(table[name]) / depth:16.3f}" for name in names))
     return "\n".join(lines)
+
+
+@torch.no_grad()
+def kmeans(points: torch.Tensor, count: int, iterations: int = 20, seed: int = 0) -> torch.Tensor:
+    """`count` centroids (count, D) of `points` (N, D) by Lloyd's iterations from k-means++ seeds; an empty cluster
+    keeps its centroid."""
+    generator = torch.Generator().manual_seed(seed)
+    centroids = points[torch.randint(len(points), (1,), generator=generator)]
+    while len(centroids) < count:  # k-means++: each next seed drawn by its squared distance to the nearest one
+        distance = torch.cdist(points, centroids).min(dim=1).values.square()
+        centroids = torch.cat([centroids, points[torch.multinomial(distance / distance.sum(), 1, generator=generator)]])
+    for _ in range(iterations):
+        nearest = torch.cdist(points, centroids).argmin(dim=1)
+        sums = torch.zeros_like(centroids).index_add_(0, nearest, points)
+        counts = torch.bincount(nearest, minlength=count)[:, None]
+        centroids = torch.where(counts > 0, sums / counts.clamp(min=1), centroids)
+    return centroids
+
+
+@torch.no_grad()
+def nested_order(points: torch.Tensor, candidates: torch.Tensor, chosen: torch.Tensor) -> list[int]:
+    """The order of `candidates` (K, D) that makes each prefix a good bank beside the `chosen` tokens (P, D): each next
+    candidate is the one that lowers the points' (N, D) mean squared distance to their nearest token the most."""
+    nearest = (torch.cdist(points, chosen).min(dim=1).values.square() if len(chosen)
+               else torch.full((len(points),), float("inf")))
+    to_candidates = torch.cdist(points, candidates).square()  # (N, K)
+    order, left = [], list(range(len(candidates)))
+    while left:
+        errors = torch.minimum(nearest[:, None], to_candidates[:, left]).mean(dim=0)
+        best = left.pop(int(errors.argmin()))
+        order.append(best)
+        nearest = torch.minimum(nearest, to_candidates[:, best])
+    return order
+
+
+@torch.no_grad()
+def seed_core_bank(student, teacher, pixel_batches, max_tokens: int = 20000, seed: int = 0) -> dict:
+    """The student's bank seeded from the teacher's own tokens: core 0 the teacher's CLS (its position added, as its
+    first block reads it), then its registers, then centroids of its first block's patch tokens over the images of
+    `pixel_batches` (k-means), in the order that makes each prefix a good bank (`nested_order`); each centroid at the
+    mean position of its patches. Returns what was seeded, for the record."""
+    embeddings = teacher.embeddings
+    prefix, bank = num_prefix_tokens(teacher), student.embeddings.core_bank
+    tokens, positions = [], []
+    for pixel_values in pixel_batches:
+        hidden = embeddings(pixel_values.to(next(teacher.parameters()).dtype)).float()  # (B, P + N, D)
+        patches = hidden[:, prefix:]
+        grid = (pixel_values.shape[2] // teacher.config.patch_size, pixel_values.shape[3] // teacher.config.patch_size)
+        ys = (torch.arange(grid[0]) + 0.5) / grid[0] * 2 - 1
+        xs = (torch.arange(grid[1]) + 0.5) / grid[1] * 2 - 1
+        centres = torch.stack(torch.meshgrid(xs, ys, indexing="xy"), dim=-1).flatten(0, 1)  # (N, 2) in (x, y)
+        tokens.append(patches.flatten(0, 1))
+        positions.append(centres.repeat(len(pixel_values), 1))
+        global_tokens = hidden[0, :prefix]  # CLS (+ its position) and registers: the same for every image
+    tokens, positions = torch.cat(tokens), torch.cat(positions)
+    keep = torch.randperm(len(tokens), generator=torch.Generator().manual_seed(seed))[:max_tokens]
+    tokens, positions = tokens[keep], positions[keep]
+    num_cores = bank.cores.shape[1]
+    fixed = global_tokens[:num_cores]
+    count = num_cores - len(fixed)
+    centroids = kmeans(tokens, count, seed=seed) if count else tokens[:0]
+    order = nested_order(tokens, centroids, fixed)
+    centroids = centroids[order]
+    members = torch.cdist(tokens, centroids).argmin(dim=1) if count else torch.zeros(0, dtype=torch.long)
+    where = torch.stack([positions[members == i].mean(dim=0) if (members == i).any() else torch.zeros(2)
+                         for i in range(count)]) if count else torch.zeros(0, 2)
+    coordinates = torch.cat([torch.zeros(len(fixed), 2), where]).clamp(-0.95, 0.95)
+    bank.cores.copy_(torch.cat([fixed, centroids])[None].to(bank.cores.dtype))
+    bank.coordinates.copy_(torch.atanh(coordinates).to(bank.coordinates.dtype))
+    return {"from_teacher_tokens": len(fixed), "centroids": count, "tokens_clustered": len(tokens)}
+
+
+def end_to_end_loss(student, targets: dict, pixel_values: torch.Tensor, num_cores: int) -> torch.Tensor:
+    """Stage 2's loss: the student alone, its patch tokens after every block against the teacher's (relative MSE,
+    `branch_error`'s), their mean, plus the final features' (the normalised patch tokens and core 0 against the
+    teacher's CLS)."""
+    output = student(pixel_values, num_cores=num_cores, output_hidden_states=True, return_dict=True)
+    num_patches = targets["branches"][0].shape[1]
+    blocks = [branch_error(ours[:, -num_patches:], theirs[:, -num_patches:])
+              for ours, theirs in zip(output.hidden_states[1:], targets["inputs"][1:])]
+    final = targets["final"]
+    return (sum(blocks) / len(blocks) + branch_error(output.patch_tokens, final[:, -num_patches:])
+            + branch_error(output.pooler_output, final[:, 0]))
+
+
+def transfer_loss(student, targets: dict, num_cores: int) -> torch.Tensor:
+    """Stage 1's loss: the mean over blocks of the attention branch's relative error (`transfer_pass`)."""
+    outputs = transfer_pass(student, targets, num_cores)
+    return sum(branch_error(ours, theirs) for ours, theirs in zip(outputs, targets["branches"])) / len(outputs)
+
+
+def train_stage(student, teacher, loss_of, parameters: list, images, steps: int, lr: float, seed: int,
+                log=print, name: str = "stage", after_step=None) -> list[float]:
+    """`steps` AdamW steps (no weight decay; warm-up over a tenth, then cosine to a tenth) of `loss_of(student,
+    targets, pixel_values, num_cores)` on `images(step)` (a function of the step: the step's pixel values), a core
+    budget per step drawn from the config's training budgets as nested dropout draws it; `after_step(steps done)` after
+    each. Returns the losses."""
+    from .schedule import draw, warmup_cosine
+
+    config = student.config
+    optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=0.0)
+    student.train()
+    losses = []
+    for step in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = lr * warmup_cosine(step, max(1, steps // 10), steps, 0.1)
+        pixel_values = images(step)
+        targets = teacher_targets(teacher, pixel_values)
+        num_cores = draw(config.training_budgets, config.training_budget_weights, seed, step)
+        loss = loss_of(student, targets, pixel_values, num_cores)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        if step % max(1, steps // 10) == 0 or step == steps - 1:
+            log(f"{name} step {step + 1}/{steps}: loss {losses[-1]:.4f} at C = {num_cores}")
+        if after_step is not None:
+            student.eval()
+            after_step(step + 1)
+            student.train()
+    student.eval()
+    return losses
+
+
+def attention_transfer(student, teacher, images, steps: int, lr: float, seed: int = 0, log=print) -> list[float]:
+    """Stage 1: everything copied from the teacher frozen; the bank and the coordinate heads learn each block's
+    attention branch (`transfer_loss`). Returns the losses."""
+    student.requires_grad_(False)
+    parameters = [*student.embeddings.core_bank.parameters(), *student.encoder.coordinate_heads.parameters()]
+    for parameter in parameters:
+        parameter.requires_grad_(True)
+    try:
+        return train_stage(student, teacher, lambda model, targets, _, cores: transfer_loss(model, targets, cores),
+                           parameters, images, steps, lr, seed, log, "stage 1")
+    finally:
+        student.requires_grad_(True)
+
+
+def end_to_end(student, teacher, images, steps: int, lr: float, seed: int = 0, lora_rank: int | None = None,
+               log=print, after_step=None):
+    """Stage 2: the student alone against the teacher's every block and final features (`end_to_end_loss`), all its
+    weights trained, or with `lora_rank` LoRA adapters of that rank on q / k / v / o beside the bank and coordinate
+    heads (merged into the weights afterwards). `after_step(steps done, snapshot)`, where `snapshot()` gives a copy of
+    the student as it is then (adapters merged). Returns (the student, the losses)."""
+    model = student
+    if lora_rank:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(student, LoraConfig(r=lora_rank, lora_alpha=2 * lora_rank,
+                                                   target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
+        for parameter in [*student.embeddings.core_bank.parameters(), *student.encoder.coordinate_heads.parameters()]:
+            parameter.requires_grad_(True)
+    parameters = [parameter for parameter in model.parameters() if parameter.requires_grad]
+
+    def snapshot():
+        copy = deepcopy(model)
+        return copy.merge_and_unload() if lora_rank else copy
+
+    hook = None if after_step is None else (lambda done: after_step(done, snapshot))
+    losses = train_stage(model, teacher, end_to_end_loss, parameters, images, steps, lr, seed, log, "stage 2", hook)
+    if lora_rank:
+        student = model.merge_and_unload()
+        student.requires_grad_(True)
+    return student, losses
+
+
+@torch.no_grad()
+def final_cosines(student, teacher, pixel_values: torch.Tensor, num_cores: int) -> dict:
+    """The student's final features against the teacher's: the mean cosine of the patch tokens, the same after both
+    sides' mean patch token over the images is removed (a constant predictor scores 0 there), and core 0 against the
+    teacher's CLS."""
+    ours = student(pixel_values, num_cores=num_cores).last_hidden_state
+    theirs = teacher(pixel_values=pixel_values).last_hidden_state.float()
+    num_patches = ours.shape[1] - num_cores
+    mine, their = ours[:, -num_patches:], theirs[:, -num_patches:]
+    centred = F.cosine_similarity(mine - mine.mean(dim=(0, 1)), their - their.mean(dim=(0, 1)), dim=-1)
+    return {"patch_cosine": F.cosine_similarity(mine, their, dim=-1).mean().item(),
+            "centred_patch_cosine": centred.mean().item(),
+            "cls_cosine": F.cosine_similarity(ours[:, 0], theirs[:, 0], dim=-1).mean().item()}

@@ -2,7 +2,7 @@ import time, torch, sys, random
 sys.path.insert(0, ".")
 from corevision_hf.offline import load_dinov2_small_teacher
 from corevision_hf import veca_from_teacher
-from training.conversion import teacher_targets, transfer_errors, format_table, transfer_pass, branch_error
+from training.conversion import teacher_targets, transfer_errors, format_table, transfer_pass, branch_error, seed_core_bank
 from evaluation.sparse_digits import make_canvases
 from evaluation.canvases import Split
 torch.set_num_threads(2)
@@ -17,6 +17,8 @@ train = [teacher_targets(teacher, px(slice(i, i + 2))) for i in range(0, n, 2)]
 val = teacher_targets(teacher, px(slice(n, n + 2)))
 torch.manual_seed(0)
 student = veca_from_teacher(teacher, num_cores=64)
+if len(sys.argv) > 5 and sys.argv[5] == "seeded":
+    print(seed_core_bank(student, teacher, [px(slice(i, i + 2)) for i in range(0, n, 2)]))
 print(format_table(transfer_errors(student, val, [8, 64])))
 student.requires_grad_(False)
 trainable = list(student.embeddings.core_bank.parameters()) + list(student.encoder.coordinate_heads.parameters())
