@@ -52,8 +52,9 @@ def old_name(key: str) -> str:
     return key
 
 
-def pair(family: str, module, attn: str):
-    """(before, after) models of the base preset with the same weights, in eval mode."""
+def pair(family: str, module, attn: str, control: bool = False):
+    """(before, after) models of the base preset with the same weights, in eval mode; with `control`, "after" is a
+    second model of the before code (an A/A run: the harness's own spread)."""
     torch.manual_seed(0)
     if family == "veca":
         after = VecaModel(VecaConfig.from_preset("base", attn_implementation=attn)).eval()
@@ -62,6 +63,9 @@ def pair(family: str, module, attn: str):
         after = LookWhereModel(LookWhereConfig.from_preset("base", attn_implementation=attn)).eval()
         before = module.LookWhereModel(module.LookWhereConfig.from_preset("base", attn_implementation=attn)).eval()
     before.load_state_dict({old_name(key): value for key, value in after.state_dict().items()})
+    if control:
+        after = type(before)(before.config).eval()
+        after.load_state_dict(before.state_dict())
     return before, after
 
 
@@ -93,6 +97,8 @@ def main(argv=None) -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--control", action="store_true", help="an A/A run: the before code on both sides")
+    parser.add_argument("--families", nargs="+", default=list(FILES), choices=list(FILES))
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     cases = [("veca", 512, {"num_cores": 64}), ("veca", 1024, {"num_cores": 16}),
@@ -100,8 +106,8 @@ def main(argv=None) -> None:
     results = []
     with tempfile.TemporaryDirectory() as folder:
         modules = {family: old_package(args.before, family, Path(folder)) for family in FILES}
-        for family, size, kwargs in cases:
-            before, after = pair(family, modules[family], "sdpa")
+        for family, size, kwargs in (case for case in cases if case[0] in args.families):
+            before, after = pair(family, modules[family], "sdpa", args.control)
             pixel_values = torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(1))
             row = {"model": f"{family}-base", "size": size, **kwargs,
                    **rounds(before, after, pixel_values, kwargs, args.rounds, args.runs)}
@@ -109,9 +115,9 @@ def main(argv=None) -> None:
                   + " ".join(f"{r:.3f}" for r in row["ratio_after_over_before"]) + f"  median {row['median_ratio']:.3f}"
                   + f"  (before {statistics.median(row['before_ms']):.0f} ms)", flush=True)
             results.append(row)
-    out = Path(__file__).parent / "results" / "before_after.json"
+    out = Path(__file__).parent / "results" / ("control.json" if args.control else "before_after.json")
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"before": args.before, "after": subprocess.run(
+    out.write_text(json.dumps({"control": args.control, "before": args.before, "after": subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip(),
         "threads": args.threads, "rounds": args.rounds, "runs": args.runs, "rows": results}, indent=1) + "\n")
 
