@@ -137,7 +137,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help=f"core budgets trained (nested dropout) and measured; the bank holds the largest; "
                              f"{LOW_CORES} and {FULL_CORES} among them (the goals' and the curve's)")
     parser.add_argument("--stage1-steps", type=int, default=STAGE1_STEPS,
-                        help="VECA from the teacher: stage 1 of its conversion (attention transfer), its steps; 0: none")
+                        help="VECA from the teacher: stage 1 of its conversion (attention transfer), its steps; 0: "
+                             "none")
     parser.add_argument("--stage1-lr", type=float, default=STAGE1_LR, help="stage 1's peak learning rate")
     parser.add_argument("--stage2-steps", type=int, nargs="+", default=list(STAGE2_STEPS),
                         help="stage 2 (end to end): the learning curve's points within it; it runs for the largest in "
@@ -146,7 +147,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--lora-rank", type=int, default=0,
                         help="stage 2 with LoRA adapters of this rank on q / k / v / o, merged afterwards; 0: every "
                              "weight trained")
-    parser.add_argument("--convert-batch-size", type=int, default=CONVERT_BATCH, help="the conversion's images per step")
+    parser.add_argument("--convert-batch-size", type=int, default=CONVERT_BATCH,
+                        help="the conversion's images per step")
     parser.add_argument("--table-canvases", type=int, default=TABLE_CANVASES,
                         help="the conversion's per-block table and final cosines are measured on the first this many "
                              "validation canvases of the first variant (held out of the conversion)")
@@ -158,8 +160,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "this many test canvases (at most --test); the final lines, every C, on all of them")
     parser.add_argument("--train-size", type=int, default=TRAIN_SIZE,
                         help="VECA-Ti from scratch's distillation resolution in px, a multiple of 14 up to "
-                             "--canvas-size: canvases and photos downsized to it, the teacher's targets computed there; "
-                             "the conversion and the lines stay at --canvas-size")
+                             "--canvas-size: canvases and photos downsized to it, the teacher's targets computed "
+                             "there; the conversion and the lines stay at --canvas-size")
     parser.add_argument("--train-photos", type=Path, nargs="*", default=TRAIN_PHOTOS,
                         help="folders of photos trained on beside the training canvases (centre crops), by both "
                              "students; none: the canvases alone")
@@ -556,8 +558,8 @@ def conversion_tables(args, conversion: dict) -> dict:
     """The conversion's per-block tables (training.conversion's `transfer_errors`: the student's branch error per block
     at C = 8 and 64, the uniform-attention reference and the pooled bound) with their means over the blocks, and the
     final features' cosines at the whole bank, at its start and after each stage."""
-    stages, where = conversion["stages"], (f"the first {args.table_canvases} validation canvases of {args.variants[0]}, "
-                                           "held out of the conversion")
+    stages = conversion["stages"]
+    where = f"the first {args.table_canvases} validation canvases of {args.variants[0]}, held out of the conversion"
     return {"transfer_error": {"canvases": where, "stages": {
                 stage: {"per_block": record["transfer_error"],
                         "mean": {key: sum(values) / len(values) for key, values in record["transfer_error"].items()}}
@@ -640,7 +642,7 @@ def goals(task: Measure, curve: dict, rows: torch.Tensor, curve_rows: torch.Tens
     """#58's goals on `task`'s variant, each met or missed by `decided`, with the numbers that decide it: the values of
     the final lines on every test canvas (`rows`: their resamples), along VECA from the teacher's curve (`points`, its
     labels) on the curve's test canvases (`curve_rows`); `held_back`: `holding_back`'s block."""
-    count, labels, steps = curve_rows.shape[1], points, [point["steps"] for point in points]
+    count, steps = curve_rows.shape[1], [point["steps"] for point in points]
 
     def final(name: str, c: int) -> torch.Tensor:  # every test canvas
         return curve[name][list(curve[name])[-1]][c]["correct"]
@@ -660,14 +662,14 @@ def goals(task: Measure, curve: dict, rows: torch.Tensor, curve_rows: torch.Tens
         ratio_interval(final(FROM_TEACHER, LOW_CORES), final(FROM_TEACHER, FULL_CORES), rows), RETENTION,
         veca_accuracy, {veca_low: final(FROM_TEACHER, LOW_CORES), veca: final(FROM_TEACHER, FULL_CORES)},
         lambda a, b: a / b.clamp(min=1e-12),
-        [(label, [at(LOW_CORES, s), at(FULL_CORES, s)]) for label, s in zip(labels, steps)], **common)
+        [(label, [at(LOW_CORES, s), at(FULL_CORES, s)]) for label, s in zip(points, steps)], **common)
     gflops = {veca: task.lines[veca]["gflops"], DENSE: task.lines[DENSE]["gflops"]}
     versus_dense = decided(
         "veca_vs_dense_teacher", f"{veca} minus the dense teacher (frozen probes), paired 95% interval above -0.05, at "
         "fewer GFLOPs; the dense teacher above chance",
         interval(final(FROM_TEACHER, FULL_CORES) - dense, rows), -0.05, interval(dense, rows),
         {veca: final(FROM_TEACHER, FULL_CORES), DENSE: dense}, difference,
-        [(label, [at(FULL_CORES, s), dense[:count]]) for label, s in zip(labels, steps)], **common,
+        [(label, [at(FULL_CORES, s), dense[:count]]) for label, s in zip(points, steps)], **common,
         condition=gflops[veca] < gflops[DENSE], gflops=gflops, fewer_gflops=gflops[veca] < gflops[DENSE])
     versus_scratch = decided(
         "veca_from_teacher_vs_scratch", f"{veca} at the end of its conversion minus {scratch} at the end of its "
@@ -675,7 +677,7 @@ def goals(task: Measure, curve: dict, rows: torch.Tensor, curve_rows: torch.Tens
         f"of the conversion against {scratch}'s end",
         interval(final(FROM_TEACHER, FULL_CORES) - final(FROM_SCRATCH, FULL_CORES), rows), 0.0, veca_accuracy,
         {veca: final(FROM_TEACHER, FULL_CORES), scratch: final(FROM_SCRATCH, FULL_CORES)}, difference,
-        [(label, [at(FULL_CORES, s), final(FROM_SCRATCH, FULL_CORES)[:count]]) for label, s in zip(labels, steps)],
+        [(label, [at(FULL_CORES, s), final(FROM_SCRATCH, FULL_CORES)[:count]]) for label, s in zip(points, steps)],
         **common)
     learning = decided(
         "learning_curve", f"{veca}: the curve's last point minus its first (the conversion's end minus its start, "
@@ -683,9 +685,9 @@ def goals(task: Measure, curve: dict, rows: torch.Tensor, curve_rows: torch.Tens
         "last point above chance",
         interval(at(FULL_CORES, steps[-1]) - at(FULL_CORES, steps[0]), curve_rows), 0.0, veca_accuracy,
         {f"{veca} at {s} steps": at(FULL_CORES, s) for s in steps}, lambda a: a,
-        [(label, [at(FULL_CORES, s)]) for label, s in zip(labels, steps)], **common)
-    learning["curve"] = [{**label, "accuracy": {str(c): interval(at(c, s), curve_rows) for c in (LOW_CORES, FULL_CORES)}}
-                         for label, s in zip(labels, steps)]
+        [(label, [at(FULL_CORES, s)]) for label, s in zip(points, steps)], **common)
+    learning["curve"] = [{**label, "accuracy": {str(c): interval(at(c, s), curve_rows)
+                                                for c in (LOW_CORES, FULL_CORES)}} for label, s in zip(points, steps)]
     return [retention, versus_dense, versus_scratch, learning]
 
 
@@ -724,8 +726,8 @@ def task_table(report: dict) -> dict:
         f"weight decay and the fine-tuned epoch) and {task['test']} test canvases, chance 0.1. Accuracy on the test "
         f"canvases with its 95% bootstrap interval; \"of {full_c} cores\": accuracy over that at {full_c} cores (at "
         f"{LOW_CORES} cores with its paired interval). Features: [pooled ; mean patch token]. Elastic fine-tuned: one "
-        "model trained with labels at a budget drawn per step, measured at each. This checkpoint was converted from its "
-        "teacher (`veca_from_teacher`, its core bank seeded from the teacher's tokens) "
+        "model trained with labels at a budget drawn per step, measured at each. This checkpoint was converted from "
+        "its teacher (`veca_from_teacher`, its core bank seeded from the teacher's tokens) "
         + (f"by {student['stage1_steps']} steps of attention transfer and {student['stage2_steps']} end to end "
            f"(training.conversion), label-free, at {student['train_size']} px on {student['canvases']} training "
            "canvases " + (f"and {student['photos']} training photos; the agreement table above is on held-out photos. "
@@ -773,8 +775,9 @@ def print_tables(report: dict) -> None:
     print()
     for goal_entry in report["goals"]:
         held = goal_entry["held_back_by"]
-        missed = "" if goal_entry["met"] else (f" (short by {goal_entry['short_by']:.3f}; block {held['block']} holds "
-                                               f"the conversion back, error {held['error']:.3f} at C = {held['cores']})")
+        missed = "" if goal_entry["met"] else (
+            f" (short by {goal_entry['short_by']:.3f}; block {held['block']} holds the conversion back, error "
+            f"{held['error']:.3f} at C = {held['cores']})")
         rising = {True: "; still rising", False: "; not rising over its last two points", None: ""}
         print(f"  {'met   ' if goal_entry['met'] else 'MISSED'} {goal_entry['goal']}: {goal_entry['rule']}{missed}"
               f"{rising[goal_entry['still_rising']]}")
