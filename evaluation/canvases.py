@@ -1,7 +1,8 @@
 """The sparse-recognition canvases (evaluation.sparse_digits) as the task benchmarks' models see them: a `Split` of
 one variant holds normalised pixels on demand, the labels, and per cell the label digits' and every digit's ink;
-`task_splits` makes a variant's training and test splits from the benchmarks' arguments; `CanvasDataset` serves
-training splits to training.loop; `PhotoSplit` holds training photos as a Split (for distillation only)."""
+`task_splits` makes a variant's training and test splits from the benchmarks' arguments; `Pixels` numbers the images
+of several splits as one sequence; `CanvasDataset` serves training splits to training.loop; `PhotoSplit` holds
+training photos as a Split (for distillation only)."""
 
 import hashlib
 from pathlib import Path
@@ -46,6 +47,12 @@ class Split:
         mean, std = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
         return (images - mean) / std
 
+    def first(self, count: int) -> "Split":
+        """The first `count` images as a Split of their own, without a cache key (the teacher's passes are of whole
+        splits)."""
+        head = lambda cells: None if cells is None else cells[:count]  # noqa: E731
+        return Split(self.images[:count], self.labels[:count], None, head(self.label_cells), head(self.digit_ink))
+
     def batches(self, batch_size: int):
         for first in range(0, len(self), batch_size):
             rows = slice(first, min(first + batch_size, len(self)))
@@ -77,22 +84,37 @@ class PhotoSplit(Split):
                          key={"photos": digest.hexdigest(), "count": len(paths), "canvas_size": size})
 
 
-class CanvasDataset(torch.utils.data.Dataset):
-    """The training canvases of every variant for training.loop: {"pixel_values", "index"} (no augmentation: the
-    teacher's targets of each canvas are computed once)."""
+class Pixels:
+    """The images of several splits as one sequence of normalised pixels, rows numbered across the splits: `len()`,
+    and `[rows]` (a LongTensor) -> (B, 3, S, S) float32, as a tensor of them all would serve (training.conversion's
+    `convert` takes either) without holding them all in float32."""
 
-    def __init__(self, splits: list[Split], stats: DataStats):
-        self.splits, self.stats = splits, stats
+    def __init__(self, splits: list[Split]):
+        self.splits = splits
         self.offsets = np.cumsum([0] + [len(s) for s in splits])
 
     def __len__(self) -> int:
         return int(self.offsets[-1])
 
+    def __getitem__(self, rows: torch.Tensor) -> torch.Tensor:
+        parts = np.searchsorted(self.offsets, rows.numpy(), side="right") - 1
+        return torch.cat([self.splits[part].pixels(slice(row - first, row - first + 1))
+                          for part, row, first in zip(parts.tolist(), rows.tolist(), self.offsets[parts].tolist())])
+
+
+class CanvasDataset(torch.utils.data.Dataset):
+    """The training canvases of every variant for training.loop: {"pixel_values", "index"} (no augmentation: the
+    teacher's targets of each canvas are computed once)."""
+
+    def __init__(self, splits: list[Split], stats: DataStats):
+        self.images, self.stats = Pixels(splits), stats
+
+    def __len__(self) -> int:
+        return len(self.images)
+
     def set_epoch(self, epoch: int) -> None:  # the canvases do not change between epochs
         pass
 
     def __getitem__(self, index: int) -> dict:
-        part = int(np.searchsorted(self.offsets, index, side="right") - 1)
-        row = index - int(self.offsets[part])
         self.stats.add()
-        return {"pixel_values": self.splits[part].pixels(slice(row, row + 1))[0], "index": index}
+        return {"pixel_values": self.images[torch.tensor([index])][0], "index": index}

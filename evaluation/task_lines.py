@@ -27,16 +27,18 @@ class Measure:
         self.equal_out = equal_out
         self.lines, self.heads = {}, {}
 
-    def read(self, train_features: torch.Tensor, test_features: torch.Tensor, train_tokens=None, test_tokens=None
-             ) -> dict:
-        """Each reader's test correctness, decay and validation accuracies, and the linear probe's head."""
+    def read(self, train_features: torch.Tensor, test_features: torch.Tensor, train_tokens=None, test_tokens=None, *,
+             first: int | None = None) -> dict:
+        """Each reader's test correctness, decay and validation accuracies, and the linear probe's head; with `first`,
+        `test_features` (and tokens) are of the first `first` test canvases alone, and so is the correctness."""
+        labels = self.test.labels[:first]
         linear = probe(train_features, self.train.labels, test_features, self.args.val, self.args.probe_decays)
         fits = {"linear": linear}
         if train_tokens is not None:
             fits["attentive"] = attentive_probe(train_tokens, self.train.labels, test_tokens, self.args.val,
                                                 self.args.attentive_decays, self.args.seed)
         readers = {name: {"weight_decay": fit["weight_decay"], "val_accuracy": fit["val_accuracy"],
-                          "correct": (fit["predictions"] == self.test.labels).float()} for name, fit in fits.items()}
+                          "correct": (fit["predictions"] == labels).float()} for name, fit in fits.items()}
         return {"readers": readers, "correct": readers["linear"]["correct"], "head": linear["head"]}
 
     def add(self, name: str, train_features: torch.Tensor, test_features: torch.Tensor, gflops: float, *,

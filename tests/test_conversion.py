@@ -156,3 +156,38 @@ def test_an_output_folder_with_anything_in_it_is_refused(teacher_dir, image_dir,
     (tmp_path / "notes.txt").write_text("mine")
     assert run(convert_veca.main, ["--teacher", teacher_dir, "--data", image_dir, "--output-dir", str(tmp_path)]) == 2
     assert "not an empty folder" in capsys.readouterr().err and (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_convert_reports_each_point_of_the_conversion_and_reads_its_images_by_rows():
+    """`convert`'s after_step: the start once the bank is seeded (the copy, its bank seeded as `seed_core_bank` seeds
+    it), the end of stage 1, each step of stage 2 (the last is the returned student), each snapshot a plain VecaModel;
+    the copy draws the budgets it is given; images given by rows (as evaluation.canvases' Pixels gives them) convert
+    to the same bits as the tensor."""
+    from types import SimpleNamespace
+
+    model, train, val = teacher(), images(6), images(2, seed=3)
+    args = SimpleNamespace(num_cores=8, batch_size=2, stage1_steps=2, stage1_lr=1e-2, stage2_steps=3, stage2_lr=1e-3,
+                           lora_rank=0, seed=0)
+    seen = []
+    student, record = conversion.convert(model, train, val, args, log=lambda line: None, budgets=[4, 8],
+                                         after_step=lambda stage, steps, snapshot: seen.append((stage, steps,
+                                                                                                snapshot())))
+    assert [(stage, steps) for stage, steps, _ in seen] == [("start", 0), ("stage1", 2), ("stage2", 1), ("stage2", 2),
+                                                            ("stage2", 3)]
+    assert all(type(snapshot) is VecaModel for *_, snapshot in seen) and student.config.training_budgets == [4, 8]
+    torch.manual_seed(0)
+    start = veca_from_teacher(model, num_cores=8, image_size=32, training_budgets=[4, 8]).float()
+    conversion.seed_core_bank(start, model, train.split(2), seed=0)
+    assert all(torch.equal(value, seen[0][2].state_dict()[key]) for key, value in start.state_dict().items())
+    assert all(torch.equal(value, seen[-1][2].state_dict()[key]) for key, value in student.state_dict().items())
+    assert list(record["stages"]) == ["start", "stage1", "stage2"] and record["conversion_time_s"] > 0
+
+    class Rows:  # no tensor: a length and rows
+        def __len__(self):
+            return len(train)
+
+        def __getitem__(self, rows):
+            return train[rows]
+
+    again, _ = conversion.convert(model, Rows(), val, args, log=lambda line: None, budgets=[4, 8])
+    assert all(torch.equal(value, again.state_dict()[key]) for key, value in student.state_dict().items())

@@ -8,16 +8,23 @@ run through the student (each block's cores read the teacher's patches of that b
 per block, the relative error |o_VECA - o_teacher|^2 / |o_teacher|^2 of the branch at the patch positions, beside
 three references: 1 (the branch zeroed), uniform attention (each patch takes the mean value of all tokens) and an
 untrained per-image bound (the teacher's own tokens of that block, pooled into C spatial regions, as the cores). Stage 1
-of the conversion (`training.convert_veca`) minimises the same error.
+of the conversion minimises the same error. `convert` is the whole conversion (the copy, its seeded bank, stage 1,
+stage 2, the table before and after each), as `python -m training.convert_veca` and benchmarks.sparse_recognition_veca
+run it.
 
 Teachers: transformers' Dinov2Model, Dinov2WithRegistersModel and DINOv3ViTModel (blocks with `norm1`, `attention`
 and `layer_scale1`; the copy folds LayerScale into its `o_proj`)."""
 
 import math
+import time
 from copy import deepcopy
 
 import torch
 import torch.nn.functional as F
+
+# The stages' default peak rates (training.convert_veca's and benchmarks.sparse_recognition_veca's): stage 1's is the
+# rate of experiments/veca_conversion's runs; stage 2 moves every copied weight, so at a fine-tuning rate.
+STAGE1_LR, STAGE2_LR = 3e-3, 2e-5
 
 
 def teacher_blocks(teacher) -> list:
@@ -325,3 +332,64 @@ def final_cosines(student, teacher, pixel_values: torch.Tensor, num_cores: int) 
     return {"patch_cosine": F.cosine_similarity(mine, their, dim=-1).mean().item(),
             "centred_patch_cosine": centred.mean().item(),
             "cls_cosine": F.cosine_similarity(ours[:, 0], theirs[:, 0], dim=-1).mean().item()}
+
+
+def table_record(student, teacher, targets: dict, pixel_values: torch.Tensor, budgets: list[int], log) -> dict:
+    """The per-block table at `budgets` and the final features' cosines at the whole bank, printed and returned."""
+    bank = student.config.num_cores
+    table = transfer_errors(student, targets, budgets)
+    cosines = final_cosines(student.eval(), teacher, pixel_values, bank)
+    log(format_table(table))
+    log("final features at C = {}: patch cosine {patch_cosine:.3f}, centred {centred_patch_cosine:.3f}, core 0 / CLS "
+        "{cls_cosine:.3f}".format(bank, **cosines))
+    return {"transfer_error": table, "final_cosines": cosines}
+
+
+def convert(teacher, train, val: torch.Tensor, args, log=print, *, budgets: list[int] | None = None,
+            table_budgets: list[int] | None = None, after_step=None) -> tuple:
+    """The conversion of `teacher` on the normalised images `train` (N, 3, S, S), or anything whose `len()` counts
+    them and whose `[rows]` (a LongTensor) gives their pixels (evaluation.canvases' Pixels), measured on `val`
+    (M, 3, S, S), with the settings of `args` (training.convert_veca's: num_cores, batch_size, the stages' steps and
+    rates, lora_rank, seed). `budgets`: the copy's nested-dropout budgets (None: VecaConfig's schedule for its bank);
+    `table_budgets`: the table's (None: 8, or the bank if smaller, and the whole bank). `after_step(stage, steps,
+    snapshot)`, `snapshot()` giving a plain VecaModel copy of the student as it is then: ("start", 0) once the bank is
+    seeded, ("stage1", its steps) at its end, ("stage2", steps done) after each of its steps; its time counts in the
+    record's. Returns (the student, the record: the seeding, each stage's table, cosines, losses and time, the whole
+    time)."""
+    from corevision_hf import veca_from_teacher
+
+    start = time.perf_counter()
+    torch.manual_seed(args.seed)
+    count, size = len(train), args.batch_size
+    hook = after_step or (lambda stage, steps, snapshot: None)
+
+    def batch(step: int) -> torch.Tensor:  # a function of the step alone: the same run twice gives the same bits
+        order = torch.randperm(count, generator=torch.Generator().manual_seed(args.seed + step // count))
+        first = (step * size) % count
+        return train[order[torch.arange(first, first + size) % count]]
+
+    student = veca_from_teacher(teacher, num_cores=args.num_cores, image_size=val.shape[-1],
+                                training_budgets=budgets).float()
+    seeding = (train[torch.arange(first, min(first + size, count))] for first in range(0, count, size))
+    record = {"seeded": seed_core_bank(student, teacher, seeding, seed=args.seed), "stages": {}}
+    table_budgets = table_budgets or sorted({min(8, args.num_cores), args.num_cores})
+    val_targets = teacher_targets(teacher, val)
+    log("the copy, its bank seeded from the teacher:")
+    record["stages"]["start"] = table_record(student, teacher, val_targets, val, table_budgets, log)
+    hook("start", 0, lambda: deepcopy(student))
+    for name, steps in (("stage1", args.stage1_steps), ("stage2", args.stage2_steps)):
+        if not steps:
+            continue
+        began = time.perf_counter()
+        if name == "stage1":
+            losses = attention_transfer(student, teacher, batch, steps, args.stage1_lr, args.seed, log)
+            hook("stage1", steps, lambda: deepcopy(student))
+        else:
+            student, losses = end_to_end(student, teacher, batch, steps, args.stage2_lr, args.seed,
+                                         args.lora_rank or None, log,
+                                         lambda done, snapshot: hook("stage2", done, snapshot))
+        log(f"after {name} ({time.perf_counter() - began:.0f} s):")
+        record["stages"][name] = {"losses": losses, "time_s": time.perf_counter() - began,
+                                  **table_record(student, teacher, val_targets, val, table_budgets, log)}
+    record["conversion_time_s"] = time.perf_counter() - start
+    return student, record
