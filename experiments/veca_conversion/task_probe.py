@@ -22,7 +22,7 @@ from evaluation.paired_stats import bootstrap_rows, interval
 from evaluation.readers import probe
 from evaluation.sparse_digits import CELL, make_canvases
 from training import conversion
-from training.convert_veca import table_record
+from training.conversion import table_record
 
 DECAYS = [1e-4, 1e-3, 1e-2, 1e-1]
 
@@ -105,7 +105,7 @@ def main(argv=None) -> None:
             student, losses = conversion.end_to_end(student, teacher, batch, args.stage2_steps, args.stage2_lr,
                                                     args.seed, args.lora_rank or None)
         report["stages"][name] = {"time_s": time.perf_counter() - began, "losses": losses,
-                                  **table_record(student, teacher, val_targets, val_pixels, print)}
+                                  **table_record(student, teacher, val_targets, val_pixels, [8, 64], print)}
         for cores in (8, 64):
             line(f"VECA {name} C={cores}", student_features(student.eval(), cores))
     report["time_s"] = time.perf_counter() - start
