@@ -14,7 +14,7 @@ from transformers import AutoModelForImageClassification
 from corevision_hf.cli import run
 from corevision_hf.images import to_pixel_values
 from evaluation.probes import fit_linear_classifier, load_image
-from training import finetune
+from training import finetune, finetune_augment, labelled_folders
 
 CLASSES = ("bright", "dark")
 
@@ -59,7 +59,7 @@ def test_finetune_writes_best_and_final_that_reload_with_their_accuracy(folders,
         assert reloaded.config.id2label == dict(enumerate(CLASSES))
         data = folders["heldout"] if name == "best" else None
         examples = (finetune.labelled_files(data, train=False)[0] if data else
-                    finetune.split_validation(finetune.labelled_files(folders["train"], True)[0], 0.2, 0)[1])
+                    labelled_folders.split_validation(finetune.labelled_files(folders["train"], True)[0], 0.2, 0)[1])
         with torch.no_grad():
             pixels = torch.stack([load_image(path, 32) for path, _ in examples])
             predicted = reloaded(pixels, **budget).logits.argmax(-1)
@@ -211,21 +211,21 @@ def test_grouped_validation_split_keeps_each_photo_on_one_side_and_is_seeded():
     groups = finetune.source_groups(examples, r"(.+)_\d+$")
     assert len(set(groups)) == 12  # the twins in upright/ and upside_down/ are one group
     source = dict(zip(examples, groups))
-    train, validation = finetune.split_validation(examples, 0.25, 0, groups)
+    train, validation = labelled_folders.split_validation(examples, 0.25, 0, groups)
     assert {source[example] for example in train}.isdisjoint({source[example] for example in validation})
     assert sorted(train + validation) == sorted(examples)
     assert len(validation) == 24  # 3 of 12 photos, 8 images each
     assert {label for _, label in validation} == {label for _, label in train} == {0, 1}
-    assert (train, validation) == finetune.split_validation(examples, 0.25, 0, groups)
-    assert set(validation) != set(finetune.split_validation(examples, 0.25, 1, groups)[1])
-    ungrouped = finetune.split_validation(examples, 0.25, 0)[1]  # per class: twins and crops of a photo split up
+    assert (train, validation) == labelled_folders.split_validation(examples, 0.25, 0, groups)
+    assert set(validation) != set(labelled_folders.split_validation(examples, 0.25, 1, groups)[1])
+    ungrouped = labelled_folders.split_validation(examples, 0.25, 0)[1]  # per class: twins and crops of a photo split up
     assert {source[example] for example in ungrouped} & {source[example] for example in set(examples) - set(ungrouped)}
 
 
 def test_grouped_validation_split_refuses_a_class_left_on_one_side():
     examples = photo_crops(photos=1, crops=4)  # one photo: it is either all validation or all training
     with pytest.raises(ValueError, match="Class 0 has no training image once the 1 --val-groups groups are kept whole"):
-        finetune.split_validation(examples, 0.2, 0, finetune.source_groups(examples, r"(.+)_\d+$"))
+        labelled_folders.split_validation(examples, 0.2, 0, finetune.source_groups(examples, r"(.+)_\d+$"))
     with pytest.raises(ValueError, match=r"--val-groups '\^x' does not match photo0_0.png"):
         finetune.source_groups(examples, "^x")
 
@@ -245,7 +245,7 @@ def test_random_crops_sample_the_drawn_square_of_a_ramp():
     ramps = torch.stack([centres.expand(size, size), centres[:, None].expand(size, size)])  # x, then y
     images = ramps.expand(5, 2, size, size).contiguous()
     torch.manual_seed(3)
-    cropped = finetune.random_crops(images, 0.3, 0.8)
+    cropped = finetune_augment.random_crops(images, 0.3, 0.8)
     torch.manual_seed(3)
     side = 0.3 + 0.5 * torch.rand(5)
     centre = (1 - side)[:, None] * (2 * torch.rand(5, 2) - 1)
@@ -253,7 +253,7 @@ def test_random_crops_sample_the_drawn_square_of_a_ramp():
         expected = (side[:, None, None] * grid + centre[:, axis, None, None]).clamp(centres[0], centres[-1])
         torch.testing.assert_close(cropped[:, axis], expected.expand(5, size, size), atol=1e-5, rtol=0)
     assert (side < 0.8).all() and (side > 0.3).all() and (centre.abs() <= 1 - side[:, None]).all()
-    torch.testing.assert_close(finetune.random_crops(images, 1.0, 1.0), images, atol=1e-6, rtol=0)  # side 1: as is
+    torch.testing.assert_close(finetune_augment.random_crops(images, 1.0, 1.0), images, atol=1e-6, rtol=0)  # side 1: as is
 
 
 def test_random_grayscale_is_pils_luma_on_the_drawn_images():
@@ -264,14 +264,14 @@ def test_random_grayscale_is_pils_luma_on_the_drawn_images():
     colour = torch.stack([to_pixel_values(photo) for photo in photos])
     grey = torch.stack([to_pixel_values(photo.convert("L").convert("RGB")) for photo in photos])
     torch.manual_seed(5)
-    made = finetune.random_grayscale(colour, 0.5)
+    made = finetune_augment.random_grayscale(colour, 0.5)
     torch.manual_seed(5)
     chosen = torch.rand(6) < 0.5
     assert 0 < chosen.sum() < 6
     torch.testing.assert_close(made[chosen], grey[chosen], atol=0.5 / 255 / 0.224 + 1e-5, rtol=0)
     assert torch.equal(made[~chosen], colour[~chosen])
     assert (made[chosen] - colour[chosen]).abs().max() > 0.5  # the colour really went
-    assert torch.equal(finetune.random_grayscale(colour, 0.0), colour)
+    assert torch.equal(finetune_augment.random_grayscale(colour, 0.0), colour)
 
 
 def test_several_probe_penalties_keep_the_best_on_validation(monkeypatch):
@@ -360,7 +360,7 @@ def test_wise_ft_mixes_the_last_epoch_with_the_probe_and_a_mix_can_be_best(folde
     # the 0.25 line is the validation score of that mix, loaded into a fresh model and evaluated here
     model = AutoModelForImageClassification.from_pretrained(tmp_path / "run" / "final")
     model.load_state_dict({name: torch.lerp(probe[name], final[name], 0.25) for name in final}, strict=False)
-    train, validation = finetune.split_validation(finetune.labelled_files(folders["train"], True)[0], 0.2, 0)
+    train, validation = labelled_folders.split_validation(finetune.labelled_files(folders["train"], True)[0], 0.2, 0)
     batches = finetune.loader(validation, 32, 4, 0)
     assert real_evaluate(model, batches, {"k_ratio": 0.5}, "cpu")["loss"] == pytest.approx(
         lines[2]["validation"]["loss"], rel=1e-5)

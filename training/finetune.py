@@ -43,6 +43,9 @@ import re
 import sys
 
 from .arguments import HelpFormatter, parse_seed, run_as_command
+from .finetune_augment import augment, describe
+from .finetune_card import card, recipe_summary
+from .labelled_folders import check_images_open, labelled_files, loader, other_folder, source_groups, training_split
 
 SCRIPT = "training.finetune"
 # What a run writes into --output-dir (export's `.partial` folders while it writes best/ and final/): all that
@@ -310,194 +313,6 @@ def parse_cores(text: str, config) -> list[int]:
     return cores
 
 
-def labelled_files(folder: str, train: bool, flag: str = "--data") -> tuple[list[tuple[str, int]], list[str]]:
-    """[(path, label)] of an ImageFolder (label: the index of its class, the sorted sub-folder names) and the class
-    names. Hidden folders and files (.ipynb_checkpoints/) are skipped; a class folder that is a link or holds no image
-    is an error naming it. A training folder may not hold the held-out photos (training.data.image_files refuses
-    them)."""
-    from pathlib import Path
-
-    from evaluation.probes import image_files
-
-    from .data import image_files as training_files
-
-    root = Path(folder)
-    if not root.is_dir():
-        raise ValueError(f"{flag} {folder} is no folder: give an ImageFolder (one sub-folder per class).")
-    classes = class_folders(root, flag)
-    files = training_files(root, "", train=True)[0] if train else [str(path) for path in image_files(folder)]
-    files = [file for file in files if not any(part.startswith(".") for part in Path(file).relative_to(root).parts)]
-    loose = [file for file in files if len(Path(file).relative_to(root).parts) < 2]
-    if len(classes) < 2 or loose:
-        raise ValueError(f"{root} is no ImageFolder: give one sub-folder per class (at least two) holding its images"
-                         f"{f', not images at its top ({Path(loose[0]).name})' if loose else ''}.")
-    examples = [(file, classes.index(Path(file).relative_to(root).parts[0])) for file in files]
-    found = {label for _, label in examples}
-    empty = [name for label, name in enumerate(classes) if label not in found]
-    if empty:
-        raise ValueError(f"{flag}: the class folder {root / empty[0]} holds no images: add its images or remove it.")
-    return examples, classes
-
-
-def class_folders(root, flag: str) -> list[str]:
-    """The sorted names of the class folders of the ImageFolder `root`, hidden ones skipped; a ValueError naming a
-    link among them (a run reads no folder through a link)."""
-    entries = sorted((path for path in root.iterdir() if not path.name.startswith(".")), key=lambda path: path.name)
-    links = [path for path in entries if path.is_symlink()]
-    if links:
-        raise ValueError(f"{flag}: {links[0]} is a symbolic link, and a run never follows one: put the class folder "
-                         "itself there (copy or move it).")
-    return [path.name for path in entries if path.is_dir()]
-
-
-def check_images_open(examples: list, flag: str) -> None:
-    """A ValueError naming the first image of `examples` ((path, label)) that cannot be decoded: a broken held-out
-    image is found before training, not after the last epoch."""
-    from corevision_hf.images import open_image
-
-    print(f"checking that the {len(examples)} images of {flag} open", flush=True)
-    for path, _ in examples:
-        try:
-            open_image(path)
-        except (ValueError, OSError) as error:
-            raise ValueError(f"{flag}: {error}") from None
-
-
-def other_folder(folder: str | None, flag: str, classes: list[str], others: dict[str, list], why: str) -> list | None:
-    """The (path, label) examples of the ImageFolder `folder` given as `flag` (None when not given): it must have
-    `classes` and share no image with the examples of `others` ({flag: examples})."""
-    import os
-
-    if folder is None:
-        return None
-    examples, found = labelled_files(folder, train=False, flag=flag)
-    if found != classes:
-        raise ValueError(f"{flag} has the classes {found}, --data {classes}: give both the same sub-folders.")
-    for other, other_examples in others.items():
-        paths = {os.path.realpath(path) for path, _ in other_examples}
-        shared = {os.path.realpath(path) for path, _ in examples} & paths
-        if shared:
-            raise ValueError(f"{flag} shares {len(shared)} images with {other} (e.g. {sorted(shared)[0]}): {why}; give "
-                             "a separate folder.")
-    return examples
-
-
-def group_key(path: str, pattern: str) -> str | None:
-    """The group of the file at `path`: the first group of `pattern` (or its whole match when it has none) searched
-    in the file name without suffix, so that one key may name files in several class folders; None where it does not
-    match."""
-    from pathlib import Path
-
-    match = re.search(pattern, Path(path).stem)
-    return None if match is None else match.group(1) if match.re.groups else match.group(0)
-
-
-def source_groups(examples: list, pattern: str) -> list[str]:
-    """The `group_key` of each (path, label) example; a file name `pattern` does not match is an error."""
-    from pathlib import Path
-
-    keys = [group_key(path, pattern) for path, _ in examples]
-    if None in keys:
-        raise ValueError(f"--val-groups {pattern!r} does not match {Path(examples[keys.index(None)][0]).name}: give a "
-                         "pattern every training file name matches.")
-    return keys
-
-
-def split_validation(examples: list, fraction: float, seed: int, groups: list[str] | None = None) -> tuple[list, list]:
-    """(train, validation) of (path, label) examples: a seeded `fraction` of each class's examples (at least one), or
-    with `groups` (one key per example, `source_groups`) whole groups, `split_by_groups`."""
-    import random
-
-    if groups is not None:
-        return split_by_groups(examples, groups, fraction, seed)
-    train, validation = [], []
-    for label in sorted({label for _, label in examples}):
-        members = [example for example in examples if example[1] == label]
-        random.Random(seed * 1_000_003 + label).shuffle(members)
-        count = max(1, round(fraction * len(members)))
-        if count >= len(members):
-            raise ValueError(f"Class {label} has {len(members)} image(s): too few to keep a validation share; add "
-                             "images or lower --val-fraction.")
-        validation += members[:count]
-        train += members[count:]
-    return train, validation
-
-
-def training_split(args, examples: list, validation: list | None = None) -> tuple[list, list]:
-    """(train, validation) of a run with `args` over the (path, label) `examples` of --data: with --val-data all of
-    them and `validation` (--val-data's examples, as given), else the --val-fraction / --val-groups split."""
-    if getattr(args, "val_data", None):  # run.json of runs before --val-data lack it
-        return examples, validation
-    groups = source_groups(examples, args.val_groups) if args.val_groups else None
-    return split_validation(examples, 0.2 if args.val_fraction is None else args.val_fraction, args.seed, groups)
-
-
-def split_by_groups(examples: list, groups: list[str], fraction: float, seed: int) -> tuple[list, list]:
-    """(train, validation) with no group on both sides: the groups in a seeded order, each kept for validation when it
-    brings the count closer to `fraction` of all examples (the first always). Every class must keep examples on both
-    sides."""
-    import random
-
-    members = {}
-    for example, key in zip(examples, groups):
-        members.setdefault(key, []).append(example)
-    keys = sorted(members)
-    random.Random(seed).shuffle(keys)
-    target, count, kept = fraction * len(examples), 0, set()
-    for key in keys:
-        if not kept or abs(count + len(members[key]) - target) < abs(count - target):
-            kept.add(key)
-            count += len(members[key])
-    validation = [example for key in keys if key in kept for example in members[key]]
-    train = [example for key in keys if key not in kept for example in members[key]]
-    for side, part in (("training", train), ("validation", validation)):
-        missing = sorted({label for _, label in examples} - {label for _, label in part})
-        if missing:
-            raise ValueError(f"Class {missing[0]} has no {side} image once the {len(members)} --val-groups groups are "
-                             "kept whole: add groups (images of other sources), or change --val-fraction or --seed.")
-    return train, validation
-
-
-def loader(examples: list, size: int, batch_size: int, workers: int, seed: int | None = None):
-    """Batches {"pixel_values": (B, 3, S, S), "labels": (B,)} of a DataLoader, shuffled each epoch from `seed` when
-    given. An image that cannot be read is one ValueError naming it, with workers too (`Batches`)."""
-    import torch
-
-    from evaluation.probes import load_image
-
-    class Images(torch.utils.data.Dataset):
-        def __len__(self):
-            return len(examples)
-
-        def __getitem__(self, index):
-            path, label = examples[index]
-            try:
-                return {"pixel_values": load_image(path, size), "labels": label, "error": ""}
-            except (ValueError, OSError) as error:  # passed on as data: a worker's exception carries its traceback
-                return {"pixel_values": torch.zeros(3, size, size), "labels": label, "error": str(error)}
-
-    generator = None if seed is None else torch.Generator().manual_seed(seed)
-    return Batches(torch.utils.data.DataLoader(Images(), batch_size=batch_size, shuffle=seed is not None,
-                                               generator=generator, num_workers=workers))
-
-
-class Batches:
-    """A DataLoader's batches without their "error" strings; the first non-empty one is raised as a ValueError."""
-
-    def __init__(self, loader):
-        self.loader = loader
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def __iter__(self):
-        for batch in self.loader:
-            errors = [error for error in batch.pop("error") if error]
-            if errors:
-                raise ValueError(errors[0])
-            yield batch
-
-
 def to_device(batch: dict, device) -> dict:
     """The batch's tensors on `device` (a budget or other plain value as it is)."""
     import torch
@@ -618,83 +433,6 @@ def parameter_groups(model, lr: float, weight_decay: float, layer_decay: float) 
     return list(groups.values())
 
 
-def recipe_summary(args) -> str | None:
-    """What --recipe set, as flags, and the recipe's flags the command line changed; None without --recipe."""
-    from .recipes import load_recipe
-
-    if args.recipe is None:
-        return None
-    values = {name: value for name, value in load_recipe(args.recipe).items() if name != "script" and value is not None}
-
-    def flag(name: str, value) -> str:
-        return f"--{name.replace('_', '-')} {value}"
-
-    kept = [flag(name, value) for name, value in values.items() if getattr(args, name) == value]
-    changed = [flag(name, getattr(args, name)) for name, value in values.items() if getattr(args, name) != value]
-    summary = f"--recipe {args.recipe} (training/recipes/{args.recipe}.yaml): {' '.join(kept)}"
-    return summary + (f"; changed on the command line: {' '.join(changed)}" if changed else "")
-
-
-def augmentations(args) -> str:
-    """The random changes made to the training images, each with the flag that turns it off and when to."""
-    scale = crop_scale(args.crop_scale)
-    made = []
-    if args.hflip:
-        made.append("left-right flips of half the images (--no-hflip where a mirror image changes the label: "
-                    "orientation, handedness, text)")
-    if scale is not None:
-        made.append(f"square crops of {scale[0]:g} to {scale[1]:g} of the side, resized back (--crop-scale 1 where "
-                    "the label depends on what a crop can leave out: counts, positions, a small object)")
-    if args.grayscale:
-        made.append(f"grey with probability {args.grayscale:g} (--grayscale 0 where the colour is the label)")
-    return "; ".join(made) or "none"
-
-
-def card(args, argv: list[str], classes: list[str], model_type: str, epoch: int, validation: dict,
-         heldout: dict | None, probe_penalty: float, wise_ft: float | None = None) -> str:
-    """The README.md of an exported model folder: what it classifies, how it was fine-tuned (the command's `argv`, the
-    recipe and augmentations) and how well (on the validation split and, for the folder --eval-data scored, the
-    held-out data)."""
-    import shlex
-
-    command = " ".join(["python", "-m", SCRIPT, *map(shlex.quote, argv)])
-    heldout_line = "- held-out accuracy: " + (f"see {args.evaluate or 'best'}/" if args.eval_data else
-                                              "none (no --eval-data)")
-    split = f"whole groups by --val-groups `{args.val_groups}`" if args.val_groups else "per class"
-    source = f"of {args.val_data}" if args.val_data else f"carved from {args.data} ({split})"
-    weights = f"epoch {epoch} (0: the probe alone)"
-    if wise_ft is not None:
-        weights = f"epoch {epoch}'s mixed with the probe's, {1 - wise_ft:g} probe + {wise_ft:g} fine-tuned (WiSE-FT)"
-    if heldout:
-        heldout_line = (f"- held-out accuracy ({args.eval_data}, {heldout['images']} images): "
-                        f"**{heldout['accuracy']:.4f}**")
-    recipe = recipe_summary(args)
-    mixed = f"; then the weights mixed with the probe at {args.wise_ft} (WiSE-FT)" if args.wise_ft else ""
-    return "\n".join([
-        f"# {model_type} image classifier fine-tuned from {args.checkpoint}", "",
-        f"Classes: {', '.join(classes)}. Images resized to {args.image_size} x {args.image_size} (the saved "
-        "processor does the same).", "",
-        "## Recipe (LP-FT)", "",
-        *([f"Preset: `{recipe}`.", ""] if recipe else []),
-        f"1. linear probe on the frozen features (L-BFGS logistic regression, L2 penalty {probe_penalty:g}, folded "
-        "into the head);",
-        f"2. fine-tuning of the backbone and the head for {args.epochs} epochs: AdamW, lr {args.lr}, layer decay "
-        f"{args.layer_decay}, weight decay {args.weight_decay}, batch {args.batch_size}, budget per step "
-        f"{(args.num_cores or 'config.training_budgets') if model_type == 'veca' else args.k_ratio}; LookWhere's "
-        f"selector frozen{mixed}.", "",
-        f"Augmentations of the training images: {augmentations(args)}.", "",
-        f"Command: `{command}`", "",
-        "## Accuracy", "",
-        f"- these weights: {weights}; validation accuracy on {validation['images']} images "
-        f"{source}: {validation['accuracy']:.4f}",
-        heldout_line, "",
-        "```python",
-        "from transformers import AutoModelForImageClassification",
-        "model = AutoModelForImageClassification.from_pretrained(FOLDER, trust_remote_code=True)",
-        "```", "",
-    ])
-
-
 def write_json(path: str, value) -> None:
     """`value` as JSON at `path`, written whole (corevision_hf.atomic: a link found there is replaced, not followed)."""
     import json
@@ -702,6 +440,11 @@ def write_json(path: str, value) -> None:
     from corevision_hf.atomic import write_text_atomically
 
     write_text_atomically(path, json.dumps(value, indent=1))
+
+
+def augmentations(args) -> str:
+    """The random changes made to the training images, each with the flag that turns it off and when to."""
+    return describe(args.hflip, crop_scale(args.crop_scale), args.grayscale)
 
 
 def train_epoch(model, optimizer, batches, args, draw_budget, first_step: int, total_steps: int, device, desc: str):
@@ -722,13 +465,7 @@ def train_epoch(model, optimizer, batches, args, draw_budget, first_step: int, t
         for group in optimizer.param_groups:
             group["lr"] = args.lr * warmup_cosine(step, warmup, total_steps, 0.0) * group["lr_scale"]
         pixel_values, labels = batch["pixel_values"].to(device), batch["labels"].to(device)
-        if args.hflip:  # drawn after reseed_for_step: the same flips in every run
-            flip = torch.rand(len(labels), device=device) < 0.5
-            pixel_values = torch.where(flip[:, None, None, None], pixel_values.flip(-1), pixel_values)
-        if scale is not None:  # drawn after the flips: a run without crops draws the flips it always drew
-            pixel_values = random_crops(pixel_values, *scale)
-        if args.grayscale:  # drawn after the crops, for the same reason
-            pixel_values = random_grayscale(pixel_values, args.grayscale)
+        pixel_values = augment(pixel_values, args.hflip, scale, args.grayscale)  # drawn after reseed_for_step
         output = model(pixel_values, labels=labels, **draw_budget(step))
         optimizer.zero_grad(set_to_none=True)
         output.loss.backward()
@@ -738,38 +475,6 @@ def train_epoch(model, optimizer, batches, args, draw_budget, first_step: int, t
         loss_sum += output.loss.detach() * len(labels)
         correct += (output.logits.detach().argmax(-1) == labels).sum()
     return loss_sum, correct
-
-
-def random_crops(pixel_values, low: float, high: float):
-    """A random square crop of each image of `pixel_values` (B, C, H, W), its side a fraction in [low, high] of the
-    image's at a uniform place, resized back to H x W (bilinear): one batched grid_sample, on the images' device, its
-    draws from torch's global generator (seed it first)."""
-    import torch
-    import torch.nn.functional as F
-
-    count, device = len(pixel_values), pixel_values.device
-    side = low + (high - low) * torch.rand(count, device=device)
-    centre = (1 - side)[:, None] * (2 * torch.rand(count, 2, device=device) - 1)  # the crop stays inside: |c| <= 1-s
-    theta = torch.zeros(count, 2, 3, device=device)
-    theta[:, 0, 0], theta[:, 1, 1], theta[:, :, 2] = side, side, centre
-    grid = F.affine_grid(theta.to(pixel_values.dtype), list(pixel_values.shape), align_corners=False)
-    return F.grid_sample(pixel_values, grid, mode="bilinear", padding_mode="border", align_corners=False)
-
-
-def random_grayscale(pixel_values, probability: float):
-    """Each image of `pixel_values` (B, 3, H, W), ImageNet-normalised as the processors give them, made grey with
-    `probability`: its luma (ITU-R BT.601, PIL's "L") in all three channels, normalised again. Draws from torch's
-    global generator (seed it first)."""
-    import torch
-
-    from corevision_hf.images import IMAGENET_MEAN, IMAGENET_STD
-
-    mean = torch.tensor(IMAGENET_MEAN, dtype=pixel_values.dtype, device=pixel_values.device).view(3, 1, 1)
-    std = torch.tensor(IMAGENET_STD, dtype=pixel_values.dtype, device=pixel_values.device).view(3, 1, 1)
-    luma = torch.tensor([0.299, 0.587, 0.114], dtype=pixel_values.dtype, device=pixel_values.device).view(3, 1, 1)
-    grey = ((pixel_values * std + mean) * luma).sum(-3, keepdim=True)
-    chosen = torch.rand(len(pixel_values), device=pixel_values.device) < probability
-    return torch.where(chosen[:, None, None, None], (grey - mean) / std, pixel_values)
 
 
 def check_output_dir_free(output_dir: str, overwrite: bool) -> None:
@@ -1031,13 +736,17 @@ def score_heldout(run: dict, heldout: list, best) -> dict:
 
 def write_cards(run: dict, argv: list[str], probe_penalty: float, best, final_result: dict, heldout: dict | None):
     """best/README.md and final/README.md; `heldout` (the score of --evaluate's folder) on that folder's card."""
+    import shlex
+
     from corevision_hf.atomic import write_text_atomically
     from corevision_hf.outputs import record_file
 
     args = run["args"]
+    command = " ".join(["python", "-m", SCRIPT, *map(shlex.quote, argv)])
     for name, (epoch, result, wise_ft) in (("best", best), ("final", (args.epochs, final_result, None))):
         scored = heldout if (args.evaluate or "best") == name else None
-        text = card(args, argv, run["classes"], run["model_type"], epoch, result, scored, probe_penalty, wise_ft)
+        text = card(args, command, augmentations(args), run["classes"], run["model_type"], epoch, result, scored,
+                    probe_penalty, wise_ft)
         write_text_atomically(os.path.join(args.output_dir, name, "README.md"), text)
         record_file(os.path.join(args.output_dir, name, "README.md"))
 

@@ -182,7 +182,7 @@ def per_group(runs: dict, groups: list[str]) -> dict:
 def group_keys(files: list[str], pattern: str) -> list[str]:
     """The group of each held-out file, by training.finetune's --val-groups rule (`group_key`); a name `pattern` does
     not match is its own group."""
-    from training.finetune import group_key
+    from training.labelled_folders import group_key
 
     return [group_key(file, pattern) or os.path.splitext(os.path.basename(file))[0] for file in files]
 
