@@ -5,6 +5,11 @@ each mean, difference and ratio is read on the same resamples (a paired interval
     interval(correct, rows)                     # a line's accuracy and its 95% interval
     interval(first - second, rows)              # a paired difference
     ratio_interval(covered, reference, rows)    # a paired ratio of two means
+
+Where examples come in groups that are not independent draws (the crops of one photo), whole groups are resampled:
+
+    index, draws = group_draws(photo_of_each_image, 2000, seed)
+    grouped_interval(first - second, index, draws)    # a paired difference, over photos
 """
 
 import torch
@@ -29,3 +34,21 @@ def ratio_interval(values: torch.Tensor, reference: torch.Tensor, rows: torch.Te
     low, high = torch.quantile(ratios, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
     return {"ratio": float(values.double().mean() / reference.double().mean().clamp(min=1e-12)), "low": low,
             "high": high}
+
+
+def group_draws(groups: list, resamples: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(index (N,): each example's group, numbered in order of first appearance; draws (resamples, G): the groups of
+    each resample, drawn with replacement), one set shared by every line of a run, as `bootstrap_rows` is."""
+    number = {key: position for position, key in enumerate(dict.fromkeys(groups))}
+    return torch.tensor([number[key] for key in groups]), bootstrap_rows(len(number), resamples, seed)
+
+
+def grouped_interval(values: torch.Tensor, index: torch.Tensor, draws: torch.Tensor) -> dict:
+    """Mean of per-example `values` (N,) and its 95% percentile-bootstrap interval resampling whole groups (`index`
+    and `draws` of `group_draws`): each resample's mean is over the examples of the groups it drew."""
+    values = values.double()
+    sums = torch.zeros(draws.shape[1], dtype=torch.float64).index_add_(0, index, values)
+    counts = torch.bincount(index, minlength=draws.shape[1]).double()
+    means = sums[draws].sum(1) / counts[draws].sum(1)
+    low, high = (float(means.quantile(q)) for q in (0.025, 0.975))
+    return {"mean": float(values.mean()), "low": low, "high": high, "half_width": (high - low) / 2}

@@ -352,7 +352,7 @@ def test_a_recipe_sets_defaults_and_flags_override_them(teacher_dir, image_dir, 
 
 
 @pytest.mark.parametrize("script, extra, message", [
-    ("veca", ["--recipe", "veca-fast"], "not a recipe; choose one of finetune-final, lookwhere-dinov2, veca-multires, "
+    ("veca", ["--recipe", "veca-fast"], "not a recipe; choose one of finetune-final, finetune-guarded, lookwhere-dinov2, veca-multires, "
                                         "veca-pretrain"),
     ("veca", ["--recipe", "lookwhere-dinov2"], "recipe of training.distill_lookwhere, not of training.distill_veca"),
     ("veca", ["--recipe", "veca-multires"], "needs --init-from"),
@@ -561,7 +561,7 @@ def test_a_recipe_file_that_is_no_recipe_is_one_line(recipe_folder, text, found,
 def test_every_shipped_recipe_gives_the_values_its_flags_would():
     """The reviewed recipes pass their flags' checks and keep their values (a whole number given to a float flag,
     max_grad_norm 0, is 0.0 as --max-grad-norm 0 gives it)."""
-    for name in ("finetune-final", "veca-pretrain", "lookwhere-dinov2"):
+    for name in ("finetune-final", "finetune-guarded", "veca-pretrain", "lookwhere-dinov2"):
         raw = load_recipe(name)
         script = {"training.finetune": None, "training.distill_veca": distill_veca,
                   "training.distill_lookwhere": distill_lookwhere}[raw["script"]]

@@ -45,13 +45,11 @@ import sys
 from .arguments import HelpFormatter, parse_seed, run_as_command
 from .finetune_augment import augment, describe
 from .finetune_card import card, recipe_summary
+from .finetune_output import SCRIPT, open_output_dir, write_json
+from .head_probe import choose_probe, fold_probe, head_features, to_device
 from .labelled_folders import check_images_open, labelled_files, loader, other_folder, source_groups, training_split
 
-SCRIPT = "training.finetune"
-# What a run writes into --output-dir (export's `.partial` folders while it writes best/ and final/): all that
-# --overwrite deletes, and only from a folder whose run.json names this script and where every file of them is the
-# run's own (training.checkpointing.unmarked_run_files). The run lock (.run.lock) and the manifest stay.
-RUN_NAMES = ("run.json", "metrics.jsonl", "best", "final", "best.partial", "final.partial")
+VIEW_STEP = 2**40  # the draws of --probe-views start here: steps no fine-tuning reaches, whatever --epochs
 
 
 class Parser(argparse.ArgumentParser):
@@ -59,7 +57,7 @@ class Parser(argparse.ArgumentParser):
     stderr and exit status 2, as every other bad input (corevision_hf.cli.exit_status), not the usage text."""
 
     def error(self, message: str):
-        raise ValueError(f"{message} (python -m {SCRIPT} --help lists the arguments).")
+        raise ValueError(f"{message} ({self.prog} --help lists the arguments).")
 
 
 def number(condition: str, test, kind=float):
@@ -116,9 +114,10 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
                         default=None, help="share of --data per class kept apart to choose the best epoch, without "
                                            "--val-data (default 0.2)")
     parser.add_argument("--val-groups", default=None, metavar="REGEX",
-                        help="keep groups of images on one side of the validation split: the group of an image is "
-                             "the first group (or the whole match) of REGEX in its file name without suffix, in "
-                             r"any class folder; e.g. '(.+)_\d+$' groups photo_0.png, photo_1.png, ...")
+                        help="groups of images (the crops of one photo): kept on one side of the validation split, "
+                             "and resampled whole by --choose paired; the group of an image is the first group (or "
+                             "the whole match) of REGEX in its file name without suffix, in any class folder; e.g. "
+                             r"'(.+)_\d+$' groups photo_0.png, photo_1.png, ... (default: each image its own)")
     parser.add_argument("--image-size", type=POSITIVE_COUNT, default=None,
                         help="square side in pixels (default: the config's)")
 
@@ -137,9 +136,16 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--probe-weight-decay", default="1e-2", metavar="PENALTY[,PENALTY...]",
                         help="L2 penalty of the linear probe; several (comma-separated): the one of the best "
                              "validation accuracy is kept")
+    parser.add_argument("--probe-views", type=COUNT, default=0, metavar="N",
+                        help="also fit the probe on N augmented views of each training image (the crops, flips, greys "
+                             "and budgets fine-tuning draws), so that fine-tuning starts on the inputs it trains on")
     parser.add_argument("--wise-ft", default=None, metavar="A[,A...]",
                         help="after the last epoch, mix its weights with the probe's, (1 - A) probe + A fine-tuned, "
-                             "for each A in (0, 1); each mix is a candidate for best/ (WiSE-FT)")
+                             "for each A in (0, 1); each mix is a candidate for best/ (WiSE-FT); none: no mixes")
+    parser.add_argument("--choose", choices=("accuracy", "paired"), default="accuracy",
+                        help="how best/ is chosen on validation: accuracy, the highest accuracy of the probe, every "
+                             "epoch and mix; paired, the probe unless the last epoch or a mix beats it beyond the "
+                             "paired bootstrap's noise over --val-groups (training.final_choice; OUT/choice.json)")
     parser.add_argument("--k-ratio", default="0.1:0.5", help="LookWhere: k_ratio per step, LOW:HIGH or one value")
     parser.add_argument("--eval-k-ratio", type=FRACTION, default=0.25, help="LookWhere: k_ratio of every evaluation")
     parser.add_argument("--num-cores", default=None,
@@ -169,6 +175,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parse(build_parser(), argv, SCRIPT)
 
 
+def give_way(args) -> None:
+    """With --epochs 0, a recipe's --wise-ft gives way (there are no fine-tuned weights to mix), as if --wise-ft none
+    were given: `--recipe NAME --epochs 0` is that recipe's probe. A --wise-ft of the command line does not."""
+    from .recipes import load_recipe
+
+    if args.epochs == 0 and args.recipe and wise_ft_mixes(args.wise_ft) and (
+            args.wise_ft == load_recipe(args.recipe).get("wise_ft")):
+        print(f"--epochs 0: the recipe's --wise-ft {args.wise_ft} gives way (no fine-tuned weights to mix): --wise-ft "
+              "none, the recipe's probe alone")
+        args.wise_ft = "none"
+
+
 def check_arguments(args) -> None:
     """Raises ValueError on the first argument that cannot work, before anything is loaded or written."""
     probe_penalties(args.probe_weight_decay)
@@ -177,11 +195,11 @@ def check_arguments(args) -> None:
     if args.evaluate is not None and args.eval_data is None:
         raise ValueError(f"--evaluate {args.evaluate} names the folder --eval-data scores: give --eval-data too.")
     if wise_ft_mixes(args.wise_ft) and args.epochs == 0:
-        raise ValueError("--wise-ft mixes the last epoch's weights with the probe's: give --epochs 1 or more.")
-    if args.val_data is not None and (args.val_fraction is not None or args.val_groups is not None):
-        flag = "--val-fraction" if args.val_fraction is not None else "--val-groups"
-        raise ValueError(f"--val-data is the validation set: {flag} (which carves one from --data) does not go with "
-                         "it; give one or the other.")
+        raise ValueError("--wise-ft mixes the last epoch's weights with the probe's: give --epochs 1 or more, or "
+                         "--wise-ft none.")
+    if args.val_data is not None and args.val_fraction is not None:
+        raise ValueError("--val-data is the validation set: --val-fraction (which carves one from --data) does not go "
+                         "with it; give one or the other.")
     if args.val_groups is not None:
         try:
             re.compile(args.val_groups)
@@ -260,8 +278,8 @@ def probe_penalties(text: str, flag: str = "--probe-weight-decay") -> list[float
 
 
 def wise_ft_mixes(text: str | None) -> list[float]:
-    """--wise-ft "0.5" or "0.25,0.5,0.75" as a list of floats in (0, 1); [] when not given."""
-    if text is None:
+    """--wise-ft "0.5" or "0.25,0.5,0.75" as a list of floats in (0, 1); [] when not given or "none"."""
+    if text is None or text == "none":
         return []
     mixes = float_list(text, "--wise-ft", "mix", "0.5 or 0.25,0.5,0.75")
     if not all(0 < mix < 1 for mix in mixes):
@@ -313,95 +331,45 @@ def parse_cores(text: str, config) -> list[int]:
     return cores
 
 
-def to_device(batch: dict, device) -> dict:
-    """The batch's tensors on `device` (a budget or other plain value as it is)."""
-    import torch
-
-    return {name: value.to(device) if torch.is_tensor(value) else value for name, value in batch.items()}
-
-
-def evaluate(model, batches, budget: dict, device) -> dict:
+def evaluate(model, batches, budget: dict, device, outcomes: bool = False) -> dict:
     """{"loss", "accuracy", "images"} of `model` over `batches` (dicts of its inputs with "labels") at `budget`, in
-    eval mode."""
+    eval mode; with `outcomes`, also "correct": (images,) bool on the CPU, each image right or not, in batch order."""
     import torch
 
     model.eval()
-    loss, correct, count = torch.zeros((), device=device), torch.zeros((), device=device), 0
+    loss, right = torch.zeros((), device=device), []
     with torch.no_grad():
         for batch in batches:
             batch = to_device(batch, device)
             output = model(**batch, **budget)
             loss += output.loss * len(batch["labels"])
-            correct += (output.logits.argmax(-1) == batch["labels"]).sum()
-            count += len(batch["labels"])
-    return {"loss": loss.item() / count, "accuracy": correct.item() / count, "images": count}
+            right.append(output.logits.argmax(-1) == batch["labels"])
+    right = torch.cat(right)
+    result = {"loss": loss.item() / len(right), "accuracy": right.float().mean().item(), "images": len(right)}
+    return {**result, "correct": right.cpu()} if outcomes else result
 
 
-def head_features(model, batches, budget: dict, device, desc: str = "features") -> tuple:
-    """(the classifier's inputs (N, D), labels (N,)) over `batches` (dicts of the model's inputs with "labels") at
-    `budget`: the frozen features the head reads. Prints a progress line about every tenth of the batches."""
+def probe_features(run: dict) -> tuple:
+    """(features (N, D), labels (N,)) the probe is fitted on: those of the training images as they are, at the
+    evaluation budget, then of --probe-views augmented views of each (fine-tuning's crops, flips and greys, each batch
+    at a budget drawn as a training step draws it): the inputs fine-tuning trains on. View v's batch b is drawn from
+    (--seed, VIEW_STEP + v * batches + b) alone: --epochs 0 fits the probe that fine-tuning starts from."""
     import torch
 
-    captured = []
-    hook = model.classifier.register_forward_hook(lambda module, inputs, output: captured.append(inputs[0]))
-    labels = []
-    model.eval()
-    total = len(batches)
-    with torch.no_grad():
-        for index, batch in enumerate(batches, start=1):
-            inputs = to_device(batch, device)
-            labels.append(inputs.pop("labels").cpu())
-            model(**inputs, **budget)
-            if index == total or index % max(1, total // 10) == 0:
-                print(f"{desc}: {sum(map(len, labels))} images read ({index}/{total} batches)", flush=True)
-    hook.remove()
-    return torch.cat(captured).float().cpu(), torch.cat(labels)
+    from .schedule import reseed_for_step
 
+    args, model, batches, device = run["args"], run["model"], run["fixed"], run["device"]
+    scale = crop_scale(args.crop_scale)
+    read = [head_features(model, batches, run["eval_budget"], device, "linear probe, training features")]
+    for number in range(args.probe_views):
+        def view(index, inputs, step=VIEW_STEP + number * len(batches)):
+            reseed_for_step(args.seed, step + index, 0)
+            pixel_values = augment(inputs.pop("pixel_values"), args.hflip, scale, args.grayscale)
+            return {**inputs, "pixel_values": pixel_values}, run["draw_budget"](step + index)
 
-def fit_head(model, batches, budget: dict, device="cpu", weight_decay: float = 1e-2) -> None:
-    """Stage 1: the linear probe (logistic regression on standardised features) on the frozen features of `batches`
-    (dicts of the model's inputs with "labels", such as a Trainer's collate gives) at `budget`, folded into
-    `model.classifier`. A head trained by gradient steps from random fails here: the features carry a few large
-    constant components that swamp the steps; the probe centres them. One scale for all features (not one each), so
-    that no weight is enlarged for a feature that barely varies, which fine-tuning would then swing."""
-    from evaluation.probes import fit_linear_classifier
-
-    features, labels = head_features(model, batches, budget, device, "linear probe, training features")
-    fold_probe(model, fit_linear_classifier(features, labels, model.config.num_labels, weight_decay,
-                                            per_feature=False))
-
-
-def choose_probe(model, batches, validation_batches, budget: dict, device, penalties: list[float]) -> dict:
-    """fit_head for each L2 penalty of `penalties`, the features read once; keeps (folds into the head) the probe of
-    the best accuracy on `validation_batches` (ties: the lower validation loss, then the larger penalty). Returns
-    {"weight_decay", "validation": {penalty: accuracy}}."""
-    import torch.nn.functional as F
-
-    from evaluation.probes import fit_linear_classifier
-
-    features, labels = head_features(model, batches, budget, device, "linear probe, training features")
-    held, held_labels = head_features(model, validation_batches, budget, device, "linear probe, validation features")
-    scores, probes = {}, {}
-    for penalty in penalties:
-        probes[penalty] = fit_linear_classifier(features, labels, model.config.num_labels, penalty, per_feature=False)
-        logits = probes[penalty](held)
-        accuracy = (logits.argmax(-1) == held_labels).float().mean().item()
-        scores[penalty] = (accuracy, -F.cross_entropy(logits, held_labels).item(), penalty)
-    chosen = max(penalties, key=scores.__getitem__)
-    fold_probe(model, probes[chosen])
-    return {"weight_decay": chosen, "validation": {penalty: score[0] for penalty, score in scores.items()}}
-
-
-def fold_probe(model, probe) -> None:
-    """Writes evaluation.probes' (Standardize, Linear) `probe` into `model.classifier`:
-    W (x - mean) / std + b = (W / std) x + (b - (W / std) mean)."""
-    import torch
-
-    standardize, linear = probe
-    weight = linear.weight / standardize.std
-    with torch.no_grad():
-        model.classifier.weight.copy_(weight)
-        model.classifier.bias.copy_(linear.bias - weight @ standardize.mean)
+        desc = f"linear probe, training view {number + 1}/{args.probe_views}"
+        read.append(head_features(model, batches, run["eval_budget"], device, desc, view))
+    return torch.cat([features for features, _ in read]), torch.cat([labels for _, labels in read])
 
 
 def layer_indices(model) -> dict[str, int]:
@@ -431,15 +399,6 @@ def parameter_groups(model, lr: float, weight_decay: float, layer_decay: float) 
         })
         group["params"].append(param)
     return list(groups.values())
-
-
-def write_json(path: str, value) -> None:
-    """`value` as JSON at `path`, written whole (corevision_hf.atomic: a link found there is replaced, not followed)."""
-    import json
-
-    from corevision_hf.atomic import write_text_atomically
-
-    write_text_atomically(path, json.dumps(value, indent=1))
 
 
 def augmentations(args) -> str:
@@ -475,78 +434,6 @@ def train_epoch(model, optimizer, batches, args, draw_budget, first_step: int, t
         loss_sum += output.loss.detach() * len(labels)
         correct += (output.logits.detach().argmax(-1) == labels).sum()
     return loss_sum, correct
-
-
-def check_output_dir_free(output_dir: str, overwrite: bool) -> None:
-    """A ValueError, before anything is deleted or written, unless `output_dir` is new, empty, or (with `overwrite`)
-    holds a run of this command and nothing else: its run.json names this script and is one a run wrote, every other
-    entry is one of `RUN_NAMES`, none of them a link, and every file in them is the run's own
-    (training.checkpointing.overwrite_problem: listed with its content in a manifest the run wrote)."""
-    from corevision_hf.outputs import MANIFEST
-
-    from .checkpointing import overwrite_problem
-    from .run_lock import LOCK_FILE
-
-    entries = sorted(set(os.listdir(output_dir)) - {LOCK_FILE, MANIFEST}) if os.path.isdir(output_dir) else []
-    if not entries:
-        return
-    if not is_run_of_this_script(output_dir):
-        if overwrite:
-            raise ValueError(f"--overwrite replaces only a run of {SCRIPT}, and {output_dir} holds none (no run.json "
-                             f"that a run of it wrote, listed in {MANIFEST}, but {entries[0]}): nothing was deleted; "
-                             "choose a new or empty --output-dir.")
-        raise ValueError(f"{output_dir} already holds files of its own ({', '.join(entries)}): choose a new or empty "
-                         "--output-dir.")
-    foreign = [name for name in entries if name not in RUN_NAMES or os.path.islink(os.path.join(output_dir, name))]
-    if foreign:
-        raise ValueError(f"{output_dir} holds a run of {SCRIPT} and also {foreign[0]}, which no run writes there (or "
-                         "a link): nothing was deleted; move it elsewhere, or choose a new --output-dir.")
-    if not overwrite:
-        raise ValueError(f"{output_dir} already holds a run of {SCRIPT} ({', '.join(entries)}): replace it with "
-                         "--overwrite, or choose a new or empty --output-dir.")
-    if problem := overwrite_problem(output_dir, RUN_NAMES):
-        raise ValueError(problem)
-
-
-def is_run_of_this_script(output_dir: str) -> bool:
-    """Whether `output_dir` holds a run.json (a regular file, not a link) that a run of this command wrote: naming this
-    script, and listed with its content in the folder's manifest (a hand-written one is not)."""
-    import json
-
-    from corevision_hf.outputs import is_ours, read_manifest
-
-    path = os.path.join(output_dir, "run.json")
-    if os.path.islink(path) or not is_ours(output_dir, "run.json", read_manifest(output_dir)):
-        return False
-    try:
-        with open(path) as f:
-            record = json.load(f)
-    except (OSError, ValueError):
-        return False
-    return isinstance(record, dict) and record.get("script") == SCRIPT
-
-
-def open_output_dir(args):
-    """The run's Accelerator, once --output-dir is free (new, empty, or --overwrite: its earlier run deleted) and
-    locked; writes run.json, the mark of a run of this command."""
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState
-
-    from corevision_hf.outputs import record
-
-    from .checkpointing import delete_entries, run_record
-    from .run_lock import lock_output_dir
-
-    AcceleratorState._reset_state()  # a second run in one process (the tests) starts clean
-    accelerator = Accelerator()
-    check_output_dir_free(args.output_dir, args.overwrite)
-    lock_output_dir(args.output_dir)
-    check_output_dir_free(args.output_dir, args.overwrite)  # again, now that no other run can write there
-    if args.overwrite:
-        delete_entries(args.output_dir, RUN_NAMES)  # what the earlier run wrote, which the check allowed
-    write_json(os.path.join(args.output_dir, "run.json"), run_record(SCRIPT, args, 1))
-    record(args.output_dir, ["run.json"], keep=True)  # the mark of a run of this command, for a later --overwrite
-    return accelerator
 
 
 def load_model(args, classes: list[str], device):
@@ -610,8 +497,9 @@ def append_metrics(args, line: dict) -> None:
 
 
 def read_folders(args) -> dict:
-    """{"train", "validation", "heldout" (None without --eval-data): [(path, label)], "classes"} of the run's
-    ImageFolders, checked (the same classes, no image shared, every held-out image readable) and printed."""
+    """{"train", "validation", "heldout" (None without --eval-data): [(path, label)], "validation_groups" (a key per
+    validation image), "classes"} of the run's ImageFolders, checked (the same classes, no image shared, every
+    held-out image readable) and printed."""
     examples, classes = labelled_files(args.data, train=True)
     heldout = other_folder(args.eval_data, "--eval-data", classes, {"--data": examples},
                            "held-out images must be ones the model never trains on")
@@ -621,14 +509,17 @@ def read_folders(args) -> dict:
     train, validation = training_split(args, examples, validation)
     if args.val_data:
         print(f"validation: {len(validation)} images of --val-data {args.val_data}; all {len(train)} of --data train")
+    # the group of each validation image, which --choose paired resamples whole (without --val-groups: the image)
+    groups = source_groups(validation, args.val_groups) if args.val_groups else [path for path, _ in validation]
     if args.val_groups:
-        groups, chosen = source_groups(examples, args.val_groups), set(validation)
-        kept = {key for key, example in zip(groups, examples) if example in chosen}
-        print(f"validation: {len(validation)} of {len(examples)} images, {len(kept)} of {len(set(groups))} groups "
-              f"by --val-groups '{args.val_groups}'")
+        of_all = "" if args.val_data else f" of {len(examples)}"
+        total = "" if args.val_data else f" of {len(set(source_groups(examples, args.val_groups)))}"
+        print(f"validation: {len(validation)}{of_all} images, {len(set(groups))}{total} groups by --val-groups "
+              f"'{args.val_groups}'")
     if heldout:
         check_images_open(heldout, "--eval-data")
-    return {"train": train, "validation": validation, "heldout": heldout, "classes": classes}
+    return {"train": train, "validation": validation, "validation_groups": groups, "heldout": heldout,
+            "classes": classes}
 
 
 def checked_config(args):
@@ -660,56 +551,106 @@ def keep_if_best(run: dict, epoch: int, result: dict, best, wise_ft: float | Non
 
 def probe_stage(run: dict) -> tuple:
     """Stage 1, the linear probe (the penalty chosen on validation when several are given), logged as epoch 0 and
-    kept as best/; returns (the penalty, best)."""
+    kept as best/ (--choose paired: the first candidate); returns (the penalty, best)."""
+    from evaluation.probes import fit_linear_classifier
+
     args, model, budget, device = run["args"], run["model"], run["eval_budget"], run["device"]
     penalties = probe_penalties(args.probe_weight_decay)
+    features, labels = probe_features(run)
     penalty = penalties[0]
     if len(penalties) == 1:
-        fit_head(model, run["fixed"], budget, device, penalty)
+        fold_probe(model, fit_linear_classifier(features, labels, model.config.num_labels, penalty, per_feature=False))
     else:
-        chosen = choose_probe(model, run["fixed"], run["validation"], budget, device, penalties)
+        held = head_features(model, run["validation"], budget, device, "linear probe, validation features")
+        chosen = choose_probe(model, features, labels, *held, penalties)
         print("probe penalty (--probe-weight-decay) chosen on validation: " + ", ".join(
             f"{value:g}{' (kept)' if value == chosen['weight_decay'] else ''}: {accuracy:.4f}"
             for value, accuracy in chosen["validation"].items()))
         penalty = chosen["weight_decay"]
     probe = evaluate(model, run["fixed"], budget, device)
-    result = evaluate(model, run["validation"], budget, device)
+    result = evaluate(model, run["validation"], budget, device, outcomes=args.choose == "paired")
+    correct = result.pop("correct", None)
     log_epoch(args, 0, probe["loss"], probe["accuracy"], result, probe_weight_decay=penalty)
-    return penalty, keep_if_best(run, 0, result, None)
+    if correct is None:
+        return penalty, keep_if_best(run, 0, result, None)
+    run["candidates"] = [{"name": "probe", "epoch": 0, "wise_ft": None, "correct": correct, "result": result}]
+    return penalty, (0, result, None)
 
 
 def fine_tune_stage(run: dict, best) -> tuple:
     """Stage 2: --epochs epochs of fine-tuning, each logged and a candidate for best/, the last exported as final/;
-    then each --wise-ft mix, a candidate too. Returns (best, the last epoch's validation result)."""
+    then each --wise-ft mix, a candidate too. With --choose paired the candidates are the probe, the mixes and the last
+    epoch alone, and best/ is kept at the end (`keep_chosen`). Returns (best, the last epoch's validation result)."""
     import torch
 
     from .checkpointing import export
 
     args, model, device = run["args"], run["model"], run["device"]
-    mixes = wise_ft_mixes(args.wise_ft)
-    probe_weights = cpu_copy(model) if mixes else None
+    mixes, paired = wise_ft_mixes(args.wise_ft), args.choose == "paired"
+    probe_weights = cpu_copy(model) if mixes or paired else None
     optimizer = torch.optim.AdamW(parameter_groups(model, args.lr, args.weight_decay, args.layer_decay))
-    batches, result = run["train"], None
+    batches, result, correct = run["train"], None, None
     for epoch in range(1, args.epochs + 1):
-        loss_sum, correct = train_epoch(model, optimizer, batches, args, run["draw_budget"], (epoch - 1) * len(batches),
-                                        args.epochs * len(batches), device, f"epoch {epoch}")
+        loss_sum, right = train_epoch(model, optimizer, batches, args, run["draw_budget"], (epoch - 1) * len(batches),
+                                      args.epochs * len(batches), device, f"epoch {epoch}")
         if not torch.isfinite(loss_sum):
             raise FloatingPointError(f"The training loss is no longer finite at epoch {epoch}: lower --lr.")
-        result = evaluate(model, run["validation"], run["eval_budget"], device)
+        result = evaluate(model, run["validation"], run["eval_budget"], device, paired and epoch == args.epochs)
+        correct = result.pop("correct", None)
         images = run["train_images"]
-        log_epoch(args, epoch, loss_sum.item() / images, correct.item() / images, result)
-        best = keep_if_best(run, epoch, result, best)
+        log_epoch(args, epoch, loss_sum.item() / images, right.item() / images, result)
+        best = best if paired else keep_if_best(run, epoch, result, best)
     result = result or best[1]  # --epochs 0: final/ is the probe
     export(run["accelerator"], model, args.output_dir, None, SCRIPT, args, "final", {"epoch": args.epochs, **result},
            processor=run["processor"])
-    if mixes:
-        fine_tuned = cpu_copy(model)
-        for mix in mixes:
-            mix_weights(model, probe_weights, fine_tuned, mix)
-            mixed = evaluate(model, run["validation"], run["eval_budget"], device)
-            log_mix(args, mix, mixed)
+    weights = {"probe": probe_weights, "fine_tuned": cpu_copy(model) if mixes or paired else None}
+    last = [{"name": f"epoch {args.epochs}", "epoch": args.epochs, "wise_ft": None, "correct": correct,
+             "result": result}] if correct is not None else []
+    for mix in mixes:
+        mix_weights(model, weights["probe"], weights["fine_tuned"], mix)
+        mixed = evaluate(model, run["validation"], run["eval_budget"], device, paired)
+        outcome = mixed.pop("correct", None)
+        log_mix(args, mix, mixed)
+        if paired:
+            run["candidates"].append({"name": f"WiSE-FT {mix:g}", "epoch": args.epochs, "wise_ft": mix,
+                                      "correct": outcome, "result": mixed})
+        else:
             best = keep_if_best(run, args.epochs, mixed, best, mix)
-    return best, result
+    if not paired:
+        return best, result
+    mixed = sorted(run["candidates"][1:], key=lambda candidate: candidate["wise_ft"])  # nearest the probe first
+    return keep_chosen(run, run["candidates"][:1] + mixed + last, weights), result
+
+
+def keep_chosen(run: dict, candidates: list[dict], weights: dict) -> tuple:
+    """--choose paired: exports as best/ the candidate training.final_choice keeps, its weights rebuilt from
+    `weights` ({"probe", "fine_tuned"}: state dicts on the CPU); prints each candidate's numbers and the reason, and
+    writes them to OUT/choice.json. Returns best: (epoch, validation result with "chosen_by", WiSE-FT mix)."""
+    from corevision_hf.outputs import record
+
+    from .checkpointing import export
+    from .final_choice import choose, difference
+
+    args, model = run["args"], run["model"]
+    choice = choose(candidates, run["validation_groups"], args.seed)
+    for row in choice["candidates"]:
+        versus = f", minus the probe {difference(row['minus_probe'])}" if "minus_probe" in row else ""
+        print(f"candidate for best/, {row['name']}: validation accuracy {row['validation_accuracy']:.4f}{versus}")
+    print(f"best/ (--choose paired) keeps {'the probe' if choice['kept'] == 'probe' else choice['kept']}: "
+          f"{choice['why']}")
+    kept = next(candidate for candidate in candidates if candidate["name"] == choice["kept"])
+    if kept["wise_ft"] is not None:
+        mix_weights(model, weights["probe"], weights["fine_tuned"], kept["wise_ft"])
+    else:
+        model.load_state_dict(weights["probe"] if kept["epoch"] == 0 else weights["fine_tuned"])
+    result = {**kept["result"], "chosen_by": choice["why"]}
+    record_of_best = {"epoch": kept["epoch"], **({} if kept["wise_ft"] is None else {"wise_ft": kept["wise_ft"]}),
+                      **result}
+    export(run["accelerator"], model, args.output_dir, None, SCRIPT, args, "best", record_of_best,
+           processor=run["processor"])
+    write_json(os.path.join(args.output_dir, "choice.json"), choice)
+    record(args.output_dir, ["choice.json"], keep=True)
+    return kept["epoch"], result, kept["wise_ft"]
 
 
 def score_heldout(run: dict, heldout: list, best) -> dict:
@@ -763,6 +704,7 @@ def main(argv=None) -> dict:
     --eval-data)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
+    give_way(args)
     check_arguments(args)
     import torch
 
@@ -784,7 +726,8 @@ def main(argv=None) -> dict:
            "draw_budget": draw_budget, "eval_budget": eval_budget, "train_images": len(folders["train"]),
            "train": loader(folders["train"], args.image_size, args.batch_size, args.num_workers, seed=args.seed),
            "fixed": loader(folders["train"], args.image_size, args.batch_size, args.num_workers),
-           "validation": loader(folders["validation"], args.image_size, args.batch_size, args.num_workers)}
+           "validation": loader(folders["validation"], args.image_size, args.batch_size, args.num_workers),
+           "validation_groups": folders["validation_groups"]}
     probe_penalty, best = probe_stage(run)
     best, final_result = fine_tune_stage(run, best)
     write_cards(run, argv, probe_penalty, best, final_result, None)  # before scoring: no folder lacks its card

@@ -35,15 +35,19 @@ def card(args, command: str, augmented: str, classes: list[str], model_type: str
         heldout_line = (f"- held-out accuracy ({args.eval_data}, {heldout['images']} images): "
                         f"**{heldout['accuracy']:.4f}**")
     recipe = recipe_summary(args)
-    mixed = f"; then the weights mixed with the probe at {args.wise_ft} (WiSE-FT)" if args.wise_ft else ""
+    mixed = f"; then the weights mixed with the probe at {args.wise_ft} (WiSE-FT)"
+    mixed = "" if args.wise_ft in (None, "none") else mixed
+    views = f" and {args.probe_views} augmented views of each" if args.probe_views else ""
+    chosen = [f"- kept by --choose paired: {validation['chosen_by']} (OUT/choice.json)"] if (
+        "chosen_by" in validation) else []
     return "\n".join([
         f"# {model_type} image classifier fine-tuned from {args.checkpoint}", "",
         f"Classes: {', '.join(classes)}. Images resized to {args.image_size} x {args.image_size} (the saved "
         "processor does the same).", "",
         "## Recipe (LP-FT)", "",
         *([f"Preset: `{recipe}`.", ""] if recipe else []),
-        f"1. linear probe on the frozen features (L-BFGS logistic regression, L2 penalty {probe_penalty:g}, folded "
-        "into the head);",
+        f"1. linear probe on the frozen features of the training images{views} (L-BFGS logistic regression, L2 "
+        f"penalty {probe_penalty:g}, folded into the head);",
         f"2. fine-tuning of the backbone and the head for {args.epochs} epochs: AdamW, lr {args.lr}, layer decay "
         f"{args.layer_decay}, weight decay {args.weight_decay}, batch {args.batch_size}, budget per step "
         f"{(args.num_cores or 'config.training_budgets') if model_type == 'veca' else args.k_ratio}; LookWhere's "
@@ -53,6 +57,7 @@ def card(args, command: str, augmented: str, classes: list[str], model_type: str
         "## Accuracy", "",
         f"- these weights: {weights}; validation accuracy on {validation['images']} images "
         f"{source}: {validation['accuracy']:.4f}",
+        *chosen,
         heldout_line, "",
         "```python",
         "from transformers import AutoModelForImageClassification",

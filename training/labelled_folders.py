@@ -86,14 +86,15 @@ def group_key(path: str, pattern: str) -> str | None:
     return None if match is None else match.group(1) if match.re.groups else match.group(0)
 
 
-def source_groups(examples: list, pattern: str) -> list[str]:
-    """The `group_key` of each (path, label) example; a file name `pattern` does not match is an error."""
+def source_groups(examples: list, pattern: str, flag: str = "--val-groups") -> list[str]:
+    """The `group_key` of each (path, label) example; a file name `pattern` (given as `flag`) does not match is an
+    error."""
     from pathlib import Path
 
     keys = [group_key(path, pattern) for path, _ in examples]
     if None in keys:
-        raise ValueError(f"--val-groups {pattern!r} does not match {Path(examples[keys.index(None)][0]).name}: give a "
-                         "pattern every training file name matches.")
+        raise ValueError(f"{flag} {pattern!r} does not match {Path(examples[keys.index(None)][0]).name}: give a "
+                         "pattern every file name matches.")
     return keys
 
 
