@@ -21,7 +21,7 @@ The rule, the tasks and what is met were written down before the first run (expe
 
 --model: a LookWhere or VECA folder (default: LookWhere-S from the offline DINOv2-S, built into --work-dir when
 missing). A finished run in --work-dir/runs is reused (its best/ and choice.json are there): delete the folder to start
-anew. --smoke: a tiny run for the tests (one crop a photo, one epoch, --sizes 32,48 unless given).
+anew. --smoke: a tiny run for the tests (one crop a photo, one epoch at lr 1e-3, --sizes 32,48 unless given).
 The JSON holds the setup, one entry per task and size (`task`, `image_size`, `probe`, `recipe`, `final`, `difference`,
 `kept` and the run's choice, the commands, each held-out file with its photo and each line's outcome per image, "1"
 right) and whether the rule is met.
@@ -176,19 +176,35 @@ def run_line(model: str, data: Path, size: int, output: Path, args, probe: bool)
     argv = [model, "--recipe", "finetune-guarded", "--data", str(data / "train"), "--val-data", str(data / "val"),
             "--val-groups", GROUPS, "--image-size", str(size), "--output-dir", str(output), "--seed", str(args.seed)]
     argv += ["--batch-size", "4"] if args.smoke else []  # the probe's views are drawn per batch: one size for both
-    argv += ["--epochs", "0"] if probe else (["--epochs", "1"] if args.smoke else [])
+    argv += ["--epochs", "0"] if probe else (["--epochs", "1", "--lr", "1e-3"] if args.smoke else [])
     argv += ["--threads", str(args.threads)] if args.threads else []
     command = " ".join(["python", "-m", "training.finetune", *map(shlex.quote, argv)])
     seconds = None
-    if not ((output / "best" / "validation.json").is_file() and (output / "choice.json").is_file()):
+    if finished(output, argv):
+        print(f"reusing the finished run in {output}", flush=True)
+    else:
         print(f"\n$ {command}", flush=True)
         started = time.perf_counter()
         finetune.main([*argv, "--overwrite"] if output.exists() else argv)
         seconds = time.perf_counter() - started
-    else:
-        print(f"reusing the finished run in {output}", flush=True)
     with open(output / "choice.json") as f:
         return {"command": command, "seconds": seconds, "choice": json.load(f)}
+
+
+def finished(output: Path, argv: list[str]) -> bool:
+    """Whether `output` holds a finished run (best/, choice.json) of training.finetune with `argv`'s model, data,
+    size, epochs, batch and seed (a run of other settings, such as a smoke run's, is made anew)."""
+    import json
+
+    from training import finetune
+
+    if not ((output / "best" / "validation.json").is_file() and (output / "choice.json").is_file()):
+        return False
+    with open(output / "run.json") as f:
+        done = json.load(f)["args"]
+    wanted = vars(finetune.parse_args(argv))
+    return all(done.get(name) == wanted[name] for name in ("checkpoint", "data", "val_data", "image_size", "epochs",
+                                                           "batch_size", "seed", "recipe"))
 
 
 def entry(task: str, size: int, data: Path, runs: dict, args) -> dict:

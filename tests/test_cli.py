@@ -82,6 +82,10 @@ BAD_INPUT = {
     "training.distill_lookwhere": ["--teacher", "{tmp}/missing", "--data", "{tmp}/photos", "--output-dir", "{tmp}/out",
                                    "--max-steps", "1", "--batch-size", "0"],
     "training.finetune": ["{tmp}/missing", "--data", "{tmp}/photos", "--output-dir", "{tmp}/out", "--batch-size", "0"],
+    "training.compare_finetuned": ["{tmp}/missing", "{tmp}/probe", "--data", "{tmp}/photos", "--output",
+                                   "{tmp}/out.json"],
+    "benchmarks.finetune_tasks": ["--smoke", "--photos", "{tmp}/missing", "--work-dir", "{tmp}/work", "--output",
+                                  "{tmp}/out.json"],
     "benchmarks.sparse_recognition": ["--smoke", "--teacher", "{tmp}/missing", "--out-dir", "{tmp}/out",
                                       "--scratch-dir", "{tmp}/scratch", "--cache-dir", "{tmp}/cache"],
     "benchmarks.sparse_recognition_veca": ["--smoke", "--teacher", "{tmp}/missing", "--out-dir", "{tmp}/out",
@@ -120,6 +124,8 @@ def test_no_command_formats_an_error_line_itself():
 # Every command that takes --seed, with the arguments it needs besides.
 SEEDED = {
     "training.finetune": ["ckpt", "--data", "d", "--output-dir", "o"],
+    "training.compare_finetuned": ["first", "second", "--data", "d"],
+    "benchmarks.finetune_tasks": ["--smoke"],
     "training.distill_veca": ["--teacher", "t", "--data", "d", "--output-dir", "o", "--max-steps", "1"],
     "training.distill_lookwhere": ["--teacher", "t", "--data", "d", "--output-dir", "o", "--max-steps", "1"],
     "benchmarks.sparse_recognition": ["--smoke"],

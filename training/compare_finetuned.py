@@ -39,6 +39,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(argv=None) -> argparse.Namespace:
+    """The command's arguments, a regular expression checked."""
+    args = build_parser().parse_args(argv)
+    if args.groups is not None:
+        import re
+
+        try:
+            re.compile(args.groups)
+        except re.error as error:
+            raise ValueError(f"--groups is no regular expression ({error}): got {args.groups!r}.") from None
+    return args
+
+
 def scoring(folder: str) -> tuple:
     """(the classifier of `folder` in eval mode, the image side it is scored at, its budget kwargs): those its
     training.finetune run evaluated at (training_recipe.json), else its config's side and default budget."""
@@ -123,14 +136,7 @@ def compare(args) -> dict:
 
 def main(argv=None) -> dict:
     """Runs the command; returns what --output writes."""
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    if args.groups is not None:
-        import re
-
-        try:
-            re.compile(args.groups)
-        except re.error as error:
-            raise ValueError(f"--groups is no regular expression ({error}): got {args.groups!r}.") from None
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.output is not None and os.path.lexists(args.output):
         raise ValueError(f"--output {args.output} exists: give a new file.")
     import torch
