@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 # installs as a .pth hook (transformers imports torchvision whenever it is installed); hence `pip show`, not an import.
 TORCHVISION_SPEC ?= torchvision==0.28.0
 
-.PHONY: setup demo app web test test-fast bench quality tasks task-pilot tasks-veca
+.PHONY: setup demo app web test test-fast bench quality tasks task-pilot tasks-veca finetune-tasks
 
 setup: $(VENV)/.installed
 
@@ -136,3 +136,12 @@ tasks-veca: setup $(VENV)/.teacher
 		--latency-runs $(if $(QUICK),3,10) --teacher offline-dinov2-small --agreement-data assets/heldout --card \
 		--force --task-table $(TASKS_VECA_OUT)/sparse_recognition_veca_card.json \
 		--output-dir $(TASKS_VECA_OUT)/cards/veca-s-task
+
+# Issue #69's study (docs/fine-tuning.md): `--recipe finetune-guarded` against its own `--epochs 0` probe on three task
+# types (semantic, orientation, colour) at 112 and 224 px, paired over the held-out GCompris photos, which
+# examples/gcompris_photos.py downloads once (44 MB); writes benchmarks/results/finetune_tasks.json. Runs and task
+# folders go to outputs/finetune_tasks/ (a finished run there is reused: delete it to start anew). Not yet run; its time
+# was estimated from a reduced run at 1-2.5 hours on 2 cores (experiments/finetune_rule/LOG.md).
+finetune-tasks: setup $(VENV)/.teacher
+	test -d outputs/gcompris_photos || $(PYTHON) examples/gcompris_photos.py
+	$(PYTHON) -m benchmarks.finetune_tasks --output benchmarks/results/finetune_tasks.json

@@ -3,8 +3,10 @@
     python -m training.finetune outputs/demo/lookwhere --data photos/train --eval-data photos/heldout \\
         --output-dir outputs/finetune --k-ratio 0.1:0.5 --eval-k-ratio 0.25
 
---recipe finetune-final sets the recommended recipe's flags (training/recipes/finetune-final.yaml; a flag given on
-the command line wins): 224 px, 10 epochs, crops, and final/ (the last epoch, fixed in advance) scored on --eval-data.
+--recipe finetune-guarded sets the recommended recipe's flags (training/recipes/finetune-guarded.yaml; a flag given on
+the command line wins): 224 px, 10 epochs, crops, the probe fitted on augmented views too (--probe-views 4) and best/
+the probe unless a candidate beats it beyond validation's noise (--choose paired); with --epochs 0 it is that probe
+alone. --recipe finetune-final: the rotation result's flags, final/ (the last epoch) scored on --eval-data.
 --data, --val-data and --eval-data are ImageFolders: one sub-folder per class (hidden ones skipped, none a link, none
 empty), its images at any depth below it.
 --val-data chooses the best epoch; without it a seeded --val-fraction of --data is kept apart for that (per class;
@@ -16,7 +18,9 @@ Images are resized to --image-size squared; the processor saved with the model d
 
 The recipe, as for a DINOv2 backbone (LP-FT: a fine-tuned random head first distorts the features it reads):
   1. linear probe: the classifier is fitted on the frozen features (L-BFGS logistic regression,
-     evaluation.probes.fit_linear_classifier) and folded into the model's head;
+     evaluation.probes.fit_linear_classifier; training.head_probe) and folded into the model's head; with
+     --probe-views N, on the features of N augmented views of each training image too (the changes and budgets that
+     fine-tuning draws, from the seed, the view and the batch alone: --epochs 0 fits the probe fine-tuning starts from);
   2. fine-tuning: the backbone and the head, AdamW at a small --lr (warm-up, then cosine), optionally with layer-wise
      decay (--layer-decay: block i of L trains at lr * decay ** (L + 1 - i)), for --epochs epochs, the training
      images flipped (--hflip), cropped (--crop-scale) and made grey (--grayscale) at random on the way (printed at the
@@ -24,11 +28,13 @@ The recipe, as for a DINOv2 backbone (LP-FT: a fine-tuned random head first dist
 --probe-weight-decay may list several penalties: the probe of the best validation accuracy is kept.
 --wise-ft 0.25,0.5,0.75 also mixes the last epoch's weights with the probe's, (1 - a) * probe + a * fine-tuned for
 each a (WiSE-FT, Wortsman et al. 2022: fine-tuning's gains on data like the training set keep better on other data),
-and lets each mix compete with the epochs on validation for best/.
+and lets each mix compete with the epochs on validation for best/ (none: no mixes).
+--choose paired: best/ is the probe unless the last epoch or a mix beats it on validation beyond the paired bootstrap's
+noise over whole --val-groups groups (training.final_choice); OUT/choice.json records every candidate and why.
 LookWhere's selector stays frozen (the heads keep it so). Each step draws its budget: a LookWhere k_ratio uniform in
 --k-ratio LOW:HIGH (or one value), a VECA core count from --num-cores (default: the config's training budgets); every
 evaluation runs at --eval-k-ratio / --eval-num-cores, the budget you deploy. One line per epoch (loss, train and
-validation accuracy); OUT/best (the best validation accuracy, the probe included) and OUT/final are model folders with
+validation accuracy); OUT/best (chosen on validation, the probe included) and OUT/final are model folders with
 the head, id2label, the processor and a card (README.md) with the recipe and the accuracies.
 --output-dir must be new or empty; --overwrite replaces a run of this command there (its run.json says so), and
 refuses a folder holding anything such a run did not write: each file a run writes is listed with its sha256 in
