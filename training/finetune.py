@@ -351,7 +351,7 @@ def evaluate(model, batches, budget: dict, device, outcomes: bool = False) -> di
             loss += output.loss * len(batch["labels"])
             right.append(output.logits.argmax(-1) == batch["labels"])
     right = torch.cat(right)
-    result = {"loss": loss.item() / len(right), "accuracy": right.float().mean().item(), "images": len(right)}
+    result = {"loss": loss.item() / len(right), "accuracy": right.sum().item() / len(right), "images": len(right)}
     return {**result, "correct": right.cpu()} if outcomes else result
 
 
