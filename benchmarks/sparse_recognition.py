@@ -112,8 +112,9 @@ FEATURE_LINES = {
 PHOTO_STUDENT = "LookWhere-S photos"
 PHOTO_LINES = {"single": {0.05: ("selector",), 0.1: ("selector", "random"), 0.25: ("selector",)},
                "majority": {0.1: ("selector", "random")}}
-QUICK = dict(train=48, val=16, test=32, selector_steps=25, paper_steps=30, freeze_extractor_steps=10, finetune_epochs=2,
-             finetune_variants=["single"], out_dir=ROOT / "outputs" / "tasks_quick")
+# make tasks QUICK=1 runs it on both backgrounds, the dense teacher fine-tuned on each: within 10 minutes, so one epoch
+QUICK = dict(train=24, val=8, test=16, selector_steps=25, paper_steps=20, freeze_extractor_steps=5, random_draws=2,
+             finetune_epochs=1, finetune_variants=["single"], out_dir=ROOT / "outputs" / "tasks_quick")
 SMOKE = dict(canvas_size=112, digit_size=14, strokes=4, train=16, val=6, test=8, steps=3, selector_steps=2, batch_size=4,
              freeze_extractor_steps=1, extractor_warmup_steps=1, selector_size=28, finetune_epochs=1, random_draws=2,
              paper_steps=3, bootstrap=50, latency_runs=1, finetune_variants=["single"])
@@ -161,7 +162,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="results folder (make tasks gives benchmarks/results)")
     parser.add_argument("--scratch-dir", type=Path, default=None,
                         help="the student's training run (replaced; default: outputs/sparse_recognition_scratch, "
-                             "with --background photo outputs/sparse_recognition_photos_scratch)")
+                             "with --background photo outputs/sparse_recognition_photos_scratch; --quick: run or "
+                             "run_photos in --out-dir)")
     parser.add_argument("--finetune-dir", type=Path, default=None,
                         help="each fine-tuned line's last finished epoch, kept so that a killed run goes on from it "
                              "(default: --scratch-dir/finetune)")
@@ -181,7 +183,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.set_defaults(train=400, val=80, test=1000, finetune_epochs=12, finetune_patience=3)
     args = finish_task_arguments(parser, argv, {"quick": QUICK, "smoke": SMOKE}, counts=("random_draws",))
     args.pilot_record = None if args.pilot is None else apply_pilot(parser, args)
-    default_scratch = ROOT / "outputs" / f"{results_name(args)}_scratch"
+    default_scratch = (args.out_dir / ("run_photos" if args.background == "photo" else "run") if args.quick
+                       else ROOT / "outputs" / f"{results_name(args)}_scratch")  # never the full run's under --quick
     args.scratch_dir = args.scratch_dir or default_scratch
     args.finetune_dir = args.finetune_dir or args.scratch_dir / "finetune"
     check_folders(parser, args)  # again, with the folders' defaults
@@ -284,8 +287,7 @@ def benchmark(argv=None) -> dict:
     latency = measure_latency(args, teacher, student, splits["single"]["test"], equal_size)
     report = build_report(args, measured, finetuned, costs, equal_size, latency, query)
     report.update(where_target={**where, "used": query}, student=student_record, student_protocol=protocols,
-                  teacher=source,
-                  pilot=args.pilot_record, **run_record(args, threads, photo_student is not None),
+                  teacher=source, pilot=args.pilot_record, **run_record(args, threads, photo_student is not None),
                   total_time_s=time.perf_counter() - started)
     write_outputs(args, report, measured, query)
     return report

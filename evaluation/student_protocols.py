@@ -87,10 +87,11 @@ def train_student(args, teacher, passes, splits: dict, teacher_out: dict, query:
 
 
 def recipe_record(run_args, student) -> dict:
-    """What the JSON keeps of a candidate's recipe."""
+    """What the JSON keeps of a candidate's recipe (the extractor is frozen for its first steps only where the selector
+    trains beside it: evaluation.task_student's `distil_student`)."""
+    joint = run_args.joint_selector or run_args.selector_steps == 0
     return {"steps": run_args.steps, "selector_steps": run_args.selector_steps, "lr": run_args.lr,
-            "joint_selector": run_args.joint_selector or run_args.selector_steps == 0,
-            "freeze_extractor_steps": run_args.freeze_extractor_steps if run_args.steps else 0,
+            "joint_selector": joint, "freeze_extractor_steps": run_args.freeze_extractor_steps if joint else 0,
             "extractor_prefix": student.config.extractor_prefix, "selector_size": run_args.selector_size,
             "selector_map_antialias": student.config.selector_map_antialias, "batch_size": run_args.batch_size}
 
