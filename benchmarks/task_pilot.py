@@ -33,8 +33,8 @@ from corevision_hf.cli import HelpFormatter, run
 from corevision_hf.measure import threads_to_use
 from evaluation.canvases import photo_pool_record, task_splits
 from evaluation.readers import attentive_probe, probe
-from evaluation.task_arguments import (GCOMPRIS_PHOTOS, check_canvas_arguments, check_canvas_setting, check_extra_photos,
-                                       check_folders)
+from evaluation.task_arguments import (GCOMPRIS_PHOTOS, check_canvas_arguments, check_canvas_setting,
+                                       check_extra_photos, check_folders)
 from evaluation.task_student import SELECTOR_DEPTH, check_teacher, line_costs
 from evaluation.teacher_passes import TeacherPasses, pass_record, tokens_of
 from evaluation.teachers import load_teacher_model

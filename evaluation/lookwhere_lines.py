@@ -1,7 +1,7 @@
 """LookWhere's lines of one variant of the sparse-recognition task (benchmarks.sparse_recognition): the cells each
 selection keeps (SELECTIONS: the selector's, random, the centre, each teacher map, the digits' own), their label-cell
-coverage, both readers of the extractor's tokens on them, `k_mass`, and the fine-tuned lines, beside evaluation.task_lines'
-teacher lines (`LookWhereMeasure`); a line's name (`line_name`)."""
+coverage, both readers of the extractor's tokens on them, `k_mass`, and the fine-tuned lines, beside
+evaluation.task_lines' teacher lines (`LookWhereMeasure`); a line's name (`line_name`)."""
 
 import copy
 import json

@@ -90,7 +90,8 @@ def check_extra_photos(parser: argparse.ArgumentParser, folder: Path) -> None:
     """--extra-photos is a folder holding photos, else parser.error naming the command that makes the default."""
     if not folder.is_dir() or not any(path.suffix.lower() in PHOTO_SUFFIXES for path in folder.iterdir()):
         parser.error(f"--extra-photos {folder} holds no photos: python examples/gcompris_photos.py writes "
-                     f"{GCOMPRIS_PHOTOS.relative_to(ROOT)} (121 photos, from a Debian package), or give another folder.")
+                     f"{GCOMPRIS_PHOTOS.relative_to(ROOT)} (121 photos, from a Debian package), or give another "
+                     "folder.")
 
 
 def check_folders(parser: argparse.ArgumentParser, args) -> None:

@@ -59,9 +59,9 @@ def save_task_teacher(folder, **overrides) -> None:
 
 
 def save_extra_photos(folder, count: int = 4) -> list:
-    """`count` photos named extra-0.jpg.. in `folder` (copies of the shipped ones, each its own bytes): the --extra-photos
-    of the task benchmarks' photo canvases in tests. By their names' hashes extra-0 and extra-2 go to the training
-    pool, extra-1 and extra-3 to the test pool. Returns their paths."""
+    """`count` photos named extra-0.jpg.. in `folder` (copies of the shipped ones, each its own bytes): the
+    --extra-photos of the task benchmarks' photo canvases in tests. By their names' hashes extra-0 and extra-2 go to
+    the training pool, extra-1 and extra-3 to the test pool. Returns their paths."""
     import shutil
     from pathlib import Path
 

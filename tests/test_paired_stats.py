@@ -30,6 +30,7 @@ def test_a_ratio_over_a_share_near_zero_is_null_not_a_huge_number():
     assert sparse["ratio"] == pytest.approx(0.9 / 0.025) and sparse["low"] is not None and sparse["high"] is None
     undefined = ratio_interval(values, torch.zeros(20), rows)
     assert undefined == {"ratio": None, "low": None, "high": None}
+    assert ratio_interval(torch.zeros(20), torch.zeros(20), rows) == {"ratio": 0.0, "low": 0.0, "high": 0.0}
     assert ratio_interval(rare, values, rows)["high"] is not None  # a share near 0 above the line is fine
     reference = {"low": 0.5}
     assert not goal("g", "", undefined, 1.0, reference, 0.1)["met"]  # no lower bound: not above the margin

@@ -264,7 +264,8 @@ def test_student_options_that_would_train_nothing_or_be_dropped_are_refused(tmp_
         err = capsys.readouterr().err
         assert done.value.code == 2 and err.count("error:") == 1 and words in err, (bad, err)
     for fine in (["--steps", "3"], ["--freeze-extractor-steps", "0", "--steps", "3"],
-                 ["--steps", "3", "--joint-selector", "--extractor-prefix", "selector", "--freeze-extractor-steps", "2"],
+                 ["--steps", "3", "--joint-selector", "--extractor-prefix", "selector",
+                  "--freeze-extractor-steps", "2"],
                  ["--student-protocol", "choose", *photos], ["--quick", "--student-protocol", "paper", *photos]):
         sr.parse_args(fine)
 
