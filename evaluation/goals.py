@@ -6,9 +6,10 @@ along a learning curve (`along_the_curve`), on the same resamples."""
 def goal(name: str, rule: str, value: dict, margin: float, reference: dict, reference_floor: float, **extra
          ) -> dict:
     """One goal by the one rule: the value's 95% interval lies above `margin` (`low` for a difference, a ratio's
-    `low` too) and the reference's lies above `reference_floor` (chance, or 1 for a ratio)."""
-    above = value["low"] > margin
-    reference_ok = reference["low"] > reference_floor
+    `low` too) and the reference's lies above `reference_floor` (chance, or 1 for a ratio). A bound that is None (a
+    ratio over a share near 0: evaluation.paired_stats) lies above nothing."""
+    above = value["low"] is not None and value["low"] > margin
+    reference_ok = reference["low"] is not None and reference["low"] > reference_floor
     return {"goal": name, "met": bool(above and reference_ok), "rule": rule, "margin": margin, "value": value,
             "interval_above_margin": bool(above), "reference": reference, "reference_above_chance": bool(reference_ok),
             **extra}

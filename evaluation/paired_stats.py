@@ -12,7 +12,13 @@ Where examples come in groups that are not independent draws (the crops of one p
     grouped_interval(first - second, index, draws)    # a paired difference, over photos
 """
 
+import math
+
 import torch
+
+# A reference share at most this is 0: the shares are means of 0/1 or of cell fractions, whose smallest non-zero
+# value over a run's canvases is far above it.
+NEAR_ZERO = 1e-9
 
 
 def bootstrap_rows(count: int, resamples: int, seed: int) -> torch.Tensor:
@@ -29,11 +35,18 @@ def interval(values: torch.Tensor, rows: torch.Tensor) -> dict:
 
 
 def ratio_interval(values: torch.Tensor, reference: torch.Tensor, rows: torch.Tensor) -> dict:
-    """mean(values) / mean(reference) over the canvases, with its 95% bootstrap interval (paired resamples)."""
-    ratios = values.double()[rows].mean(1) / reference.double()[rows].mean(1).clamp(min=1e-12)
-    low, high = torch.quantile(ratios, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
-    return {"ratio": float(values.double().mean() / reference.double().mean().clamp(min=1e-12)), "low": low,
-            "high": high}
+    """mean(values) / mean(reference) over the canvases, with its 95% bootstrap interval (paired resamples). Over a
+    reference share near 0 (at most NEAR_ZERO) a share above it is unbounded: "ratio" is None where the means are so,
+    and a bound is None where the resamples that are so reach it. A share of 0 over a share of 0 is 0, as it always
+    was here (the VECA benchmark's retention of a line at 0 reads it)."""
+    means, reference_means = values.double()[rows].mean(1), reference.double()[rows].mean(1)
+    ratios = torch.where(reference_means > NEAR_ZERO, means / reference_means.clamp(min=NEAR_ZERO),
+                         torch.where(means > NEAR_ZERO, math.inf, 0.0))
+    low, high = (bound if math.isfinite(bound) else None
+                 for bound in torch.quantile(ratios, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist())
+    mean, reference_mean = float(values.double().mean()), float(reference.double().mean())
+    ratio = mean / reference_mean if reference_mean > NEAR_ZERO else None if mean > NEAR_ZERO else 0.0
+    return {"ratio": ratio, "low": low, "high": high}
 
 
 def group_draws(groups: list, resamples: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

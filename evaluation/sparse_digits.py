@@ -13,13 +13,16 @@ label is decided by a few small objects and a model has to find *where* they are
 - Scribbles (`strokes`, default 50) are crops of a third of the digit's side (less than half the height of a digit's
   ink) cut around an ink pixel of a digit of the same pool: digit thickness and texture, never a whole digit. They
   avoid the digits' boxes and may overlap each other.
-- `background="photo"`: a random crop of a shipped photo (training photos for split="train", validation wallpapers
-  for split="test"; never assets/heldout/) under the ink, blended by the maximum; the digits, scribbles and ink maps
-  are those of the black canvas with the same arguments.
-Canvas i depends only on (seed, split, variant, background, digit_size, strokes, canvas_size, i): `make_canvases(n,
-start=s)` is rows s..s+n-1 of any larger call. No torch, nothing printed.
+- `background="photo"`: a random crop of a photo of the split's pool (`photo_paths`) under the ink, blended by the
+  maximum; the digits, scribbles and ink maps are those of the black canvas with the same arguments. The pools are
+  disjoint: the shipped training photos for split="train", the validation wallpapers for split="test" (never
+  assets/heldout/), and with `extra_photos` (a folder: examples/gcompris_photos.py's 121 photos) each of its photos
+  in one pool, chosen by a hash of its file name alone (about half in each).
+Canvas i depends only on (seed, split, variant, background, digit_size, strokes, canvas_size, the photo pool, i):
+`make_canvases(n, start=s)` is rows s..s+n-1 of any larger call. No torch, nothing printed.
 """
 
+import hashlib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -41,6 +44,7 @@ DISTRACTOR_DIGITS = {"majority": 2, "single": 0}  # variant -> digits of other c
 BACKGROUNDS = ("black", "photo")
 ROOT = Path(__file__).resolve().parents[1]
 PHOTO_FOLDERS = {"train": ("assets/photos", "assets/wallpaper_photos/train"), "test": ("assets/wallpaper_photos/val",)}
+PHOTO_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
 STREAMS = {"digits": 0, "scribbles": 1, "photo": 2}  # one random stream per part of a canvas
 CANDIDATES = 256  # random positions drawn per digit; the first that overlaps no placed digit is taken
 
@@ -185,11 +189,26 @@ def _scribbles(rng, grey: np.ndarray, split: str, count: int, digit_size: int, l
         placed += len(corners)
 
 
-@lru_cache(maxsize=2)
-def photo_paths(split: str) -> tuple[Path, ...]:
-    """The photos the `split` canvases take their backgrounds from (sorted)."""
+@lru_cache(maxsize=4)
+def photo_paths(split: str, extra_photos: Path | None = None) -> tuple[Path, ...]:
+    """The photos the `split` canvases take their backgrounds from (sorted): the shipped ones of PHOTO_FOLDERS, and of
+    `extra_photos` those whose name's SHA-256 starts with an even byte ("train") or an odd one ("test"): a photo's pool
+    depends on its name alone, never on which other photos are there, so no photo is in both."""
     _check_choice("split", split, SPLITS)
-    return tuple(sorted(path for folder in PHOTO_FOLDERS[split] for path in (ROOT / folder).glob("*.jpg")))
+    shipped = [path for folder in PHOTO_FOLDERS[split] for path in (ROOT / folder).glob("*.jpg")]
+    extra = [] if extra_photos is None else [
+        path for path in Path(extra_photos).iterdir() if path.suffix.lower() in PHOTO_SUFFIXES
+        and hashlib.sha256(path.name.encode()).digest()[0] % 2 == SPLITS.index(split)]
+    return tuple(sorted(shipped) + sorted(extra))
+
+
+def photo_pool_digest(split: str, extra_photos: Path | None = None) -> str:
+    """SHA-256 of the `split` pool's photos (names and bytes, in order): what a cache of photo canvases is keyed by."""
+    digest = hashlib.sha256()
+    for path in photo_paths(split, extra_photos):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 @lru_cache(maxsize=32)
@@ -199,11 +218,12 @@ def _open_photo(path: Path) -> Image.Image:
     return open_image(path)
 
 
-def photo_background(seed: int, split: str, variant: str, digit_size: int, canvas_size: int, i: int) -> np.ndarray:
+def photo_background(seed: int, split: str, variant: str, digit_size: int, canvas_size: int, i: int,
+                     extra_photos: Path | None = None) -> np.ndarray:
     """The background (S, S, 3) uint8 of photo canvas i: a random square crop (half to all of the photo's shorter side)
-    of a random photo of the split's pool, resized (bicubic) to the canvas."""
+    of a random photo of the split's pool (`photo_paths`), resized (bicubic) to the canvas."""
     rng = _rng(seed, split, variant, digit_size, canvas_size, "photo", i)
-    paths = photo_paths(split)
+    paths = photo_paths(split, extra_photos)
     photo = _open_photo(paths[rng.integers(len(paths))])
     width, height = photo.size
     side = int(rng.integers(min(width, height) // 2, min(width, height) + 1))
@@ -214,10 +234,14 @@ def photo_background(seed: int, split: str, variant: str, digit_size: int, canva
 
 def make_canvases(n: int, *, variant: str = "majority", split: str = "train", seed: int = 0, background: str = "black",
                   digit_size: int = 28, strokes: int = 50, canvas_size: int = CANVAS_SIZE, cell: int = CELL,
-                  start: int = 0) -> Canvases:
+                  start: int = 0, extra_photos: Path | None = None) -> Canvases:
     """Canvases start..start+n-1 of the task (see the module's docstring); each is a function of its index and the
-    arguments alone. Raises ValueError for a bad argument (`check_arguments`)."""
+    arguments alone (`extra_photos`: a folder of more photos for the pools, read with background="photo" alone).
+    Raises ValueError for a bad argument (`check_arguments`)."""
     check_arguments(n, variant, split, background, digit_size, strokes, canvas_size, cell, start)
+    if background == "photo" and extra_photos is not None and not Path(extra_photos).is_dir():
+        raise ValueError(f"extra_photos {extra_photos} is not a folder of photos: python examples/gcompris_photos.py "
+                         "writes one to outputs/gcompris_photos.")
     digits = VARIANTS[variant] + DISTRACTOR_DIGITS[variant]
     grid = canvas_size // cell
     images = np.zeros((n, canvas_size, canvas_size, 3), dtype=np.uint8)
@@ -237,5 +261,6 @@ def make_canvases(n: int, *, variant: str = "majority", split: str = "train", se
         ink[row] = cell_shares(grey >= INK_LEVEL, cell)
         images[row] = grey[..., None]
         if background == "photo":
-            np.maximum(images[row], photo_background(seed, split, variant, digit_size, canvas_size, i), out=images[row])
+            background_pixels = photo_background(seed, split, variant, digit_size, canvas_size, i, extra_photos)
+            np.maximum(images[row], background_pixels, out=images[row])
     return Canvases(images, labels, label_ink, digit_ink, ink, layouts)

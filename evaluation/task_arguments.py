@@ -12,8 +12,10 @@ import tempfile
 from pathlib import Path
 
 from corevision_hf.cli import error_line
-from evaluation.sparse_digits import CELL
+from evaluation.sparse_digits import CELL, PHOTO_SUFFIXES, ROOT
 from training.arguments import parse_seed
+
+GCOMPRIS_PHOTOS = ROOT / "outputs" / "gcompris_photos"  # examples/gcompris_photos.py's folder
 
 
 def add_task_arguments(parser: argparse.ArgumentParser, *, digit_size: int = 28, strokes: int = 50) -> None:
@@ -26,7 +28,13 @@ def add_task_arguments(parser: argparse.ArgumentParser, *, digit_size: int = 28,
     parser.add_argument("--test", type=int, default=100, help="test canvases per variant")
     parser.add_argument("--seed", type=parse_seed, default=0,
                         help="canvases, initialisation, training order, random draws, bootstrap")
-    parser.add_argument("--background", default="black", choices=["black", "photo"])
+    parser.add_argument("--background", default="black", choices=["black", "photo"],
+                        help="under the digits: black, or crops of photos (training and test canvases from disjoint "
+                             "photo pools: evaluation.sparse_digits' photo_paths)")
+    parser.add_argument("--extra-photos", type=Path, default=GCOMPRIS_PHOTOS,
+                        help="with --background photo (and the photos a student distils on): a folder of more photos, "
+                             "each in the training or the test pool by a hash of its name (python "
+                             "examples/gcompris_photos.py writes the default)")
     parser.add_argument("--digit-size", type=int, default=digit_size, help="digit height and width in px (28: MNIST's)")
     parser.add_argument("--strokes", type=int, default=strokes, help="scribble strokes per canvas")
     parser.add_argument("--canvas-size", type=int, default=518, help="canvas side in px, a multiple of 14")
@@ -73,7 +81,17 @@ def finish_task_arguments(parser: argparse.ArgumentParser, argv, presets: dict, 
     check_canvas_arguments(parser, args)
     check_canvas_setting(parser, args.canvas_size, args.digit_size, args.strokes)
     check_folders(parser, args)
+    if args.background == "photo":
+        check_extra_photos(parser, args.extra_photos)
     return args
+
+
+def check_extra_photos(parser: argparse.ArgumentParser, folder: Path) -> None:
+    """--extra-photos is a folder holding photos, else parser.error naming the command that makes the default."""
+    if not folder.is_dir() or not any(path.suffix.lower() in PHOTO_SUFFIXES for path in folder.iterdir()):
+        parser.error(f"--extra-photos {folder} holds no photos: python examples/gcompris_photos.py writes "
+                     f"{GCOMPRIS_PHOTOS.relative_to(ROOT)} (121 photos, from a Debian package), or give another "
+                     "folder.")
 
 
 def check_folders(parser: argparse.ArgumentParser, args) -> None:
@@ -144,6 +162,11 @@ def apply_pilot(parser: argparse.ArgumentParser, args) -> dict:
     if canvas_size != args.canvas_size:
         parser.error(f"--pilot {args.pilot} calibrated {canvas_size} px canvases, not --canvas-size "
                      f"{args.canvas_size}.")
+    background = pilot.get("background", "black")  # the pilots before the photo canvases were all on black
+    if background != args.background:
+        parser.error(f"--pilot {args.pilot} calibrated canvases on {background}, not --background {args.background}: "
+                     f"give the pilot of {args.background} canvases (python -m benchmarks.task_pilot --background "
+                     f"{args.background}).")
     for name in ("digit_size", "strokes"):  # a JSON's 14.5, "14" or null would fail only after the teacher's passes
         if type(chosen.get(name)) is not int:
             parser.error(f"--pilot {args.pilot}: its chosen {name} is {chosen.get(name)!r}, not a whole number; run "
@@ -155,4 +178,5 @@ def apply_pilot(parser: argparse.ArgumentParser, args) -> dict:
         args.strokes = chosen["strokes"]
     check_canvas_setting(parser, args.canvas_size, args.digit_size, args.strokes)
     return {"file": str(args.pilot), **{key: pilot.get(key) for key in ("choice", "rows", "command", "teacher",
-                                                                        "seed", "train", "validation")}}
+                                                                        "seed", "train", "validation")},
+            "background": background}

@@ -3,11 +3,13 @@ the per-canvas test correctness of each reader, the linear probe's head (where f
 what else its benchmark keeps. `Measure` holds them; the teacher's two lines, dense (DENSE) and at equal FLOPs
 (EQUAL), are its own, every student's line its benchmark's (`add`)."""
 
+import copy
+
 import torch
 
-from evaluation.finetune_protocol import finetune
+from evaluation.finetune_protocol import FineTuned, Resume, finetune
 from evaluation.readers import attentive_probe, probe
-from evaluation.teacher_passes import compute_pass, pass_record, tokens_of
+from evaluation.teacher_passes import compute_pass, pass_record, resized, teacher_features, tokens_of
 
 DENSE = "teacher dense"
 EQUAL = "teacher at equal FLOPs"
@@ -65,6 +67,18 @@ class Measure:
             return {}
         return {"train_tokens": tokens_of(train), "test_tokens": tokens_of(test)}
 
-    def finetuned(self, model, gflops: float) -> dict:
-        result = finetune(model, self.train, self.test, self.args, self.args.val)
+    def finetuned(self, model, gflops: float, resume: Resume | None = None) -> dict:
+        result = finetune(model, self.train, self.test, self.args, self.args.val, resume)
         return {**result, "gflops": gflops, "correct": (result.pop("predictions") == self.test.labels).float()}
+
+    def finetune_teacher(self, teacher, name: str, resume: Resume | None = None) -> dict:
+        """The teacher's line `name` (DENSE or EQUAL) fine-tuned by the protocol from its linear probe's head, on the
+        features that probe read ([CLS ; mean patch], registers left out), at its size (EQUAL's: the canvas resized
+        as its passes resized it)."""
+        size = self.equal_size if name == EQUAL else None
+
+        def features_of(backbone, rows, pixels, seed):
+            return teacher_features(backbone, pixels if size is None else resized(pixels, size))
+
+        model = copy.deepcopy(teacher).float().requires_grad_(True)
+        return self.finetuned(FineTuned(features_of, model, self.heads[name]), self.lines[name]["gflops"], resume)

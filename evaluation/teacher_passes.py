@@ -84,10 +84,22 @@ def compute_pass(teacher, split, size: int, batch_size: int) -> dict:
                 out[f"map_{query}"].append(maps[query].float())
         else:
             hidden = teacher(resized(pixels, size)).last_hidden_state
-            cls, patches = hidden[:, 0], hidden[:, 1 + getattr(teacher.config, "num_register_tokens", 0):]
+            cls, patches = hidden[:, 0], patch_tokens(teacher, hidden)
         out["cls"].append(cls.float())
         out["patches"].append(patches.half())
     return {name: torch.cat(parts).contiguous() for name, parts in out.items()}
+
+
+def patch_tokens(teacher, hidden: torch.Tensor) -> torch.Tensor:
+    """(B, P, D) the patch tokens of the teacher's output (B, 1 + R + P, D): its registers, if any, left out."""
+    return hidden[:, 1 + getattr(teacher.config, "num_register_tokens", 0):]
+
+
+def teacher_features(teacher, pixels: torch.Tensor) -> torch.Tensor:
+    """(B, 2D) float32 [CLS ; mean patch] of the teacher on `pixels`, registers left out: `pass_record`'s features,
+    from a live forward (what fine-tuning the teacher trains through)."""
+    hidden = teacher(pixels).last_hidden_state
+    return torch.cat([hidden[:, 0], patch_tokens(teacher, hidden).mean(1)], dim=-1).float()
 
 
 def pass_record(tensors: dict, keep_patches: bool = True) -> dict:

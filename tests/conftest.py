@@ -58,6 +58,22 @@ def save_task_teacher(folder, **overrides) -> None:
     Dinov2Model(Dinov2Config(**{**fields, **overrides})).save_pretrained(folder)
 
 
+def save_extra_photos(folder, count: int = 4) -> list:
+    """`count` photos named extra-0.jpg.. in `folder` (copies of the shipped ones, each its own bytes): the
+    --extra-photos of the task benchmarks' photo canvases in tests. By their names' hashes extra-0 and extra-2 go to
+    the training pool, extra-1 and extra-3 to the test pool. Returns their paths."""
+    import shutil
+    from pathlib import Path
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    shipped = sorted((Path(__file__).resolve().parents[1] / "assets" / "photos").glob("*.jpg"))
+    paths = [folder / f"extra-{i}.jpg" for i in range(count)]
+    for path, source in zip(paths, shipped):
+        shutil.copyfile(source, path)
+    return paths
+
+
 def lookwhere_training_numerics() -> dict:
     """The LookWhere student numerics the lookwhere-dinov2 recipe sets (the authors' JAX training): LayerNorm epsilon
     1e-5, tanh GELU in the MLPs and the map head, antialiased resizes of the selector's input and map."""

@@ -1,8 +1,11 @@
 """The sparse-digits task (evaluation/sparse_digits.py): seeded, indexable, disjoint pools, labels and ink maps that
 match the pixels."""
 
+import shutil
+
 import numpy as np
 import pytest
+from conftest import save_extra_photos
 
 from evaluation.sparse_digits import (
     INK_LEVEL,
@@ -12,6 +15,8 @@ from evaluation.sparse_digits import (
     make_canvases,
     mnist_digits,
     photo_background,
+    photo_paths,
+    photo_pool_digest,
     pool_indices,
 )
 
@@ -111,3 +116,29 @@ def test_photo_background_is_under_the_black_canvas():
 def test_bad_arguments_are_one_value_error(arguments, match):
     with pytest.raises(ValueError, match=match):
         make_canvases(**arguments)
+
+
+def test_photo_pools_are_disjoint_and_a_photos_pool_is_its_name_s_alone(tmp_path):
+    """The shipped pools as before, and of --extra-photos each photo in one pool by its name's hash: none in both, none
+    lost, and a photo's pool does not move when other photos come or go. A photo canvas's background is a crop of its
+    own split's pool, and the pool's digest changes with any photo's bytes."""
+    paths = save_extra_photos(tmp_path / "extra")
+    train, test = photo_paths("train", tmp_path / "extra"), photo_paths("test", tmp_path / "extra")
+    assert not set(train) & set(test) and set(paths) <= set(train) | set(test)
+    assert [p.name for p in paths if p in test] == ["extra-1.jpg", "extra-3.jpg"]
+    assert set(photo_paths("train")) < set(train) and set(photo_paths("test")) < set(test)
+    assert not any("heldout" in str(path) for path in train + test)
+    (tmp_path / "fewer").mkdir()
+    shutil.copyfile(paths[3], tmp_path / "fewer" / paths[3].name)
+    assert [p.name for p in photo_paths("test", tmp_path / "fewer")][-1] == "extra-3.jpg"
+    photo = make_canvases(4, split="test", background="photo", extra_photos=tmp_path / "extra")
+    black = make_canvases(4, split="test")
+    for i in range(4):
+        background = photo_background(0, "test", "majority", 28, 518, i, tmp_path / "extra")
+        assert np.array_equal(photo.images[i], np.maximum(background, black.images[i]))
+    before = photo_pool_digest("test", tmp_path / "extra")
+    paths[1].write_bytes(paths[0].read_bytes())
+    assert photo_pool_digest("test", tmp_path / "extra") != before
+    assert photo_pool_digest("train", tmp_path / "extra") == photo_pool_digest("train", tmp_path / "extra")
+    with pytest.raises(ValueError, match="gcompris_photos"):
+        make_canvases(1, background="photo", extra_photos=tmp_path / "nowhere")

@@ -8,7 +8,7 @@ import tempfile
 
 import pytest
 import torch
-from conftest import save_task_teacher, tiny_veca_config
+from conftest import save_extra_photos, save_task_teacher, tiny_veca_config
 from transformers import Dinov2Config, Dinov2Model
 
 from benchmarks import sparse_recognition as sr
@@ -17,6 +17,7 @@ from corevision_hf.cli import run
 from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio
 from evaluation.canvases import task_splits
 from evaluation.lookwhere_features import selector_maps_of
+from evaluation.lookwhere_lines import line_name
 from evaluation.selections import coverage, top_cells
 from evaluation.task_lines import DENSE, EQUAL
 from evaluation.task_student import load_photo_student
@@ -34,7 +35,7 @@ def entry(mean: float, low: float, high: float) -> dict:
 
 
 def report_with(gap: dict, lookwhere_minus_dense: dict, selector_minus_random: dict, dense: dict) -> dict:
-    lookwhere = sr.line_name("LookWhere-S", 0.1, "selector")
+    lookwhere = line_name("LookWhere-S", 0.1, "selector")
     comparisons = {"teacher dense - teacher at equal FLOPs (best readers)": gap,
                    "coverage: selector / random": {"ratio": 4.0, "low": 3.2, "high": 5.0},
                    "coverage: teacher's cls map / random": {"ratio": 4.0, "low": 3.0, "high": 5.0},
@@ -42,24 +43,31 @@ def report_with(gap: dict, lookwhere_minus_dense: dict, selector_minus_random: d
                    "attentive: selector - random": selector_minus_random,
                    "fine-tuned: selector - random": selector_minus_random,
                    "selector (attentive) - teacher dense (best reader)": lookwhere_minus_dense,
-                   "selector (attentive) - teacher at equal FLOPs (best reader)": entry(0.2, 0.1, 0.3)}
+                   "selector (attentive) - teacher at equal FLOPs (best reader)": entry(0.2, 0.1, 0.3),
+                   "fine-tuned: selector - teacher dense": lookwhere_minus_dense}
     probe = {DENSE: {"accuracy": dense}, lookwhere: {"readers": {"attentive": {"accuracy": entry(0.5, 0.4, 0.6)}}}}
-    return {"variants": {"single": {"comparisons": comparisons, "probe": probe}}}
+    return {"variants": {"single": {"comparisons": comparisons, "probe": probe,
+                                    "fine_tuned": {DENSE: {"accuracy": dense}}}}}
 
 
 def test_goals_are_met_or_missed_by_one_rule_an_interval_against_a_margin_and_a_reference_above_chance():
     costs = {"dense": 100.0, 0.1: 8.0}
     report = report_with(entry(0.3, 0.15, 0.45), entry(-0.02, -0.04, 0.0), entry(0.2, 0.05, 0.35),
                          entry(0.6, 0.5, 0.7))
-    met = {g["goal"]: g["met"] for g in sr.goals(report, costs, "cls")}
+    decided = sr.goals(report, costs, "cls")
+    met = {g["goal"]: g["met"] for g in decided}
     assert met == {"resolution_matters": True, "coverage_selector_over_random": True,
                    "selector_coverage_vs_teacher_map": False, "accuracy_selector_minus_random": True,
-                   "lookwhere_vs_dense_teacher": True, "lookwhere_vs_equal_flops_teacher": True}
+                   "lookwhere_vs_dense_teacher": True, "lookwhere_vs_equal_flops_teacher": True,
+                   "lookwhere_vs_dense_teacher_fine_tuned": True}
+    # each goal states its interval's half-width, a ratio's too
+    assert [g["interval_half_width"] for g in decided] == pytest.approx([0.15, 0.9, 0.125, 0.15, 0.02, 0.1, 0.02])
     # a mean above the margin is not enough: the interval's low end decides
     report = report_with(entry(0.3, 0.08, 0.5), entry(-0.02, -0.06, 0.02), entry(0.2, -0.01, 0.4),
                          entry(0.6, 0.5, 0.7))
     missed = {g["goal"]: g["met"] for g in sr.goals(report, costs, "cls")}
     assert not missed["resolution_matters"] and not missed["lookwhere_vs_dense_teacher"]
+    assert not missed["lookwhere_vs_dense_teacher_fine_tuned"]
     assert not missed["accuracy_selector_minus_random"]
     # a dense teacher whose interval reaches chance decides nothing
     report = report_with(entry(0.3, 0.15, 0.45), entry(0.0, -0.01, 0.01), entry(0.2, 0.05, 0.35),
@@ -67,9 +75,16 @@ def test_goals_are_met_or_missed_by_one_rule_an_interval_against_a_margin_and_a_
     goals = {g["goal"]: g for g in sr.goals(report, costs, "cls")}
     assert not goals["resolution_matters"]["met"] and goals["resolution_matters"]["interval_above_margin"]
     # and fewer than 10x the GFLOPs misses the dense-teacher goal whatever the accuracies
-    assert not {g["goal"]: g["met"] for g in sr.goals(report_with(
+    cheaper = {g["goal"]: g["met"] for g in sr.goals(report_with(
         entry(0.3, 0.15, 0.45), entry(0.0, -0.01, 0.01), entry(0.2, 0.05, 0.35), entry(0.6, 0.5, 0.7)),
-        {"dense": 40.0, 0.1: 8.0}, "cls")}["lookwhere_vs_dense_teacher"]
+        {"dense": 40.0, 0.1: 8.0}, "cls")}
+    assert not cheaper["lookwhere_vs_dense_teacher"] and not cheaper["lookwhere_vs_dense_teacher_fine_tuned"]
+    # without the fine-tuned lines the fine-tuned goal is missed, not met by default
+    report = report_with(entry(0.3, 0.15, 0.45), entry(0.0, -0.01, 0.01), entry(0.2, 0.05, 0.35), entry(0.6, 0.5, 0.7))
+    report["variants"]["single"].pop("fine_tuned")
+    del report["variants"]["single"]["comparisons"]["fine-tuned: selector - teacher dense"]
+    unmeasured = {g["goal"]: g for g in sr.goals(report, costs, "cls")}["lookwhere_vs_dense_teacher_fine_tuned"]
+    assert not unmeasured["met"] and unmeasured["interval_half_width"] is None
 
 
 @pytest.mark.slow
@@ -85,26 +100,31 @@ def test_smoke_run_measures_every_line_and_states_every_goal(tmp_path):
         "python -m benchmarks.sparse_recognition --smoke")
     assert all((out / name).stat().st_size > 0 for name in ("sparse_recognition.png",
                                                             "sparse_recognition_selections.png"))
-    table = read_task_table(str(out / sr.CARD_TABLE))  # the student's model card takes it (evaluate_budgets)
-    attentive = report["variants"]["single"]["probe"][sr.line_name("LookWhere-S", 0.1, "selector")]["readers"][
+    table = read_task_table(str(out / "sparse_recognition_card.json"))  # its model card takes it (evaluate_budgets)
+    attentive = report["variants"]["single"]["probe"][line_name("LookWhere-S", 0.1, "selector")]["readers"][
         "attentive"]["accuracy"]
     assert ["k_ratio 0.1, its selector", "attentive"] == table["rows"][1][:2]
     assert table["rows"][1][-1] == f"{attentive['mean']:.3f} [{attentive['low']:.3f}, {attentive['high']:.3f}]"
     assert [g["goal"] for g in report["goals"]] == [
         "resolution_matters", "coverage_selector_over_random", "selector_coverage_vs_teacher_map",
-        "accuracy_selector_minus_random", "lookwhere_vs_dense_teacher", "lookwhere_vs_equal_flops_teacher"]
+        "accuracy_selector_minus_random", "lookwhere_vs_dense_teacher", "lookwhere_vs_equal_flops_teacher",
+        "lookwhere_vs_dense_teacher_fine_tuned"]
+    assert all("interval_half_width" in g for g in report["goals"])
     single = report["variants"]["single"]
     probed = set(single["probe"])
     for ratio, kinds in sr.FEATURE_LINES["single"].items():
-        assert {sr.line_name("LookWhere-S", ratio, kind) for kind in kinds} <= probed
+        assert {line_name("LookWhere-S", ratio, kind) for kind in kinds} <= probed
     assert {DENSE, EQUAL} <= probed and any("k_mass" in name for name in probed)
-    assert set(single["fine_tuned"]) == {sr.line_name("LookWhere-S", 0.1, "selector"),
-                                         sr.line_name("LookWhere-S", 0.1, "random"), EQUAL}
+    assert set(single["fine_tuned"]) == {line_name("LookWhere-S", 0.1, "selector"),
+                                         line_name("LookWhere-S", 0.1, "random"), EQUAL, DENSE}
+    assert all(line["schedule"]["over_epochs"] == 1 and line["resumed_after_epoch"] is None
+               for line in single["fine_tuned"].values())
+    assert report["student_protocol"]["chosen"] == "copy" and report["student"]["protocol"] == "copy"
     # the ceiling at k_ratio 0.25 keeps every label cell of a one-digit canvas (a 14 px digit spans at most 4 of 16)
-    assert single["label_cell_coverage"][sr.line_name("LookWhere-S", 0.25, "digits")]["mean"] == 1.0
+    assert single["label_cell_coverage"][line_name("LookWhere-S", 0.25, "digits")]["mean"] == 1.0
     # the photo student's lines are its own selector's: its coverage recomputed by hand from its maps
-    photo_line = sr.line_name(sr.PHOTO_STUDENT, 0.1, "selector")
-    assert {photo_line, sr.line_name(sr.PHOTO_STUDENT, 0.1, "random")} <= probed
+    photo_line = line_name(sr.PHOTO_STUDENT, 0.1, "selector")
+    assert {photo_line, line_name(sr.PHOTO_STUDENT, 0.1, "random")} <= probed
     test = task_splits(sr.parse_args(["--smoke"]), "majority")["test"]
     photo_student = load_photo_student(tmp_path / "photos", teacher)
     chosen = top_cells(selector_maps_of(photo_student, test, 4)[1], kept_for_ratio(0.1, 64))
@@ -127,6 +147,37 @@ def test_smoke_run_measures_every_line_and_states_every_goal(tmp_path):
             k: v for k, v in d.items() if k != "_"})
 
     assert untimed(rerun["variants"]) == untimed(report["variants"])  # the same bits twice
+
+
+@pytest.mark.slow
+def test_smoke_run_on_photos_chooses_its_student_on_validation_and_resumes_its_fine_tuning(tmp_path):
+    """--background photo --student-protocol choose: the photos' own results, both candidates read on validation
+    canvases alone and the better one kept (its export where the model card reads it), the photo pools recorded
+    disjoint; run again on the same --scratch-dir, every fine-tuned line goes on from its kept epoch (here: finished,
+    so only its test answers are computed) to the same answers."""
+    save_task_teacher(tmp_path / "teacher")
+    save_extra_photos(tmp_path / "extra")
+    argv = ["--smoke", "--background", "photo", "--student-protocol", "choose", "--teacher", str(tmp_path / "teacher"),
+            "--extra-photos", str(tmp_path / "extra"), "--threads", "1", "--cache-dir", str(tmp_path / "cache"),
+            "--out-dir", str(tmp_path / "out"), "--scratch-dir", str(tmp_path / "scratch")]
+    report = sr.main(argv)
+    assert json.loads((tmp_path / "out" / "sparse_recognition_photos.json").read_text())["goals"] == report["goals"]
+    assert (tmp_path / "out" / "sparse_recognition_photos_card.json").is_file()
+    pools = report["task"]["photos"]
+    assert not set(pools["train"]["names"]) & set(pools["test"]["names"]) and "extra-1.jpg" in pools["test"]["names"]
+    protocols = report["student_protocol"]
+    assert set(protocols["candidates"]) == {"copy", "paper"}
+    paper = protocols["candidates"]["paper"]
+    assert paper["recipe"]["extractor_prefix"] == "selector" and paper["recipe"]["steps"] == sr.SMOKE["paper_steps"]
+    assert paper["photos"] == pools["train"]["count"] and protocols["candidates"]["copy"]["photos"] == 0
+    best = {name: max(c["validation"]["attentive"].values()) for name, c in protocols["candidates"].items()}
+    assert protocols["chosen"] == ("paper" if best["paper"] > best["copy"] else "copy")
+    kept = json.loads((tmp_path / "scratch" / "final" / "config.json").read_text())
+    assert kept["extractor_prefix"] == protocols["candidates"][protocols["chosen"]]["recipe"]["extractor_prefix"]
+    again = sr.main(argv)
+    for name, line in again["variants"]["single"]["fine_tuned"].items():
+        assert line["resumed_after_epoch"] == 1, name
+        assert line["correct"] == report["variants"]["single"]["fine_tuned"][name]["correct"], name
 
 
 def check_correct_lists(report: dict, labels: torch.Tensor) -> None:
@@ -193,6 +244,30 @@ def test_a_missing_or_unfit_teacher_or_a_bad_argument_is_one_line(tmp_path, caps
             sr.parse_args(bad)
         assert done.value.code == 2 and capsys.readouterr().err.count("error:") == 1, bad
     assert not (tmp_path / "out").exists() and (tmp_path / "a_file").read_text() == "mine"
+
+
+def test_student_options_that_would_train_nothing_or_be_dropped_are_refused(tmp_path, capsys):
+    """The review's two (today a run took them and silently trained something else), and the protocols' own; each a
+    one-line parser error, while the combinations that train what they say still parse."""
+    save_extra_photos(tmp_path / "extra")
+    photos = ["--extra-photos", str(tmp_path / "extra")]
+    for bad, words in (
+            (["--freeze-extractor-steps", "99", "--steps", "3"], "nothing would train"),
+            (["--freeze-extractor-steps", "2", "--steps", "3"], "nothing would train"),
+            (["--joint-selector", "--steps", "300"], "no gradient from the extractor"),
+            (["--joint-selector", "--steps", "300", "--extractor-prefix", "extractor"], "no gradient"),
+            (["--student-protocol", "paper", "--steps", "5", *photos], "--steps describes the copy protocol"),
+            (["--student-protocol", "choose", "--paper-steps", "40", *photos], "must exceed"),
+            (["--student-protocol", "paper", "--extra-photos", str(tmp_path / "none")], "holds no photos")):
+        with pytest.raises(SystemExit) as done:
+            sr.parse_args(bad)
+        err = capsys.readouterr().err
+        assert done.value.code == 2 and err.count("error:") == 1 and words in err, (bad, err)
+    for fine in (["--steps", "3"], ["--freeze-extractor-steps", "0", "--steps", "3"],
+                 ["--steps", "3", "--joint-selector", "--extractor-prefix", "selector",
+                  "--freeze-extractor-steps", "2"],
+                 ["--student-protocol", "choose", *photos], ["--quick", "--student-protocol", "paper", *photos]):
+        sr.parse_args(fine)
 
 
 @pytest.mark.parametrize("benchmark", ["sparse_recognition", "sparse_recognition_veca"])

@@ -6,7 +6,7 @@ import types
 
 import pytest
 import torch
-from conftest import save_task_teacher
+from conftest import save_extra_photos, save_task_teacher
 from transformers import Dinov2Model
 
 from benchmarks import task_pilot
@@ -70,3 +70,27 @@ def test_half_a_grid_or_a_bad_setting_is_one_line(capsys):
         with pytest.raises(SystemExit) as done:
             task_pilot.parse_args(bad)
         assert done.value.code == 2 and capsys.readouterr().err.count("error:") == 1
+
+
+def test_the_photo_pilot_reads_training_photos_alone_and_serves_photo_canvases_alone(tmp_path, capsys):
+    """--background photo: its own file, the background and the training pool it drew from recorded (no test photo),
+    and a benchmark of other canvases refuses it."""
+    from benchmarks import sparse_recognition
+
+    save_task_teacher(tmp_path / "teacher")
+    save_extra_photos(tmp_path / "extra")
+    report = task_pilot.main(["--smoke", "--background", "photo", "--extra-photos", str(tmp_path / "extra"),
+                              "--teacher", str(tmp_path / "teacher"), "--out-dir", str(tmp_path / "out"),
+                              "--cache-dir", str(tmp_path / "cache"), "--threads", "1"])
+    assert json.loads((tmp_path / "out" / "task_pilot_photos.json").read_text())["rows"] == report["rows"]
+    assert report["background"] == "photo" and set(report["photos"]) == {"train"}
+    assert {"extra-0.jpg", "extra-2.jpg"} <= set(report["photos"]["train"]["names"])
+    pilot = tmp_path / "out" / "task_pilot_photos.json"
+    report["choice"]["chosen"] = {"digit_size": 14, "strokes": 0}
+    pilot.write_text(json.dumps(report))
+    with pytest.raises(SystemExit):
+        sparse_recognition.parse_args(["--smoke", "--pilot", str(pilot)])
+    assert "calibrated canvases on photo, not --background black" in capsys.readouterr().err
+    args = sparse_recognition.parse_args(["--smoke", "--pilot", str(pilot), "--background", "photo",
+                                          "--extra-photos", str(tmp_path / "extra")])
+    assert args.pilot_record["background"] == "photo"

@@ -81,7 +81,7 @@ def test_the_distilled_selector_is_the_map_only_phase_s_unless_trained_jointly(t
     student, start, after_map = distilled()
     assert same(student, after_map, "selector.") and not same(student, start, "selector.")
     assert not same(student, start, "extractor.")
-    joint, _, after_map = distilled("--joint-selector")
+    joint, _, after_map = distilled("--joint-selector", "--extractor-prefix", "selector")
     assert not same(joint, after_map, "selector.")
     copied, start, after_map = distilled("--steps", "0", "--extractor-prefix", "extractor")
     assert copied.config.extractor_prefix == "extractor"

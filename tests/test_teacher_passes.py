@@ -100,3 +100,24 @@ def test_a_temporary_left_by_a_killed_writer_is_removed_by_the_next_run(tmp_path
         TeacherPasses(cache, teacher, batch_size=4)
     assert sorted(path.name for path in cache.iterdir()) == sorted(
         ["notes.tmp", names["live"].name, names["fresh"].name])
+
+
+def test_the_teachers_fine_tuning_features_are_its_passes_registers_left_out(tmp_path):
+    """What fine-tuning a teacher line trains through (evaluation.task_lines' `finetune_teacher`: teacher_features)
+    is the probe's features at the start: for a teacher with registers, the mean over its patch tokens alone, at the
+    canvas size and at a smaller one (the review: the equal-FLOPs line's fine-tuning averaged the registers in)."""
+    from transformers import Dinov2WithRegistersConfig, Dinov2WithRegistersModel
+
+    from evaluation.teacher_passes import compute_pass, pass_record, resized, teacher_features
+
+    torch.manual_seed(0)
+    teacher = Dinov2WithRegistersModel(Dinov2WithRegistersConfig(
+        hidden_size=32, num_hidden_layers=3, num_attention_heads=2, intermediate_size=64, patch_size=14, image_size=56,
+        num_register_tokens=4)).eval()
+    split = task_splits(sr.parse_args(["--smoke", "--test", "3"]), "single")["test"]
+    for size in (112, 56):
+        features = pass_record(compute_pass(teacher, split, size, batch_size=4))["features"]
+        pixels = split.pixels(slice(None))
+        with torch.inference_mode():
+            live = teacher_features(teacher, pixels if size == 112 else resized(pixels, size))
+        torch.testing.assert_close(live, features, atol=2e-3, rtol=0)  # the pass keeps its patches in float16
