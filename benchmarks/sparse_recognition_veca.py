@@ -51,7 +51,6 @@ import copy
 import math
 import os
 import platform
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -403,16 +402,15 @@ def train_students(args, teacher, train: list[Split], targets: list[dict], threa
     progress(f"2/7 {FROM_TEACHER}: the conversion at {args.canvas_size} px on {len(images) - photos} training canvases "
              f"and {photos} photos, stage 1 {args.stage1_steps} steps, stage 2 {args.stage2_steps[-1]}")
     folder = run_dir(args, FROM_TEACHER)
-    for written in ("checkpoints", "final"):  # what an earlier run of the conversion wrote there
-        shutil.rmtree(folder / written, ignore_errors=True)
     starts[FROM_TEACHER], students[FROM_TEACHER], conversion = convert_on_task(
         args, teacher, images, table_canvases(args, train[0]), folder, [LOW_CORES, FULL_CORES],
         lambda line: print(line, flush=True))
     training[FROM_TEACHER] = {
         "method": "training.conversion", "steps": conversion_points(args)[-1]["steps"],
         "train_time_s": time.perf_counter() - began, "conversion_time_s": conversion["conversion_time_s"],
-        "stage1_steps": args.stage1_steps, "stage2_steps": args.stage2_steps[-1], "stage1_lr": args.stage1_lr,
-        "stage2_lr": args.stage2_lr, "lora_rank": args.lora_rank, "batch_size": args.convert_batch_size,
+        "conversion_reused": conversion.get("reused", False), "stage1_steps": args.stage1_steps,
+        "stage2_steps": args.stage2_steps[-1], "stage1_lr": args.stage1_lr, "stage2_lr": args.stage2_lr,
+        "lora_rank": args.lora_rank, "batch_size": args.convert_batch_size,
         "train_size": args.canvas_size, "canvases": len(images) - photos, "photos": photos,
         "seeded": conversion["seeded"], **{f"{stage}_{key}": conversion["stages"][stage][key]
                                           for stage in ("stage1", "stage2") if stage in conversion["stages"]

@@ -1,17 +1,29 @@
 """VECA from the teacher on the sparse-recognition task (benchmarks.sparse_recognition_veca): training.conversion's
 `convert` (the copy, its bank seeded from the teacher's tokens, stage 1, stage 2) on the training canvases but their
 validation ones and the training photos, at the canvas size; its per-block table on validation canvases; a checkpoint
-of the student at each point of its learning curve (`conversion_points`)."""
+of the student at each point of its learning curve (`conversion_points`). A finished conversion is kept with its
+record and key (`conversion_key`) and reused by a run that would compute the same bits: the conversion is most of
+`make tasks-veca`'s time, and a killed run need not redo it."""
 
+import hashlib
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 from safetensors.torch import save_file
 
+import training.conversion
+from corevision_hf import VecaModel
 from corevision_hf.saving import save_model_folder
 from evaluation.canvases import PhotoSplit, Pixels, Split
+from evaluation.teacher_passes import code_digest, teacher_fingerprint
+from training.checkpointing import delete_entries, write_json
 from training.conversion import convert
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "corevision_hf"
+RECORD = "conversion.json"  # in the student's folder, written last: the key and convert's record
+WRITTEN = ("checkpoints", "start", "final", RECORD)  # what a conversion writes in that folder
 
 
 def conversion_images(args, train: list[Split]) -> Pixels:
@@ -43,16 +55,63 @@ def checkpoint_path(folder: Path, steps: int) -> Path:
     return folder / "checkpoints" / f"checkpoint_{steps}" / "model.safetensors"
 
 
+def conversion_settings(args) -> SimpleNamespace:
+    """training.conversion's settings from the benchmark's: a bank of max(--cores), the stages' steps (stage 2 up to
+    the last of --stage2-steps), rates, LoRA rank and batch size, --seed."""
+    return SimpleNamespace(num_cores=args.cores[-1], batch_size=args.convert_batch_size,
+                           stage1_steps=args.stage1_steps, stage1_lr=args.stage1_lr,
+                           stage2_steps=args.stage2_steps[-1], stage2_lr=args.stage2_lr, lora_rank=args.lora_rank,
+                           seed=args.seed)
+
+
+def conversion_key(args, teacher, images: Pixels, val: torch.Tensor, table_budgets: list[int]) -> str:
+    """SHA-256 of what decides the conversion's bits and its record: the settings, the nested-dropout and table
+    budgets, the curve's points, the training images' and the validation canvases' pixels, the teacher's weights
+    (evaluation.teacher_passes' fingerprint), the code that runs (the package, training.conversion and this module, as
+    syntax trees without docstrings) and torch's version."""
+    digest = hashlib.sha256(json.dumps({
+        "settings": vars(conversion_settings(args)), "budgets": list(args.cores), "table_budgets": list(table_budgets),
+        "points": conversion_points(args), "teacher": teacher_fingerprint(teacher), "torch": torch.__version__,
+        "code": code_digest(*(path.read_text() for path in sorted(PACKAGE.rglob("*.py"))),
+                            Path(training.conversion.__file__).read_text(), Path(__file__).read_text()),
+    }, sort_keys=True).encode())
+    for split in images.splits:
+        digest.update(split.images.tobytes())
+    digest.update(val.contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def finished_conversion(args, folder: Path, key: str) -> tuple | None:
+    """(start, student, record) of the conversion kept in `folder` under `key`, the record marked "reused"; None where
+    there is none, its key is another's, or a file it needs is missing."""
+    try:
+        kept = json.loads((folder / RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    needed = [folder / "start", folder / "final", *(checkpoint_path(folder, point["steps"]).parent
+                                                     for point in conversion_points(args)[1:])]
+    if not isinstance(kept, dict) or kept.get("key") != key or not all(path.exists() for path in needed):
+        return None
+    start, student = (VecaModel.from_pretrained(str(folder / name)).float().eval() for name in ("start", "final"))
+    return start, student, {**kept["record"], "reused": True}
+
+
 def convert_on_task(args, teacher, images, val: torch.Tensor, folder: Path, table_budgets: list[int], log) -> tuple:
     """`convert` of `teacher` on `images` (`conversion_images`), its tables on `val` (`table_canvases`) at
-    `table_budgets`, with the benchmark's settings (a bank of max(--cores), nested dropout over --cores, the stages'
-    steps, rates, LoRA rank and batch size, --seed); each later point of `conversion_points` kept as a checkpoint
-    under `folder` (`checkpoint_path`), the student as a model folder in `folder`/final. Returns (its start: the copy
-    with its seeded bank, the converted student, convert's record), the models float32 in eval mode."""
-    settings = SimpleNamespace(num_cores=args.cores[-1], batch_size=args.convert_batch_size,
-                               stage1_steps=args.stage1_steps, stage1_lr=args.stage1_lr,
-                               stage2_steps=args.stage2_steps[-1], stage2_lr=args.stage2_lr, lora_rank=args.lora_rank,
-                               seed=args.seed)
+    `table_budgets`, with the benchmark's settings (`conversion_settings`, nested dropout over --cores); each later
+    point of `conversion_points` kept as a checkpoint under `folder` (`checkpoint_path`), its start and the student as
+    model folders in `folder`/start and `folder`/final, then the key and the record in `folder`/conversion.json. A
+    conversion kept there under the same key (`conversion_key`) is reused: its record, times included, is that run's,
+    with "reused": true. Returns (its start: the copy with its seeded bank, the converted student, convert's record),
+    the models float32 in eval mode."""
+    key = conversion_key(args, teacher, images, val, table_budgets)
+    finished = finished_conversion(args, folder, key)
+    if finished is not None:
+        log(f"reusing the conversion kept in {folder} (the same settings, images, teacher and code; its times are "
+            "that run's): delete the folder to convert again")
+        return finished
+    delete_entries(str(folder), WRITTEN)  # what an earlier conversion wrote there (the scratch folder is ours)
+    settings = conversion_settings(args)
     kept, start = {point["steps"] for point in conversion_points(args)[1:]}, {}
 
     def keep(stage: str, steps: int, snapshot) -> None:
@@ -66,5 +125,7 @@ def convert_on_task(args, teacher, images, val: torch.Tensor, folder: Path, tabl
 
     student, record = convert(teacher, images, val, settings, log, budgets=args.cores, table_budgets=table_budgets,
                               after_step=keep)
+    save_model_folder(start["model"], folder / "start")
     save_model_folder(student, folder / "final")
+    write_json(str(folder / RECORD), {"key": key, "record": record})
     return start["model"], student.eval(), record

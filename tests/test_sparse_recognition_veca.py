@@ -250,6 +250,40 @@ def test_a_second_run_gives_the_same_bits(smoke):
         assert all(torch.equal(weights[0][key], weights[1][key]) for key in weights[0])
 
 
+def test_a_finished_conversion_is_reused_under_its_key_and_done_again_under_another(smoke, monkeypatch):
+    """A run whose scratch folder holds a finished conversion of the same key reuses it without converting and gives
+    the first run's bits, its record saying so; another setting converts again, and so does a kept conversion that
+    lacks a checkpoint of the curve."""
+    import shutil
+
+    from evaluation import task_conversion
+
+    folder, report = smoke
+    shutil.copytree(folder / "first" / "runs", folder / "reuse" / "runs")
+
+    def converted_again(*args, **kwargs):
+        raise AssertionError("converted again")
+
+    monkeypatch.setattr(task_conversion, "convert", converted_again)
+    again = run_smoke(folder, "reuse")
+    assert again["learning_curve"] == report["learning_curve"] and again["goals"] == report["goals"]
+    for key in ("transfer_error", "final_cosines"):
+        assert again[key] == report[key]
+    first, reused = (r["students"][srv.FROM_TEACHER] for r in (report, again))
+    assert reused["conversion_reused"] and not first["conversion_reused"]
+    assert reused["conversion_time_s"] == first["conversion_time_s"]
+    assert reused["stage2_losses"] == first["stage2_losses"]
+    with pytest.raises(AssertionError, match="converted again"):
+        run_smoke(folder, "reuse", "--stage2-lr", "1e-4")  # another key: the kept conversion is deleted, not trusted
+    assert not (folder / "reuse" / "runs" / srv.FROM_TEACHER.replace(" ", "_") / "conversion.json").exists()
+
+    kept = folder / "lacking" / "runs"
+    shutil.copytree(folder / "first" / "runs", kept)
+    shutil.rmtree(task_conversion.checkpoint_path(kept / srv.FROM_TEACHER.replace(" ", "_"), STAGE1).parent)
+    with pytest.raises(AssertionError, match="converted again"):
+        run_smoke(folder, "lacking")
+
+
 def test_elastic_fine_tuning_draws_a_budget_per_step_and_is_measured_at_every_budget(smoke):
     _, report = smoke
     result = report["variants"]["single"]
