@@ -157,8 +157,8 @@ tasks-veca: setup $(VENV)/.teacher
 # Issue #69's study (docs/fine-tuning.md): `--recipe finetune-guarded` against its own `--epochs 0` probe on three task
 # types (semantic, orientation, colour) at 112 and 224 px, paired over the held-out GCompris photos, which
 # examples/gcompris_photos.py downloads once (44 MB); writes benchmarks/results/finetune_tasks.json. Runs and task
-# folders go to outputs/finetune_tasks/ (a finished run there is reused: delete it to start anew). Not yet run; its time
-# was estimated from a reduced run at 1-2.5 hours on 2 cores (experiments/finetune_rule/LOG.md).
+# folders go to outputs/finetune_tasks/ (a finished run there is reused: delete it to start anew). The committed run
+# took 92 minutes on 2 cores (experiments/finetune_rule/LOG.md).
 finetune-tasks: setup $(VENV)/.teacher
 	test -d outputs/gcompris_photos || $(PYTHON) examples/gcompris_photos.py
 	$(PYTHON) -m benchmarks.finetune_tasks --output benchmarks/results/finetune_tasks.json

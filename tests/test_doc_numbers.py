@@ -648,6 +648,38 @@ FINE_TUNING = [
       for key in (("difference",), ("interval_95", 0), ("interval_95", 1))]),
 ]
 
+FT_TASKS = RESULTS + "finetune_tasks.json"
+
+
+def finetune_task_row(task, size):
+    entry = ("entries", {"task": task, "image_size": size})
+    kept = Derived(f"{FT_TASKS}: {task} {size} kept", lambda: lookup(FT_TASKS, (*entry, "kept")), 0)
+    return [V(FT_TASKS, *entry, "probe"), V(FT_TASKS, *entry, "recipe"), kept,
+            *interval(FT_TASKS, *entry, "difference", sign=True),
+            *interval(FT_TASKS, *entry, "final_minus_probe", sign=True)]
+
+
+def verdict(json_file, key, text):
+    return Derived(f"{json_file}: {key}", lambda: text[load(json_file)[key]], 0)
+
+
+FINE_TUNING += [
+    *[("docs/fine-tuning.md", f"| {task} | {size} px | {{}} | {{}} ({{}}) | {{}} [{{}}, {{}}] | {{}} [{{}}, {{}}] |",
+       finetune_task_row(task, size)) for task in ("semantic", "orientation", "colour") for size in (112, 224)],
+    ("docs/fine-tuning.md", "kept fine-tuning where validation saw it clearly ahead: the rule is {}.**",
+     [verdict(FT_TASKS, "met", {True: "met", False: "missed"})]),
+    ("docs/fine-tuning.md", "split by photo ({} held out, {} for validation, {} to train)",
+     [Derived(f"{FT_TASKS}: setup split {part}", lambda part=part: len(load(FT_TASKS)["setup"]["split"][part]), 0)
+      for part in ("heldout", "val", "train")]),
+    ("docs/fine-tuning.md", "the last epoch's lead on the held-out photos, {} [{}, {}] at 112 px and {} [{}, {}] at 224 px",
+     [*interval(FT_TASKS, "entries", {"task": "orientation", "image_size": 112}, "final_minus_probe", sign=True),
+      *interval(FT_TASKS, "entries", {"task": "orientation", "image_size": 224}, "final_minus_probe", sign=True)]),
+    ("docs/fine-tuning.md", "The last epoch fell {} [{}, {}] at 112 px",
+     interval(FT_TASKS, "entries", {"task": "colour", "image_size": 112}, "final_minus_probe", sign=True)),
+    ("docs/fine-tuning.md", "validation ({} photos) saw no candidate clearly ahead",
+     [V(FT_TASKS, "entries", {"task": "orientation", "image_size": 112}, "choice", "groups", digits=0)]),
+]
+
 # ------------------------------------------------------------------------------------------------- tasks
 S = RESULTS + "sparse_recognition.json"
 SV = RESULTS + "sparse_recognition_veca.json"
