@@ -118,11 +118,19 @@ def measure_setting(args, passes: TeacherPasses, strokes: int, digit_size: int, 
                                      extra_photos=args.extra_photos, digit_size=digit_size, strokes=strokes,
                                      train=args.train, test=1)
     split = task_splits(canvases, "single")["train"]
-    row = {"strokes": strokes, "digit_size": digit_size}
-    for line, size in (("dense", args.canvas_size), ("equal_flops", equal_size)):
+    row = {"strokes": strokes, "digit_size": digit_size,
+           **read_split(args, passes, split, {"dense": args.canvas_size, "equal_flops": equal_size})}
+    row["gap"] = row["dense"]["best"] - row["equal_flops"]["best"]
+    return row
+
+
+def read_split(args, passes: TeacherPasses, split, sizes: dict) -> dict:
+    """{line: both readers' validation accuracies and their best} of the teacher's pass of `split` at each
+    {line: size}."""
+    row = {}
+    for line, size in sizes.items():
         scores = readers(pass_record(passes.get(split, split.key, size)), split.labels, args)
         row[line] = {"val_accuracy": scores, "best": max(max(s.values()) for s in scores.values())}
-    row["gap"] = row["dense"]["best"] - row["equal_flops"]["best"]
     return row
 
 

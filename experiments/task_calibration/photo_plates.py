@@ -15,7 +15,6 @@ import argparse
 import json
 import sys
 import time
-import types
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +26,7 @@ from evaluation.canvases import Split
 from evaluation.sparse_digits import CELL, make_canvases, photo_background
 from evaluation.task_arguments import GCOMPRIS_PHOTOS
 from evaluation.task_student import SELECTOR_DEPTH, line_costs
-from evaluation.teacher_passes import TeacherPasses, pass_record
+from evaluation.teacher_passes import TeacherPasses
 from evaluation.teachers import load_teacher_model
 
 MODES = ("plate", "dim")
@@ -73,12 +72,10 @@ def main(argv=None) -> dict:
     for mode in args.modes:
         for digit_size in args.digit_sizes:
             split = canvases(mode, digit_size, pilot.train, pilot.seed, GCOMPRIS_PHOTOS)
-            row = {"mode": mode, "strokes": 0, "digit_size": digit_size}
-            for line, size in (("dense", pilot.canvas_size), ("equal_flops", equal_size)):
-                if line not in args.lines:
-                    continue
-                scores = task_pilot.readers(pass_record(passes.get(split, split.key, size)), split.labels, pilot)
-                row[line] = {"val_accuracy": scores, "best": max(max(s.values()) for s in scores.values())}
+            sizes = {line: size for line, size in (("dense", pilot.canvas_size), ("equal_flops", equal_size))
+                     if line in args.lines}
+            row = {"mode": mode, "strokes": 0, "digit_size": digit_size,
+                   **task_pilot.read_split(pilot, passes, split, sizes)}
             if len(args.lines) == 2:
                 row["gap"] = row["dense"]["best"] - row["equal_flops"]["best"]
             rows.append(row)
