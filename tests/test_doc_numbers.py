@@ -1413,6 +1413,9 @@ ELSEWHERE = [
     ("docs/tasks.md", "(5.4 min idle", "make tasks-veca QUICK=1's timing, in commit 6335dbd"),
     ("docs/tasks.md", "+ 2 min,", "the card's time: 89 s, the end of benchmarks/results/sparse_recognition_veca.log"),
     ("docs/tasks.md", "read 0.09 in the run before", "the JSON of the run before (commit 41c82a5)"),
+    ("docs/tasks.md", "LoRA read 0.28 against every weight's 0.38 at C = 64 on the 80 validation canvases, "
+                      "-0.10 [-0.20, +0.00]", "experiments/veca_conversion/results/stage2_lora.json"),
+    ("docs/tasks.md", "stage2_lora`, 21 minutes", "the same JSON's total_time_s"),
     ("docs/tasks.md", "the where check (1 min)", "make tasks' timing of its steps, in commit 1c1b1e9"),
     ("docs/tasks.md", "model card (1 min)", "the same commit"),
     ("docs/tasks.md", "GELU MLP at 1x its cost", "the copy's design (docs/elastic-from-pretrained.md)"),
