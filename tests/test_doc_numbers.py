@@ -977,8 +977,8 @@ TASKS_PAGE = [
                       "{}).",
      [*[V(SV, *TRANSFER, stage, "mean", "student_c8", digits=2) for stage in ("start", "stage1", "stage2")],
       V(SV, *TRANSFER, "start", "mean", "pooled_bound_c8", digits=2)]),
-    ("docs/tasks.md", "The final features' cosine with the teacher's (C = {}): patch tokens {}, {} and {}, centred {}, {} "
-                      "and {}, CLS {}, {} and {}",
+    ("docs/tasks.md", "The final features' cosine with the teacher's (C = {}): patch tokens {}, {} and {}, centred "
+                      "{}, {} and {}, CLS {}, {} and {}",
      [V(SV, "final_cosines", "cores", digits=0),
       *[V(SV, "final_cosines", "stages", stage, key, digits=2)
         for key in ("patch_cosine", "centred_patch_cosine", "cls_cosine") for stage in ("start", "stage1", "stage2")]]),
@@ -1091,9 +1091,9 @@ ELASTIC_PAGE = [
               lambda: max(final_accuracies("VECA from teacher")[:-1]), 2),
       mean_accuracy("VECA-Ti from scratch C=64", json_file=SV),
       *interval(SV, *goal("veca_from_teacher_vs_scratch"), digits=2, sign=True)]),
-    ("docs/elastic-from-pretrained.md", "the seeded copy's attention branches miss the teacher's by {} on average at "
-                                        "C = 64 (1 is the branch zeroed), stage 1 brings that to {}, and stage 2 trades "
-                                        "it ({}) for final features close to the teacher's (patch cosine {}).",
+    ("docs/elastic-from-pretrained.md", "the seeded copy's attention branches miss the teacher's by {} on average "
+                                        "at C = 64 (1 is the branch zeroed), stage 1 brings that to {}, and stage 2 "
+                                        "trades it ({}) for final features close to the teacher's (patch cosine {}).",
      [*[V(SV, *TRANSFER, stage, "mean", "student_c64", digits=2) for stage in ("start", "stage1", "stage2")],
       V(SV, "final_cosines", "stages", "stage2", "patch_cosine", digits=2)]),
     ("docs/elastic-from-pretrained.md", "being within 5 points of the dense teacher (missed by {}) and keeping {} at "
