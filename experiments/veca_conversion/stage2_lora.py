@@ -15,8 +15,8 @@ above full weights' by a paired 95% interval above 0; otherwise every weight sta
     python -m experiments.veca_conversion.stage2_lora    # about 20 minutes on the 2-core CPU
 """
 
+import argparse
 import copy
-import json
 import sys
 import time
 from pathlib import Path
@@ -51,11 +51,16 @@ def validation_reads(args, model, split) -> dict:
     return out
 
 
-def main() -> dict:
+def main(argv=None) -> dict:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     began = time.perf_counter()
     torch.set_num_threads(2)
     args = srv.parse_args([])
     folder = srv.run_dir(args, srv.FROM_TEACHER)
+    needed = [folder / "start", folder / "final", checkpoint_path(folder, args.stage1_steps)]
+    if not all(path.exists() for path in needed):
+        sys.exit(f"stage2_lora: {folder} lacks make tasks-veca's kept conversion (start/, final/, the end of stage 1's "
+                 "checkpoint): run `make tasks-veca` first")
     teacher, source = load_teacher_model(args.teacher)
     split = task_splits(args, "single")["train"]
     train = srv.training_sets(args, {"single": {"train": split}})
