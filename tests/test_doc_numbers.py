@@ -741,6 +741,19 @@ LOOKWHERE_TABLE = [("its selector", "selector", True), ("random cells", "random"
                    ("the teacher's cls map (oracle)", "oracle_cls", False),
                    ("the digits' own cells (ceiling)", "digits", False)]
 
+def flat_steps():
+    """The steps of stage 2 since the curve's fourth point (stage 2 at 150), over which the docs call it flat."""
+    return Derived(f"{SV}: stage 2's steps since its best point", lambda: lookup(SV, (
+        "learning_curve", "VECA from teacher", -1, "stage_steps")) - lookup(SV, (
+            "learning_curve", "VECA from teacher", 3, "stage_steps")), 0)
+
+
+def below_full_range():
+    """The lowest and highest final line of VECA from the teacher below the whole bank (C = 4-32)."""
+    return [Derived(f"{SV}: the {pick.__name__} of VECA from teacher at C = 4-32",
+                    lambda pick=pick: pick(final_accuracies("VECA from teacher")[:-1]), 2) for pick in (min, max)]
+
+
 TASKS_README = [
     ("README.md", "so that the dense teacher reads it ({} on {} test canvases) and the teacher shrunk to LookWhere's "
                   "cost does not ({})",
@@ -1019,9 +1032,7 @@ TASKS_PAGE = [
                       "blocks' errors for the final features: the mean error rises from {} to {} while the patch "
                       "cosine goes from {} to {}.",
      [mean_accuracy("VECA from teacher C=64", json_file=SV), mean_accuracy("teacher dense", json_file=SV),
-      Derived(f"{SV}: stage 2's steps since its best point", lambda: lookup(SV, (
-          "learning_curve", "VECA from teacher", -1, "stage_steps")) - lookup(SV, (
-              "learning_curve", "VECA from teacher", 3, "stage_steps")), 0),
+      flat_steps(),
       *[V(SV, "goals", {"goal": "veca_vs_dense_teacher"}, "held_back_by", key, digits=digits)
         for key, digits in (("block", 0), ("error", 2), ("cores", 0), ("uniform", 2), ("pooled_bound", 2))],
       V(SV, *TRANSFER, "stage1", "mean", "student_c64", digits=2), V(SV, *TRANSFER, "stage2", "mean", "student_c64",
@@ -1039,10 +1050,7 @@ TASKS_PAGE = [
                       "at C = 4-32, their intervals overlapping). The curve's retention was {} at stage 2's {} steps "
                       "and {} at its end.",
      [V(SV, *goal("veca_retention_c8"), "ratio", digits=2), margin("veca_retention_c8", SV, 2, False),
-      Derived(f"{SV}: the lowest of VECA from teacher at C = 4-32",
-              lambda: min(final_accuracies("VECA from teacher")[:-1]), 2),
-      Derived(f"{SV}: the highest of VECA from teacher at C = 4-32",
-              lambda: max(final_accuracies("VECA from teacher")[:-1]), 2),
+      *below_full_range(),
       V(SV, "goals", {"goal": "veca_retention_c8"}, "curve", 2, "value", "value", digits=2),
       V(SV, "goals", {"goal": "veca_retention_c8"}, "curve", 2, "stage_steps", digits=0),
       V(SV, "goals", {"goal": "veca_retention_c8"}, "curve", -1, "value", "value", digits=2)]),
@@ -1085,10 +1093,7 @@ ELASTIC_PAGE = [
                                                                           "stage1_steps", "stage2_steps")],
       minutes(SV, "students", "VECA from teacher", "conversion_time_s"),
       *accuracy("VECA from teacher C=64", json_file=SV), mean_accuracy("teacher dense", json_file=SV),
-      Derived(f"{SV}: the lowest of VECA from teacher at C = 4-32",
-              lambda: min(final_accuracies("VECA from teacher")[:-1]), 2),
-      Derived(f"{SV}: the highest of VECA from teacher at C = 4-32",
-              lambda: max(final_accuracies("VECA from teacher")[:-1]), 2),
+      *below_full_range(),
       mean_accuracy("VECA-Ti from scratch C=64", json_file=SV),
       *interval(SV, *goal("veca_from_teacher_vs_scratch"), digits=2, sign=True)]),
     ("docs/elastic-from-pretrained.md", "the seeded copy's attention branches miss the teacher's by {} on average "
@@ -1135,9 +1140,7 @@ ELASTIC_PAGE = [
      [V(SV, "learning_curve", "VECA from teacher", -1, "steps", digits=0),
       V(SV, "students", "VECA from teacher", "canvases", digits=0),
       V(SV, "students", "VECA from teacher", "photos", digits=0),
-      Derived(f"{SV}: stage 2's steps since its best point", lambda: lookup(SV, (
-          "learning_curve", "VECA from teacher", -1, "stage_steps")) - lookup(SV, (
-              "learning_curve", "VECA from teacher", 3, "stage_steps")), 0)]),
+      flat_steps()]),
 ]
 
 # ------------------------------------------------------------------------------------------------ parity

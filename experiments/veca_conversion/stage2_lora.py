@@ -16,7 +16,6 @@ above full weights' by a paired 95% interval above 0; otherwise every weight sta
 """
 
 import argparse
-import copy
 import sys
 import time
 from pathlib import Path
@@ -51,6 +50,50 @@ def validation_reads(args, model, split) -> dict:
     return out
 
 
+def lora_arm(args, folder: Path, teacher, images) -> tuple:
+    """Stage 2 with LoRA from the kept end of stage 1, on convert's batches: (the student, its losses, seconds)."""
+    stage1 = VecaModel.from_pretrained(str(folder / "start")).float()
+    stage1.load_state_dict(load_file(str(checkpoint_path(folder, args.stage1_steps))))
+    count, size = len(images), args.convert_batch_size
+
+    def batch(step: int) -> torch.Tensor:  # training.conversion.convert's order, so both arms see the same batches
+        order = torch.randperm(count, generator=torch.Generator().manual_seed(args.seed + step // count))
+        first = (step * size) % count
+        return images[order[torch.arange(first, first + size) % count]]
+
+    print(f"lora: stage 2 from the end of stage 1, rank {LORA_RANK}, lr {LORA_LR}, {args.stage2_steps[-1]} steps",
+          flush=True)
+    began = time.perf_counter()
+    lora, losses = end_to_end(stage1, teacher, batch, args.stage2_steps[-1], LORA_LR, args.seed, LORA_RANK)
+    return lora.eval(), losses, time.perf_counter() - began
+
+
+def summary(args, folder: Path, source: str, lora_run: dict, record: dict) -> dict:
+    """The JSON: both arms' per-block tables, cosines and validation reads with 95% intervals, LoRA minus every weight
+    at each C (paired), and the choice by the rule."""
+    rows = bootstrap_rows(args.val, args.bootstrap, args.seed)
+    result = {"teacher": source, "from": f"{folder}: checkpoint_{args.stage1_steps} (the end of stage 1)",
+              "stage2_steps": args.stage2_steps[-1], "full": {"lr": args.stage2_lr, "trainable": "every weight"},
+              "lora": {"rank": LORA_RANK, "lr": LORA_LR, "trainable": "LoRA on q/k/v/o, the bank, coordinate heads",
+                       **lora_run},
+              "validation_canvases": args.val, "cores": [srv.LOW_CORES, srv.FULL_CORES], "arms": {}, "lora - full": {}}
+    for name, arm in record.items():
+        table = arm["table"]
+        result["arms"][name] = {
+            "transfer_error_mean": {k: sum(v) / len(v) for k, v in table["transfer_error"].items()},
+            "transfer_error": table["transfer_error"], "final_cosines": table["final_cosines"],
+            "validation": {str(c): {"accuracy": interval(read["correct"], rows), "weight_decay": read["weight_decay"],
+                                    "correct": read["correct"].int().tolist()}
+                           for c, read in arm["validation"].items()}}
+    for c in (srv.LOW_CORES, srv.FULL_CORES):
+        result["lora - full"][str(c)] = interval(
+            record["lora"]["validation"][c]["correct"] - record["full"]["validation"][c]["correct"], rows)
+    result["rule"] = ("LoRA becomes the default only if its validation accuracy at C = 64 minus full weights' has a "
+                      "paired 95% interval above 0")
+    result["chosen"] = "lora" if result["lora - full"][str(srv.FULL_CORES)]["low"] > 0 else "full"
+    return result
+
+
 def main(argv=None) -> dict:
     argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     began = time.perf_counter()
@@ -63,53 +106,15 @@ def main(argv=None) -> dict:
                  "checkpoint): run `make tasks-veca` first")
     teacher, source = load_teacher_model(args.teacher)
     split = task_splits(args, "single")["train"]
-    train = srv.training_sets(args, {"single": {"train": split}})
-    images, val = conversion_images(args, train), table_canvases(args, split)
-    start = VecaModel.from_pretrained(str(folder / "start")).float().eval()
-    stage1 = copy.deepcopy(start)
-    stage1.load_state_dict(load_file(str(checkpoint_path(folder, args.stage1_steps))))
-    full = VecaModel.from_pretrained(str(folder / "final")).float().eval()
-
-    count, size = len(images), args.convert_batch_size
-
-    def batch(step: int) -> torch.Tensor:  # training.conversion.convert's order, so both arms see the same batches
-        order = torch.randperm(count, generator=torch.Generator().manual_seed(args.seed + step // count))
-        first = (step * size) % count
-        return images[order[torch.arange(first, first + size) % count]]
-
-    steps = args.stage2_steps[-1]
-    print(f"lora: stage 2 from the end of stage 1, rank {LORA_RANK}, lr {LORA_LR}, {steps} steps", flush=True)
-    trained = time.perf_counter()
-    lora, losses = end_to_end(copy.deepcopy(stage1), teacher, batch, steps, LORA_LR, args.seed, LORA_RANK)
-    lora_time = time.perf_counter() - trained
-    lora.eval()
-    targets = teacher_targets(teacher, val)
-    arms, record = {"full": full, "lora": lora}, {}
-    for name, model in arms.items():
+    images = conversion_images(args, srv.training_sets(args, {"single": {"train": split}}))
+    lora, losses, lora_time = lora_arm(args, folder, teacher, images)
+    val = table_canvases(args, split)
+    targets, record = teacher_targets(teacher, val), {}
+    for name, model in {"full": VecaModel.from_pretrained(str(folder / "final")).float().eval(), "lora": lora}.items():
         print(f"{name}:", flush=True)
         record[name] = {"table": table_record(model, teacher, targets, val, [srv.LOW_CORES, srv.FULL_CORES], print),
                         "validation": validation_reads(args, model, split)}
-    rows = bootstrap_rows(args.val, args.bootstrap, args.seed)
-    result = {"teacher": source, "from": f"{folder}: checkpoint_{args.stage1_steps} (the end of stage 1)",
-              "stage2_steps": steps, "full": {"lr": args.stage2_lr, "trainable": "every weight"},
-              "lora": {"rank": LORA_RANK, "lr": LORA_LR, "trainable": "LoRA on q/k/v/o, the bank, coordinate heads",
-                       "losses": losses, "time_s": lora_time},
-              "validation_canvases": args.val, "cores": [srv.LOW_CORES, srv.FULL_CORES], "arms": {}, "lora - full": {}}
-    for name in arms:
-        table = record[name]["table"]
-        result["arms"][name] = {
-            "transfer_error_mean": {k: sum(v) / len(v) for k, v in table["transfer_error"].items()},
-            "transfer_error": table["transfer_error"], "final_cosines": table["final_cosines"],
-            "validation": {str(c): {"accuracy": interval(read["correct"], rows), "weight_decay": read["weight_decay"],
-                                    "correct": read["correct"].int().tolist()}
-                           for c, read in record[name]["validation"].items()}}
-    for c in (srv.LOW_CORES, srv.FULL_CORES):
-        result["lora - full"][str(c)] = interval(
-            record["lora"]["validation"][c]["correct"] - record["full"]["validation"][c]["correct"], rows)
-    difference = result["lora - full"][str(srv.FULL_CORES)]
-    result["rule"] = ("LoRA becomes the default only if its validation accuracy at C = 64 minus full weights' has a "
-                      "paired 95% interval above 0")
-    result["chosen"] = "lora" if difference["low"] > 0 else "full"
+    result = summary(args, folder, source, {"losses": losses, "time_s": lora_time}, record)
     result["total_time_s"] = time.perf_counter() - began
     write_json(str(OUT), result)
     for name, arm in result["arms"].items():
@@ -117,10 +122,10 @@ def main(argv=None) -> dict:
                                       f"{a['accuracy']['high']:.3f}]" for c, a in arm["validation"].items())
               + f"; mean block error at C = 64 {arm['transfer_error_mean']['student_c64']:.3f}; patch cosine "
               f"{arm['final_cosines']['patch_cosine']:.3f}")
+    difference = result["lora - full"][str(srv.FULL_CORES)]
     print(f"lora - full at C = 64: {difference['mean']:+.3f} [{difference['low']:+.3f}, {difference['high']:+.3f}]; "
           f"chosen: {result['chosen']} ({result['total_time_s'] / 60:.1f} min)")
     return result
-
 
 if __name__ == "__main__":
     sys.exit(0 if main() else 1)
