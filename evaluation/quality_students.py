@@ -1,6 +1,7 @@
 """The students of the quality benchmark (benchmarks.distill_quality), each trained identically against one teacher:
 what each is (STUDENTS: its family, the initialisation it shares, the --lr-* argument of its peak lr), how each is made
-(`new_student`, with its step loss and per-step budget draws), the budgets it is measured at (`budgets_of`) and
+(`new_student`, with its step loss and per-step budget draws; VECA from the teacher as issue #67's conversion makes it:
+its bank seeded from the teacher's tokens here, its stage 1 in evaluation.quality_training, its loss stage 2's), the budgets it is measured at (`budgets_of`) and
 validated at (`validation_budgets`), and its analytic cost (`gflops`)."""
 
 import torch
@@ -14,6 +15,7 @@ from corevision_hf import (
 from corevision_hf.agreement import teacher_flops
 from corevision_hf.lookwhere.budget_lookwhere import kept_for_ratio
 from corevision_hf.veca.configuration_veca import swiglu_intermediate_size
+from training.conversion import end_to_end_loss, seed_core_bank, teacher_targets
 from training.losses import lookwhere_loss, veca_loss
 from training.schedule import draw, draw_int
 
@@ -48,16 +50,22 @@ class DenseStudent(Dinov2PreTrainedModel):
         return BaseModelOutputWithPooling(last_hidden_state=hidden, pooler_output=hidden[:, 0])
 
 
-def new_student(name: str, teacher, args, seed: int):
-    """(student, its step loss, draws(step)) of kind `name`, initialised from `seed`."""
+def new_student(name: str, teacher, args, seed: int, seeding=None):
+    """(student, its step loss, draws(step)) of kind `name`, initialised from `seed`. VECA from the teacher: the
+    teacher's width and depth, its weights where VECA has a place for them (`veca_from_teacher`), the bank seeded from
+    the teacher's tokens of the pixel batches `seeding` yields (training.conversion's `seed_core_bank`, as the
+    conversion starts); its loss is the conversion's stage 2 (`conversion_step_loss`)."""
     family = STUDENTS[name][0]
     torch.manual_seed(seed)
     width = teacher.config.hidden_size
-    if name == "VECA from teacher":  # the teacher's width and depth, its weights where VECA has a place for them
+    if name == "VECA from teacher":
+        if seeding is None:
+            raise ValueError("VECA from the teacher seeds its bank from training images: pass `seeding`.")
         model = veca_from_teacher(teacher, num_cores=NUM_CORES, image_size=args.image_size,
-                                  training_budgets=list(ELASTIC_BUDGETS))
+                                  training_budgets=list(ELASTIC_BUDGETS)).float()
+        seed_core_bank(model, teacher, seeding, seed=seed)
         budgets, weights = model.config.training_budgets, model.config.training_budget_weights
-        return model, veca_step_loss, lambda step: {"num_cores": draw(budgets, weights, seed, step)}
+        return model, conversion_step_loss(teacher), lambda step: {"num_cores": draw(budgets, weights, seed, step)}
     if family == "veca":
         budgets = {"VECA elastic": list(ELASTIC_BUDGETS), "VECA fixed-4": [4], "VECA fixed-32": [NUM_CORES]}[name]
         config = VecaConfig.from_preset(
@@ -83,6 +91,15 @@ def new_student(name: str, teacher, args, seed: int):
 def veca_step_loss(student, pixel_values, targets, num_cores):
     output = student(pixel_values, num_cores=num_cores)
     return veca_loss(output.pooler_output, output.last_hidden_state[:, num_cores:], targets["cls"], targets["patches"])
+
+
+def conversion_step_loss(teacher):
+    """The conversion's stage 2 as a step loss (training.conversion's `end_to_end_loss`): the student's tokens after
+    every block and its final features against the teacher's, from the teacher's forward of the batch (its cached
+    final targets do not hold the blocks); no terms logged beside it."""
+    def step_loss(student, pixel_values, targets, num_cores):
+        return end_to_end_loss(student, teacher_targets(teacher, pixel_values), pixel_values, num_cores), {}
+    return step_loss
 
 
 def dense_step_loss(student, pixel_values, targets):

@@ -2,7 +2,10 @@
 training photos (`prepare_train_folder`), random resized crops of them per seed (`training_dataset`), the teacher's
 targets of every crop a seed's students will see, cached before any trains (`teacher_cache`, `fill_teacher_cache`;
 their mean is the centre of the centred measures, `mean_teacher_tokens`), and one student through training.loop's
-`distill` with the validation photos choosing its step (`train`)."""
+`distill` with the validation photos choosing its step (`train`). VECA from the teacher is issue #67's conversion: its
+bank seeded from the teacher's tokens of the seed's first crops (`seeding_crops`), stage 1 (attention transfer) on the
+seed's crops in order (`crop_batches`), then stage 2 as its step loss through `distill`, like every student; the
+per-block table (training.conversion) on the validation photos at its start, after stage 1 and at its chosen step."""
 
 import hashlib
 import json
@@ -15,8 +18,9 @@ from pathlib import Path
 
 import torch
 
-from evaluation.quality_students import STUDENTS, validation_budgets
+from evaluation.quality_students import NUM_CORES, STUDENTS, validation_budgets
 from training.arguments import training_parser
+from training.conversion import attention_transfer, table_record, teacher_targets
 from training.checkpointing import write_json
 from training.data import build_dataset
 from training.data import image_files as training_image_files  # (refuses held-out photos)
@@ -57,6 +61,62 @@ def training_dataset(train_dir: Path, args, seed: int, cache: TeacherCache) -> t
     dataset.set_epoch = lambda epoch: epoch_set(cache.crop_epoch(epoch))
     dataset.set_crop_epoch = epoch_set
     return dataset, data_stats
+
+
+def crop_batches(dataset, batch_size: int, cycle: int):
+    """batch(step) -> (batch_size, 3, S, S): the seed's crops in order, crop epoch after crop epoch (repeating every
+    `cycle`), `batch_size` a step; unreadable photos skipped."""
+    def batch(step: int) -> torch.Tensor:
+        positions = range(step * batch_size, (step + 1) * batch_size)
+        pixels = []
+        for position in positions:
+            dataset.set_crop_epoch(position // len(dataset) % cycle)
+            item = dataset[position % len(dataset)]
+            if item["pixel_values"] is not None:
+                pixels.append(item["pixel_values"])
+        return torch.stack(pixels)
+    return batch
+
+
+def seeding_crops(train_dir: Path, args, seed: int, cache: TeacherCache) -> list[torch.Tensor]:
+    """The batches VECA from the teacher seeds its bank from: the seed's first crop epoch, 16 crops a batch."""
+    dataset, _ = training_dataset(train_dir, args, seed, cache)
+    dataset.set_crop_epoch(0)
+    batches = []
+    for first in range(0, len(dataset), 16):
+        pixels = [pixels for pixels in dataset[first : first + 16]["pixel_values"] if pixels is not None]
+        batches += [torch.stack(pixels)] if pixels else []
+    return batches
+
+
+def validation_pixels(args) -> torch.Tensor:
+    """(M, 3, S, S): the validation photos at the training size, resized and centre-cropped as validation reads
+    them; where VECA from the teacher's per-block table is measured."""
+    dataset, _ = build_dataset(str(args.val_photos), image_size=args.image_size, train=False)
+    return torch.stack([item["pixel_values"] for item in dataset if item["pixel_values"] is not None])
+
+
+def stage1(student, teacher, train_dir: Path, args, seed: int, cache: TeacherCache) -> dict:
+    """VECA from the teacher's stage 1 (training.conversion's `attention_transfer`: the copied weights frozen, the bank
+    and coordinate heads learn each block's attention branch) for --stage1-steps at --stage1-lr on the seed's crops
+    in order, a --batch-size a step; the per-block table at C = 8 and the whole bank on the validation photos before
+    and after. Returns its record."""
+    val = validation_pixels(args)
+    targets = teacher_targets(teacher, val)
+    budgets = sorted({min(8, student.config.num_cores), student.config.num_cores})
+    print("      the copy, its bank seeded from the teacher's tokens: per-block table on the validation photos",
+          flush=True)
+    record = {"start": table_record(student, teacher, targets, val, budgets, print)}
+    if not args.stage1_steps:
+        return record
+    began = time.perf_counter()
+    dataset, _ = training_dataset(train_dir, args, seed, cache)
+    losses = attention_transfer(student, teacher, crop_batches(dataset, args.batch_size, cache.cycle),
+                                args.stage1_steps, args.stage1_lr, seed, lambda line: print("      " + line, flush=True))
+    record["stage1"] = {"steps": args.stage1_steps, "lr": args.stage1_lr, "time_s": time.perf_counter() - began,
+                        "loss_first": losses[0], "loss_last": losses[-1],
+                        **table_record(student, teacher, targets, val, budgets, print)}
+    return record
 
 
 def teacher_cache(scratch: Path, seed: int, args, source: str, train_names: list[str]) -> TeacherCache:
@@ -131,6 +191,8 @@ def train(name: str, student, step_loss, draws, lr: float, train_dir: Path, teac
         run_args.freeze_extractor_steps = args.freeze_extractor_steps
         run_args.extractor_warmup_steps = args.extractor_warmup_steps
     accelerator = start(run_args, SCRIPT)
+    started = time.perf_counter()
+    conversion = stage1(student, teacher, train_dir, args, seed, cache) if name == "VECA from teacher" else None
     dataset, data_stats = training_dataset(train_dir, args, seed, cache)
     grid = (args.image_size // 14, args.image_size // 14)
     seen = {"batches": 0, "checksum": 0.0}
@@ -151,7 +213,6 @@ def train(name: str, student, step_loss, draws, lr: float, train_dir: Path, teac
 
     budget_name, budgets = validation_budgets(name, args.image_size)
     validation = HeldOutAgreement(str(args.val_photos), budget_name, budgets, [args.image_size], 8)
-    started = time.perf_counter()
     distill(accelerator, run_args, SCRIPT, student, teacher, dataset, data_stats, draws, loss_fn,
             validate=lambda model: validation(model, teacher, centre=centre), teacher_mean=teacher_mean)
     for folder in ("final", "best"):  # the model card quotes the command that made it: this benchmark's
@@ -169,4 +230,10 @@ def train(name: str, student, step_loss, draws, lr: float, train_dir: Path, teac
               "loss_mean_first10": statistics.fmean(r["loss"] for r in history[:10]), "best_step": best["step"],
               "validation": [{"step": v["step"], "score": v["score"]} for v in validations]}
     best_student = type(student).from_pretrained(str(output_dir / "best")).float().eval()
+    if conversion is not None:  # the per-block table of the step validation chose, beside its start's and stage 1's
+        val = validation_pixels(args)
+        print(f"      at the chosen step {best['step']} of stage 2:", flush=True)
+        conversion["chosen"] = table_record(best_student, teacher, teacher_targets(teacher, val), val,
+                                            sorted({min(8, NUM_CORES), NUM_CORES}), print)
+        record["conversion"] = conversion
     return best_student, record

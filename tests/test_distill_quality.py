@@ -16,6 +16,7 @@ from benchmarks import quality_stats as qs
 from evaluation.lookwhere_features import chosen_features
 from evaluation.photo_agreement import PhotoSet, constant_agreement
 from evaluation.quality_students import ELASTIC_BUDGETS, STUDENTS, budgets_of, gflops, new_student
+from evaluation.quality_training import seeding_crops, teacher_cache
 from evaluation.quality_training import cached_targets
 from evaluation.selections import centre_scores
 from evaluation.teachers import equal_flops_resolution, load_teacher_model
@@ -157,9 +158,12 @@ def test_smoke_run_writes_every_baseline_beside_the_students(tmp_path, capsys):
     args = dq.parse_args(["--smoke", "--heldout-photos", str(held_out)])
     model, _ = load_teacher_model(str(tmp_path / "teacher"))
     photos = PhotoSet(held_out, model, args.resolutions, args.image_size, args)
+    # VECA from the teacher starts as the copy with its bank seeded from seed 1's first crops
+    seeding = seeding_crops(tmp_path / "scratch" / "train_photos", args, 1,
+                            teacher_cache(tmp_path / "elsewhere", 1, args, "", []))
     for name, init, label in (("dense ViT", "dense ViT", "all"), ("VECA from teacher", "VECA from teacher", "cores=1"),
                               ("LookWhere-S from teacher", "LookWhere-S from teacher", "k_ratio=0.1")):
-        start = photos.measure(new_student(name, model, args, 1)[0], [(label, budgets_of(name)[0][1])])[label]
+        start = photos.measure(new_student(name, model, args, 1, seeding)[0], [(label, budgets_of(name)[0][1])])[label]
         for r, block in result["results"].items():
             line = block["baselines"]["init"][f"{init}/{label}"]["patch"]["per_seed_per_photo"][1]
             trained = next(row for row in block["students"] if row["student"] == name and row["setting"] == label)
@@ -196,6 +200,15 @@ def test_smoke_run_writes_every_baseline_beside_the_students(tmp_path, capsys):
     assert all(record["best_step"] in {v["step"] for v in record["validation"]} for record in result["training"].values())
     assert set(result["training"]) == {f"{name}/seed{s}" for name in STUDENTS for s in (0, 1)} | {
         f"{name} rerun/seed0" for name in dq.RERUN_STUDENTS}
+    # VECA from the teacher's conversion: its per-block table at its start, after stage 1 and at the chosen step;
+    # stage 1 moves the bank alone (the uniform reference, the copied value and output projections, is unchanged)
+    # and stage 2 every weight
+    conversion = result["training"]["VECA from teacher/seed0"]["conversion"]
+    assert conversion["stage1"]["steps"] == 2 and set(conversion) == {"start", "stage1", "chosen"}
+    tables = {stage: conversion[stage]["transfer_error"] for stage in ("start", "stage1", "chosen")}
+    assert tables["stage1"]["uniform"] == tables["start"]["uniform"] != tables["chosen"]["uniform"]
+    assert tables["stage1"]["student_c8"] != tables["start"]["student_c8"]
+    assert tables["stage1"]["pooled_bound_c32"] == tables["start"]["pooled_bound_c32"]
 
     # Interrupted after every student finished: --resume keeps them all and gives the same tables; a resume with
     # another setting (or other code) is refused in one line and leaves the run as it was.
@@ -292,6 +305,7 @@ def test_scratch_folder_is_refused_unless_the_benchmark_made_it(tmp_path):
     (["--seeds", "1", "1"], "repeats a seed"),
     (["--rerun-seed", "5"], "is not one of --seeds"),
     (["--map-queries", "registers"], "argument --map-queries: invalid choice: 'registers'"),
+    (["--stage1-steps", "-1"], "--stage1-steps -1 must be at least 0"),
 ])
 def test_bad_arguments_are_one_line(argv, words, capsys):
     with pytest.raises(SystemExit) as stop:
