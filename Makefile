@@ -81,9 +81,9 @@ bench: setup
 	$(PYTHON) -m benchmarks.onnx_speed --output benchmarks/results/onnx_cpu.json
 
 # Distillation quality on the held-out photos (7 students x 2 seeds and a same-seed rerun, 300 steps each, the step
-# picked on the validation photos, with their baselines; 35-40 minutes idle (estimated), 2-3x on a busy machine:
-# docs/quality.md), then the model cards of seed 0's VECA elastic, LookWhere-S and VECA-S from the teacher, budget
-# tables included (benchmarks/results/cards/).
+# picked on the validation photos, with their baselines; VECA from the teacher converted as issue #67's recipe does,
+# 150 steps of stage 1 before its 300; 35 minutes idle: docs/quality.md), then the model cards of seed 0's VECA
+# elastic, LookWhere-S and VECA-S from the teacher, budget tables included (benchmarks/results/cards/).
 # `make quality QUICK=1`: one seed and its reruns, 100 steps, everything under outputs/quality_quick/ (8.8 minutes
 # idle before VECA from the teacher joined; 2-3x on a busy machine).
 QUALITY_OUT := $(if $(QUICK),outputs/quality_quick,benchmarks/results)
