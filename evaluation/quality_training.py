@@ -96,17 +96,18 @@ def validation_pixels(args) -> torch.Tensor:
     return torch.stack([item["pixel_values"] for item in dataset if item["pixel_values"] is not None])
 
 
-def stage1(student, teacher, train_dir: Path, args, seed: int, cache: TeacherCache) -> dict:
+TABLE_BUDGETS = [8, NUM_CORES]  # where VECA from the teacher's per-block table is measured
+
+
+def stage1(student, teacher, train_dir: Path, args, seed: int, cache: TeacherCache, val: torch.Tensor,
+           targets: dict) -> dict:
     """VECA from the teacher's stage 1 (training.conversion's `attention_transfer`: the copied weights frozen, the bank
     and coordinate heads learn each block's attention branch) for --stage1-steps at --stage1-lr on the seed's crops
-    in order, a --batch-size a step; the per-block table at C = 8 and the whole bank on the validation photos before
-    and after. Returns its record."""
-    val = validation_pixels(args)
-    targets = teacher_targets(teacher, val)
-    budgets = sorted({min(8, student.config.num_cores), student.config.num_cores})
+    in order, a --batch-size a step; the per-block table at TABLE_BUDGETS on the validation photos `val` (the
+    teacher's `targets` of them) before and after. Returns its record."""
     print("      the copy, its bank seeded from the teacher's tokens: per-block table on the validation photos",
           flush=True)
-    record = {"start": table_record(student, teacher, targets, val, budgets, print)}
+    record = {"start": table_record(student, teacher, targets, val, TABLE_BUDGETS, print)}
     if not args.stage1_steps:
         return record
     began = time.perf_counter()
@@ -115,7 +116,7 @@ def stage1(student, teacher, train_dir: Path, args, seed: int, cache: TeacherCac
                                 args.stage1_steps, args.stage1_lr, seed, lambda line: print("      " + line, flush=True))
     record["stage1"] = {"steps": args.stage1_steps, "lr": args.stage1_lr, "time_s": time.perf_counter() - began,
                         "loss_first": losses[0], "loss_last": losses[-1],
-                        **table_record(student, teacher, targets, val, budgets, print)}
+                        **table_record(student, teacher, targets, val, TABLE_BUDGETS, print)}
     return record
 
 
@@ -192,7 +193,11 @@ def train(name: str, student, step_loss, draws, lr: float, train_dir: Path, teac
         run_args.extractor_warmup_steps = args.extractor_warmup_steps
     accelerator = start(run_args, SCRIPT)
     started = time.perf_counter()
-    conversion = stage1(student, teacher, train_dir, args, seed, cache) if name == "VECA from teacher" else None
+    conversion = None
+    if name == "VECA from teacher":  # its per-block table: on the validation photos, the teacher run on them once
+        val = validation_pixels(args)
+        val_targets = teacher_targets(teacher, val)
+        conversion = stage1(student, teacher, train_dir, args, seed, cache, val, val_targets)
     dataset, data_stats = training_dataset(train_dir, args, seed, cache)
     grid = (args.image_size // 14, args.image_size // 14)
     seen = {"batches": 0, "checksum": 0.0}
@@ -231,9 +236,7 @@ def train(name: str, student, step_loss, draws, lr: float, train_dir: Path, teac
               "validation": [{"step": v["step"], "score": v["score"]} for v in validations]}
     best_student = type(student).from_pretrained(str(output_dir / "best")).float().eval()
     if conversion is not None:  # the per-block table of the step validation chose, beside its start's and stage 1's
-        val = validation_pixels(args)
         print(f"      at the chosen step {best['step']} of stage 2:", flush=True)
-        conversion["chosen"] = table_record(best_student, teacher, teacher_targets(teacher, val), val,
-                                            sorted({min(8, NUM_CORES), NUM_CORES}), print)
+        conversion["chosen"] = table_record(best_student, teacher, val_targets, val, TABLE_BUDGETS, print)
         record["conversion"] = conversion
     return best_student, record
