@@ -173,12 +173,9 @@ def mean_teacher_tokens(caches: list[Path]) -> tuple[torch.Tensor, torch.Tensor,
     return (cls_sum / crops).float(), (patch_sum / patches).float(), crops
 
 
-def train(name: str, student, step_loss, draws, lr: float, train_dir: Path, teacher, cache: TeacherCache, args,
-          seed: int, steps: int, output_dir: Path, centre: tuple) -> tuple:
-    """One student through training.loop's `distill` at peak `lr` for `steps` steps; the teacher's targets come from
-    `cache` (filled before any student trains, `fill_teacher_cache`). Every --eval-every steps the validation photos
-    score it (centred agreement against `centre`, over every budget it is measured at) and the best step is exported
-    to OUT/best. Returns (the best step's student, its training record)."""
+def run_arguments(name: str, lr: float, train_dir: Path, args, seed: int, steps: int, output_dir: Path):
+    """training.loop's arguments for one student of this benchmark: its rate, steps, data and validation photos, and
+    the recipe fields its model card reads."""
     run_args = training_parser(__doc__, lr=lr, min_lr=lr / 100, weight_decay=args.weight_decay).parse_args([
         "--teacher", args.teacher, "--data", str(train_dir), "--output-dir", str(output_dir),
         "--batch-size", str(args.batch_size), "--max-steps", str(steps), "--warmup-steps", str(max(1, steps // 10)),
@@ -191,6 +188,16 @@ def train(name: str, student, step_loss, draws, lr: float, train_dir: Path, teac
     if name == "LookWhere-S from teacher":
         run_args.freeze_extractor_steps = args.freeze_extractor_steps
         run_args.extractor_warmup_steps = args.extractor_warmup_steps
+    return run_args
+
+
+def train(name: str, student, step_loss, draws, lr: float, train_dir: Path, teacher, cache: TeacherCache, args,
+          seed: int, steps: int, output_dir: Path, centre: tuple) -> tuple:
+    """One student through training.loop's `distill` at peak `lr` for `steps` steps; the teacher's targets come from
+    `cache` (filled before any student trains, `fill_teacher_cache`). Every --eval-every steps the validation photos
+    score it (centred agreement against `centre`, over every budget it is measured at) and the best step is exported
+    to OUT/best. Returns (the best step's student, its training record)."""
+    run_args = run_arguments(name, lr, train_dir, args, seed, steps, output_dir)
     accelerator = start(run_args, SCRIPT)
     started = time.perf_counter()
     conversion = None
