@@ -836,8 +836,19 @@ def below_full_range():
                     lambda pick=pick: pick(final_accuracies("VECA from teacher")[:-1]), 2) for pick in (min, max)]
 
 
+def epochs_run(line) -> int:
+    """The epochs a fine-tuned line ran (its validation list starts at epoch 0, the probe's head)."""
+    return len(lookup(S, (*line, "val_accuracy"))) - 1
+
+
 def last_epoch(line):
-    return Derived(f"{S}: {line[-1]}'s last epoch", lambda: len(lookup(S, (*line, "val_accuracy"))) - 1, 0)
+    return Derived(f"{S}: {line[-1]}'s last epoch", lambda: epochs_run(line), 0)
+
+
+def fine_tuning_minutes(line, per_epoch=False):
+    """A fine-tuned line's training time in minutes (resumed runs included), or per epoch it ran."""
+    return Derived(f"{S}: {line[-1]}'s train_time_s / 60" + (" / its epochs" if per_epoch else ""), lambda: lookup(
+        S, (*line, "train_time_s")) / 60 / (epochs_run(line) if per_epoch else 1), 0)
 
 
 def fine_tuning_course(line):
@@ -881,11 +892,9 @@ TASKS_PAGE = [
      [V(S, "teacher_equal_flops_size", digits=0), reader_of("teacher at equal FLOPs"),
       *accuracy("teacher at equal FLOPs"), V(S, *PROBE, "teacher at equal FLOPs", "gflops", digits=1),
       V(S, "latency_ms", "teacher at equal FLOPs", "latency_ms", digits=0)]),
-    *[("docs/tasks.md", f"| {label} | fine-tuned | {{}} [{{}}, {{}}] | {{}} |  |",
-       [V(S, *(("task", "canvas_size") if line == "teacher dense" else ("teacher_equal_flops_size",)), digits=0),
-        *interval(S, "variants", "single", "fine_tuned", line, "accuracy", digits=2),
-        V(S, "variants", "single", "fine_tuned", line, "gflops", digits=1)])
-      for label, line in (("teacher dense, {} px", "teacher dense"),)],
+    ("docs/tasks.md", "| teacher dense, {} px | fine-tuned | {} [{}, {}] | {} |  |",
+     [V(S, "task", "canvas_size", digits=0), *interval(S, *FINE_TUNED_DENSE, "accuracy", digits=2),
+      V(S, *FINE_TUNED_DENSE, "gflops", digits=1)]),
     *[("docs/tasks.md", f"| LookWhere-S, k_ratio 0.1, {label} | attentive | {{}} [{{}}, {{}}] | {{}} |"
        + (" {} |" if latency else ""),
        [*accuracy(f"LookWhere-S k_ratio 0.1 {line}", "attentive"),
@@ -981,15 +990,11 @@ TASKS_PAGE = [
                       "the dense teacher's from {} to {} at epoch {}, stopped at epoch {}.",
      [V(S, "args", "finetune_epochs", digits=0), V(S, "args", "finetune_patience", digits=0),
       *fine_tuning_course(FINE_TUNED), *fine_tuning_course(FINE_TUNED_DENSE)]),
-    ("docs/tasks.md", "55 minutes for its 8 epochs, {} minutes an epoch, against {} minutes for LookWhere's {}.",
-     [Derived(f"{S}: the fine-tuned dense teacher's train_time_s / 60 / its epochs run", lambda: lookup(
-         S, (*FINE_TUNED_DENSE, "train_time_s")) / 60 / (len(lookup(S, (*FINE_TUNED_DENSE, "val_accuracy"))) - 1), 0),
-      Derived(f"{S}: the fine-tuned selector's train_time_s / 60", lambda: lookup(
-          S, (*FINE_TUNED, "train_time_s")) / 60, 0),
+    ("docs/tasks.md", "Over half of it is the dense teacher's fine-tuning: {} minutes for its {} epochs, {} minutes an "
+                      "epoch, against {} minutes for LookWhere's {}.",
+     [fine_tuning_minutes(FINE_TUNED_DENSE), last_epoch(FINE_TUNED_DENSE),
+      fine_tuning_minutes(FINE_TUNED_DENSE, per_epoch=True), fine_tuning_minutes(FINE_TUNED),
       last_epoch(FINE_TUNED)]),
-    ("docs/tasks.md", "Over half of it is the dense teacher's fine-tuning: {} minutes for its {} epochs",
-     [Derived(f"{S}: the fine-tuned dense teacher's train_time_s / 60", lambda: lookup(
-         S, (*FINE_TUNED_DENSE, "train_time_s")) / 60, 0), last_epoch(FINE_TUNED_DENSE)]),
     ("docs/tasks.md", "the benchmark {} of them, the teacher's passes cached", [minutes(S, "total_time_s")]),
     ("docs/tasks.md", "LookWhere's learning rate ended at {} of its peak, the dense teacher's at {}",
      [V(S, *FINE_TUNED, "schedule", "last_lr_over_peak", digits=2),
