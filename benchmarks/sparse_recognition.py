@@ -573,14 +573,23 @@ def task_table(report: dict) -> dict:
         f"background {task['background']}); {task['train']} training canvases ({task['validation']} of them choose "
         f"each reader's weight decay) and {task['test']} test canvases, chance {CHANCE}. Frozen features read by the "
         "reader named (attentive: learned queries over the kept tokens; linear: [CLS ; mean patch]; the teachers': "
-        "validation's pick); accuracy on the test canvases with its 95% bootstrap interval. This checkpoint was "
-        f"distilled label-free for {report['student']['steps']} steps on the task's training canvases. GFLOPs "
+        f"validation's pick); accuracy on the test canvases with its 95% bootstrap interval. {made_how(report)} GFLOPs "
         f"analytic; ms per canvas at batch 1, {report['environment']['threads']} threads, "
         f"{report['environment']['machine']} CPU, median of {report['args']['latency_runs']} alternated runs. "
         f"Command: `{report['command']}`.")
     return {"format": TASK_TABLE_FORMAT, "title": "On a task: a small digit on a large canvas",
             "caption": caption, "header": ["budget", "reader", "GFLOPs", "ms per canvas", "test accuracy [95%]"],
             "rows": rows}
+
+
+def made_how(report: dict) -> str:
+    """How the task student was made, for its card: distilled label-free for its steps, or (0 steps) the teacher's
+    copy beside a selector that learnt the teacher's map alone."""
+    student = report["student"]
+    if student["steps"]:
+        return f"This checkpoint was distilled label-free for {student['steps']} steps on the task's training canvases."
+    return ("This checkpoint's extractor is the teacher's unchanged copy; its selector learnt the teacher's map "
+            f"alone for {student['selector_steps']} steps on the task's training canvases (no labels).")
 
 
 def shown(value: float, digits: int) -> str:

@@ -172,6 +172,24 @@ def test_an_elastic_graph_is_in_the_card_with_its_onnxruntime_usage_only_when_pu
     assert "model_elastic" not in render_card(CONFIGS[model_type](), make_evaluation(model_type)).text
 
 
+@pytest.mark.parametrize("prefix, tokens", [("extractor", "with its own CLS and registers"),
+                                             ("selector", "taking the selector's global tokens")])
+def test_a_task_student_not_distilled_says_how_it_was_made(prefix, tokens):
+    """The task benchmark's student (benchmarks.sparse_recognition, --steps 0): the teacher's copy beside a selector
+    that learnt the map alone; its card names the selector's steps, not '? steps, global batch ?'."""
+    recipe = {"script": "benchmarks.sparse_recognition", "method": "lookwhere", "teacher": "offline-dinov2-small",
+              "data": "sparse-recognition canvases", "steps": 0, "selector_steps": 100,
+              "command": "python -m benchmarks.sparse_recognition --quick",
+              "args": {"batch_size": 8, "extractor_prefix": prefix, "selector_steps": 100}}
+    recipe_section = render_card(CONFIGS["lookwhere"](), make_evaluation("lookwhere"), recipe).text.split(
+        "## Training recipe", 1)[1].split("\n## ", 1)[0]
+    assert ("Not distilled: the extractor is `offline-dinov2-small`'s unchanged copy, " + tokens + "; the selector "
+            "alone learnt the teacher's attention map on `sparse-recognition canvases` for 100 steps of batch 8"
+            in recipe_section)
+    assert "?" not in recipe_section and "Distilled from" not in recipe_section
+    assert "python -m benchmarks.sparse_recognition --quick" in recipe_section
+
+
 def test_unknown_recipe_local_teacher_and_no_measurements():
     evaluation = make_evaluation("veca")
     evaluation["teacher"] = "/models/my-teacher"

@@ -5,6 +5,7 @@ test_teacher_passes, test_task_student, test_finetune_protocol)."""
 import errno
 import json
 import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,6 +23,8 @@ from evaluation.selections import coverage, top_cells
 from evaluation.task_lines import DENSE, EQUAL
 from evaluation.task_student import load_photo_student
 from publishing.model_card import read_task_table
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_an_option_given_wins_over_the_preset_even_at_its_default():
@@ -85,6 +88,20 @@ def test_goals_are_met_or_missed_by_one_rule_an_interval_against_a_margin_and_a_
     del report["variants"]["single"]["comparisons"]["fine-tuned: selector - teacher dense"]
     unmeasured = {g["goal"]: g for g in sr.goals(report, costs, "cls")}["lookwhere_vs_dense_teacher_fine_tuned"]
     assert not unmeasured["met"] and unmeasured["interval_half_width"] is None
+
+
+def test_the_task_card_says_how_the_student_was_made():
+    """The card's caption: distilled label-free for its steps, or (0 steps) the teacher's copy beside a selector that
+    learnt the map alone for its steps (the committed run's student)."""
+    report = json.loads((ROOT / "benchmarks" / "results" / "sparse_recognition.json").read_text())
+    assert report["student"]["steps"] == 0
+    assert sr.made_how(report) == ("This checkpoint's extractor is the teacher's unchanged copy; its selector learnt "
+                                   f"the teacher's map alone for {report['student']['selector_steps']} steps on the "
+                                   "task's training canvases (no labels).")
+    distilled = {**report, "student": {**report["student"], "steps": 400}}
+    assert sr.made_how(distilled) == ("This checkpoint was distilled label-free for 400 steps on the task's training "
+                                      "canvases.")
+    assert sr.made_how(report) in sr.task_table(report)["caption"]
 
 
 @pytest.mark.slow

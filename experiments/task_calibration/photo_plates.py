@@ -3,7 +3,7 @@ canvases (the white digit blended by the maximum) found no setting where the den
 tries two changes written down in LOG.md before running, on the pilot's own seed-1 canvases, readers and rule:
 
 - plate: the digit on its own black square (its box), the photo everywhere else;
-- dim: the maximum of the digit and half the photo's brightness.
+- dim: the maximum of the digit and half the photo's brightness (--brightness: another fraction of it; 22:10 UTC).
 
     python -m experiments.task_calibration.photo_plates --out experiments/task_calibration/photo_plates.json
 
@@ -32,8 +32,10 @@ from evaluation.teachers import load_teacher_model
 MODES = ("plate", "dim")
 
 
-def canvases(mode: str, digit_size: int, count: int, seed: int, extra: Path, size: int = 518) -> Split:
-    """Seed `seed`'s single-digit training canvases in `mode`, as a Split keyed for a cache of this study alone."""
+def canvases(mode: str, digit_size: int, count: int, seed: int, extra: Path, size: int = 518,
+             brightness: float = 0.5) -> Split:
+    """Seed `seed`'s single-digit training canvases in `mode` (dim: the photo at `brightness` of its own), as a Split
+    keyed for a cache of this study alone."""
     common = dict(variant="single", split="train", seed=seed, digit_size=digit_size, strokes=0, canvas_size=size)
     black = make_canvases(count, background="black", **common)
     images = np.empty_like(black.images)
@@ -45,9 +47,11 @@ def canvases(mode: str, digit_size: int, count: int, seed: int, extra: Path, siz
                 images[i, y : y + digit_size, x : x + digit_size] = black.images[i, y : y + digit_size,
                                                                                   x : x + digit_size]
         else:
-            images[i] = np.maximum(black.images[i], photo // 2)
+            faint = photo // 2 if brightness == 0.5 else np.round(photo * brightness).astype(photo.dtype)
+            images[i] = np.maximum(black.images[i], faint)
     black.images = images
-    key = {"study": "photo_plates", "mode": mode, **common, "count": count}
+    key = {"study": "photo_plates", "mode": mode, **common, "count": count,
+           **({"brightness": brightness} if mode == "dim" and brightness != 0.5 else {})}
     return Split.of_canvases(black, size // CELL, key)
 
 
@@ -58,6 +62,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--digit-sizes", type=int, nargs="+", default=[28, 42])
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--brightness", type=float, nargs="+", default=[0.5],
+                        help="dim: the photo's brightness under the digits, a fraction of its own (each a setting)")
     parser.add_argument("--train", type=int, default=None, help="canvases per setting (default: the pilot's 400)")
     parser.add_argument("--lines", nargs="+", choices=("dense", "equal_flops"), default=["dense", "equal_flops"])
     args = parser.parse_args(argv)
@@ -70,16 +76,16 @@ def main(argv=None) -> dict:
     passes = TeacherPasses(args.cache_dir, teacher, pilot.batch_size)
     started, rows = time.perf_counter(), []
     for mode in args.modes:
-        for digit_size in args.digit_sizes:
-            split = canvases(mode, digit_size, pilot.train, pilot.seed, GCOMPRIS_PHOTOS)
+        for digit_size, brightness in [(d, b) for d in args.digit_sizes for b in args.brightness]:
+            split = canvases(mode, digit_size, pilot.train, pilot.seed, GCOMPRIS_PHOTOS, brightness=brightness)
             sizes = {line: size for line, size in (("dense", pilot.canvas_size), ("equal_flops", equal_size))
                      if line in args.lines}
-            row = {"mode": mode, "strokes": 0, "digit_size": digit_size,
+            row = {"mode": mode, "strokes": 0, "digit_size": digit_size, "brightness": brightness,
                    **task_pilot.read_split(pilot, passes, split, sizes)}
             if len(args.lines) == 2:
                 row["gap"] = row["dense"]["best"] - row["equal_flops"]["best"]
             rows.append(row)
-            print(f"{mode} {digit_size} px, {pilot.train} canvases: "
+            print(f"{mode} {brightness} {digit_size} px, {pilot.train} canvases: "
                   + ", ".join(f"{line} {row[line]['best']:.3f}" for line in args.lines)
                   + (f", gap {row['gap']:+.3f}" if "gap" in row else "")
                   + f" ({time.perf_counter() - started:.0f} s)", flush=True)
