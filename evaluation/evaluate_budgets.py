@@ -193,12 +193,13 @@ def output_width(config) -> int:
 def trained(model, budget_name: str, budget, recipe: dict | None, resolution: int) -> bool | None:
     """Whether training drew this budget. VECA: a core count in `config.training_budgets` (nested dropout). LookWhere:
     its k on the `resolution` grid (as the model counts it) lies in the recipe's [k_min, k_max], the range
-    training.distill_lookwhere draws k from; None without a recipe that records it."""
+    training.distill_lookwhere draws k from; None without a recipe that records it, or of a model not distilled (0
+    steps: the task benchmark's teacher copy, whose recipe keeps the unused range among its arguments)."""
     config = model.config
     if config.model_type == "veca":
         return budget in config.training_budgets
     args = (recipe or {}).get("args") or {}
-    if args.get("k_min") is None or args.get("k_max") is None:
+    if args.get("k_min") is None or args.get("k_max") is None or recipe.get("steps") == 0:
         return None
     side = resolution // config.patch_size
     k = num_kept(model.config, (side, side), **{budget_name: budget})

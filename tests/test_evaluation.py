@@ -222,6 +222,9 @@ def test_lookwhere_budget_is_trained_when_its_k_lies_in_the_recipes_range():
     assert evaluate_budgets.trained(model, "k_ratio", 0.1, recipe, 32) is False  # 1 of 16 at 32 px
     for unknown in (None, {"args": {"lr": 0.001}}):  # no recipe, or one without a k range
         assert evaluate_budgets.trained(model, "k", 4, unknown, 32) is None
+    # a model not distilled (benchmarks.sparse_recognition's teacher copy) drew no k, whatever its arguments say
+    assert evaluate_budgets.trained(model, "k", 4, {**recipe, "steps": 0}, 32) is None
+    assert evaluate_budgets.trained(model, "k", 4, {**recipe, "steps": 5}, 32) is True
 
 
 @pytest.mark.parametrize("extra, message", [
