@@ -42,7 +42,10 @@ class Split:
         return len(self.labels)
 
     def pixels(self, rows) -> torch.Tensor:
-        """(B, 3, S, S) float32 pixels of canvases `rows`, normalised with ImageNet's mean and std."""
+        """(B, 3, S, S) float32 pixels of canvases `rows` (a slice, or indices: a tensor or array), normalised with
+        ImageNet's mean and std."""
+        if isinstance(rows, torch.Tensor):
+            rows = rows.numpy()  # numpy reads a one-element tensor as one index and drops the batch axis
         images = torch.from_numpy(self.images[rows]).permute(0, 3, 1, 2).float() / 255
         mean, std = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
         return (images - mean) / std

@@ -1438,6 +1438,16 @@ CALIBRATION = "experiments/task_calibration/"
 PHOTO_PILOT = CALIBRATION + "task_pilot_photos_maximum.json"
 PLATES, PLATES_1200, CELLS = (CALIBRATION + name for name in ("photo_plates.json", "photo_plates_1200.json",
                                                                "photo_cells.json"))
+DIM, DIM_005, PHOTO_FINE_TUNED = (CALIBRATION + name for name in ("photo_dim.json", "photo_dim_005.json",
+                                                                  "photo_finetune_28.json"))
+
+
+def photo_fine_tuned(pick) -> Derived:
+    """`pick` (min or max) of the dense teacher's validation accuracies, fine-tuned on photos."""
+    return Derived(f"{PHOTO_FINE_TUNED}: the {pick.__name__} validation accuracy",
+                   lambda: pick(lookup(PHOTO_FINE_TUNED, ("lines", "dense", "finetune_val_accuracy"))), 3)
+
+
 PHOTO_CANVASES = [
     ("docs/tasks.md",
      "the black pilot's floor for the dense teacher, {}, and least gap to the teacher at equal FLOPs, {})",
@@ -1454,6 +1464,17 @@ PHOTO_CANVASES = [
       V(PLATES_1200, "rows", 0, "dense", "best")]),
     ("docs/tasks.md", "reads {} on these photos against {} on black",
      [V(CELLS, "rows", {"canvases": "photo"}, "digit_cells"), V(CELLS, "rows", {"canvases": "black"}, "digit_cells")]),
+    ("docs/tasks.md", "validation accuracy stayed between {} and {} over its {} epochs ({} minutes, stopped by patience)",
+     [photo_fine_tuned(min), photo_fine_tuned(max),
+      Derived(f"{PHOTO_FINE_TUNED}: the epochs run", lambda: len(lookup(
+          PHOTO_FINE_TUNED, ("lines", "dense", "finetune_val_accuracy"))) - 1, 0),
+      Derived(f"{PHOTO_FINE_TUNED}: train_time_s in minutes", lambda: Decimal(lookup(
+          PHOTO_FINE_TUNED, ("lines", "dense", "train_time_s"))) / 60, 0)]),
+    ("docs/tasks.md", "the frozen dense teacher read {} at a quarter of the photo's brightness, {} at a tenth and {} at "
+                      "a twentieth, against {} on black",
+     [V(DIM, "rows", {"brightness": Decimal("0.25")}, "dense", "best"),
+      V(DIM, "rows", {"brightness": Decimal("0.1")}, "dense", "best"),
+      V(DIM_005, "rows", 0, "dense", "best"), V(PILOT, "rows", {"digit_size": 28}, "dense", "best")]),
     ("docs/tasks.md", "runs the pilot ({} minutes)",
      [Derived(f"{PHOTO_PILOT}: total_time_s in minutes", lambda: load(PHOTO_PILOT)["total_time_s"] / 60, 0)]),
 ]

@@ -121,3 +121,13 @@ def test_the_teachers_fine_tuning_features_are_its_passes_registers_left_out(tmp
         with torch.inference_mode():
             live = teacher_features(teacher, pixels if size == 112 else resized(pixels, size))
         torch.testing.assert_close(live, features, atol=2e-3, rtol=0)  # the pass keeps its patches in float16
+
+
+def test_a_split_gives_the_same_pixels_for_one_canvas_as_for_many():
+    """A batch of one canvas, as fine-tuning's last batch or a one-canvas split gives it (a one-element index tensor,
+    which numpy reads as a plain index), keeps its batch axis: the row of the whole split's pixels."""
+    split = task_splits(sr.parse_args(["--smoke", "--test", "3"]), "single")["test"]
+    whole = split.pixels(slice(None))
+    for rows in (torch.tensor([2]), torch.tensor([0, 2]), torch.tensor([1]).numpy(), slice(1, 2)):
+        expected = whole[torch.as_tensor(range(3)[rows] if isinstance(rows, slice) else rows)]
+        assert torch.equal(split.pixels(rows), expected)
