@@ -836,19 +836,20 @@ def below_full_range():
                     lambda pick=pick: pick(final_accuracies("VECA from teacher")[:-1]), 2) for pick in (min, max)]
 
 
-def epochs_run(line) -> int:
+def epochs_run(line, json_file=S) -> int:
     """The epochs a fine-tuned line ran (its validation list starts at epoch 0, the probe's head)."""
-    return len(lookup(S, (*line, "val_accuracy"))) - 1
+    return len(lookup(json_file, (*line, "val_accuracy"))) - 1
 
 
-def last_epoch(line):
-    return Derived(f"{S}: {line[-1]}'s last epoch", lambda: epochs_run(line), 0)
+def last_epoch(line, json_file=S):
+    return Derived(f"{json_file}: {line[-1]}'s last epoch", lambda: epochs_run(line, json_file), 0)
 
 
-def fine_tuning_minutes(line, per_epoch=False):
+def fine_tuning_minutes(line, per_epoch=False, json_file=S):
     """A fine-tuned line's training time in minutes (resumed runs included), or per epoch it ran."""
-    return Derived(f"{S}: {line[-1]}'s train_time_s / 60" + (" / its epochs" if per_epoch else ""), lambda: lookup(
-        S, (*line, "train_time_s")) / 60 / (epochs_run(line) if per_epoch else 1), 0)
+    return Derived(f"{json_file}: {line[-1]}'s train_time_s / 60" + (" / its epochs" if per_epoch else ""),
+                   lambda: lookup(json_file, (*line, "train_time_s")) / 60
+                   / (epochs_run(line, json_file) if per_epoch else 1), 0)
 
 
 def fine_tuning_course(line):
@@ -1445,7 +1446,7 @@ DIM, DIM_005, PHOTO_FINE_TUNED = (CALIBRATION + name for name in ("photo_dim.jso
 def photo_fine_tuned(pick) -> Derived:
     """`pick` (min or max) of the dense teacher's validation accuracies, fine-tuned on photos."""
     return Derived(f"{PHOTO_FINE_TUNED}: the {pick.__name__} validation accuracy",
-                   lambda: pick(lookup(PHOTO_FINE_TUNED, ("lines", "dense", "finetune_val_accuracy"))), 3)
+                   lambda: pick(lookup(PHOTO_FINE_TUNED, ("lines", "dense", "val_accuracy"))), 3)
 
 
 PHOTO_CANVASES = [
@@ -1465,11 +1466,8 @@ PHOTO_CANVASES = [
     ("docs/tasks.md", "reads {} on these photos against {} on black",
      [V(CELLS, "rows", {"canvases": "photo"}, "digit_cells"), V(CELLS, "rows", {"canvases": "black"}, "digit_cells")]),
     ("docs/tasks.md", "validation accuracy stayed between {} and {} over its {} epochs ({} minutes, stopped by patience)",
-     [photo_fine_tuned(min), photo_fine_tuned(max),
-      Derived(f"{PHOTO_FINE_TUNED}: the epochs run", lambda: len(lookup(
-          PHOTO_FINE_TUNED, ("lines", "dense", "finetune_val_accuracy"))) - 1, 0),
-      Derived(f"{PHOTO_FINE_TUNED}: train_time_s in minutes", lambda: Decimal(lookup(
-          PHOTO_FINE_TUNED, ("lines", "dense", "train_time_s"))) / 60, 0)]),
+     [photo_fine_tuned(min), photo_fine_tuned(max), last_epoch(("lines", "dense"), PHOTO_FINE_TUNED),
+      fine_tuning_minutes(("lines", "dense"), json_file=PHOTO_FINE_TUNED)]),
     ("docs/tasks.md", "the frozen dense teacher read {} at a quarter of the photo's brightness, {} at a tenth and {} at "
                       "a twentieth, against {} on black",
      [V(DIM, "rows", {"brightness": Decimal("0.25")}, "dense", "best"),

@@ -48,7 +48,7 @@ def main() -> None:
         report = {"digit_size": options.digit_size, "stopped_by_hand": True, "lines": {}}
         for line in options.lines:
             run = torch.load(SCRATCH / f"{options.digit_size}_{line}.pt", weights_only=True)["run"]
-            report["lines"][line] = {"finetune_val_accuracy": run["history"], "epoch": run["best"],
+            report["lines"][line] = {"val_accuracy": run["history"], "epoch": run["best"],
                                      "best": max(run["history"]), "steps": run["step"],
                                      "train_time_s": run["train_time_s"]}
         out.write_text(json.dumps(report, indent=1))
@@ -83,7 +83,7 @@ def main() -> None:
                         {"canvases": str(train.key), "line": line, "size": size})
         result = finetune(model, train, splits["test"], protocol, pilot.val, resume)
         report["lines"][line] = {"size": size, "linear_val_accuracy": linear["val_accuracy"],
-                                 "finetune_val_accuracy": result["val_accuracy"], "epoch": result["epoch"],
+                                 "val_accuracy": result["val_accuracy"], "epoch": result["epoch"],
                                  "best": max(result["val_accuracy"]), "train_time_s": result["train_time_s"],
                                  "time_s": time.perf_counter() - started}
         print(f"{line}: best validation {max(result['val_accuracy']):.3f} at epoch {result['epoch']}", flush=True)

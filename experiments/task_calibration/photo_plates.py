@@ -47,6 +47,7 @@ def canvases(mode: str, digit_size: int, count: int, seed: int, extra: Path, siz
                 images[i, y : y + digit_size, x : x + digit_size] = black.images[i, y : y + digit_size,
                                                                                   x : x + digit_size]
         else:
+            # at 0.5 the first study's canvases bit for bit (and its cached passes): photo // 2, not rounded
             faint = photo // 2 if brightness == 0.5 else np.round(photo * brightness).astype(photo.dtype)
             images[i] = np.maximum(black.images[i], faint)
     black.images = images
