@@ -1441,6 +1441,8 @@ PLATES, PLATES_1200, CELLS = (CALIBRATION + name for name in ("photo_plates.json
                                                                "photo_cells.json"))
 DIM, DIM_005, PHOTO_FINE_TUNED = (CALIBRATION + name for name in ("photo_dim.json", "photo_dim_005.json",
                                                                   "photo_finetune_28.json"))
+LARGE, LARGE_2000, TOKEN_READER = (CALIBRATION + name for name in ("photo_plates_large.json",
+                                                                   "photo_plates_large_2000.json", "token_reader.json"))
 
 
 def photo_fine_tuned(pick) -> Derived:
@@ -1473,6 +1475,21 @@ PHOTO_CANVASES = [
      [V(DIM, "rows", {"brightness": Decimal("0.25")}, "dense", "best"),
       V(DIM, "rows", {"brightness": Decimal("0.1")}, "dense", "best"),
       V(DIM_005, "rows", 0, "dense", "best"), V(PILOT, "rows", {"digit_size": 28}, "dense", "best")]),
+    ("docs/tasks.md", "{} px digits on their black plates, the largest these canvases take, read {} with the pilot's {} "
+                      "canvases and {} with {}.",
+     [V(LARGE, "rows", 0, "digit_size", digits=0), V(LARGE, "rows", 0, "dense", "best"), V(LARGE, "train", digits=0),
+      V(LARGE_2000, "rows", 0, "dense", "best"), thousands(LARGE_2000, "train")]),
+    ("docs/tasks.md", "It reads the black pilot's canvases at {} and the photo canvases at {}, so the readers are not "
+                      "the cause. On the {} px plates with {} canvases it reads the dense teacher at {} and the teacher "
+                      "at equal FLOPs at {}:",
+     [V(TOKEN_READER, "rows", {"canvases": "black"}, "dense", "best"),
+      V(TOKEN_READER, "rows", {"canvases": "photo"}, "dense", "best"),
+      V(TOKEN_READER, "rows", -1, "digit_size", digits=0), thousands(TOKEN_READER, "rows", -1, "train"),
+      V(TOKEN_READER, "rows", -1, "dense", "best"), V(TOKEN_READER, "rows", -1, "equal_flops", "best")]),
+    ("docs/tasks.md", "the dense teacher took {} minutes an epoch for the pilot's {} on this CPU",
+     [fine_tuning_minutes(("lines", "dense"), per_epoch=True, json_file=PHOTO_FINE_TUNED),
+      Derived(f"{PHOTO_FINE_TUNED}: canvases fitted", lambda: load(PHOTO_FINE_TUNED)["train"]
+              - load(PHOTO_FINE_TUNED)["validation"], 0)]),
     ("docs/tasks.md", "runs the pilot ({} minutes)",
      [Derived(f"{PHOTO_PILOT}: total_time_s in minutes", lambda: load(PHOTO_PILOT)["total_time_s"] / 60, 0)]),
 ]
