@@ -42,12 +42,14 @@ def main() -> None:
     parser.add_argument("--digit-size", type=int, default=28)
     parser.add_argument("--lines", nargs="+", default=["dense", "equal_flops"])
     parser.add_argument("--stopped", action="store_true", help="write the JSON of the kept epochs, run nothing")
+    parser.add_argument("--train", type=int, default=400, help="canvases, the last 80 for validation (2026-12-08)")
     options = parser.parse_args()
-    out = HERE / f"photo_finetune_{options.digit_size}.json"
+    name = f"{options.digit_size}" + (f"_{options.train}" if options.train != 400 else "")
+    out = HERE / f"photo_finetune_{name}.json"
     if options.stopped:
-        report = {"digit_size": options.digit_size, "stopped_by_hand": True, "lines": {}}
+        report = {"digit_size": options.digit_size, "train": options.train, "stopped_by_hand": True, "lines": {}}
         for line in options.lines:
-            run = torch.load(SCRATCH / f"{options.digit_size}_{line}.pt", weights_only=True)["run"]
+            run = torch.load(SCRATCH / f"{name}_{line}.pt", weights_only=True)["run"]
             report["lines"][line] = {"val_accuracy": run["history"], "epoch": run["best"],
                                      "best": max(run["history"]), "steps": run["step"],
                                      "train_time_s": run["train_time_s"]}
@@ -62,7 +64,7 @@ def main() -> None:
     _, equal_size = line_costs(pilot, teacher, student)
     setting = types.SimpleNamespace(canvas_size=518, seed=pilot.seed, background="photo",
                                     extra_photos=pilot.extra_photos, digit_size=options.digit_size, strokes=0,
-                                    train=pilot.train, test=1)
+                                    train=options.train, test=1)
     splits = task_splits(setting, "single")
     train = splits["train"]
     passes = TeacherPasses(pilot.cache_dir, teacher, pilot.batch_size)
@@ -79,7 +81,7 @@ def main() -> None:
             return teacher_features(backbone, pixels if size == 518 else resized(pixels, size))
 
         model = FineTuned(features_of, copy.deepcopy(teacher).float().requires_grad_(True), linear["head"])
-        resume = Resume(SCRATCH / f"{options.digit_size}_{line}.pt",
+        resume = Resume(SCRATCH / f"{name}_{line}.pt",
                         {"canvases": str(train.key), "line": line, "size": size})
         result = finetune(model, train, splits["test"], protocol, pilot.val, resume)
         report["lines"][line] = {"size": size, "linear_val_accuracy": linear["val_accuracy"],
@@ -87,10 +89,10 @@ def main() -> None:
                                  "best": max(result["val_accuracy"]), "train_time_s": result["train_time_s"],
                                  "time_s": time.perf_counter() - started}
         print(f"{line}: best validation {max(result['val_accuracy']):.3f} at epoch {result['epoch']}", flush=True)
-        report.update(teacher=source, digit_size=options.digit_size, train=pilot.train, validation=pilot.val,
+        report.update(teacher=source, digit_size=options.digit_size, train=options.train, validation=pilot.val,
                       seed=pilot.seed, protocol=vars(protocol),
                       command=f"python -m experiments.task_calibration.photo_finetune --digit-size "
-                              f"{options.digit_size}")
+                              f"{options.digit_size}" + (f" --train {options.train}" if options.train != 400 else ""))
         out.write_text(json.dumps(report, indent=1))
     if {"dense", "equal_flops"} <= report["lines"].keys():
         dense, equal = report["lines"]["dense"]["best"], report["lines"]["equal_flops"]["best"]
