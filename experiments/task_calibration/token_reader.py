@@ -98,7 +98,8 @@ def main() -> None:
               f"{row['equal_flops']['best']:.3f}, gap {row['gap']:+.3f} ({time.perf_counter() - started:.0f} s)",
               flush=True)
     OUT.write_text(json.dumps({"rows": rows, "validation": pilot.val, "seed": pilot.seed,
-                               "equal_flops_size": equal_size, "reader": {"decays": DECAYS, "steps": STEPS, "batch": BATCH, "lr": LR},
+                               "equal_flops_size": equal_size,
+                               "reader": {"decays": DECAYS, "steps": STEPS, "batch": BATCH, "lr": LR},
                                "total_time_s": time.perf_counter() - started,
                                "command": "python -m experiments.task_calibration.token_reader"}, indent=1))
 
