@@ -1441,6 +1441,7 @@ PLATES, PLATES_1200, CELLS = (CALIBRATION + name for name in ("photo_plates.json
                                                                "photo_cells.json"))
 DIM, DIM_005, PHOTO_FINE_TUNED = (CALIBRATION + name for name in ("photo_dim.json", "photo_dim_005.json",
                                                                   "photo_finetune_28.json"))
+PHOTO_FINE_TUNED_2000 = CALIBRATION + "photo_finetune_28_2000.json"
 LARGE, LARGE_2000, TOKEN_READER = (CALIBRATION + name for name in ("photo_plates_large.json",
                                                                    "photo_plates_large_2000.json", "token_reader.json"))
 
@@ -1475,6 +1476,12 @@ PHOTO_CANVASES = [
      [V(DIM, "rows", {"brightness": Decimal("0.25")}, "dense", "best"),
       V(DIM, "rows", {"brightness": Decimal("0.1")}, "dense", "best"),
       V(DIM_005, "rows", 0, "dense", "best"), V(PILOT, "rows", {"digit_size": 28}, "dense", "best")]),
+    ("docs/tasks.md", "On {} canvases, its first epoch ({} steps, {} minutes) took it from {} to {}; the run was "
+                      "stopped there.",
+     [thousands(PHOTO_FINE_TUNED_2000, "train"), V(PHOTO_FINE_TUNED_2000, "lines", "dense", "steps", digits=0),
+      fine_tuning_minutes(("lines", "dense"), json_file=PHOTO_FINE_TUNED_2000),
+      V(PHOTO_FINE_TUNED_2000, "lines", "dense", "val_accuracy", 0),
+      V(PHOTO_FINE_TUNED_2000, "lines", "dense", "val_accuracy", 1)]),
     ("docs/tasks.md", "{} px digits on their black plates, the largest these canvases take, read {} with the pilot's {} "
                       "canvases and {} with {}.",
      [V(LARGE, "rows", 0, "digit_size", digits=0), V(LARGE, "rows", 0, "dense", "best"), V(LARGE, "train", digits=0),
