@@ -37,6 +37,36 @@ HERE = Path(__file__).resolve().parent
 SCRATCH = Path("outputs/task_calibration_finetune")
 
 
+def write_stopped(options, name: str, out: Path) -> None:
+    """The JSON of the epochs a run stopped by hand has kept."""
+    report = {"digit_size": options.digit_size, "train": options.train, "stopped_by_hand": True, "lines": {}}
+    for line in options.lines:
+        run = torch.load(SCRATCH / f"{name}_{line}.pt", weights_only=True)["run"]
+        report["lines"][line] = {"val_accuracy": run["history"], "epoch": run["best"], "best": max(run["history"]),
+                                 "steps": run["step"], "train_time_s": run["train_time_s"]}
+    out.write_text(json.dumps(report, indent=1))
+
+
+def finetune_line(line: str, size: int, teacher, splits: dict, pilot, protocol, name: str) -> dict:
+    """One teacher line at `size` px fine-tuned by the protocol from its linear probe's head, resumed from its kept
+    epochs."""
+    train, started = splits["train"], time.perf_counter()
+    record = pass_record(TeacherPasses(pilot.cache_dir, teacher, pilot.batch_size).get(train, train.key, size))
+    linear = probe(record["features"], train.labels, record["features"][:1], pilot.val, pilot.probe_decays)
+    print(f"{line} ({size} px): linear probe validation {max(linear['val_accuracy'].values()):.3f}", flush=True)
+
+    def features_of(backbone, rows, pixels, seed):
+        return teacher_features(backbone, pixels if size == 518 else resized(pixels, size))
+
+    model = FineTuned(features_of, copy.deepcopy(teacher).float().requires_grad_(True), linear["head"])
+    resume = Resume(SCRATCH / f"{name}_{line}.pt", {"canvases": str(train.key), "line": line, "size": size})
+    result = finetune(model, train, splits["test"], protocol, pilot.val, resume)
+    print(f"{line}: best validation {max(result['val_accuracy']):.3f} at epoch {result['epoch']}", flush=True)
+    return {"size": size, "linear_val_accuracy": linear["val_accuracy"], "val_accuracy": result["val_accuracy"],
+            "epoch": result["epoch"], "best": max(result["val_accuracy"]), "train_time_s": result["train_time_s"],
+            "time_s": time.perf_counter() - started}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--digit-size", type=int, default=28)
@@ -44,17 +74,12 @@ def main() -> None:
     parser.add_argument("--stopped", action="store_true", help="write the JSON of the kept epochs, run nothing")
     parser.add_argument("--train", type=int, default=400, help="canvases, the last 80 for validation (2026-12-08)")
     options = parser.parse_args()
-    name = f"{options.digit_size}" + (f"_{options.train}" if options.train != 400 else "")
+    other_count = options.train != 400   # the pilot's count keeps the first run's names
+    name = f"{options.digit_size}_{options.train}" if other_count else f"{options.digit_size}"
+    extra = f" --train {options.train}" if other_count else ""
     out = HERE / f"photo_finetune_{name}.json"
     if options.stopped:
-        report = {"digit_size": options.digit_size, "train": options.train, "stopped_by_hand": True, "lines": {}}
-        for line in options.lines:
-            run = torch.load(SCRATCH / f"{name}_{line}.pt", weights_only=True)["run"]
-            report["lines"][line] = {"val_accuracy": run["history"], "epoch": run["best"],
-                                     "best": max(run["history"]), "steps": run["step"],
-                                     "train_time_s": run["train_time_s"]}
-        out.write_text(json.dumps(report, indent=1))
-        return
+        return write_stopped(options, name, out)
     torch.set_num_threads(2)
     pilot = task_pilot.parse_args(["--background", "photo"])
     protocol = types.SimpleNamespace(finetune_lr=1e-5, finetune_epochs=12, finetune_patience=3, batch_size=8,
@@ -66,33 +91,15 @@ def main() -> None:
                                     extra_photos=pilot.extra_photos, digit_size=options.digit_size, strokes=0,
                                     train=options.train, test=1)
     splits = task_splits(setting, "single")
-    train = splits["train"]
-    passes = TeacherPasses(pilot.cache_dir, teacher, pilot.batch_size)
     report = json.loads(out.read_text()) if out.is_file() else {"lines": {}}
     report.pop("stopped_by_hand", None)
     for line in options.lines:
         size = 518 if line == "dense" else equal_size
-        started = time.perf_counter()
-        record = pass_record(passes.get(train, train.key, size))
-        linear = probe(record["features"], train.labels, record["features"][:1], pilot.val, pilot.probe_decays)
-        print(f"{line} ({size} px): linear probe validation {max(linear['val_accuracy'].values()):.3f}", flush=True)
-
-        def features_of(backbone, rows, pixels, seed, size=size):
-            return teacher_features(backbone, pixels if size == 518 else resized(pixels, size))
-
-        model = FineTuned(features_of, copy.deepcopy(teacher).float().requires_grad_(True), linear["head"])
-        resume = Resume(SCRATCH / f"{name}_{line}.pt",
-                        {"canvases": str(train.key), "line": line, "size": size})
-        result = finetune(model, train, splits["test"], protocol, pilot.val, resume)
-        report["lines"][line] = {"size": size, "linear_val_accuracy": linear["val_accuracy"],
-                                 "val_accuracy": result["val_accuracy"], "epoch": result["epoch"],
-                                 "best": max(result["val_accuracy"]), "train_time_s": result["train_time_s"],
-                                 "time_s": time.perf_counter() - started}
-        print(f"{line}: best validation {max(result['val_accuracy']):.3f} at epoch {result['epoch']}", flush=True)
+        report["lines"][line] = finetune_line(line, size, teacher, splits, pilot, protocol, name)
         report.update(teacher=source, digit_size=options.digit_size, train=options.train, validation=pilot.val,
                       seed=pilot.seed, protocol=vars(protocol),
                       command=f"python -m experiments.task_calibration.photo_finetune --digit-size "
-                              f"{options.digit_size}" + (f" --train {options.train}" if options.train != 400 else ""))
+                              f"{options.digit_size}{extra}")
         out.write_text(json.dumps(report, indent=1))
     if {"dense", "equal_flops"} <= report["lines"].keys():
         dense, equal = report["lines"]["dense"]["best"], report["lines"]["equal_flops"]["best"]

@@ -35,7 +35,8 @@ def fit_token_reader(tokens: torch.Tensor, labels: torch.Tensor, decay: float, s
     fitted by AdamW on cross-entropy (STEPS steps of BATCH canvases drawn with `seed`); tokens scaled by one number."""
     generator = torch.Generator().manual_seed(seed)
     head = torch.nn.Linear(tokens.shape[-1], 10)
-    torch.nn.init.zeros_(head.weight), torch.nn.init.zeros_(head.bias)
+    torch.nn.init.zeros_(head.weight)
+    torch.nn.init.zeros_(head.bias)
     optimizer = torch.optim.AdamW(head.parameters(), lr=LR, weight_decay=decay)
     for _ in range(STEPS):
         batch = torch.randint(len(tokens), (BATCH,), generator=generator)
